@@ -1,0 +1,396 @@
+/*
+ * channel.c - mailbox and MPI progress of the bootstrap channel.
+ *
+ * All state sits behind one recursive lock.  MPI is only called with that lock
+ * held and only through non-blocking calls (Isend, Improbe/Mrecv, Test), so
+ * the library is correct under MPI_THREAD_SERIALIZED and never blocks another
+ * thread's progress inside MPI.
+ */
+#include "bootstrap/channel.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+
+typedef struct {
+  uint64_t key;
+  int32_t src, dst, tag;
+  uint32_t len;
+} msg_hdr_t;
+
+typedef struct msg {
+  struct msg* next;
+  msg_hdr_t hdr;
+  char data[];
+} msg_t;
+
+typedef struct pending {
+  struct pending* next;
+  MPI_Request req;
+  char buf[];
+} pending_t;
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  msg_t *head, *tail; /* mailbox, oldest first */
+  pending_t* sends;   /* MPI sends not yet complete */
+  uint64_t proc;
+  int mpi_ready, mpi_owned, thread_level, world_rank, tag;
+} chan = {.cond = PTHREAD_COND_INITIALIZER};
+
+static pthread_once_t chan_once = PTHREAD_ONCE_INIT;
+
+static void chan_init_once(void) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&chan.lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+  /* Random bits make the identity unique even across pid reuse and hosts. */
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = (uint64_t)mpn_chan_now_ns();
+  chan.proc = (r ^ ((uint64_t)getpid() << 32)) | 1;
+  chan.world_rank = -1;
+}
+
+static void chan_init(void) { pthread_once(&chan_once, chan_init_once); }
+
+uint64_t mpn_chan_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mpn_chan_deadline(void) {
+  return mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT) * 1000000000ull;
+}
+
+uint64_t mpn_chan_proc_id(void) {
+  chan_init();
+  return chan.proc;
+}
+
+mpn_endpoint_t mpn_chan_self(void) {
+  chan_init();
+  mpn_endpoint_t ep = {.proc = chan.proc, .world = chan.mpi_ready ? chan.world_rank : -1};
+  return ep;
+}
+
+int mpn_chan_launcher_rank(void) {
+  static const char* vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                               "MV2_COMM_WORLD_RANK"};
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+    const char* v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return -1;
+}
+
+int mpn_chan_mpi_ready(void) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  int ready = chan.mpi_ready;
+  pthread_mutex_unlock(&chan.lock);
+  return ready;
+}
+
+int mpn_chan_mpi_thread_level(void) { return chan.thread_level; }
+int mpn_chan_mpi_owned(void) { return chan.mpi_owned; }
+
+void mpn_chan_lock(void) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+}
+
+void mpn_chan_unlock(void) { pthread_mutex_unlock(&chan.lock); }
+
+void mpn_chan_locked(void (*fn)(void*), void* arg) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  fn(arg);
+  pthread_mutex_unlock(&chan.lock);
+}
+
+/* Completes or abandons outstanding sends; MPI is about to go away. */
+static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* extra) {
+  (void)comm, (void)keyval, (void)attr, (void)extra;
+  pthread_mutex_lock(&chan.lock);
+  uint64_t until = mpn_chan_now_ns() + 2000000000ull;
+  while (chan.sends && mpn_chan_now_ns() < until) mpn_chan_progress();
+  for (pending_t *p = chan.sends, *next; p; p = next) {
+    next = p->next;
+    MPI_Cancel(&p->req);
+    MPI_Request_free(&p->req);
+    free(p);
+  }
+  chan.sends = NULL;
+  chan.mpi_ready = 0;
+  pthread_mutex_unlock(&chan.lock);
+  return MPI_SUCCESS;
+}
+
+static void chan_finalize_at_exit(void) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+static ncclResult_t chan_hook_finalize(void) {
+  int keyval;
+  MPN_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, chan_on_mpi_finalize, &keyval, NULL));
+  MPN_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, NULL));
+  return ncclSuccess;
+}
+
+static ncclResult_t chan_mpi_start_locked(int may_init) {
+  int inited = 0, finalized = 0;
+  MPN_MPI_CHECK(MPI_Finalized(&finalized));
+  if (finalized)
+    return mpn_error_set(NULL, ncclInvalidUsage,
+                         "MPI is already finalized: communicators need MPI for their set-up");
+  MPN_MPI_CHECK(MPI_Initialized(&inited));
+  if (!inited) {
+    if (!may_init)
+      return mpn_error_set(NULL, ncclInvalidUsage, "MPI is not initialized and "
+                                                   "MPINCCL_BOOTSTRAP does not allow starting it");
+    MPN_MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &chan.thread_level));
+    chan.mpi_owned = 1;
+    atexit(chan_finalize_at_exit);
+  } else {
+    MPN_MPI_CHECK(MPI_Query_thread(&chan.thread_level));
+  }
+  MPN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &chan.world_rank));
+  int launcher = mpn_chan_launcher_rank();
+  if (launcher >= 0 && launcher != chan.world_rank)
+    MPN_WARN("bootstrap: the launcher says world rank %d, MPI says %d; unique ids made before "
+             "MPI started in this process will not work",
+             launcher, chan.world_rank);
+  MPN_CHECK(chan_hook_finalize());
+  chan.tag = (int)mpn_param_int(MPN_PARAM_BOOTSTRAP_TAG);
+  chan.mpi_ready = 1;
+  MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "MPI %s by %s, thread level %d, world rank %d, tag %d",
+           chan.mpi_owned ? "initialized" : "found initialized",
+           chan.mpi_owned ? "mpinccl" : "the application", chan.thread_level, chan.world_rank,
+           chan.tag);
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_chan_mpi_start(int may_init) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  ncclResult_t res = chan.mpi_ready ? ncclSuccess : chan_mpi_start_locked(may_init);
+  pthread_mutex_unlock(&chan.lock);
+  return res;
+}
+
+/* Files a message: the service consumes HELLOs, the mailbox keeps the rest. */
+static void deposit(const msg_hdr_t* hdr, const void* data) {
+  if (hdr->dst == MPN_RANK_SERVICE) {
+    mpn_service_deliver(hdr->key, data, hdr->len);
+    return;
+  }
+  msg_t* m = malloc(sizeof(*m) + hdr->len);
+  if (m == NULL) {
+    MPN_WARN("bootstrap: out of memory filing a %u-byte message", hdr->len);
+    return;
+  }
+  m->next = NULL;
+  m->hdr = *hdr;
+  memcpy(m->data, data, hdr->len);
+  if (chan.tail) chan.tail->next = m;
+  else chan.head = m;
+  chan.tail = m;
+  pthread_cond_broadcast(&chan.cond);
+}
+
+ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t* to, int tag,
+                           const void* buf, size_t len) {
+  chan_init();
+  msg_hdr_t hdr = {.key = key, .src = src, .dst = dst, .tag = tag, .len = (uint32_t)len};
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&chan.lock);
+  if (to->proc == chan.proc) {
+    deposit(&hdr, buf);
+  } else if (!chan.mpi_ready || to->world < 0) {
+    res = mpn_error_set(NULL, ncclInvalidUsage,
+                        "bootstrap: rank %d lives in another process but MPI is not available "
+                        "to reach it",
+                        dst);
+  } else {
+    pending_t* p = malloc(sizeof(*p) + sizeof(hdr) + len);
+    if (p == NULL) {
+      res = mpn_error_set(NULL, ncclSystemError, "bootstrap: out of memory sending %zu bytes", len);
+    } else {
+      memcpy(p->buf, &hdr, sizeof(hdr));
+      memcpy(p->buf + sizeof(hdr), buf, len);
+      int err = MPI_Isend(p->buf, (int)(sizeof(hdr) + len), MPI_BYTE, to->world, chan.tag,
+                          MPI_COMM_WORLD, &p->req);
+      if (err != MPI_SUCCESS) {
+        free(p);
+        res = mpn_error_mpi(err, "MPI_Isend");
+      } else {
+        p->next = chan.sends;
+        chan.sends = p;
+      }
+    }
+  }
+  pthread_mutex_unlock(&chan.lock);
+  return res;
+}
+
+void mpn_chan_progress(void) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  if (!chan.mpi_ready) {
+    pthread_mutex_unlock(&chan.lock);
+    return;
+  }
+  for (pending_t **pp = &chan.sends; *pp;) {
+    int done = 0;
+    MPI_Test(&(*pp)->req, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      pending_t* p = *pp;
+      *pp = p->next;
+      free(p);
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+  for (;;) {
+    int found = 0, bytes = 0;
+    MPI_Message mh;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, chan.tag, MPI_COMM_WORLD, &found, &mh, &st) != MPI_SUCCESS ||
+        !found)
+      break;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    char* buf = malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (buf == NULL || MPI_Mrecv(buf, bytes, MPI_BYTE, &mh, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      MPN_WARN("bootstrap: lost a %d-byte message from world rank %d", bytes, st.MPI_SOURCE);
+      free(buf);
+      continue;
+    }
+    msg_hdr_t hdr;
+    if ((size_t)bytes >= sizeof(hdr)) {
+      memcpy(&hdr, buf, sizeof(hdr));
+      if (hdr.len == (size_t)bytes - sizeof(hdr)) deposit(&hdr, buf + sizeof(hdr));
+      else MPN_WARN("bootstrap: malformed message from world rank %d", st.MPI_SOURCE);
+    }
+    free(buf);
+  }
+  pthread_mutex_unlock(&chan.lock);
+}
+
+/* Unlinks and returns the oldest matching message, or NULL. */
+static msg_t* take(uint64_t key, int dst, int src, int tag) {
+  msg_t* prev = NULL;
+  for (msg_t* m = chan.head; m; prev = m, m = m->next) {
+    if (m->hdr.key != key || m->hdr.dst != dst || m->hdr.src != src || m->hdr.tag != tag) continue;
+    if (prev) prev->next = m->next;
+    else chan.head = m->next;
+    if (chan.tail == m) chan.tail = prev;
+    return m;
+  }
+  return NULL;
+}
+
+ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
+                           uint64_t deadline_ns, const volatile int* abort) {
+  chan_init();
+  uint64_t wait_ns = 20000; /* grows to 1 ms while nothing arrives */
+  pthread_mutex_lock(&chan.lock);
+  for (;;) {
+    msg_t* m = take(key, dst, src, tag);
+    if (m == NULL) {
+      mpn_chan_progress();
+      m = take(key, dst, src, tag);
+    }
+    if (m) {
+      pthread_mutex_unlock(&chan.lock);
+      ncclResult_t res = ncclSuccess;
+      if (m->hdr.len != len)
+        res = mpn_error_set(NULL, ncclInternalError,
+                            "bootstrap: message from rank %d has %u bytes, expected %zu", src,
+                            m->hdr.len, len);
+      else memcpy(buf, m->data, len);
+      free(m);
+      return res;
+    }
+    if (abort && *abort) {
+      pthread_mutex_unlock(&chan.lock);
+      return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while waiting for rank %d",
+                           src);
+    }
+    uint64_t now = mpn_chan_now_ns();
+    if (now >= deadline_ns) {
+      pthread_mutex_unlock(&chan.lock);
+      if (src == MPN_RANK_SERVICE)
+        return mpn_error_set(NULL, ncclTimeout,
+                             "bootstrap: rank %d got no answer from the rendezvous within %lld s "
+                             "(MPINCCL_BOOTSTRAP_TIMEOUT): are all ranks calling in, and is the "
+                             "process that called ncclGetUniqueId taking part or running MPI "
+                             "with MPI_THREAD_MULTIPLE?",
+                             dst, (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
+      return mpn_error_set(NULL, ncclTimeout,
+                           "bootstrap: rank %d waited %lld s for rank %d "
+                           "(MPINCCL_BOOTSTRAP_TIMEOUT)",
+                           dst, (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT), src);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_nsec + wait_ns;
+    ts.tv_sec += (time_t)(t / 1000000000ull);
+    ts.tv_nsec = (long)(t % 1000000000ull);
+    pthread_cond_timedwait(&chan.cond, &chan.lock, &ts);
+    if (wait_ns < 1000000) wait_ns *= 2;
+  }
+}
+
+void mpn_chan_forget(uint64_t key) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  msg_t *m = chan.head, *prev = NULL;
+  while (m) {
+    msg_t* next = m->next;
+    if (m->hdr.key == key) {
+      if (prev) prev->next = next;
+      else chan.head = next;
+      if (chan.tail == m) chan.tail = prev;
+      free(m);
+    } else {
+      prev = m;
+    }
+    m = next;
+  }
+  pthread_mutex_unlock(&chan.lock);
+}
+
+ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort) {
+  chan_init();
+  for (unsigned spins = 0;; spins++) {
+    int done = 0;
+    pthread_mutex_lock(&chan.lock);
+    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    mpn_chan_progress();
+    pthread_mutex_unlock(&chan.lock);
+    if (err != MPI_SUCCESS) return mpn_error_mpi(err, "MPI_Test");
+    if (done) return ncclSuccess;
+    if (abort && *abort)
+      return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted during an MPI collective");
+    if (mpn_chan_now_ns() >= deadline_ns)
+      return mpn_error_set(NULL, ncclTimeout,
+                           "bootstrap: an MPI collective did not complete within %lld s "
+                           "(MPINCCL_BOOTSTRAP_TIMEOUT)",
+                           (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
+    if (spins > 100) usleep(spins > 1000 ? 500 : 20);
+  }
+}

@@ -1,0 +1,108 @@
+/*
+ * channel.h - the message layer under the bootstrap: tagged messages between
+ * ranks of bootstrap contexts, delivered in process memory when both ranks
+ * live in the same process and over MPI_COMM_WORLD (non-blocking calls under
+ * one lock) otherwise.  Messages wait in a mailbox until received, so early
+ * arrivals are never lost.
+ */
+#ifndef MPN_BOOTSTRAP_CHANNEL_H_
+#define MPN_BOOTSTRAP_CHANNEL_H_
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/** Where a rank lives: its process and that process's MPI_COMM_WORLD rank. */
+typedef struct {
+  uint64_t proc;  /**< process identity (host, boot, pid, start time) */
+  int32_t world;  /**< rank in MPI_COMM_WORLD, -1 when MPI is not used */
+  int32_t pad;
+} mpn_endpoint_t;
+
+/** Pseudo-rank of the rendezvous service in the id creator's process. */
+#define MPN_RANK_SERVICE (-1)
+
+/** Message kinds in the tag space. */
+#define MPN_TAG_HELLO 0x7ffffff0
+#define MPN_TAG_TABLE 0x7ffffff1
+
+/** Identity of the calling process. */
+uint64_t mpn_chan_proc_id(void);
+
+/**
+ * Makes MPI usable by the channel.  When MPI is not initialized and may_init
+ * is set, calls MPI_Init_thread (MPI_THREAD_MULTIPLE) and finalizes MPI at
+ * exit.  Fails with a message when MPI is finalized or cannot start.
+ */
+ncclResult_t mpn_chan_mpi_start(int may_init);
+
+/**
+ * MPI_COMM_WORLD rank given by the launcher's environment (mpirun, PMIx,
+ * PMI), readable before MPI is initialized; -1 when no launcher started us.
+ */
+int mpn_chan_launcher_rank(void);
+
+/** True once mpn_chan_mpi_start succeeded and MPI is not finalized. */
+int mpn_chan_mpi_ready(void);
+
+/** MPI thread level provided, and whether the library initialized MPI. */
+int mpn_chan_mpi_thread_level(void);
+int mpn_chan_mpi_owned(void);
+
+/** This process's endpoint (world = -1 until MPI is started). */
+mpn_endpoint_t mpn_chan_self(void);
+
+/**
+ * Sends len bytes to rank dst of context key at endpoint to.  Returns once
+ * the data is copied; never waits for the receiver.
+ */
+ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t* to, int tag,
+                           const void* buf, size_t len);
+
+/**
+ * Receives the oldest message of context key from src to dst with tag.
+ * Waits until deadline_ns (CLOCK_MONOTONIC), then returns ncclTimeout; stops
+ * early with ncclRemoteError when *abort becomes non-zero.  The message
+ * length must be len (else ncclInternalError).
+ */
+ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
+                           uint64_t deadline_ns, const volatile int* abort);
+
+/** Drives MPI once: finishes sends, files incoming messages. */
+void mpn_chan_progress(void);
+
+/** Monotonic clock in nanoseconds. */
+uint64_t mpn_chan_now_ns(void);
+
+/** Deadline MPINCCL_BOOTSTRAP_TIMEOUT seconds from now. */
+uint64_t mpn_chan_deadline(void);
+
+/**
+ * Waits for an MPI request, testing it under the channel lock so that other
+ * threads keep progressing; same deadline and abort rules as mpn_chan_recv.
+ */
+ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort);
+
+/** Drops mailbox messages of a context that is going away. */
+void mpn_chan_forget(uint64_t key);
+
+/*
+ * Rendezvous service hooks (rendezvous.c): the channel hands every HELLO for
+ * MPN_RANK_SERVICE to mpn_service_deliver, under the channel lock.
+ */
+void mpn_service_deliver(uint64_t key, const void* payload, size_t len);
+
+/**
+ * The channel lock, for callers that make their own MPI calls (on a user's
+ * communicator): below MPI_THREAD_MULTIPLE all of the library's MPI calls
+ * must be serialized by it.
+ */
+void mpn_chan_lock(void);
+void mpn_chan_unlock(void);
+
+/** Runs fn(arg) with the channel lock held (service bookkeeping). */
+void mpn_chan_locked(void (*fn)(void*), void* arg);
+
+#endif /* MPN_BOOTSTRAP_CHANNEL_H_ */

@@ -1,0 +1,173 @@
+/*
+ * collectives.c - bootstrap contexts and the set-up collectives over the
+ * channel: ring allgather, dissemination barrier, flat broadcast, split.
+ * Each collective uses the context's sequence number as its tag, so
+ * successive collectives never mix even when a peer runs ahead.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/error.h"
+
+#define P2P_TAG_BIT 0x40000000
+
+ncclResult_t mpn_bootstrap_create(uint64_t key, int nranks, int rank, const mpn_endpoint_t* eps,
+                                  const volatile int* abort, mpn_bootstrap_t** out) {
+  mpn_bootstrap_t* b = calloc(1, sizeof(*b));
+  if (b == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  b->eps = malloc((size_t)nranks * sizeof(*eps));
+  if (b->eps == NULL) {
+    free(b);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
+  memcpy(b->eps, eps, (size_t)nranks * sizeof(*eps));
+  b->key = key;
+  b->rank = rank;
+  b->nranks = nranks;
+  b->abort = abort;
+  *out = b;
+  return ncclSuccess;
+}
+
+void mpn_bootstrap_destroy(mpn_bootstrap_t* b) {
+  if (b == NULL) return;
+  /* Only this rank's own messages may be dropped; peers may still read theirs. */
+  free(b->eps);
+  free(b);
+}
+
+static ncclResult_t send_to(mpn_bootstrap_t* b, int peer, int tag, const void* buf, size_t size) {
+  return mpn_chan_send(b->key, b->rank, peer, &b->eps[peer], tag, buf, size);
+}
+
+static ncclResult_t recv_from(mpn_bootstrap_t* b, int peer, int tag, void* buf, size_t size) {
+  return mpn_chan_recv(b->key, b->rank, peer, tag, buf, size, mpn_chan_deadline(), b->abort);
+}
+
+static int next_tag(mpn_bootstrap_t* b) { return (int)(b->seq++ & (P2P_TAG_BIT - 1)); }
+
+ncclResult_t mpn_bootstrap_allgather(mpn_bootstrap_t* b, void* buf, size_t size) {
+  int tag = next_tag(b), n = b->nranks, right = (b->rank + 1) % n, left = (b->rank + n - 1) % n;
+  char* data = buf;
+  for (int step = 0; step < n - 1; step++) {
+    int send_block = (b->rank - step + n) % n, recv_block = (b->rank - step - 1 + n) % n;
+    MPN_CHECK(send_to(b, right, tag, data + (size_t)send_block * size, size));
+    MPN_CHECK(recv_from(b, left, tag, data + (size_t)recv_block * size, size));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_bootstrap_barrier(mpn_bootstrap_t* b) {
+  int tag = next_tag(b), n = b->nranks;
+  char token = 0;
+  for (int dist = 1; dist < n; dist <<= 1) {
+    MPN_CHECK(send_to(b, (b->rank + dist) % n, tag, &token, 1));
+    MPN_CHECK(recv_from(b, (b->rank - dist + n) % n, tag, &token, 1));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_bootstrap_bcast(mpn_bootstrap_t* b, void* buf, size_t size, int root) {
+  int tag = next_tag(b);
+  if (b->rank != root) return recv_from(b, root, tag, buf, size);
+  for (int peer = 0; peer < b->nranks; peer++)
+    if (peer != root) MPN_CHECK(send_to(b, peer, tag, buf, size));
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_bootstrap_send(mpn_bootstrap_t* b, int peer, int tag, const void* buf,
+                                size_t size) {
+  return send_to(b, peer, P2P_TAG_BIT | (tag & (P2P_TAG_BIT - 1)), buf, size);
+}
+
+ncclResult_t mpn_bootstrap_recv(mpn_bootstrap_t* b, int peer, int tag, void* buf, size_t size) {
+  return recv_from(b, peer, P2P_TAG_BIT | (tag & (P2P_TAG_BIT - 1)), buf, size);
+}
+
+/* Key of the child context: the same on every member, distinct per split. */
+static uint64_t child_key(uint64_t parent, uint32_t split, int color) {
+  uint64_t z = parent ^ (0x9e3779b97f4a7c15ull * (split + 1)) ^ ((uint64_t)(uint32_t)color << 17);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+typedef struct {
+  int color, key, rank;
+} split_entry_t;
+
+static int split_order(const void* a, const void* b) {
+  const split_entry_t *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key,
+                                 mpn_bootstrap_t** out) {
+  int n = parent->nranks;
+  split_entry_t* all = calloc((size_t)n, sizeof(*all));
+  if (all == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  all[parent->rank] = (split_entry_t){color < 0 ? -1 : color, key, parent->rank};
+  ncclResult_t res = mpn_bootstrap_allgather(parent, all, sizeof(*all));
+  uint32_t split = parent->splits++;
+  if (res != ncclSuccess || color < 0) {
+    free(all);
+    if (res == ncclSuccess) *out = NULL;
+    return res;
+  }
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (all[i].color == color) all[m++] = all[i];
+  qsort(all, (size_t)m, sizeof(*all), split_order);
+  mpn_endpoint_t* eps = malloc((size_t)m * sizeof(*eps));
+  int my_rank = -1;
+  if (eps == NULL) {
+    free(all);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
+  for (int i = 0; i < m; i++) {
+    eps[i] = parent->eps[all[i].rank];
+    if (all[i].rank == parent->rank) my_rank = i;
+  }
+  res = mpn_bootstrap_create(child_key(parent->key, split, color), m, my_rank, eps, parent->abort,
+                             out);
+  free(eps);
+  free(all);
+  return res;
+}
+
+ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort,
+                                    mpn_bootstrap_t** out) {
+  int inter = 0, rank, size;
+  MPN_CHECK(mpn_chan_mpi_start(0));
+  MPN_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
+  if (inter)
+    return mpn_error_set(NULL, ncclInvalidArgument,
+                         "mpincclCommInitMPI: mpicomm is an inter-communicator");
+  MPN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPN_MPI_CHECK(MPI_Comm_size(comm, &size));
+  uint64_t key = 0;
+  if (rank == 0 && getrandom(&key, sizeof(key), 0) != sizeof(key)) key = mpn_chan_now_ns();
+  mpn_endpoint_t self = mpn_chan_self(), *eps = calloc((size_t)size, sizeof(*eps));
+  if (eps == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  MPI_Request req;
+  uint64_t deadline = mpn_chan_deadline();
+  ncclResult_t res = ncclSuccess;
+  mpn_chan_lock();
+  int err = MPI_Ibcast(&key, 1, MPI_UINT64_T, 0, comm, &req);
+  mpn_chan_unlock();
+  MPN_MPI_CHECK_GOTO(err, res, out_free);
+  MPN_CHECK_GOTO(mpn_chan_mpi_wait(&req, deadline, abort), res, out_free);
+  mpn_chan_lock();
+  err = MPI_Iallgather(&self, (int)sizeof(self), MPI_BYTE, eps, (int)sizeof(self), MPI_BYTE, comm,
+                       &req);
+  mpn_chan_unlock();
+  MPN_MPI_CHECK_GOTO(err, res, out_free);
+  MPN_CHECK_GOTO(mpn_chan_mpi_wait(&req, deadline, abort), res, out_free);
+  res = mpn_bootstrap_create(key, size, rank, eps, abort, out);
+out_free:
+  free(eps);
+  return res;
+}

@@ -1,0 +1,286 @@
+/*
+ * rendezvous.c - unique ids and the rendezvous they name.
+ *
+ * The process that creates an id serves its rendezvous: every rank sends a
+ * HELLO (rank, nranks, endpoint) to it; once nranks HELLOs are in, it checks
+ * them and answers each with the table of all endpoints.  Whoever progresses
+ * the channel in that process runs the service, so a creator that joins the
+ * communicator needs no thread; a creator that does not join needs
+ * MPI_THREAD_MULTIPLE, under which a helper thread serves open ids.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+
+typedef struct {
+  int32_t nranks, rank;
+  mpn_endpoint_t ep;
+} hello_t;
+
+typedef struct {
+  int32_t status; /* ncclResult_t */
+  uint32_t round; /* how many rendezvous this id served before */
+  char error[192];
+} table_head_t;
+
+typedef struct record {
+  struct record* next;
+  uint64_t key;
+  int nranks, count, failed;
+  uint32_t round;   /* completed rounds: an id may be reused once done */
+  hello_t* hellos;  /* count arrivals */
+  char error[192];
+} record_t;
+
+static record_t* records; /* guarded by the channel lock */
+
+static uint64_t random64(void) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = mpn_chan_now_ns() ^ (uint64_t)getpid();
+  return r;
+}
+
+static record_t* record_find(uint64_t key, int create) {
+  for (record_t* r = records; r; r = r->next)
+    if (r->key == key) return r;
+  if (!create) return NULL;
+  record_t* r = calloc(1, sizeof(*r));
+  if (r == NULL) return NULL;
+  r->key = key;
+  r->next = records;
+  records = r;
+  return r;
+}
+
+/* Sends the table (or the error) to every rank that said hello. */
+static void record_answer(record_t* r, ncclResult_t status) {
+  size_t len = sizeof(table_head_t) + (size_t)r->nranks * sizeof(mpn_endpoint_t);
+  char* msg = calloc(1, len);
+  if (msg == NULL) return;
+  table_head_t* head = (table_head_t*)msg;
+  mpn_endpoint_t* eps = (mpn_endpoint_t*)(msg + sizeof(*head));
+  head->status = status;
+  head->round = r->round;
+  memcpy(head->error, r->error, sizeof(head->error));
+  if (status == ncclSuccess)
+    for (int i = 0; i < r->count; i++) eps[r->hellos[i].rank] = r->hellos[i].ep;
+  for (int i = 0; i < r->count; i++)
+    mpn_chan_send(r->key, MPN_RANK_SERVICE, r->hellos[i].rank, &r->hellos[i].ep, MPN_TAG_TABLE,
+                  msg, len);
+  free(msg);
+  free(r->hellos);
+  r->hellos = NULL;
+  r->count = 0;
+  r->round++;
+}
+
+/* Checks a complete set of hellos: each rank exactly once. */
+static ncclResult_t record_check(record_t* r) {
+  char* seen = calloc((size_t)r->nranks, 1);
+  if (seen == NULL) return ncclSystemError;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < r->count && res == ncclSuccess; i++) {
+    if (seen[r->hellos[i].rank]++) {
+      snprintf(r->error, sizeof(r->error), "rank %d was given by two callers of the same unique id",
+               r->hellos[i].rank);
+      res = ncclInvalidArgument;
+    }
+  }
+  free(seen);
+  return res;
+}
+
+void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
+  hello_t h;
+  if (len != sizeof(h)) return;
+  memcpy(&h, payload, sizeof(h));
+  record_t* r = record_find(key, 1);
+  if (r == NULL) return;
+  if (r->count == 0 && !r->failed) {
+    r->nranks = h.nranks;
+    r->hellos = calloc((size_t)h.nranks, sizeof(hello_t));
+  }
+  if (!r->failed && h.nranks != r->nranks) {
+    snprintf(r->error, sizeof(r->error),
+             "callers of one unique id disagree on nranks (%d and %d)", r->nranks, h.nranks);
+    r->failed = 1;
+  }
+  if (r->failed || r->hellos == NULL) {
+    /* Answer this caller alone, with the error. */
+    record_t one = {.key = key, .nranks = h.nranks, .count = 1, .round = r->round};
+    one.hellos = malloc(sizeof(hello_t));
+    if (one.hellos == NULL) return;
+    one.hellos[0] = h;
+    memcpy(one.error, r->error, sizeof(one.error));
+    if (r->hellos && r->count) record_answer(r, ncclInvalidArgument);
+    record_answer(&one, ncclInvalidArgument);
+    return;
+  }
+  r->hellos[r->count++] = h;
+  if (r->count == r->nranks) record_answer(r, record_check(r));
+}
+
+/* ---- helper thread serving open ids under MPI_THREAD_MULTIPLE ---- */
+
+typedef struct {
+  uint64_t key, deadline;
+  uint32_t round; /* round at creation: served once it moves on */
+} open_id_t;
+
+static open_id_t* open_ids;
+static int n_open, service_running;
+
+static void service_sweep(void* arg) {
+  int* remaining = arg;
+  uint64_t now = mpn_chan_now_ns();
+  int j = 0;
+  for (int i = 0; i < n_open; i++) {
+    record_t* r = record_find(open_ids[i].key, 0);
+    int served = r && r->round != open_ids[i].round;
+    if (!served && now < open_ids[i].deadline && mpn_chan_mpi_ready()) open_ids[j++] = open_ids[i];
+  }
+  n_open = j;
+  if (n_open == 0) service_running = 0;
+  *remaining = n_open;
+}
+
+static void* service_main(void* arg) {
+  (void)arg;
+  for (;;) {
+    mpn_chan_progress();
+    int remaining = 0;
+    mpn_chan_locked(service_sweep, &remaining);
+    if (remaining == 0) return NULL;
+    usleep(200);
+  }
+}
+
+typedef struct {
+  uint64_t key;
+  int start;
+} open_req_t;
+
+static void service_open(void* arg) {
+  open_req_t* req = arg;
+  open_id_t* grown = realloc(open_ids, (size_t)(n_open + 1) * sizeof(*open_ids));
+  if (grown == NULL) return;
+  open_ids = grown;
+  record_t* r = record_find(req->key, 0);
+  open_ids[n_open++] = (open_id_t){req->key, mpn_chan_deadline(), r ? r->round : 0};
+  req->start = !service_running;
+  service_running = 1;
+}
+
+static ncclResult_t service_watch(uint64_t key) {
+  open_req_t req = {key, 0};
+  mpn_chan_locked(service_open, &req);
+  if (!req.start) return ncclSuccess;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, service_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    int remaining;
+    mpn_chan_locked(service_sweep, &remaining);
+    return mpn_error_set(NULL, ncclSystemError, "cannot start the rendezvous thread: %s",
+                         strerror(err));
+  }
+  return ncclSuccess;
+}
+
+/* ---- ids and joining ---- */
+
+static int use_mpi(void) {
+  const char* mode = mpn_param_str(MPN_PARAM_BOOTSTRAP);
+  if (strcasecmp(mode, "mpi") == 0) return 1;
+  if (strcasecmp(mode, "local") == 0) return 0;
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return (inited && !finalized) || mpn_chan_launcher_rank() >= 0;
+}
+
+void mpn_bootstrap_id_create_local(mpn_bootstrap_id_t* id) {
+  memset(id, 0, sizeof(*id));
+  id->magic = MPN_BOOTSTRAP_ID_MAGIC;
+  id->key = random64();
+  id->root = mpn_chan_self();
+  id->root.world = -1;
+}
+
+ncclResult_t mpn_bootstrap_id_create(mpn_bootstrap_id_t* id) {
+  MPN_CHECK(mpn_params_load());
+  mpn_bootstrap_id_t tmp;
+  mpn_bootstrap_id_create_local(&tmp);
+  if (use_mpi()) {
+    tmp.flags |= MPN_BOOTSTRAP_ID_MPI;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    int launcher = mpn_chan_launcher_rank();
+    if (!inited && launcher >= 0) {
+      /* MPI_Init is collective in practice (the launcher's exchange at start),
+       * so it waits until every process joins in ncclCommInitRank. */
+      tmp.root.world = launcher;
+    } else {
+      MPN_CHECK(mpn_chan_mpi_start(1));
+      tmp.root = mpn_chan_self();
+      if (mpn_chan_mpi_thread_level() == MPI_THREAD_MULTIPLE) MPN_CHECK(service_watch(tmp.key));
+    }
+  }
+  MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "unique id %016llx served by %s (world rank %d)",
+           (unsigned long long)tmp.key, tmp.flags & MPN_BOOTSTRAP_ID_MPI ? "MPI" : "this process",
+           tmp.root.world);
+  *id = tmp;
+  return ncclSuccess;
+}
+
+/* The context key of one round: distinct when an id is used again. */
+static uint64_t round_key(uint64_t key, uint32_t round) {
+  uint64_t z = key + 0x9e3779b97f4a7c15ull * (round + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank,
+                                      const volatile int* abort, mpn_bootstrap_t** out) {
+  if (id->magic != MPN_BOOTSTRAP_ID_MAGIC)
+    return mpn_error_set(NULL, ncclInvalidArgument,
+                         "the unique id was not made by ncclGetUniqueId (magic 0x%x)", id->magic);
+  if (id->flags & MPN_BOOTSTRAP_ID_MPI) {
+    MPN_CHECK(mpn_chan_mpi_start(1));
+  } else if (id->root.proc != mpn_chan_proc_id()) {
+    return mpn_error_set(NULL, ncclInvalidUsage,
+                         "the unique id was made in another process without MPI: start the "
+                         "program with mpirun, or set MPINCCL_BOOTSTRAP=mpi");
+  }
+  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self()};
+  MPN_CHECK(mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)));
+  size_t len = sizeof(table_head_t) + (size_t)nranks * sizeof(mpn_endpoint_t);
+  char* msg = malloc(len);
+  if (msg == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
+  ncclResult_t res =
+      mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len, mpn_chan_deadline(),
+                    abort);
+  if (res == ncclSuccess) {
+    table_head_t head;
+    memcpy(&head, msg, sizeof(head));
+    if (head.status != ncclSuccess)
+      res = mpn_error_set(NULL, (ncclResult_t)head.status, "%s", head.error);
+    else
+      res = mpn_bootstrap_create(round_key(id->key, head.round), nranks, rank,
+                                 (const mpn_endpoint_t*)(msg + sizeof(head)), abort, out);
+  }
+  free(msg);
+  return res;
+}

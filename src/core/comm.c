@@ -1,0 +1,197 @@
+/*
+ * comm.c - communicator life cycle (finalize, destroy, abort), queries, and
+ * the registry of live handles, so that a destroyed handle is refused with a
+ * message instead of being dereferenced.
+ */
+#include "core/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/api.h"
+#include "core/error.h"
+#include "transport.h"
+
+/* Live communicators: a small open set, scanned linearly (few per process). */
+static struct ncclComm** live;
+static int n_live, cap_live;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static ncclResult_t registry_add(struct ncclComm* comm) {
+  pthread_mutex_lock(&live_lock);
+  if (n_live == cap_live) {
+    int cap = cap_live ? 2 * cap_live : 16;
+    struct ncclComm** grown = realloc(live, (size_t)cap * sizeof(*live));
+    if (grown == NULL) {
+      pthread_mutex_unlock(&live_lock);
+      return mpn_error_set(NULL, ncclSystemError, "out of memory");
+    }
+    live = grown;
+    cap_live = cap;
+  }
+  live[n_live++] = comm;
+  pthread_mutex_unlock(&live_lock);
+  return ncclSuccess;
+}
+
+static void registry_remove(struct ncclComm* comm) {
+  pthread_mutex_lock(&live_lock);
+  for (int i = 0; i < n_live; i++)
+    if (live[i] == comm) {
+      live[i] = live[--n_live];
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+}
+
+int mpn_comm_is_live(const struct ncclComm* comm) {
+  int found = 0;
+  pthread_mutex_lock(&live_lock);
+  for (int i = 0; i < n_live && !found; i++) found = live[i] == comm;
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclComm** out) {
+  struct ncclComm* comm = calloc(1, sizeof(*comm));
+  if (comm == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  comm->magic = MPN_COMM_MAGIC;
+  comm->config = *config;
+  comm->cuda_dev = device;
+  comm->rank = comm->nranks = -1;
+  comm->mpi_comm = MPI_COMM_NULL;
+  comm->state = MPN_COMM_INITIALIZING;
+  comm->async_error = ncclInProgress;
+  pthread_mutex_init(&comm->error_lock, NULL);
+  ncclResult_t res = registry_add(comm);
+  if (res != ncclSuccess) {
+    free(comm);
+    return res;
+  }
+  *out = comm;
+  return ncclSuccess;
+}
+
+/* Waits for a background creation to end (after asking it to stop if abort). */
+static void comm_join_init(struct ncclComm* comm, int abort) {
+  if (abort) comm->abort_flag = 1;
+  if (comm->init_thread_live) {
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  free(comm->job);
+  comm->job = NULL;
+}
+
+void mpn_comm_free(struct ncclComm* comm) {
+  if (comm == NULL) return;
+  registry_remove(comm);
+  comm_join_init(comm, 1);
+  if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
+  mpn_topo_free(&comm->topo);
+  free(comm->transport);
+  if (comm->mpi_comm_owned && comm->mpi_comm != MPI_COMM_NULL) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm->mpi_comm);
+  }
+  pthread_mutex_destroy(&comm->error_lock);
+  comm->magic = 0;
+  free(comm);
+}
+
+ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_ready) {
+  if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", caller);
+  if (!mpn_comm_is_live(comm))
+    return MPN_REFUSE(NULL, ncclInvalidArgument,
+                      "%s: comm %p is not a live communicator (destroyed, or never created)",
+                      caller, (void*)comm);
+  if (!need_ready) return ncclSuccess;
+  int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+  if (state == MPN_COMM_INITIALIZING)
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s: comm %p is still being created; wait until ncclCommGetAsyncError "
+                      "returns ncclSuccess",
+                      caller, (void*)comm);
+  if (state == MPN_COMM_FAILED)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p failed during creation (%s)", caller,
+                      (void*)comm, ncclGetErrorString(mpn_comm_async(comm)));
+  if (state == MPN_COMM_FINALIZED)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was finalized", caller, (void*)comm);
+  if (comm->abort_flag)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was aborted", caller, (void*)comm);
+  return ncclSuccess;
+}
+
+#define CHECK_OUT(comm, caller, ptr) \
+  do { \
+    if ((ptr) == NULL) return MPN_REFUSE((comm), ncclInvalidArgument, "%s: %s is NULL", caller, #ptr); \
+  } while (0)
+
+MPN_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommCount", 1));
+  CHECK_OUT(comm, "ncclCommCount", count);
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommUserRank", 1));
+  CHECK_OUT(comm, "ncclCommUserRank", rank);
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommCuDevice", 1));
+  CHECK_OUT(comm, "ncclCommCuDevice", device);
+  *device = comm->cuda_dev;
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
+  CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
+  *asyncError = mpn_comm_async(comm);
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
+  /* Work is stream-ordered and no operation is pending inside the library,
+   * so finalizing only closes the communicator to new work. */
+  __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
+  MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommDestroy", 0));
+  comm_join_init(comm, 0);
+  MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d destroyed", (void*)comm, comm->rank,
+           comm->nranks);
+  mpn_comm_free(comm);
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommAbort", 0));
+  MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d aborted", (void*)comm, comm->rank);
+  mpn_comm_free(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) MPN_EXPORT;
+ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) {
+  MPN_CHECK(mpn_comm_check(comm, "mpincclCommGetMPIComm", 1));
+  CHECK_OUT(comm, "mpincclCommGetMPIComm", mpicomm);
+  if (comm->mpi_comm == MPI_COMM_NULL)
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "mpincclCommGetMPIComm: comm %p was made from a unique id, not from an "
+                      "MPI communicator",
+                      (void*)comm);
+  *mpicomm = comm->mpi_comm;
+  return ncclSuccess;
+}

@@ -1,0 +1,101 @@
+/*
+ * comm.h - the communicator: identity, options, set-up context, topology,
+ * life-cycle state and the registry that tells a live handle from a
+ * destroyed one.
+ */
+#ifndef MPN_CORE_COMM_H_
+#define MPN_CORE_COMM_H_
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/config.h"
+#include "core/topo.h"
+#include "nccl.h"
+
+typedef enum {
+  MPN_COMM_INITIALIZING = 0,
+  MPN_COMM_READY,
+  MPN_COMM_FAILED,
+  MPN_COMM_FINALIZED
+} mpn_comm_state_t;
+
+/** How a communicator is being made (see init.c). */
+typedef enum { MPN_INIT_RANK, MPN_INIT_MPI, MPN_INIT_SPLIT } mpn_init_kind_t;
+
+typedef struct mpn_init_job {
+  mpn_init_kind_t kind;
+  struct ncclComm* comm;   /**< the communicator being made (NULL: split without color) */
+  ncclComm_t* user_out;    /**< where the caller wants the handle */
+  int device;              /**< CUDA device of the calling thread, -1 if none */
+  mpn_bootstrap_id_t id;   /**< MPN_INIT_RANK */
+  int nranks, rank;        /**< MPN_INIT_RANK */
+  MPI_Comm mpi_comm;       /**< MPN_INIT_MPI */
+  struct ncclComm* parent; /**< MPN_INIT_SPLIT */
+  int color, key;          /**< MPN_INIT_SPLIT */
+  struct mpn_init_job* next;
+} mpn_init_job_t;
+
+struct ncclComm {
+  uint64_t magic;
+  int rank, nranks;
+  int cuda_dev; /**< -1: no GPU (host-only communicator) */
+  mpn_config_t config;
+  mpn_bootstrap_t* bootstrap;
+  mpn_topo_t topo;
+  uint8_t* transport; /**< per peer: mpn_transport_kind_t */
+  MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
+  int mpi_comm_owned;
+  volatile int abort_flag;
+  int state;        /**< mpn_comm_state_t, atomic */
+  int async_error;  /**< ncclResult_t, atomic */
+  pthread_t init_thread;
+  int init_thread_live;
+  mpn_init_job_t* job;
+  pthread_mutex_t error_lock;
+  char error_text[512];
+  unsigned long error_seq;
+};
+
+#define MPN_COMM_MAGIC 0x6d706e636f6d6d31ull
+
+/** Allocates a communicator in state INITIALIZING and registers it. */
+ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclComm** out);
+
+/** Unregisters and frees everything the communicator holds (not collective). */
+void mpn_comm_free(struct ncclComm* comm);
+
+/** True when comm is a registered, not yet destroyed communicator. */
+int mpn_comm_is_live(const struct ncclComm* comm);
+
+/**
+ * Checks a communicator argument of an API call: not NULL, live, and (if
+ * need_ready) done initializing and not finalized.  Sets the error text.
+ */
+ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_ready);
+
+/** Sets the asynchronous result visible through ncclCommGetAsyncError. */
+static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
+  __atomic_store_n(&comm->async_error, (int)res, __ATOMIC_RELEASE);
+}
+
+static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {
+  return (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+}
+
+/** Runs a creation job to the end, in the calling thread. */
+ncclResult_t mpn_init_job_run(mpn_init_job_t* job);
+
+/**
+ * Runs creation jobs: one inline, several on threads (they rendezvous with
+ * each other), or all in the background when non-blocking.  Frees the jobs
+ * of blocking runs; returns the first error, or ncclInProgress.
+ */
+ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs);
+
+/** Submits a creation job: queued inside a group, launched otherwise. */
+ncclResult_t mpn_init_job_submit(mpn_init_job_t* job);
+
+#endif /* MPN_CORE_COMM_H_ */

@@ -1,0 +1,74 @@
+/*
+ * config.c - reading ncclConfig_t compatibly with programs built against
+ * older NCCL headers: only the first config->size bytes are touched.
+ */
+#include "core/config.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* NCCL versions that introduced the last two fields. */
+#define MPN_CONFIG_V2_30 NCCL_VERSION(2, 30, 0)
+
+/* Reads an int field if the caller's struct holds it, else UNDEF. */
+static int field_int(const ncclConfig_t* c, size_t offset, unsigned min_version) {
+  if (offset + sizeof(int) > c->size || c->version < min_version) return NCCL_CONFIG_UNDEF_INT;
+  int v;
+  memcpy(&v, (const char*)c + offset, sizeof(v));
+  return v;
+}
+
+static const char* field_str(const ncclConfig_t* c, size_t offset) {
+  if (offset + sizeof(const char*) > c->size) return NULL;
+  const char* v;
+  memcpy(&v, (const char*)c + offset, sizeof(v));
+  return v;
+}
+
+#define FIELD_INT(c, f, v) field_int((c), offsetof(ncclConfig_t, f), (v))
+
+ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* parent,
+                             const char* caller, mpn_config_t* out) {
+  mpn_config_t cfg = {.blocking = 1, .num_rma_ctx = 1, .split_share = 0, .max_p2p_peers = 0, .graph_stream_ordering = 0, .name = ""};
+  if (parent) cfg = *parent;
+  if (user == NULL) {
+    *out = cfg;
+    return ncclSuccess;
+  }
+  if (user->magic != NCCL_API_MAGIC)
+    return MPN_REFUSE(NULL, ncclInvalidArgument,
+                      "%s: config->magic 0x%x is not NCCL_API_MAGIC (0x%x); initialize the "
+                      "config with NCCL_CONFIG_INITIALIZER",
+                      caller, user->magic, NCCL_API_MAGIC);
+  if (user->size < offsetof(ncclConfig_t, blocking))
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->size %zu is too small", caller,
+                      user->size);
+
+  int blocking = FIELD_INT(user, blocking, 0);
+  if (blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (blocking != 0 && blocking != 1)
+      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->blocking %d is not 0 or 1",
+                        caller, blocking);
+    cfg.blocking = blocking;
+  }
+  int ctx = FIELD_INT(user, numRmaCtx, 0);
+  if (ctx != NCCL_CONFIG_UNDEF_INT) {
+    if (ctx < 1 || ctx > 64)
+      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is not in [1, 64]",
+                        caller, ctx);
+    cfg.num_rma_ctx = ctx;
+  }
+  int share = FIELD_INT(user, splitShare, 0);
+  if (share != NCCL_CONFIG_UNDEF_INT) cfg.split_share = share;
+  int peers = FIELD_INT(user, maxP2pPeers, MPN_CONFIG_V2_30);
+  if (peers != NCCL_CONFIG_UNDEF_INT) cfg.max_p2p_peers = peers;
+  int ordering = FIELD_INT(user, graphStreamOrdering, MPN_CONFIG_V2_30);
+  if (ordering != NCCL_CONFIG_UNDEF_INT) cfg.graph_stream_ordering = ordering;
+  const char* name = field_str(user, offsetof(ncclConfig_t, commName));
+  if (name) snprintf(cfg.name, sizeof(cfg.name), "%s", name);
+  *out = cfg;
+  return ncclSuccess;
+}

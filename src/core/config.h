@@ -1,0 +1,31 @@
+/*
+ * config.h - the effective options of a communicator, read from a user's
+ * ncclConfig_t as NCCL defines it (magic check, smaller structs from older
+ * headers, fields newer than the caller's version treated as unset).
+ */
+#ifndef MPN_CORE_CONFIG_H_
+#define MPN_CORE_CONFIG_H_
+
+#include "nccl.h"
+
+/** Options mpinccl acts on; the rest of ncclConfig_t is accepted and ignored. */
+typedef struct {
+  int blocking;    /**< 1: creation returns when done; 0: returns ncclInProgress */
+  int num_rma_ctx; /**< RMA contexts, each with its own signal slots */
+  int split_share; /**< accepted; resources are never shared between comms */
+  int max_p2p_peers;         /**< maxP2pPeers (2.30), 0 when unset */
+  int graph_stream_ordering; /**< graphStreamOrdering (2.30), 0 when unset */
+  char name[64];   /**< commName, for logs */
+} mpn_config_t;
+
+/**
+ * Fills out from user (may be NULL).  Unset fields take the value from
+ * parent when given (ncclCommSplit inherits), else the defaults.
+ *
+ * @param caller name of the API call, for the error text.
+ * @return ncclInvalidArgument with a message for a bad magic, size or value.
+ */
+ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* parent,
+                             const char* caller, mpn_config_t* out);
+
+#endif /* MPN_CORE_CONFIG_H_ */

@@ -1,0 +1,160 @@
+/*
+ * enqueue.c - the data calls' front end: every argument is checked here, in
+ * the order NCCL checks them, before an operation joins the caller's group.
+ * An error inside a group is returned by the call and again by ncclGroupEnd.
+ */
+#include "core/enqueue.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/api.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/group.h"
+
+static const struct {
+  const char* name;
+  size_t size;
+} dtypes[ncclNumTypes] = {
+    {"ncclInt8", 1},    {"ncclUint8", 1},   {"ncclInt32", 4},     {"ncclUint32", 4},
+    {"ncclInt64", 8},   {"ncclUint64", 8},  {"ncclFloat16", 2},   {"ncclFloat32", 4},
+    {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1},
+};
+
+size_t mpn_dtype_size(ncclDataType_t dtype) { return dtypes[dtype].size; }
+const char* mpn_dtype_name(ncclDataType_t dtype) { return dtypes[dtype].name; }
+
+ncclResult_t mpn_check_count(struct ncclComm* comm, const char* caller, size_t count,
+                             ncclDataType_t dtype, size_t* bytes) {
+  if ((int)dtype < 0 || (int)dtype >= ncclNumTypes)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: datatype %d is not a valid ncclDataType_t [0, %d)", caller, (int)dtype,
+                      ncclNumTypes);
+  size_t size = dtypes[dtype].size;
+  if (count > SIZE_MAX / size)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: count %zu of %s overflows size_t", caller,
+                      count, dtypes[dtype].name);
+  *bytes = count * size;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_check_peer(struct ncclComm* comm, const char* caller, int peer, int allow_null) {
+  if (allow_null && peer == MPINCCL_PROC_NULL) return ncclSuccess;
+  if (peer < 0 || peer >= comm->nranks)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: peer %d out of range [0, %d)%s", caller, peer,
+                      comm->nranks, allow_null ? " (or MPINCCL_PROC_NULL)" : "");
+  return ncclSuccess;
+}
+
+/* Checks and queues a send or receive. */
+static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const char* bufname,
+                                void* buf, size_t count, ncclDataType_t dtype, int peer,
+                                ncclComm_t comm, cudaStream_t stream) {
+  mpn_op_t op = {.kind = kind, .comm = comm, .buf = buf, .count = count, .dtype = dtype,
+                 .peer = peer, .stream = stream};
+  MPN_CHECK(mpn_comm_check(comm, caller, 1));
+  MPN_CHECK(mpn_check_count(comm, caller, count, dtype, &op.bytes));
+  MPN_CHECK(mpn_check_peer(comm, caller, peer, 1));
+  if (buf == NULL && count > 0)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL with count %zu", caller, bufname,
+                      count);
+  if (peer == MPINCCL_PROC_NULL || count == 0) return ncclSuccess;
+  return mpn_group_add_op(&op);
+}
+
+MPN_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+        int peer, ncclComm_t comm, cudaStream_t stream) {
+  return mpn_group_fail(p2p_enqueue(MPN_OP_SEND, "ncclSend", "sendbuff", (void*)sendbuff, count,
+                                    datatype, peer, comm, stream));
+}
+
+MPN_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+        ncclComm_t comm, cudaStream_t stream) {
+  return mpn_group_fail(
+      p2p_enqueue(MPN_OP_RECV, "ncclRecv", "recvbuff", recvbuff, count, datatype, peer, comm,
+                  stream));
+}
+
+/* Checks shared by the one-sided calls. */
+static ncclResult_t rma_check(ncclComm_t comm, const char* caller, int peer, int sigIdx, int ctx,
+                              unsigned int flags) {
+  MPN_CHECK(mpn_comm_check(comm, caller, 1));
+  MPN_CHECK(mpn_check_peer(comm, caller, peer, 0));
+  if (sigIdx != 0)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: sigIdx %d is not 0", caller, sigIdx);
+  if (ctx < 0 || ctx >= comm->config.num_rma_ctx)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: ctx %d out of range [0, %d) (numRmaCtx)",
+                      caller, ctx, comm->config.num_rma_ctx);
+  if (flags != 0)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: flags 0x%x is not 0", caller, flags);
+  return ncclSuccess;
+}
+
+static ncclResult_t put_signal(const void* localbuff, size_t count, ncclDataType_t datatype,
+                               int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                               int ctx, unsigned int flags, ncclComm_t comm,
+                               cudaStream_t stream) {
+  const char* fn = "ncclPutSignal";
+  mpn_op_t op = {.kind = MPN_OP_PUT_SIGNAL, .comm = comm, .buf = (void*)localbuff,
+                 .count = count, .dtype = datatype, .peer = peer, .stream = stream,
+                 .win = peerWin, .offset = peerWinOffset, .ctx = ctx};
+  MPN_CHECK(rma_check(comm, fn, peer, sigIdx, ctx, flags));
+  MPN_CHECK(mpn_check_count(comm, fn, count, datatype, &op.bytes));
+  if (peerWin == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: peerWin is NULL", fn);
+  if (localbuff == NULL && count > 0)
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: localbuff is NULL with count %zu", fn, count);
+  if (peerWinOffset > SIZE_MAX - op.bytes)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: peerWinOffset %zu + %zu bytes overflows size_t", fn, peerWinOffset,
+                      op.bytes);
+  return mpn_group_add_op(&op);
+}
+
+MPN_API(ncclResult_t, ncclPutSignal, const void* localbuff, size_t count, ncclDataType_t datatype,
+        int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+        unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
+  return mpn_group_fail(put_signal(localbuff, count, datatype, peer, peerWin, peerWinOffset,
+                                   sigIdx, ctx, flags, comm, stream));
+}
+
+static ncclResult_t signal_only(int peer, int sigIdx, int ctx, unsigned int flags,
+                                ncclComm_t comm, cudaStream_t stream) {
+  mpn_op_t op = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = peer, .stream = stream, .ctx = ctx};
+  MPN_CHECK(rma_check(comm, "ncclSignal", peer, sigIdx, ctx, flags));
+  return mpn_group_add_op(&op);
+}
+
+MPN_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags,
+        ncclComm_t comm, cudaStream_t stream) {
+  return mpn_group_fail(signal_only(peer, sigIdx, ctx, flags, comm, stream));
+}
+
+static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm_t comm,
+                                cudaStream_t stream) {
+  const char* fn = "ncclWaitSignal";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  if (nDesc <= 0) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: nDesc %d is not positive", fn, nDesc);
+  if (descs == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: signalDescs is NULL", fn);
+  for (int i = 0; i < nDesc; i++) {
+    char what[48];
+    snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i);
+    if (descs[i].opCnt <= 0)
+      return MPN_REFUSE(comm, ncclInvalidArgument, "%s.opCnt %d is not positive", what,
+                        descs[i].opCnt);
+    MPN_CHECK(rma_check(comm, what, descs[i].peer, descs[i].sigIdx, descs[i].ctx, 0));
+  }
+  mpn_op_t op = {.kind = MPN_OP_WAIT_SIGNAL, .comm = comm, .stream = stream, .ndesc = nDesc};
+  op.descs = malloc((size_t)nDesc * sizeof(*descs));
+  if (op.descs == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  memcpy(op.descs, descs, (size_t)nDesc * sizeof(*descs));
+  ncclResult_t res = mpn_group_add_op(&op);
+  return res;
+}
+
+MPN_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t* signalDescs,
+        ncclComm_t comm, cudaStream_t stream) {
+  return mpn_group_fail(wait_signal(nDesc, signalDescs, comm, stream));
+}

@@ -1,0 +1,56 @@
+/*
+ * enqueue.h - operations as the API hands them to a group: argument-checked
+ * descriptions of sends, receives and one-sided calls, kept in program order
+ * until ncclGroupEnd schedules them.
+ */
+#ifndef MPN_CORE_ENQUEUE_H_
+#define MPN_CORE_ENQUEUE_H_
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+typedef enum {
+  MPN_OP_SEND,
+  MPN_OP_RECV,
+  MPN_OP_PUT_SIGNAL,
+  MPN_OP_SIGNAL,
+  MPN_OP_WAIT_SIGNAL
+} mpn_op_kind_t;
+
+typedef struct mpn_op {
+  mpn_op_kind_t kind;
+  struct ncclComm* comm;
+  void* buf;            /**< send/recv/put source buffer */
+  size_t count;
+  ncclDataType_t dtype;
+  size_t bytes;         /**< count * size of dtype */
+  int peer;
+  cudaStream_t stream;
+  ncclWindow_t win;     /**< put: the peer's window */
+  size_t offset;        /**< put: offset in the peer's window */
+  int ctx;
+  int ndesc;                   /**< wait: number of descriptors */
+  ncclWaitSignalDesc_t* descs; /**< wait: a copy owned by the op */
+  struct mpn_op* next;
+} mpn_op_t;
+
+/** Size in bytes of one element of a valid datatype. */
+size_t mpn_dtype_size(ncclDataType_t dtype);
+
+/** Name of a datatype for messages ("ncclFloat32"). */
+const char* mpn_dtype_name(ncclDataType_t dtype);
+
+/**
+ * Checks count and datatype: valid type, count*size fits in size_t.  On
+ * success stores the byte count.
+ */
+ncclResult_t mpn_check_count(struct ncclComm* comm, const char* caller, size_t count,
+                             ncclDataType_t dtype, size_t* bytes);
+
+/** Checks a peer rank: in [0, nranks) (or MPINCCL_PROC_NULL when allow_null). */
+ncclResult_t mpn_check_peer(struct ncclComm* comm, const char* caller, int peer, int allow_null);
+
+#endif /* MPN_CORE_ENQUEUE_H_ */

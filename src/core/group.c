@@ -1,0 +1,127 @@
+/*
+ * group.c - group nesting and what ncclGroupEnd does: creation jobs first
+ * (they may run on threads so that one thread can create several ranks),
+ * then each communicator's operations, in program order, handed to the
+ * point-to-point and one-sided engines.
+ */
+#include "core/group.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/api.h"
+#include "core/error.h"
+#include "p2p/p2p.h"
+#include "rma/rma.h"
+
+static __thread struct {
+  int depth;
+  ncclResult_t error;
+  mpn_op_t *ops, *ops_tail;
+  mpn_init_job_t *jobs, *jobs_tail;
+} group;
+
+int mpn_group_depth(void) { return group.depth; }
+
+ncclResult_t mpn_group_fail(ncclResult_t res) {
+  if (group.depth > 0 && group.error == ncclSuccess) group.error = res;
+  return res;
+}
+
+static void ops_free(mpn_op_t* ops) {
+  while (ops) {
+    mpn_op_t* next = ops->next;
+    free(ops->descs);
+    free(ops);
+    ops = next;
+  }
+}
+
+static void jobs_discard(mpn_init_job_t* jobs) {
+  while (jobs) {
+    mpn_init_job_t* next = jobs->next;
+    if (jobs->comm) mpn_comm_free(jobs->comm);
+    if (jobs->user_out) *jobs->user_out = NULL;
+    free(jobs);
+    jobs = next;
+  }
+}
+
+/* Launches the operations of each communicator, keeping program order. */
+static ncclResult_t ops_launch(mpn_op_t* ops) {
+  ncclResult_t first = ncclSuccess;
+  while (ops) {
+    struct ncclComm* comm = ops->comm;
+    mpn_op_t *p2p = NULL, **p2p_tail = &p2p, *rma = NULL, **rma_tail = &rma, *rest = NULL,
+             **rest_tail = &rest;
+    for (mpn_op_t *op = ops, *next; op; op = next) {
+      next = op->next;
+      op->next = NULL;
+      mpn_op_t*** tail = op->comm != comm ? &rest_tail
+                         : (op->kind == MPN_OP_SEND || op->kind == MPN_OP_RECV) ? &p2p_tail
+                                                                               : &rma_tail;
+      **tail = op;
+      *tail = &op->next;
+    }
+    ncclResult_t res = p2p ? mpn_p2p_launch(comm, p2p) : ncclSuccess;
+    if (res == ncclSuccess && rma) res = mpn_rma_launch(comm, rma);
+    if (first == ncclSuccess) first = res;
+    ops_free(p2p);
+    ops_free(rma);
+    ops = rest;
+  }
+  return first;
+}
+
+/* Ends the outermost group: everything collected is run or discarded. */
+static ncclResult_t group_flush(void) {
+  mpn_op_t* ops = group.ops;
+  mpn_init_job_t* jobs = group.jobs;
+  ncclResult_t error = group.error;
+  memset(&group, 0, sizeof(group));
+  if (error != ncclSuccess) {
+    ops_free(ops);
+    jobs_discard(jobs);
+    return error;
+  }
+  ncclResult_t res = jobs ? mpn_init_jobs_launch(jobs) : ncclSuccess;
+  if (res != ncclSuccess && res != ncclInProgress) {
+    ops_free(ops);
+    return res;
+  }
+  ncclResult_t ops_res = ops ? ops_launch(ops) : ncclSuccess;
+  return ops_res != ncclSuccess ? ops_res : res;
+}
+
+ncclResult_t mpn_group_add_op(const mpn_op_t* op) {
+  mpn_op_t* copy = malloc(sizeof(*copy));
+  if (copy == NULL) return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "out of memory"));
+  *copy = *op;
+  copy->next = NULL;
+  if (group.ops_tail) group.ops_tail->next = copy;
+  else group.ops = copy;
+  group.ops_tail = copy;
+  if (group.depth > 0) return ncclSuccess;
+  return group_flush();
+}
+
+ncclResult_t mpn_group_add_job(mpn_init_job_t* job) {
+  job->next = NULL;
+  if (group.jobs_tail) group.jobs_tail->next = job;
+  else group.jobs = job;
+  group.jobs_tail = job;
+  if (group.depth > 0) return ncclSuccess;
+  return group_flush();
+}
+
+MPN_API(ncclResult_t, ncclGroupStart, void) {
+  group.depth++;
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclGroupEnd, void) {
+  if (group.depth == 0)
+    return MPN_REFUSE(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart is open");
+  if (--group.depth > 0) return ncclSuccess;
+  return group_flush();
+}

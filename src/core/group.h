@@ -1,0 +1,31 @@
+/*
+ * group.h - ncclGroupStart/ncclGroupEnd: per-thread nesting, the operations
+ * and creation jobs collected inside a group, and the first error raised in
+ * it (which ncclGroupEnd returns, discarding the whole group).
+ */
+#ifndef MPN_CORE_GROUP_H_
+#define MPN_CORE_GROUP_H_
+
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "nccl.h"
+
+/** Nesting depth of the calling thread's group (0: none). */
+int mpn_group_depth(void);
+
+/**
+ * Adds an operation (copied) to the calling thread's group; outside a group
+ * it forms a group of its own and is launched at once.
+ */
+ncclResult_t mpn_group_add_op(const mpn_op_t* op);
+
+/** Adds a communicator creation job (ownership passes to the group). */
+ncclResult_t mpn_group_add_job(mpn_init_job_t* job);
+
+/**
+ * Records an error raised inside a group by an API call; returns res so the
+ * call can return it too.
+ */
+ncclResult_t mpn_group_fail(ncclResult_t res);
+
+#endif /* MPN_CORE_GROUP_H_ */

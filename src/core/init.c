@@ -1,0 +1,343 @@
+/*
+ * init.c - making communicators: unique ids, ncclCommInitRank(Config),
+ * ncclCommInitAll and mpincclCommInitMPI, and the creation jobs behind them,
+ * which run inline, on one thread per rank (a group creating several ranks),
+ * or in the background (config.blocking = 0).
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/api.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/group.h"
+#include "core/param.h"
+#include "cuda/device.h"
+#include "transport.h"
+
+/* Once per process: version and parameters. */
+static void log_version(void) {
+  MPN_INFO(MPN_SUBSYS_INIT, "mpinccl %s, NCCL API %d.%d.%d (version code %d)", PACKAGE_VERSION,
+           NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE);
+  mpn_params_log();
+}
+
+static void log_version_once(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, log_version);
+}
+
+/* Once per process: the cost of sharing a GPU between processes without MPS. */
+static void warn_shared_gpu(const struct ncclComm* comm) {
+  static int said;
+  if (!comm->topo.shared_gpu_no_mps || __atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL)) return;
+  MPN_INFO(MPN_SUBSYS_INIT,
+           "several processes share a GPU without MPS: the GPU time-slices between them, so "
+           "every exchange in which both need the copy or compute engines costs a context switch "
+           "(about 70-150 us on an H200). Start MPS (nvidia-cuda-mps-control -d, same "
+           "CUDA_MPS_PIPE_DIRECTORY for all ranks) to remove it");
+}
+
+/* Everything after the bootstrap: topology, transports, logs. */
+static ncclResult_t comm_setup(struct ncclComm* comm) {
+  MPN_CHECK(mpn_topo_discover(comm));
+  MPN_CHECK(mpn_transport_choose(comm));
+  mpn_topo_log(comm);
+  mpn_transport_log(comm);
+  warn_shared_gpu(comm);
+  return ncclSuccess;
+}
+
+/* Creates the bootstrap context of a job; for a split, also the MPI comm. */
+static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
+  const volatile int* abort = job->comm ? &job->comm->abort_flag : NULL;
+  switch (job->kind) {
+    case MPN_INIT_RANK: return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
+    case MPN_INIT_MPI: *mpi = job->mpi_comm; return mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
+    case MPN_INIT_SPLIT: break;
+  }
+  struct ncclComm* parent = job->parent;
+  MPN_CHECK(mpn_bootstrap_split(parent->bootstrap, job->color, job->key, b));
+  if (parent->mpi_comm == MPI_COMM_NULL) return ncclSuccess;
+  /* A split of an MPI-made communicator keeps an MPI communicator. */
+  int serialize = mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE;
+  if (serialize) mpn_chan_lock();
+  int err = MPI_Comm_split(parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key,
+                           mpi);
+  if (serialize) mpn_chan_unlock();
+  if (err != MPI_SUCCESS) return mpn_error_mpi(err, "MPI_Comm_split");
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
+  struct ncclComm* comm = job->comm;
+  mpn_bootstrap_t* b = NULL;
+  MPI_Comm mpi = MPI_COMM_NULL;
+  ncclResult_t res = ncclSuccess;
+  if (job->device >= 0) MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
+  MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);
+  if (comm == NULL) return ncclSuccess; /* split without a color: done */
+  b->abort = &comm->abort_flag;
+  comm->bootstrap = b;
+  comm->rank = b->rank;
+  comm->nranks = b->nranks;
+  comm->mpi_comm = mpi;
+  comm->mpi_comm_owned = job->kind == MPN_INIT_SPLIT && mpi != MPI_COMM_NULL;
+  MPN_CHECK_GOTO(comm_setup(comm), res, fail);
+  MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d cudaDev %d ready", (void*)comm, comm->rank,
+           comm->nranks, comm->cuda_dev);
+  __atomic_store_n(&comm->state, MPN_COMM_READY, __ATOMIC_RELEASE);
+  mpn_comm_set_async(comm, ncclSuccess);
+  return ncclSuccess;
+fail:
+  if (comm) {
+    /* Copy the reason where ncclGetLastError(comm) finds it from any thread. */
+    mpn_error_set(comm, res, "%s", mpn_error_last(NULL));
+    __atomic_store_n(&comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
+    mpn_comm_set_async(comm, res);
+  }
+  return res;
+}
+
+static void* job_main(void* arg) { return (void*)(intptr_t)mpn_init_job_run(arg); }
+
+/* A split without a color has no communicator to join it: it frees itself. */
+static void* job_main_detached(void* arg) {
+  mpn_init_job_run(arg);
+  free(arg);
+  return NULL;
+}
+
+/* Non-blocking: each job on its own thread, joined by destroy. */
+static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
+  ncclResult_t first = ncclInProgress;
+  for (mpn_init_job_t *job = jobs, *next; job; job = next) {
+    next = job->next;
+    pthread_t t;
+    int err = pthread_create(&t, NULL, job->comm ? job_main : job_main_detached, job);
+    if (err != 0) {
+      ncclResult_t res = mpn_error_set(job->comm, ncclSystemError,
+                                       "cannot start a creation thread: %s", strerror(err));
+      if (job->comm) {
+        __atomic_store_n(&job->comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
+        mpn_comm_set_async(job->comm, res);
+      }
+      free(job);
+      first = res;
+    } else if (job->comm) {
+      job->comm->init_thread = t;
+      job->comm->init_thread_live = 1;
+      job->comm->job = job;
+    } else {
+      pthread_detach(t);
+    }
+  }
+  return first;
+}
+
+/* Runs n jobs on threads (they may rendezvous with each other) and joins them. */
+static ncclResult_t jobs_threads(mpn_init_job_t* jobs, int n) {
+  pthread_t* threads = calloc((size_t)n, sizeof(*threads));
+  if (threads == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  ncclResult_t first = ncclSuccess;
+  int started = 0;
+  for (mpn_init_job_t* job = jobs; job; job = job->next, started++) {
+    int err = pthread_create(&threads[started], NULL, job_main, job);
+    if (err != 0) {
+      first = mpn_error_set(NULL, ncclSystemError, "cannot start a creation thread: %s",
+                            strerror(err));
+      /* Threads already started would wait for this rank: stop them. */
+      for (mpn_init_job_t* j = jobs; j != job; j = j->next)
+        if (j->comm) j->comm->abort_flag = 1;
+      break;
+    }
+  }
+  for (int i = 0; i < started; i++) {
+    void* ret = NULL;
+    pthread_join(threads[i], &ret);
+    if (first == ncclSuccess) first = (ncclResult_t)(intptr_t)ret;
+  }
+  free(threads);
+  return first;
+}
+
+/* Blocking: one job inline, several on threads; failed comms are freed. */
+static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
+  ncclResult_t first = n == 1 ? mpn_init_job_run(jobs) : jobs_threads(jobs, n);
+  int reported = 0;
+  for (mpn_init_job_t *job = jobs, *next; job; job = next) {
+    next = job->next;
+    if (job->comm && mpn_comm_async(job->comm) != ncclSuccess) {
+      /* Bring the reason to the calling thread before the comm goes away. */
+      if (!reported++) mpn_error_set(NULL, mpn_comm_async(job->comm), "%s", mpn_error_last(job->comm));
+      mpn_comm_free(job->comm);
+      if (job->user_out) *job->user_out = NULL;
+    }
+    free(job);
+  }
+  return first;
+}
+
+ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
+  int n = 0, background = 0;
+  for (mpn_init_job_t* job = jobs; job; job = job->next, n++) {
+    const mpn_config_t* cfg = job->comm ? &job->comm->config : &job->parent->config;
+    background |= !cfg->blocking;
+  }
+  return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
+}
+
+/* Allocates the communicator and its job; the job's kind fields are the caller's. */
+static ncclResult_t job_new(mpn_init_kind_t kind, const mpn_config_t* cfg, int device,
+                            ncclComm_t* user_out, mpn_init_job_t** out) {
+  mpn_init_job_t* job = calloc(1, sizeof(*job));
+  if (job == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  job->kind = kind;
+  job->device = device;
+  job->user_out = user_out;
+  job->mpi_comm = MPI_COMM_NULL;
+  if (user_out) {
+    ncclResult_t res = mpn_comm_alloc(cfg, device, &job->comm);
+    if (res != ncclSuccess) {
+      free(job);
+      return res;
+    }
+  }
+  *out = job;
+  return ncclSuccess;
+}
+
+/* Hands a new job to the group machinery and publishes the handle. */
+static ncclResult_t job_submit(mpn_init_job_t* job) {
+  log_version_once();
+  if (job->user_out) *job->user_out = job->comm;
+  return mpn_group_add_job(job);
+}
+
+MPN_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  if (uniqueId == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  mpn_bootstrap_id_t id;
+  MPN_CHECK(mpn_bootstrap_id_create(&id));
+  memset(uniqueId, 0, sizeof(*uniqueId));
+  memcpy(uniqueId->internal, &id, sizeof(id));
+  return ncclSuccess;
+}
+
+static ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, ncclUniqueId commId, int rank,
+                              ncclConfig_t* config, const char* fn) {
+  if (newcomm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: newcomm is NULL", fn);
+  MPN_CHECK(mpn_params_load());
+  if (nranks < 1) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
+  if (rank < 0 || rank >= nranks)
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: rank %d out of range [0, %d)", fn, rank, nranks);
+  mpn_bootstrap_id_t id;
+  memcpy(&id, commId.internal, sizeof(id));
+  if (id.magic != MPN_BOOTSTRAP_ID_MAGIC)
+    return MPN_REFUSE(NULL, ncclInvalidArgument,
+                      "%s: commId was not made by ncclGetUniqueId (or was not broadcast to this "
+                      "rank)", fn);
+  mpn_config_t cfg;
+  MPN_CHECK(mpn_config_read(config, NULL, fn, &cfg));
+  mpn_init_job_t* job;
+  MPN_CHECK(job_new(MPN_INIT_RANK, &cfg, mpn_cuda_current_device(), newcomm, &job));
+  job->id = id;
+  job->nranks = job->comm->nranks = nranks;
+  job->rank = job->comm->rank = rank;
+  return job_submit(job);
+}
+
+MPN_API(ncclResult_t, ncclCommInitRank, ncclComm_t* newcomm, int nranks, ncclUniqueId commId,
+        int rank) {
+  return mpn_group_fail(init_rank(newcomm, nranks, commId, rank, NULL, "ncclCommInitRank"));
+}
+
+MPN_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* newcomm, int nranks,
+        ncclUniqueId commId, int rank, ncclConfig_t* config) {
+  return mpn_group_fail(init_rank(newcomm, nranks, commId, rank, config, "ncclCommInitRankConfig"));
+}
+
+static ncclResult_t init_all(ncclComm_t* comms, int ndev, const int* devlist) {
+  const char* fn = "ncclCommInitAll";
+  if (comms == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comms is NULL", fn);
+  if (ndev < 1) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: ndev %d is not positive", fn, ndev);
+  MPN_CHECK(mpn_params_load());
+  int count = mpn_cuda_device_count();
+  for (int i = 0; i < ndev; i++) {
+    int dev = devlist ? devlist[i] : i;
+    if (dev < 0 || dev >= count)
+      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: %s[%d] = %d is not a CUDA device [0, %d)",
+                        fn, devlist ? "devlist" : "device", i, dev, count);
+  }
+  mpn_bootstrap_id_t id;
+  mpn_bootstrap_id_create_local(&id);
+  ncclUniqueId uid;
+  memset(&uid, 0, sizeof(uid));
+  memcpy(uid.internal, &id, sizeof(id));
+  int saved = mpn_cuda_current_device();
+  ncclResult_t res = ncclSuccess;
+  pncclGroupStart();
+  for (int i = 0; i < ndev && res == ncclSuccess; i++) {
+    res = mpn_cuda_set_device(devlist ? devlist[i] : i);
+    if (res == ncclSuccess) res = init_rank(&comms[i], ndev, uid, i, NULL, fn);
+    if (res != ncclSuccess) mpn_group_fail(res);
+  }
+  ncclResult_t end = pncclGroupEnd();
+  if (saved >= 0) mpn_cuda_set_device(saved);
+  return res != ncclSuccess ? res : end;
+}
+
+MPN_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+  return mpn_group_fail(init_all(comms, ndev, devlist));
+}
+
+static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* config) {
+  const char* fn = "mpincclCommInitMPI";
+  if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (mpicomm == MPI_COMM_NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: mpicomm is MPI_COMM_NULL", fn);
+  MPN_CHECK(mpn_params_load());
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized)
+    return MPN_REFUSE(NULL, ncclInvalidUsage, "%s: MPI is %s", fn, inited ? "finalized" : "not initialized");
+  mpn_config_t cfg;
+  MPN_CHECK(mpn_config_read(config, NULL, fn, &cfg));
+  mpn_init_job_t* job;
+  MPN_CHECK(job_new(MPN_INIT_MPI, &cfg, mpn_cuda_current_device(), comm, &job));
+  job->mpi_comm = mpicomm;
+  return job_submit(job);
+}
+
+ncclResult_t mpincclCommInitMPI(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* config) MPN_EXPORT;
+ncclResult_t mpincclCommInitMPI(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* config) {
+  return mpn_group_fail(init_mpi(comm, mpicomm, config));
+}
+
+static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                          ncclConfig_t* config) {
+  const char* fn = "ncclCommSplit";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  if (newcomm == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: newcomm is NULL", fn);
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR", fn, color);
+  mpn_config_t cfg;
+  MPN_CHECK(mpn_config_read(config, &comm->config, fn, &cfg));
+  mpn_init_job_t* job;
+  int has_color = color != NCCL_SPLIT_NOCOLOR;
+  MPN_CHECK(job_new(MPN_INIT_SPLIT, &cfg, comm->cuda_dev, has_color ? newcomm : NULL, &job));
+  job->parent = comm;
+  job->color = color;
+  job->key = key;
+  if (!has_color) *newcomm = NULL;
+  return job_submit(job);
+}
+
+MPN_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+        ncclConfig_t* config) {
+  return mpn_group_fail(split(comm, color, key, newcomm, config));
+}

@@ -1,0 +1,52 @@
+/*
+ * numa.c - the NUMA node nearest a GPU, from hwloc.  The topology is loaded
+ * once per process (with PCI devices), since loading it costs milliseconds.
+ */
+#include "config.h"
+
+#include <pthread.h>
+
+#include "core/debug.h"
+#include "core/topo.h"
+
+#ifdef HAVE_HWLOC
+#include <hwloc.h>
+
+static hwloc_topology_t topology;
+static int topology_ok;
+static pthread_once_t topology_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t topology_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void topology_load(void) {
+  if (hwloc_topology_init(&topology) != 0) return;
+  hwloc_topology_set_io_types_filter(topology, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(topology) != 0) {
+    hwloc_topology_destroy(topology);
+    return;
+  }
+  topology_ok = 1;
+}
+
+int mpn_numa_node_of_pci(const char* bus_id) {
+  pthread_once(&topology_once, topology_load);
+  if (!topology_ok) return -1;
+  pthread_mutex_lock(&topology_lock);
+  int node = -1;
+  hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topology, bus_id);
+  hwloc_obj_t anc = dev ? hwloc_get_non_io_ancestor_obj(topology, dev) : NULL;
+  if (anc && anc->nodeset && !hwloc_bitmap_iszero(anc->nodeset) &&
+      hwloc_bitmap_weight(anc->nodeset) == 1)
+    node = hwloc_bitmap_first(anc->nodeset);
+  pthread_mutex_unlock(&topology_lock);
+  if (dev == NULL) MPN_INFO(MPN_SUBSYS_INIT, "hwloc does not list PCI device %s", bus_id);
+  return node;
+}
+
+#else
+
+int mpn_numa_node_of_pci(const char* bus_id) {
+  (void)bus_id;
+  return -1;
+}
+
+#endif

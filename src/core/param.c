@@ -1,0 +1,151 @@
+/*
+ * param.c - the parameter table and its reading: every variable is checked
+ * once, so a typo in MPINCCL_TRANSPORT fails communicator creation with a
+ * message instead of being ignored.
+ */
+#include "core/param.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+
+const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
+    [MPN_PARAM_TRANSPORT] = {"MPINCCL_TRANSPORT", MPN_PARAM_CHOICE, "auto", "auto|ipc|ucx", 0, 0,
+                             "Transport between ranks of different processes: auto picks CUDA "
+                             "IPC on the same host and UCX otherwise; ucx forces the network path."},
+    [MPN_PARAM_P2P_DISABLE] = {"NCCL_P2P_DISABLE", MPN_PARAM_INT, "0", NULL, 0, 1,
+                               "1 forces the network (UCX) path between processes, as "
+                               "MPINCCL_TRANSPORT=ucx does."},
+    [MPN_PARAM_BOOTSTRAP] = {"MPINCCL_BOOTSTRAP", MPN_PARAM_CHOICE, "auto", "auto|mpi|local", 0, 0,
+                             "Rendezvous of ncclGetUniqueId/ncclCommInitRank: mpi meets over "
+                             "MPI_COMM_WORLD (initializing MPI if needed), local only within the "
+                             "process, auto uses MPI when MPI is initialized or the process was "
+                             "started by an MPI launcher."},
+    [MPN_PARAM_BOOTSTRAP_TIMEOUT] = {"MPINCCL_BOOTSTRAP_TIMEOUT", MPN_PARAM_INT, "120", NULL, 1,
+                                     86400,
+                                     "Seconds a rank waits for its peers during communicator "
+                                     "creation before failing with ncclTimeout."},
+    [MPN_PARAM_BOOTSTRAP_TAG] = {"MPINCCL_BOOTSTRAP_TAG", MPN_PARAM_INT, "29743", NULL, 0, 32767,
+                                 "MPI tag of the library's set-up messages on MPI_COMM_WORLD; "
+                                 "change it if the application uses the same tag there."},
+    [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE",
+                         0, 0, "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters."},
+    [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,
+                                "Subsystems logged at INFO and TRACE: comma-separated list of "
+                                "INIT, BOOTSTRAP, P2P, RMA, IPC, NET, PROXY, ENV, ALL; a leading "
+                                "^ excludes the listed ones."},
+    [MPN_PARAM_DEBUG_FILE] = {"NCCL_DEBUG_FILE", MPN_PARAM_STRING, "", NULL, 0, 0,
+                              "Log to this file instead of stderr; %h is replaced by the host "
+                              "name and %p by the process id."},
+};
+
+static struct {
+  int loaded;
+  ncclResult_t status;
+  char error[256];
+  int set[MPN_PARAM_COUNT];
+  int64_t ival[MPN_PARAM_COUNT];
+  char sval[MPN_PARAM_COUNT][256];
+} params;
+static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Returns 0 if value is one of the "a|b|c" choices (case-insensitive). */
+static int choice_index(const char* choices, const char* value) {
+  size_t len = strlen(value);
+  int idx = 0;
+  for (const char* p = choices; *p; idx++) {
+    const char* bar = strchr(p, '|');
+    size_t n = bar ? (size_t)(bar - p) : strlen(p);
+    if (n == len && strncasecmp(p, value, n) == 0) return idx;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return -1;
+}
+
+static int parse_one(int id, const char* text) {
+  const mpn_param_desc_t* d = &mpn_param_table[id];
+  snprintf(params.sval[id], sizeof(params.sval[id]), "%s", text);
+  if (d->type == MPN_PARAM_CHOICE) {
+    if (choice_index(d->choices, text) < 0) {
+      snprintf(params.error, sizeof(params.error), "%s=%s is not one of %s", d->name, text,
+               d->choices);
+      return -1;
+    }
+  } else if (d->type == MPN_PARAM_INT) {
+    char* end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 0);
+    if (errno || end == text || *end != '\0' || v < d->min || v > d->max) {
+      snprintf(params.error, sizeof(params.error), "%s=%s is not an integer in [%lld, %lld]",
+               d->name, text, (long long)d->min, (long long)d->max);
+      return -1;
+    }
+    params.ival[id] = v;
+  }
+  return 0;
+}
+
+static void load_locked(void) {
+  params.status = ncclSuccess;
+  params.error[0] = '\0';
+  for (int id = 0; id < MPN_PARAM_COUNT; id++) {
+    const char* env = getenv(mpn_param_table[id].name);
+    params.set[id] = env != NULL && *env != '\0';
+    if (parse_one(id, mpn_param_table[id].deflt) != 0) params.status = ncclInternalError;
+    if (params.set[id] && parse_one(id, env) != 0) {
+      params.status = ncclInvalidArgument;
+      parse_one(id, mpn_param_table[id].deflt);
+      break;
+    }
+  }
+  params.loaded = 1;
+}
+
+static ncclResult_t load(int force) {
+  pthread_mutex_lock(&params_lock);
+  if (force || !params.loaded) load_locked();
+  ncclResult_t res = params.status;
+  pthread_mutex_unlock(&params_lock);
+  if (res != ncclSuccess) return mpn_error_set(NULL, res, "%s", params.error);
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_params_load(void) { return load(0); }
+ncclResult_t mpn_params_reload(void) { return load(1); }
+
+int64_t mpn_param_int(mpn_param_id_t id) {
+  if (!params.loaded) load(0);
+  return params.ival[id];
+}
+
+const char* mpn_param_str(mpn_param_id_t id) {
+  if (!params.loaded) load(0);
+  return params.sval[id];
+}
+
+int mpn_param_is_set(mpn_param_id_t id) {
+  if (!params.loaded) load(0);
+  return params.set[id];
+}
+
+void mpn_params_log(void) {
+  if (!mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_ENV)) return;
+  for (int id = 0; id < MPN_PARAM_COUNT; id++)
+    MPN_INFO(MPN_SUBSYS_ENV, "%s=%s%s", mpn_param_table[id].name, mpn_param_str(id),
+             mpn_param_is_set(id) ? "" : " (default)");
+}
+
+void mpn_params_print_markdown(FILE* out) {
+  fprintf(out, "| variable | default | meaning |\n| --- | --- | --- |\n");
+  for (int id = 0; id < MPN_PARAM_COUNT; id++) {
+    const mpn_param_desc_t* d = &mpn_param_table[id];
+    fprintf(out, "| `%s` | `%s` | %s%s%s |\n", d->name, *d->deflt ? d->deflt : "(unset)",
+            d->help, d->choices ? " Values: " : "", d->choices ? d->choices : "");
+  }
+}

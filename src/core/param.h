@@ -1,0 +1,65 @@
+/*
+ * param.h - the one table of run-time parameters: MPINCCL_* variables and the
+ * NCCL_* names users already type.  Read and checked once per process.
+ */
+#ifndef MPN_CORE_PARAM_H_
+#define MPN_CORE_PARAM_H_
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nccl.h"
+
+typedef enum {
+  MPN_PARAM_TRANSPORT,         /* auto | ipc | ucx */
+  MPN_PARAM_P2P_DISABLE,       /* NCCL_P2P_DISABLE: 1 forces the network path */
+  MPN_PARAM_BOOTSTRAP,         /* auto | mpi | local */
+  MPN_PARAM_BOOTSTRAP_TIMEOUT, /* seconds */
+  MPN_PARAM_BOOTSTRAP_TAG,     /* MPI tag of rendezvous messages */
+  MPN_PARAM_DEBUG,             /* NCCL_DEBUG */
+  MPN_PARAM_DEBUG_SUBSYS,      /* NCCL_DEBUG_SUBSYS */
+  MPN_PARAM_DEBUG_FILE,        /* NCCL_DEBUG_FILE */
+  MPN_PARAM_COUNT
+} mpn_param_id_t;
+
+typedef enum { MPN_PARAM_INT, MPN_PARAM_STRING, MPN_PARAM_CHOICE } mpn_param_type_t;
+
+/** One row of the table. */
+typedef struct {
+  const char* name;     /**< environment variable */
+  mpn_param_type_t type;
+  const char* deflt;    /**< default, as text */
+  const char* choices;  /**< MPN_PARAM_CHOICE: "a|b|c" */
+  int64_t min, max;     /**< MPN_PARAM_INT bounds */
+  const char* help;
+} mpn_param_desc_t;
+
+/** The table itself, MPN_PARAM_COUNT rows. */
+extern const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT];
+
+/**
+ * Reads every parameter from the environment and checks it.  Idempotent; a
+ * bad value returns ncclInvalidArgument with a message naming the variable
+ * (every later call returns the same).
+ */
+ncclResult_t mpn_params_load(void);
+
+/** Re-reads the environment (tests only). */
+ncclResult_t mpn_params_reload(void);
+
+/** Value of an integer parameter (after mpn_params_load). */
+int64_t mpn_param_int(mpn_param_id_t id);
+
+/** Value of a string or choice parameter; never NULL. */
+const char* mpn_param_str(mpn_param_id_t id);
+
+/** Whether the variable was set by the user. */
+int mpn_param_is_set(mpn_param_id_t id);
+
+/** Logs every parameter with its effective value at INFO. */
+void mpn_params_log(void);
+
+/** Writes the table as Markdown (for the README; used by tests). */
+void mpn_params_print_markdown(FILE* out);
+
+#endif /* MPN_CORE_PARAM_H_ */

@@ -1,0 +1,123 @@
+/*
+ * topo.c - rank descriptions and the sharing relations derived from them.
+ * Two ranks share a GPU when their hosts and device UUIDs are equal; the
+ * regime that matters for performance (several processes on one GPU, with or
+ * without MPS) is reported here once.
+ */
+#include "core/topo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "cuda/device.h"
+
+static uint64_t fnv1a(uint64_t h, const char* s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+/* Host identity: name plus boot id, so that containers sharing a name differ. */
+static uint64_t host_hash(const char* host) {
+  uint64_t h = fnv1a(0xcbf29ce484222325ull, host);
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    char boot[64] = "";
+    if (fgets(boot, sizeof(boot), f)) h = fnv1a(h, boot);
+    fclose(f);
+  }
+  return h;
+}
+
+ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
+  mpn_rank_info_t r;
+  memset(&r, 0, sizeof(r));
+  gethostname(r.host, sizeof(r.host) - 1);
+  r.host_hash = host_hash(r.host);
+  r.proc = mpn_chan_proc_id();
+  r.pid = (int32_t)getpid();
+  r.world = mpn_chan_self().world;
+  r.cuda_dev = device;
+  r.numa = -1;
+  if (device >= 0) {
+    mpn_cuda_info_t info;
+    MPN_CHECK(mpn_cuda_device_info(device, &info));
+    memcpy(r.uuid, info.uuid, sizeof(r.uuid));
+    memcpy(r.pci_bus, info.pci_bus, sizeof(r.pci_bus));
+    r.mps = info.mps;
+    r.cc = info.cc;
+    r.numa = mpn_numa_node_of_pci(info.pci_bus);
+  }
+  *out = r;
+  return ncclSuccess;
+}
+
+int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b) {
+  const mpn_rank_info_t *x = &t->ranks[a], *y = &t->ranks[b];
+  return x->cuda_dev >= 0 && y->cuda_dev >= 0 && x->host_hash == y->host_hash &&
+         memcmp(x->uuid, y->uuid, sizeof(x->uuid)) == 0;
+}
+
+ncclResult_t mpn_topo_discover(struct ncclComm* comm) {
+  mpn_topo_t* t = &comm->topo;
+  int n = comm->nranks, me = comm->rank;
+  MPN_CALLOC(t->ranks, n);
+  MPN_CALLOC(t->gpu_leader, n);
+  MPN_CHECK(mpn_topo_describe_self(comm->cuda_dev, &t->ranks[me]));
+  MPN_CHECK(mpn_bootstrap_allgather(comm->bootstrap, t->ranks, sizeof(*t->ranks)));
+  t->n_same_host = t->n_same_process = t->n_same_gpu = 0;
+  t->shared_gpu_no_mps = 0;
+  for (int i = 0; i < n; i++) {
+    t->gpu_leader[i] = i;
+    for (int j = 0; j < i; j++) {
+      if (!mpn_topo_same_gpu(t, i, j)) continue;
+      t->gpu_leader[i] = t->gpu_leader[j];
+      if (t->ranks[i].proc != t->ranks[j].proc && !(t->ranks[i].mps && t->ranks[j].mps))
+        t->shared_gpu_no_mps = 1;
+      break;
+    }
+    t->n_same_host += mpn_topo_same_host(t, i, me);
+    t->n_same_process += t->ranks[i].proc == t->ranks[me].proc;
+    t->n_same_gpu += mpn_topo_same_gpu(t, i, me);
+  }
+  return ncclSuccess;
+}
+
+void mpn_topo_free(mpn_topo_t* t) {
+  free(t->ranks);
+  free(t->gpu_leader);
+  t->ranks = NULL;
+  t->gpu_leader = NULL;
+}
+
+/* Lists the ranks on the GPU whose leader is lead, as "0,1,4". */
+static void ranks_on_gpu(const mpn_topo_t* t, int n, int lead, char* buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used + 12 < size; i++)
+    if (t->gpu_leader[i] == lead)
+      used += (size_t)snprintf(buf + used, size - used, used ? ",%d" : "%d", i);
+}
+
+void mpn_topo_log(const struct ncclComm* comm) {
+  const mpn_topo_t* t = &comm->topo;
+  const mpn_rank_info_t* r = &t->ranks[comm->rank];
+  MPN_INFO(MPN_SUBSYS_INIT,
+           "comm %p rank %d nranks %d host %s pid %d world %d cudaDev %d busId %s numa %d mps %d "
+           "(ranks on this host %d, in this process %d, on this GPU %d)",
+           (const void*)comm, comm->rank, comm->nranks, r->host, r->pid, r->world, r->cuda_dev,
+           r->cuda_dev >= 0 ? r->pci_bus : "-", r->numa, r->mps, t->n_same_host, t->n_same_process,
+           t->n_same_gpu);
+  if (comm->rank != 0 || !mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_INIT)) return;
+  for (int i = 0; i < comm->nranks; i++) {
+    if (t->gpu_leader[i] != i || t->ranks[i].cuda_dev < 0) continue;
+    char list[256];
+    ranks_on_gpu(t, comm->nranks, i, list, sizeof(list));
+    MPN_INFO(MPN_SUBSYS_INIT, "GPU %s on %s: ranks %s, MPS %s", t->ranks[i].pci_bus,
+             t->ranks[i].host, list, t->ranks[i].mps ? "on" : "off");
+  }
+}

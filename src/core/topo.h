@@ -1,0 +1,62 @@
+/*
+ * topo.h - what each rank learns about the others at creation: host,
+ * process, CUDA device (UUID, PCI bus, NUMA node), MPS, and which ranks share
+ * a GPU.
+ */
+#ifndef MPN_CORE_TOPO_H_
+#define MPN_CORE_TOPO_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+/** One rank's description, exchanged by allgather (fixed size). */
+typedef struct {
+  uint64_t host_hash; /**< host name and boot id */
+  uint64_t proc;      /**< process identity */
+  char host[64];
+  int32_t pid;
+  int32_t world;      /**< MPI_COMM_WORLD rank, -1 without MPI */
+  int32_t cuda_dev;   /**< device ordinal in its process, -1: none */
+  int32_t mps;        /**< 1: the device is shared through MPS */
+  int32_t numa;       /**< NUMA node nearest the GPU, -1: unknown */
+  int32_t cc;         /**< compute capability, major*10+minor */
+  unsigned char uuid[16];
+  char pci_bus[16];
+} mpn_rank_info_t;
+
+typedef struct {
+  mpn_rank_info_t* ranks; /**< nranks entries */
+  int* gpu_leader;        /**< per rank: lowest rank on the same GPU, or itself */
+  int n_same_host;        /**< ranks on my host, me included */
+  int n_same_process;     /**< ranks in my process, me included */
+  int n_same_gpu;         /**< ranks on my GPU, me included (0 without a GPU) */
+  int shared_gpu_no_mps;  /**< some GPU is shared by several processes without MPS */
+} mpn_topo_t;
+
+/** Describes the calling rank (host, process, device). */
+ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out);
+
+/** Exchanges descriptions and derives the sharing relations. Collective. */
+ncclResult_t mpn_topo_discover(struct ncclComm* comm);
+
+/** True when ranks a and b use the same physical GPU. */
+int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b);
+
+/** True when ranks a and b are on the same host. */
+static inline int mpn_topo_same_host(const mpn_topo_t* t, int a, int b) {
+  return t->ranks[a].host_hash == t->ranks[b].host_hash;
+}
+
+/** Frees what mpn_topo_discover allocated. */
+void mpn_topo_free(mpn_topo_t* t);
+
+/** Logs ranks, GPUs and sharing at INFO. */
+void mpn_topo_log(const struct ncclComm* comm);
+
+/** NUMA node nearest a PCI device, from hwloc; -1 when unknown. */
+int mpn_numa_node_of_pci(const char* bus_id);
+
+#endif /* MPN_CORE_TOPO_H_ */

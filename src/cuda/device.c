@@ -1,0 +1,56 @@
+/*
+ * device.c - CUDA runtime queries behind device.h.
+ */
+#include "cuda/device.h"
+
+#include <cuda_runtime.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+
+int mpn_cuda_device_count(void) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    MPN_INFO(MPN_SUBSYS_INIT, "no CUDA device: %s", cudaGetErrorString(err));
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+int mpn_cuda_current_device(void) {
+  if (mpn_cuda_device_count() == 0) return -1;
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
+ncclResult_t mpn_cuda_set_device(int dev) {
+  MPN_CUDA_CHECK(cudaSetDevice(dev));
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {
+  struct cudaDeviceProp prop;
+  mpn_cuda_info_t info;
+  memset(&info, 0, sizeof(info));
+  MPN_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  memcpy(info.uuid, prop.uuid.bytes, sizeof(info.uuid));
+  info.cc = prop.major * 10 + prop.minor;
+  MPN_CUDA_CHECK(cudaDeviceGetPCIBusId(info.pci_bus, sizeof(info.pci_bus), dev));
+  for (char* p = info.pci_bus; *p; p++) *p = (char)tolower((unsigned char)*p);
+  int mps = 0;
+  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev) != cudaSuccess) {
+    cudaGetLastError();
+    mps = 0;
+  }
+  info.mps = mps != 0;
+  *out = info;
+  return ncclSuccess;
+}

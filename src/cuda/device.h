@@ -1,0 +1,30 @@
+/*
+ * device.h - CUDA device queries used at communicator creation.  Every call
+ * copes with a machine that has no GPU or no driver: it reports "no device"
+ * instead of failing, so host-only communicators can be created.
+ */
+#ifndef MPN_CUDA_DEVICE_H_
+#define MPN_CUDA_DEVICE_H_
+
+#include "nccl.h"
+
+typedef struct {
+  unsigned char uuid[16];
+  char pci_bus[16]; /**< "0000:8a:00.0" */
+  int mps;          /**< contexts on this device go through MPS */
+  int cc;           /**< compute capability, major*10+minor */
+} mpn_cuda_info_t;
+
+/** Number of usable CUDA devices; 0 without a GPU or driver. */
+int mpn_cuda_device_count(void);
+
+/** The calling thread's current device, or -1 when there is no GPU. */
+int mpn_cuda_current_device(void);
+
+/** Makes dev the calling thread's current device. */
+ncclResult_t mpn_cuda_set_device(int dev);
+
+/** Describes device dev. */
+ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out);
+
+#endif /* MPN_CUDA_DEVICE_H_ */

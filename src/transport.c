@@ -1,0 +1,70 @@
+/*
+ * transport.c - per-peer transport choice.  Same process beats same host
+ * beats network; MPINCCL_TRANSPORT=ucx and NCCL_P2P_DISABLE=1 push every
+ * other-process peer onto UCX so that the network path is testable on one
+ * host.
+ */
+#include "transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/param.h"
+
+const char* mpn_transport_name(mpn_transport_kind_t kind) {
+  static const char* names[MPN_TRANSPORT_COUNT] = {"self", "local", "ipc", "ucx"};
+  return (unsigned)kind < MPN_TRANSPORT_COUNT ? names[kind] : "?";
+}
+
+ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
+  const mpn_topo_t* t = &comm->topo;
+  const char* forced = mpn_param_str(MPN_PARAM_TRANSPORT);
+  int force_ucx = strcasecmp(forced, "ucx") == 0 || mpn_param_int(MPN_PARAM_P2P_DISABLE) == 1;
+  int force_ipc = strcasecmp(forced, "ipc") == 0;
+  if (force_ucx && force_ipc)
+    return mpn_error_set(comm, ncclInvalidArgument,
+                         "MPINCCL_TRANSPORT=ipc contradicts NCCL_P2P_DISABLE=1");
+  uint8_t* kinds = calloc((size_t)comm->nranks, 1);
+  if (kinds == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  const mpn_rank_info_t* me = &t->ranks[comm->rank];
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    const mpn_rank_info_t* p = &t->ranks[peer];
+    mpn_transport_kind_t k;
+    if (peer == comm->rank) k = MPN_TRANSPORT_SELF;
+    else if (p->proc == me->proc) k = MPN_TRANSPORT_LOCAL;
+    else if (!force_ucx && mpn_topo_same_host(t, comm->rank, peer) && me->cuda_dev >= 0 &&
+             p->cuda_dev >= 0)
+      k = MPN_TRANSPORT_IPC;
+    else k = MPN_TRANSPORT_UCX;
+    if (force_ipc && k == MPN_TRANSPORT_UCX) {
+      free(kinds);
+      return mpn_error_set(comm, ncclInvalidUsage,
+                           "MPINCCL_TRANSPORT=ipc, but rank %d (host %s) cannot be reached by "
+                           "CUDA IPC from rank %d (host %s)",
+                           peer, p->host, comm->rank, me->host);
+    }
+    kinds[peer] = (uint8_t)k;
+  }
+  free(comm->transport);
+  comm->transport = kinds;
+  return ncclSuccess;
+}
+
+void mpn_transport_log(const struct ncclComm* comm) {
+  if (!mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_INIT)) return;
+  int count[MPN_TRANSPORT_COUNT] = {0};
+  char line[512];
+  int n = 0;
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    count[comm->transport[peer]]++;
+    if (peer < 32 && n < (int)sizeof(line))
+      n += snprintf(line + n, sizeof(line) - n, " %d:%s", peer,
+                    mpn_transport_name(comm->transport[peer]));
+  }
+  MPN_INFO(MPN_SUBSYS_INIT, "rank %d transports per peer:%s%s (self %d, local %d, ipc %d, ucx %d)",
+           comm->rank, line, comm->nranks > 32 ? " ..." : "", count[0], count[1], count[2],
+           count[3]);
+}

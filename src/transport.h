@@ -1,0 +1,36 @@
+/*
+ * transport.h - the transports between two ranks and the one place that
+ * chooses, once per peer at communicator creation, which one carries their
+ * traffic.
+ */
+#ifndef MPN_TRANSPORT_H_
+#define MPN_TRANSPORT_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+typedef enum {
+  MPN_TRANSPORT_SELF = 0, /**< a rank to itself */
+  MPN_TRANSPORT_LOCAL,    /**< same process: direct device pointers */
+  MPN_TRANSPORT_IPC,      /**< same host, other process: CUDA IPC */
+  MPN_TRANSPORT_UCX,      /**< anything else, or forced: UCX */
+  MPN_TRANSPORT_COUNT
+} mpn_transport_kind_t;
+
+/** Short name for logs ("self", "local", "ipc", "ucx"). */
+const char* mpn_transport_name(mpn_transport_kind_t kind);
+
+/**
+ * Chooses a transport for every peer from the topology and the parameters
+ * MPINCCL_TRANSPORT and NCCL_P2P_DISABLE; fills comm->transport.  Fails with
+ * ncclInvalidUsage when a forced transport cannot reach a peer.
+ */
+ncclResult_t mpn_transport_choose(struct ncclComm* comm);
+
+/** Logs the choice per peer at INFO. */
+void mpn_transport_log(const struct ncclComm* comm);
+
+#endif /* MPN_TRANSPORT_H_ */

@@ -1,0 +1,236 @@
+/*
+ * test_comm_mpi.c - communicators over MPI processes (run by tests/run-test
+ * under mpirun with 1 to 4 ranks): unique id + MPI_Bcast over all of
+ * MPI_COMM_WORLD, a subset of the processes while the others do MPI work of
+ * their own, two ranks per process from threads and from one thread in a
+ * group, split, the MPI_Comm extension, non-blocking creation, and refused
+ * rendezvous.  Without a GPU the communicators are host-only.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "mpinccl.h"
+
+static int world_rank, world_size, failures;
+
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "[world %d] %s:%d: expected %s (last error: %s)\n", world_rank, __FILE__, \
+              __LINE__, #cond, ncclGetLastError(NULL)); \
+      failures++; \
+    } \
+  } while (0)
+#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+
+static void expect_shape(ncclComm_t comm, int nranks, int rank) {
+  int n = -1, r = -1, dev = -9;
+  EXPECT_OK(ncclCommCount(comm, &n));
+  EXPECT_OK(ncclCommUserRank(comm, &r));
+  EXPECT_OK(ncclCommCuDevice(comm, &dev));
+  EXPECT(n == nranks);
+  EXPECT(r == rank);
+  EXPECT(dev >= -1);
+}
+
+/* Unique id from world rank 0, broadcast with MPI, one rank per process. */
+static void test_world(void) {
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = NULL;
+  EXPECT_OK(ncclCommInitRank(&comm, world_size, id, world_rank));
+  expect_shape(comm, world_size, world_rank);
+  EXPECT(comm->topo.n_same_host == world_size);
+  EXPECT(comm->topo.n_same_process == 1);
+  for (int p = 0; p < world_size; p++) EXPECT(comm->topo.ranks[p].world == p);
+  /* Split by parity with reversed keys, and one rank without a color. */
+  int color = world_rank == 3 ? NCCL_SPLIT_NOCOLOR : world_rank % 2;
+  ncclComm_t sub = (ncclComm_t)0x1;
+  EXPECT_OK(ncclCommSplit(comm, color, -world_rank, &sub, NULL));
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    EXPECT(sub == NULL);
+  } else {
+    int members = 0, below = 0;
+    for (int p = 0; p < world_size; p++)
+      if (p != 3 && p % 2 == color) {
+        members++;
+        below += p > world_rank;
+      }
+    expect_shape(sub, members, below);
+    /* Split of a split. */
+    ncclComm_t self = NULL;
+    EXPECT_OK(ncclCommSplit(sub, world_rank, 0, &self, NULL));
+    expect_shape(self, 1, 0);
+    EXPECT_OK(ncclCommDestroy(self));
+    MPI_Comm none;
+    EXPECT(mpincclCommGetMPIComm(sub, &none) == ncclInvalidUsage);
+    EXPECT_OK(ncclCommDestroy(sub));
+  }
+  EXPECT_OK(ncclCommFinalize(comm));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Only the odd world ranks make a communicator; the others reduce meanwhile. */
+static void test_subset(void) {
+  if (world_size < 2) return;
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
+  int hrank, hsize;
+  MPI_Comm_rank(half, &hrank);
+  MPI_Comm_size(half, &hsize);
+  if (world_rank % 2 == 1) {
+    ncclUniqueId id;
+    if (hrank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, half);
+    ncclComm_t comm;
+    EXPECT_OK(ncclCommInitRank(&comm, hsize, id, hsize - 1 - hrank));
+    expect_shape(comm, hsize, hsize - 1 - hrank);
+    EXPECT_OK(ncclCommDestroy(comm));
+  } else {
+    int sum = 0, one = 1;
+    for (int i = 0; i < 50; i++) MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, half);
+    EXPECT(sum == hsize);
+  }
+  MPI_Comm_free(&half);
+}
+
+typedef struct {
+  ncclUniqueId id;
+  int nranks, rank;
+  ncclComm_t comm;
+  ncclResult_t res;
+} thread_arg_t;
+
+static void* init_thread(void* p) {
+  thread_arg_t* a = p;
+  a->res = ncclCommInitRank(&a->comm, a->nranks, a->id, a->rank);
+  return NULL;
+}
+
+/* Two ranks per process: one thread each, then one thread in a group. */
+static void test_two_ranks_per_process(void) {
+  int n = 2 * world_size;
+  ncclUniqueId id;
+  if (world_rank == world_size - 1) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, world_size - 1, MPI_COMM_WORLD);
+  thread_arg_t a[2];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    a[i] = (thread_arg_t){.id = id, .nranks = n, .rank = i * world_size + world_rank};
+    pthread_create(&t[i], NULL, init_thread, &a[i]);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    EXPECT(a[i].res == ncclSuccess);
+    if (a[i].res != ncclSuccess) continue;
+    expect_shape(a[i].comm, n, a[i].rank);
+    EXPECT(a[i].comm->topo.n_same_process == 2);
+    int other = (1 - i) * world_size + world_rank;
+    EXPECT(a[i].comm->transport[other] == 1 /* local */);
+  }
+  /* Split across processes and threads: rank parity. */
+  ncclComm_t sub[2];
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommSplit(a[i].comm, a[i].rank % 2, 0, &sub[i], NULL));
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < 2; i++) {
+    expect_shape(sub[i], (n + 1 - a[i].rank % 2) / 2, a[i].rank / 2);
+    EXPECT_OK(ncclCommDestroy(sub[i]));
+    EXPECT_OK(ncclCommDestroy(a[i].comm));
+  }
+  /* One thread, two ranks, inside a group. */
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comms[2];
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommInitRank(&comms[i], n, id, 2 * world_rank + i));
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < 2; i++) {
+    expect_shape(comms[i], n, 2 * world_rank + i);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+}
+
+/* The MPI_Comm extension, its split and the way back to MPI. */
+static void test_mpi_comm(void) {
+  MPI_Comm reversed;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, world_size - world_rank, &reversed);
+  int mrank;
+  MPI_Comm_rank(reversed, &mrank);
+  ncclComm_t comm;
+  EXPECT_OK(mpincclCommInitMPI(&comm, reversed, NULL));
+  expect_shape(comm, world_size, mrank);
+  MPI_Comm back;
+  EXPECT_OK(mpincclCommGetMPIComm(comm, &back));
+  EXPECT(back == reversed);
+  ncclComm_t sub;
+  EXPECT_OK(ncclCommSplit(comm, mrank / 2, mrank, &sub, NULL));
+  MPI_Comm subm;
+  EXPECT_OK(mpincclCommGetMPIComm(sub, &subm));
+  int sr, ss, n, r;
+  MPI_Comm_rank(subm, &sr);
+  MPI_Comm_size(subm, &ss);
+  EXPECT_OK(ncclCommCount(sub, &n));
+  EXPECT_OK(ncclCommUserRank(sub, &r));
+  EXPECT(sr == r && ss == n && r == mrank % 2);
+  EXPECT_OK(ncclCommDestroy(sub));
+  EXPECT_OK(ncclCommDestroy(comm));
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_NULL, NULL) == ncclInvalidArgument);
+  MPI_Comm_free(&reversed);
+}
+
+/* config.blocking = 0 over MPI: in progress, then success. */
+static void test_nonblocking(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm;
+  ncclResult_t res = mpincclCommInitMPI(&comm, MPI_COMM_WORLD, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  ncclResult_t state;
+  do {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  } while (state == ncclInProgress);
+  EXPECT(state == ncclSuccess);
+  expect_shape(comm, world_size, world_rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Callers that disagree all get ncclInvalidArgument, and nobody hangs. */
+static void test_disagreement(void) {
+  if (world_size < 2) return;
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = NULL;
+  int nranks = world_rank == 1 ? world_size + 1 : world_size;
+  EXPECT(ncclCommInitRank(&comm, nranks, id, world_rank) == ncclInvalidArgument);
+  EXPECT(comm == NULL);
+  EXPECT(strstr(ncclGetLastError(NULL), "disagree on nranks") != NULL);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("1 2 3 4");
+    return 0;
+  }
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  test_world();
+  test_subset();
+  test_two_ranks_per_process();
+  test_mpi_comm();
+  test_nonblocking();
+  test_disagreement();
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) printf("test_comm_mpi: %d ranks, %d failures\n", world_size, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

@@ -1,0 +1,468 @@
+/*
+ * test_comm_local.c - communicators whose ranks all live in this process
+ * (no MPI launcher needed): creation from one thread per rank and from one
+ * thread inside a group, split, non-blocking creation, queries, and the
+ * argument checks of every data call.  Without a GPU the communicators are
+ * host-only; with one they use the current device.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/comm.h"
+#include "mpinccl.h"
+
+#define MAXR 8
+
+static void use_local_bootstrap(void) { setenv("MPINCCL_BOOTSTRAP", "local", 1); }
+
+/* One communicator of one rank. */
+static ncclComm_t comm_of_one(void) {
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  ck_assert_ptr_nonnull(comm);
+  return comm;
+}
+
+static int contains(const char* text, const char* part) { return strstr(text, part) != NULL; }
+
+START_TEST(one_rank_queries) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  int n = -1, r = -1, dev = -7;
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclSuccess);
+  ck_assert_int_eq(ncclCommUserRank(comm, &r), ncclSuccess);
+  ck_assert_int_eq(ncclCommCuDevice(comm, &dev), ncclSuccess);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(r, 0);
+  ck_assert_int_ge(dev, -1);
+  ncclResult_t async = ncclInternalError;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclSuccess);
+  ck_assert_int_eq(comm->transport[0], 0 /* self */);
+  ck_assert_int_eq(ncclCommCount(comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "count is NULL"));
+  ck_assert_int_eq(ncclCommFinalize(comm), ncclSuccess);
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "finalized"));
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+  /* A destroyed handle is refused, not dereferenced. */
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "not a live communicator"));
+  ck_assert_int_eq(ncclCommDestroy(NULL), ncclSuccess);
+}
+END_TEST
+
+START_TEST(init_arguments) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ck_assert_int_eq(ncclGetUniqueId(NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(NULL, 1, id, 0), ncclInvalidArgument);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "nranks 0"));
+  ck_assert_int_eq(ncclCommInitRank(&comm, 4, id, 4), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "rank 4 out of range [0, 4)"));
+  ncclUniqueId junk;
+  memset(&junk, 0x11, sizeof(junk));
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1, junk, 0), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "ncclGetUniqueId"));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  ck_assert_int_eq(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "magic"));
+  ck_assert_int_eq(ncclCommInitAll(NULL, 1, NULL), ncclInvalidArgument);
+  ncclComm_t comms[2];
+  ck_assert_int_eq(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument);
+  int bad[2] = {4096, 0};
+  ck_assert_int_eq(ncclCommInitAll(comms, 2, bad), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "devlist[0] = 4096"));
+}
+END_TEST
+
+/* Two callers giving the same rank, and callers disagreeing on nranks. */
+typedef struct {
+  ncclUniqueId id;
+  int nranks, rank;
+  ncclComm_t comm;
+  ncclResult_t res;
+  char error[256];
+} rank_arg_t;
+
+static void* init_rank_thread(void* p) {
+  rank_arg_t* a = p;
+  a->res = ncclCommInitRank(&a->comm, a->nranks, a->id, a->rank);
+  snprintf(a->error, sizeof(a->error), "%s", ncclGetLastError(NULL));
+  return NULL;
+}
+
+static void run_ranks(rank_arg_t* args, int n) {
+  pthread_t t[MAXR];
+  for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, init_rank_thread, &args[i]);
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+}
+
+START_TEST(rendezvous_disagreements) {
+  use_local_bootstrap();
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
+  rank_arg_t a[2] = {{.nranks = 2, .rank = 1}, {.nranks = 2, .rank = 1}};
+  ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
+  a[1].id = a[0].id;
+  run_ranks(a, 2);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(a[i].res, ncclInvalidArgument);
+    ck_assert_ptr_null(a[i].comm);
+    ck_assert(contains(a[i].error, "rank 1 was given by two callers"));
+  }
+  rank_arg_t b[2] = {{.nranks = 2, .rank = 0}, {.nranks = 3, .rank = 1}};
+  ck_assert_int_eq(ncclGetUniqueId(&b[0].id), ncclSuccess);
+  b[1].id = b[0].id;
+  run_ranks(b, 2);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(b[i].res, ncclInvalidArgument);
+    ck_assert(contains(b[i].error, "disagree on nranks"));
+  }
+}
+END_TEST
+
+/* A rank whose peers never come: ncclTimeout with a message, not a hang. */
+START_TEST(rendezvous_timeout) {
+  use_local_bootstrap();
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "1", 1);
+  ncclUniqueId id;
+  ncclComm_t comm = (ncclComm_t)0x1;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 2, id, 0), ncclTimeout);
+  ck_assert_ptr_null(comm);
+  ck_assert(contains(ncclGetLastError(NULL), "MPINCCL_BOOTSTRAP_TIMEOUT"));
+}
+END_TEST
+
+START_TEST(threads_one_rank_each) {
+  use_local_bootstrap();
+  rank_arg_t a[4];
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  for (int i = 0; i < 4; i++) a[i] = (rank_arg_t){.id = id, .nranks = 4, .rank = i};
+  run_ranks(a, 4);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(a[i].res, ncclSuccess);
+    int n, r;
+    ck_assert_int_eq(ncclCommCount(a[i].comm, &n), ncclSuccess);
+    ck_assert_int_eq(ncclCommUserRank(a[i].comm, &r), ncclSuccess);
+    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(r, i);
+    ck_assert_int_eq(a[i].comm->topo.n_same_process, 4);
+    for (int p = 0; p < 4; p++)
+      ck_assert_int_eq(a[i].comm->transport[p], p == i ? 0 /* self */ : 1 /* local */);
+  }
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(ncclCommDestroy(a[i].comm), ncclSuccess);
+}
+END_TEST
+
+/* One thread creating several ranks inside a group (as NCCL programs do). */
+static void group_create(ncclComm_t* comms, int n) {
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(ncclCommInitRank(&comms[i], n, id, i), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+}
+
+START_TEST(group_creates_several_ranks) {
+  use_local_bootstrap();
+  ncclComm_t comms[3];
+  group_create(comms, 3);
+  for (int i = 0; i < 3; i++) {
+    int r;
+    ck_assert_int_eq(ncclCommUserRank(comms[i], &r), ncclSuccess);
+    ck_assert_int_eq(r, i);
+    ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  }
+}
+END_TEST
+
+/* Split with colors, reversed keys and NCCL_SPLIT_NOCOLOR, driven by one thread. */
+START_TEST(split_in_group) {
+  use_local_bootstrap();
+  enum { N = 6 };
+  ncclComm_t comms[N], sub[N];
+  group_create(comms, N);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < N; i++) {
+    int color = i == 5 ? NCCL_SPLIT_NOCOLOR : i % 2;
+    ck_assert_int_eq(ncclCommSplit(comms[i], color, N - i, &sub[i], NULL), ncclSuccess);
+  }
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ck_assert_ptr_null(sub[5]);
+  /* even: ranks 0,2,4 with keys 6,4,2 -> new ranks 2,1,0; odd: 1,3 -> 1,0 */
+  int expect_rank[5] = {2, 1, 1, 0, 0}, expect_n[5] = {3, 2, 3, 2, 3};
+  for (int i = 0; i < 5; i++) {
+    int n, r;
+    ck_assert_int_eq(ncclCommCount(sub[i], &n), ncclSuccess);
+    ck_assert_int_eq(ncclCommUserRank(sub[i], &r), ncclSuccess);
+    ck_assert_int_eq(n, expect_n[i]);
+    ck_assert_int_eq(r, expect_rank[i]);
+  }
+  /* The children work on their own: a barrier over each. */
+  ck_assert_int_eq(ncclCommSplit(comms[0], -5, 0, &sub[0], NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "color -5"));
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(ncclCommDestroy(sub[i]), ncclSuccess);
+  for (int i = 0; i < N; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+}
+END_TEST
+
+/* config.blocking = 0: ncclInProgress, then ncclSuccess through the async error. */
+START_TEST(nonblocking_creation) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comms[2];
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  /* Rank 0 alone cannot finish: it must report progress, not block. */
+  ck_assert_int_eq(ncclCommInitRankConfig(&comms[0], 2, id, 0, &cfg), ncclInProgress);
+  ncclResult_t state;
+  ck_assert_int_eq(ncclCommGetAsyncError(comms[0], &state), ncclSuccess);
+  ck_assert_int_eq(state, ncclInProgress);
+  int n;
+  ck_assert_int_eq(ncclCommCount(comms[0], &n), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comms[0]), "still being created"));
+  ck_assert_int_eq(ncclCommInitRankConfig(&comms[1], 2, id, 1, &cfg), ncclInProgress);
+  for (int i = 0; i < 2; i++) {
+    do {
+      ck_assert_int_eq(ncclCommGetAsyncError(comms[i], &state), ncclSuccess);
+    } while (state == ncclInProgress);
+    ck_assert_int_eq(state, ncclSuccess);
+    ck_assert_int_eq(ncclCommCount(comms[i], &n), ncclSuccess);
+    ck_assert_int_eq(n, 2);
+  }
+  /* Non-blocking split in a group: ncclGroupEnd returns ncclInProgress. */
+  ncclComm_t sub[2];
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommSplit(comms[i], 0, i, &sub[i], NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInProgress);
+  for (int i = 0; i < 2; i++) {
+    do {
+      ck_assert_int_eq(ncclCommGetAsyncError(sub[i], &state), ncclSuccess);
+    } while (state == ncclInProgress);
+    ck_assert_int_eq(state, ncclSuccess);
+    ck_assert_int_eq(ncclCommDestroy(sub[i]), ncclSuccess);
+    ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  }
+}
+END_TEST
+
+/* Abort stops a creation that waits for absent peers, promptly. */
+START_TEST(abort_pending_creation) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comm;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRankConfig(&comm, 3, id, 0, &cfg), ncclInProgress);
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+  int n;
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclInvalidArgument);
+}
+END_TEST
+
+START_TEST(send_recv_checks) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[64];
+  ck_assert_int_eq(ncclSend(buf, 1, ncclFloat, 0, NULL, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "ncclSend: comm is NULL"));
+  ck_assert_int_eq(ncclSend(buf, 1, (ncclDataType_t)17, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "datatype 17"));
+  ck_assert_int_eq(ncclRecv(buf, 1, ncclFloat, 7, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "ncclRecv: peer 7 out of range [0, 1)"));
+  ck_assert_int_eq(ncclRecv(buf, 1, ncclFloat, -1, comm, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclSend(NULL, 3, ncclFloat, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "sendbuff is NULL with count 3"));
+  ck_assert_int_eq(ncclSend(buf, SIZE_MAX / 2, ncclFloat64, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "overflows"));
+  /* No-ops: a null peer and an empty message. */
+  ck_assert_int_eq(ncclSend(buf, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(NULL, 0, ncclFloat, 0, comm, NULL), ncclSuccess);
+  /* A real transfer: refused until the data path exists. */
+  ck_assert_int_eq(ncclSend(buf, 4, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "not available in this version"));
+  ck_assert_int_eq(pncclRecv(buf, 4, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+  ck_assert_int_eq(ncclSend(buf, 1, ncclFloat, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "not a live communicator"));
+}
+END_TEST
+
+/* Errors inside a group: returned by the call and again by ncclGroupEnd. */
+START_TEST(group_errors) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[16];
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess); /* nested */
+  ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(buf, 1, ncclInt8, 3, comm, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess); /* inner end: nothing runs yet */
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "peer 3"));
+  /* The failed group left nothing behind: an empty group succeeds. */
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclSend(buf, 0, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+START_TEST(rma_checks) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[16];
+  ncclWindow_t win = (ncclWindow_t)buf;
+  ck_assert_int_eq(ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 1, 0, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "sigIdx 1"));
+  ck_assert_int_eq(ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, 0, 2, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "flags 0x2"));
+  ck_assert_int_eq(ncclPutSignal(buf, 1, ncclInt8, 0, NULL, 0, 0, 0, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "peerWin is NULL"));
+  ck_assert_int_eq(ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, 1, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "ctx 1 out of range [0, 1)"));
+  ck_assert_int_eq(ncclPutSignal(buf, 1, ncclInt8, 2, win, 0, 0, 0, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclSignal(0, 0, 0, 1, comm, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclSignal(5, 0, 0, 0, comm, NULL), ncclInvalidArgument);
+  ncclWaitSignalDesc_t d = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
+  ck_assert_int_eq(ncclWaitSignal(0, &d, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "nDesc 0"));
+  ck_assert_int_eq(ncclWaitSignal(1, NULL, comm, NULL), ncclInvalidArgument);
+  d.opCnt = 0;
+  ck_assert_int_eq(ncclWaitSignal(1, &d, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "signalDescs[0].opCnt 0"));
+  d.opCnt = 1;
+  ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclWaitSignal(1, &d, comm, NULL), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "not available"));
+  ncclWindow_t w = NULL;
+  ck_assert_int_eq(ncclCommWindowRegister(comm, buf + 1, 64, &w, NCCL_WIN_DEFAULT), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "NCCL_WIN_REQUIRED_ALIGNMENT"));
+  ck_assert_int_eq(ncclCommWindowRegister(comm, NULL, 64, &w, 0), ncclInvalidArgument);
+  ck_assert_ptr_null(w);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+/* Each thread reads its own last error. */
+static void* error_thread(void* p) {
+  intptr_t peer = (intptr_t)p;
+  char want[64];
+  snprintf(want, sizeof(want), "peer %d out of range", (int)peer);
+  for (int i = 0; i < 1000; i++) {
+    extern ncclComm_t shared_comm;
+    if (ncclSend(want, 1, ncclInt8, (int)peer, shared_comm, NULL) != ncclInvalidArgument) return (void*)1;
+    if (!contains(ncclGetLastError(NULL), want)) return (void*)1;
+  }
+  return NULL;
+}
+ncclComm_t shared_comm;
+
+START_TEST(last_error_per_thread) {
+  use_local_bootstrap();
+  shared_comm = comm_of_one();
+  pthread_t t[4];
+  for (intptr_t i = 0; i < 4; i++) pthread_create(&t[i], NULL, error_thread, (void*)(i + 10));
+  for (int i = 0; i < 4; i++) {
+    void* ret;
+    pthread_join(t[i], &ret);
+    ck_assert_ptr_null(ret);
+  }
+  ck_assert_int_eq(ncclCommDestroy(shared_comm), ncclSuccess);
+}
+END_TEST
+
+/* Bootstrap collectives among threads of this process. */
+typedef struct {
+  mpn_bootstrap_id_t id;
+  int nranks, rank, ok;
+} boot_arg_t;
+
+static void* boot_thread(void* p) {
+  boot_arg_t* a = p;
+  mpn_bootstrap_t *b = NULL, *child = NULL;
+  if (mpn_bootstrap_rendezvous(&a->id, a->nranks, a->rank, NULL, &b) != ncclSuccess) return NULL;
+  int vals[MAXR];
+  vals[a->rank] = 100 + a->rank;
+  int ok = mpn_bootstrap_allgather(b, vals, sizeof(int)) == ncclSuccess;
+  for (int i = 0; i < a->nranks; i++) ok &= vals[i] == 100 + i;
+  long big[1000];
+  int root = a->nranks - 1;
+  if (a->rank == root) for (int i = 0; i < 1000; i++) big[i] = i * 7;
+  ok &= mpn_bootstrap_bcast(b, big, sizeof(big), root) == ncclSuccess;
+  for (int i = 0; i < 1000; i++) ok &= big[i] == i * 7;
+  ok &= mpn_bootstrap_barrier(b) == ncclSuccess;
+  /* Point to point around the ring, receiver posting late. */
+  int next = (a->rank + 1) % a->nranks, prev = (a->rank + a->nranks - 1) % a->nranks, got = -1;
+  ok &= mpn_bootstrap_send(b, next, 5, &a->rank, sizeof(int)) == ncclSuccess;
+  ok &= mpn_bootstrap_recv(b, prev, 5, &got, sizeof(int)) == ncclSuccess;
+  ok &= got == prev;
+  ok &= mpn_bootstrap_split(b, a->rank % 2, -a->rank, &child) == ncclSuccess;
+  if (child) {
+    int expect_n = (a->nranks + 1 - a->rank % 2) / 2;
+    ok &= child->nranks == expect_n;
+    ok &= child->rank == expect_n - 1 - a->rank / 2; /* keys reversed */
+    ok &= mpn_bootstrap_barrier(child) == ncclSuccess;
+    mpn_bootstrap_destroy(child);
+  }
+  mpn_bootstrap_destroy(b);
+  a->ok = ok;
+  return NULL;
+}
+
+START_TEST(bootstrap_collectives_threads) {
+  use_local_bootstrap();
+  for (int n = 1; n <= 5; n++) {
+    boot_arg_t a[MAXR];
+    pthread_t t[MAXR];
+    mpn_bootstrap_id_t id;
+    ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+    for (int i = 0; i < n; i++) {
+      a[i] = (boot_arg_t){.id = id, .nranks = n, .rank = i};
+      pthread_create(&t[i], NULL, boot_thread, &a[i]);
+    }
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < n; i++) ck_assert_msg(a[i].ok, "n=%d rank %d failed", n, i);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("comm_local");
+  TCase* tc = tcase_create("comm_local");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, one_rank_queries);
+  tcase_add_test(tc, init_arguments);
+  tcase_add_test(tc, rendezvous_disagreements);
+  tcase_add_test(tc, rendezvous_timeout);
+  tcase_add_test(tc, threads_one_rank_each);
+  tcase_add_test(tc, group_creates_several_ranks);
+  tcase_add_test(tc, split_in_group);
+  tcase_add_test(tc, nonblocking_creation);
+  tcase_add_test(tc, abort_pending_creation);
+  tcase_add_test(tc, send_recv_checks);
+  tcase_add_test(tc, group_errors);
+  tcase_add_test(tc, rma_checks);
+  tcase_add_test(tc, last_error_per_thread);
+  tcase_add_test(tc, bootstrap_collectives_threads);
+  suite_add_tcase(s, tc);
+  SRunner* sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,266 @@
+/*
+ * test_core.c - unit tests of what needs neither MPI nor a GPU: the ABI facts
+ * of nccl.h, version, error strings, ncclConfig_t reading, parameters,
+ * logging options, and the functions this version refuses.
+ */
+#include <check.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/debug.h"
+#include "core/param.h"
+#include "mpinccl.h"
+
+START_TEST(abi_layout) {
+  ck_assert_int_eq(sizeof(ncclUniqueId), 128);
+  ck_assert_int_eq(NCCL_UNIQUE_ID_BYTES, 128);
+  ck_assert_int_eq(ncclNumResults, 9);
+  ck_assert_int_eq(ncclTimeout, 8);
+  ck_assert_int_eq(ncclInProgress, 7);
+  ck_assert_int_eq(ncclFloat8e5m2, 11);
+  ck_assert_int_eq(ncclNumTypes, 12);
+  ck_assert_int_eq(ncclBfloat16, 9);
+  ck_assert_int_eq(ncclAvg, 4);
+  ck_assert_int_eq(sizeof(ncclRedOp_t), sizeof(ncclRedOp_dummy_t));
+  ck_assert_int_eq((int)ncclMaxRedOp, 0x7fffffff >> (32 - 8 * (int)sizeof(ncclRedOp_dummy_t)));
+  ck_assert_int_eq(offsetof(ncclConfig_t, size), 0);
+  ck_assert_int_eq(offsetof(ncclConfig_t, magic), 8);
+  ck_assert_int_eq(offsetof(ncclConfig_t, version), 12);
+  ck_assert_int_eq(offsetof(ncclConfig_t, blocking), 16);
+  ck_assert_int_eq(offsetof(ncclConfig_t, netName), 32);
+  ck_assert_int_eq(offsetof(ncclConfig_t, commName), 48);
+  ck_assert_int_eq(offsetof(ncclConfig_t, numRmaCtx), 84);
+  ck_assert_int_eq(offsetof(ncclConfig_t, graphStreamOrdering), 92);
+  ck_assert_int_eq(offsetof(ncclWaitSignalDesc_t, ctx), 12);
+  ck_assert_int_eq(NCCL_WIN_REQUIRED_ALIGNMENT, 4096);
+  ck_assert_int_eq(NCCL_SPLIT_NOCOLOR, -1);
+  ck_assert_uint_eq(NCCL_API_MAGIC, 0xcafebeefu);
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  ck_assert_uint_eq(c.size, sizeof(ncclConfig_t));
+  ck_assert_int_eq(c.blocking, NCCL_CONFIG_UNDEF_INT);
+  ck_assert_int_eq(c.graphStreamOrdering, NCCL_CONFIG_UNDEF_INT);
+  ck_assert_ptr_null(c.commName);
+  ck_assert_int_ne(MPINCCL_PROC_NULL, -1);
+}
+END_TEST
+
+START_TEST(version_codes) {
+  int v = 0;
+  ck_assert_int_eq(ncclGetVersion(&v), ncclSuccess);
+  ck_assert_int_eq(v, NCCL_VERSION_CODE);
+  ck_assert_int_eq(NCCL_VERSION(2, 30, 7), 23007);
+  ck_assert_int_eq(NCCL_VERSION(2, 8, 4), 2804);
+  ck_assert_int_eq(NCCL_VERSION_CODE / 100, 230);
+  ck_assert_int_eq(pncclGetVersion(&v), ncclSuccess);
+  ck_assert_int_eq(ncclGetVersion(NULL), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "version is NULL"));
+}
+END_TEST
+
+START_TEST(error_strings) {
+  for (int i = 0; i < ncclNumResults; i++) {
+    const char* s = ncclGetErrorString((ncclResult_t)i);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_gt(strlen(s), 5);
+    for (int j = 0; j < i; j++) ck_assert_str_ne(s, ncclGetErrorString((ncclResult_t)j));
+  }
+  ck_assert_str_eq(ncclGetErrorString((ncclResult_t)42), "unknown result code");
+}
+END_TEST
+
+START_TEST(config_defaults_and_magic) {
+  mpn_config_t cfg;
+  ck_assert_int_eq(mpn_config_read(NULL, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.blocking, 1);
+  ck_assert_int_eq(cfg.num_rma_ctx, 1);
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.blocking = 0;
+  c.numRmaCtx = 4;
+  c.commName = "halo";
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.blocking, 0);
+  ck_assert_int_eq(cfg.num_rma_ctx, 4);
+  ck_assert_str_eq(cfg.name, "halo");
+  c.magic = 0x1234;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "ncclCommInitRankConfig", &cfg), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "config->magic 0x1234"));
+  c = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  c.blocking = 2;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "blocking 2"));
+  c.blocking = NCCL_CONFIG_UNDEF_INT;
+  c.numRmaCtx = 0;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclInvalidArgument);
+}
+END_TEST
+
+/* A program built against an older header passes a shorter struct. */
+START_TEST(config_older_header) {
+  mpn_config_t cfg;
+  unsigned char raw[sizeof(ncclConfig_t)];
+  memset(raw, 0x5a, sizeof(raw)); /* garbage beyond the old size */
+  ncclConfig_t* c = (ncclConfig_t*)raw;
+  ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
+  size_t old_size = offsetof(ncclConfig_t, numRmaCtx); /* before numRmaCtx existed */
+  memcpy(raw, &init, old_size);
+  c->size = old_size;
+  c->version = NCCL_VERSION(2, 27, 0);
+  c->blocking = 0;
+  ck_assert_int_eq(mpn_config_read(c, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.blocking, 0);
+  ck_assert_int_eq(cfg.num_rma_ctx, 1); /* garbage past size ignored */
+  /* 2.29 struct with the full size but an older version: 2.30 fields unset. */
+  ncclConfig_t d = NCCL_CONFIG_INITIALIZER;
+  d.version = NCCL_VERSION(2, 29, 0);
+  d.maxP2pPeers = 7;
+  ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.max_p2p_peers, 0);
+  d.version = NCCL_VERSION(2, 30, 0);
+  ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.max_p2p_peers, 7);
+}
+END_TEST
+
+START_TEST(config_inherits_parent) {
+  mpn_config_t parent = {.blocking = 0, .num_rma_ctx = 3}, cfg;
+  ck_assert_int_eq(mpn_config_read(NULL, &parent, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.blocking, 0);
+  ck_assert_int_eq(cfg.num_rma_ctx, 3);
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.blocking = 1;
+  ck_assert_int_eq(mpn_config_read(&c, &parent, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.blocking, 1);
+  ck_assert_int_eq(cfg.num_rma_ctx, 3);
+}
+END_TEST
+
+START_TEST(params_table) {
+  unsetenv("MPINCCL_TRANSPORT");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ck_assert_str_eq(mpn_param_str(MPN_PARAM_TRANSPORT), "auto");
+  ck_assert_int_eq(mpn_param_is_set(MPN_PARAM_TRANSPORT), 0);
+  ck_assert_int_eq(mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT), 120);
+  setenv("MPINCCL_TRANSPORT", "UCX", 1);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "7", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ck_assert_str_eq(mpn_param_str(MPN_PARAM_TRANSPORT), "UCX");
+  ck_assert_int_eq(mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT), 7);
+  setenv("MPINCCL_TRANSPORT", "carrier-pigeon", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "MPINCCL_TRANSPORT=carrier-pigeon"));
+  unsetenv("MPINCCL_TRANSPORT");
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "0x", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "MPINCCL_BOOTSTRAP_TIMEOUT=0x"));
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "0", 1); /* below the minimum */
+  ck_assert_int_eq(mpn_params_reload(), ncclInvalidArgument);
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  /* Every row documented. */
+  for (int i = 0; i < MPN_PARAM_COUNT; i++) {
+    ck_assert_ptr_nonnull(mpn_param_table[i].name);
+    ck_assert_int_gt(strlen(mpn_param_table[i].help), 10);
+  }
+}
+END_TEST
+
+START_TEST(debug_options) {
+  ck_assert_int_eq(mpn_log_parse_level("INFO"), MPN_LOG_INFO);
+  ck_assert_int_eq(mpn_log_parse_level("trace"), MPN_LOG_TRACE);
+  ck_assert_int_eq(mpn_log_parse_level("WARN"), MPN_LOG_WARN);
+  ck_assert_int_eq(mpn_log_parse_level(""), MPN_LOG_NONE);
+  ck_assert_int_eq(mpn_log_parse_level("LOUD"), -1);
+  ck_assert_uint_eq(mpn_log_parse_subsys("INIT,P2P"), MPN_SUBSYS_INIT | MPN_SUBSYS_P2P);
+  ck_assert_uint_eq(mpn_log_parse_subsys("ALL"), MPN_SUBSYS_ALL);
+  ck_assert_uint_eq(mpn_log_parse_subsys("^NET"), ~(unsigned)MPN_SUBSYS_NET);
+}
+END_TEST
+
+/* Logging to a file names the file after host and pid, and writes INFO lines. */
+START_TEST(debug_file) {
+  char path[] = "/tmp/mpinccl-log-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(path));
+  char pattern[256];
+  snprintf(pattern, sizeof(pattern), "%s/log.%%p", path);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_FILE", pattern, 1);
+  MPN_INFO(MPN_SUBSYS_INIT, "hello %d", 42);
+  char file[300];
+  snprintf(file, sizeof(file), "%s/log.%d", path, (int)getpid());
+  FILE* f = fopen(file, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[512] = "";
+  ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(line, "MPINCCL INFO hello 42"));
+  unlink(file);
+  rmdir(path);
+}
+END_TEST
+
+START_TEST(refused_calls) {
+  ncclComm_t comm = NULL;
+  ncclUniqueId id;
+  uint64_t value;
+  void* p = NULL;
+  ck_assert_int_eq(ncclCommShrink(comm, NULL, 0, &comm, NULL, 0), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclCommShrink"));
+  ck_assert_int_eq(ncclCommGrow(comm, 2, &id, 0, &comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommInitRankScalable(&comm, 2, 0, 1, &id, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommRevoke(comm, 0), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommResume(comm), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemTotal, &value), ncclInvalidUsage);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  ck_assert_int_eq(ncclGroupSimulateEnd(&sim), ncclInvalidUsage);
+  ck_assert_int_eq(ncclResetDebugInit(), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclResetDebugInit"));
+  ck_assert_int_eq(ncclAllReduce(p, p, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclAllReduce"));
+  ck_assert_int_eq(ncclReduce(p, p, 1, ncclFloat, ncclSum, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclBcast(p, 1, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclBroadcast(p, p, 1, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclReduceScatter(p, p, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclAllGather(p, p, 1, ncclFloat, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclAlltoAll(p, p, 1, ncclFloat, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclGather(p, p, 1, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclScatter(p, p, 1, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  ncclRedOp_t op;
+  float s = 1;
+  ck_assert_int_eq(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat, ncclScalarHostImmediate, comm),
+                   ncclInvalidUsage);
+  ck_assert_int_eq(ncclRedOpDestroy(ncclSum, comm), ncclInvalidUsage);
+  ck_assert_int_eq(ncclMemAlloc(&p, 4096), ncclInvalidUsage);
+  ck_assert_int_eq(ncclMemAlloc(NULL, 4096), ncclInvalidArgument);
+  ck_assert_int_eq(ncclMemAlloc(&p, 0), ncclInvalidArgument);
+  ck_assert_int_eq(ncclMemFree(&s), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "not allocated by ncclMemAlloc"));
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "no ncclGroupStart"));
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("core");
+  TCase* tc = tcase_create("core");
+  tcase_add_test(tc, abi_layout);
+  tcase_add_test(tc, version_codes);
+  tcase_add_test(tc, error_strings);
+  tcase_add_test(tc, config_defaults_and_magic);
+  tcase_add_test(tc, config_older_header);
+  tcase_add_test(tc, config_inherits_parent);
+  tcase_add_test(tc, params_table);
+  tcase_add_test(tc, debug_options);
+  tcase_add_test(tc, debug_file);
+  tcase_add_test(tc, refused_calls);
+  suite_add_tcase(s, tc);
+  SRunner* sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -36,6 +36,9 @@ typedef struct record {
   uint64_t key;
   int nranks, count, failed;
   uint32_t round;   /* completed rounds: an id may be reused once done */
+  int max_nranks;   /* largest nranks any caller claimed */
+  int answered;     /* callers answered since the id failed */
+  uint64_t last_ns; /* when the last caller arrived */
   hello_t* hellos;  /* count arrivals */
   char error[192];
 } record_t;
@@ -104,6 +107,8 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   memcpy(&h, payload, sizeof(h));
   record_t* r = record_find(key, 1);
   if (r == NULL) return;
+  if (h.nranks > r->max_nranks) r->max_nranks = h.nranks;
+  r->last_ns = mpn_chan_now_ns();
   if (r->count == 0 && !r->failed) {
     r->nranks = h.nranks;
     r->hellos = calloc((size_t)h.nranks, sizeof(hello_t));
@@ -120,8 +125,12 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
     if (one.hellos == NULL) return;
     one.hellos[0] = h;
     memcpy(one.error, r->error, sizeof(one.error));
-    if (r->hellos && r->count) record_answer(r, ncclInvalidArgument);
+    if (r->hellos && r->count) {
+      r->answered += r->count;
+      record_answer(r, ncclInvalidArgument);
+    }
     record_answer(&one, ncclInvalidArgument);
+    r->answered++;
     return;
   }
   r->hellos[r->count++] = h;
@@ -244,6 +253,31 @@ ncclResult_t mpn_bootstrap_id_create(mpn_bootstrap_id_t* id) {
   return ncclSuccess;
 }
 
+typedef struct {
+  uint64_t key;
+  int done;
+} linger_t;
+
+static void linger_check(void* arg) {
+  linger_t* l = arg;
+  record_t* r = record_find(l->key, 0);
+  l->done = r == NULL || !r->failed || r->answered >= r->max_nranks ||
+            mpn_chan_now_ns() - r->last_ns > 2000000000ull;
+}
+
+/*
+ * A failed rendezvous must still answer callers that arrive later, but the
+ * creator's process serves them only while it progresses the channel: it
+ * stays until every claimed rank was answered or nobody came for 2 s.
+ */
+static void service_linger(uint64_t key) {
+  linger_t l = {key, 0};
+  while (mpn_chan_locked(linger_check, &l), !l.done) {
+    mpn_chan_progress();
+    usleep(500);
+  }
+}
+
 /* The context key of one round: distinct when an id is used again. */
 static uint64_t round_key(uint64_t key, uint32_t round) {
   uint64_t z = key + 0x9e3779b97f4a7c15ull * (round + 1);
@@ -275,8 +309,10 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
   if (res == ncclSuccess) {
     table_head_t head;
     memcpy(&head, msg, sizeof(head));
-    if (head.status != ncclSuccess)
+    if (head.status != ncclSuccess) {
+      if (id->root.proc == mpn_chan_proc_id()) service_linger(id->key);
       res = mpn_error_set(NULL, (ncclResult_t)head.status, "%s", head.error);
+    }
     else
       res = mpn_bootstrap_create(round_key(id->key, head.round), nranks, rank,
                                  (const mpn_endpoint_t*)(msg + sizeof(head)), abort, out);

@@ -1,0 +1,155 @@
+/*
+ * test_gpu_comm.c - communicators on a GPU (run under mpirun with 1, 2 and 4
+ * ranks; on the one-GPU machine all ranks share it): creation from a unique
+ * id, ncclCommInitAll with a repeated device, split, the MPI_Comm extension
+ * and non-blocking creation, checking devices, the ranks found sharing the
+ * GPU, MPS detection and the transport chosen per peer.  Exits 77 without a
+ * GPU.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "mpinccl.h"
+#include "transport.h"
+
+static int world_rank, world_size, local_rank, local_size, ndev, failures;
+
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "[world %d] %s:%d: expected %s (last error: %s)\n", world_rank, __FILE__, \
+              __LINE__, #cond, ncclGetLastError(NULL)); \
+      failures++; \
+    } \
+  } while (0)
+#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+
+/* Ranks of comm on rank r's GPU, from what every process knows of its device. */
+static void expect_gpu_sharing(ncclComm_t comm, int expect_same_gpu) {
+  int dev = -1;
+  EXPECT_OK(ncclCommCuDevice(comm, &dev));
+  int cur;
+  cudaGetDevice(&cur);
+  EXPECT(dev == cur);
+  EXPECT(comm->topo.n_same_gpu == expect_same_gpu);
+  int mps = 0;
+  cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev);
+  EXPECT(comm->topo.ranks[comm->rank].mps == (mps != 0));
+  EXPECT(strlen(comm->topo.ranks[comm->rank].pci_bus) >= 12);
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank) continue;
+    int same_proc = comm->topo.ranks[p].proc == comm->topo.ranks[comm->rank].proc;
+    int kind = comm->transport[p];
+    if (getenv("MPINCCL_TRANSPORT") == NULL && getenv("NCCL_P2P_DISABLE") == NULL)
+      EXPECT(kind == (same_proc ? MPN_TRANSPORT_LOCAL : MPN_TRANSPORT_IPC));
+  }
+}
+
+static void test_unique_id(void) {
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, world_size, id, world_rank));
+  /* Processes on this host with the same device ordinal share a GPU. */
+  int same = 0;
+  for (int l = 0; l < local_size; l++) same += l % ndev == local_rank % ndev;
+  expect_gpu_sharing(comm, same);
+  ncclComm_t sub;
+  EXPECT_OK(ncclCommSplit(comm, world_rank % 2, world_rank, &sub, NULL));
+  int n, r, d;
+  EXPECT_OK(ncclCommCount(sub, &n));
+  EXPECT_OK(ncclCommUserRank(sub, &r));
+  EXPECT_OK(ncclCommCuDevice(sub, &d));
+  EXPECT(n == (world_size + 1 - world_rank % 2) / 2 && r == world_rank / 2);
+  EXPECT(d == local_rank % ndev);
+  EXPECT_OK(ncclCommDestroy(sub));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Several ranks of this process on one device, which NCCL refuses. */
+static void test_init_all_repeated(void) {
+  int dev = local_rank % ndev, devs[3] = {dev, dev, dev};
+  ncclComm_t comms[3];
+  EXPECT_OK(ncclCommInitAll(comms, 3, devs));
+  for (int i = 0; i < 3; i++) {
+    int n, r, d;
+    EXPECT_OK(ncclCommCount(comms[i], &n));
+    EXPECT_OK(ncclCommUserRank(comms[i], &r));
+    EXPECT_OK(ncclCommCuDevice(comms[i], &d));
+    EXPECT(n == 3 && r == i && d == dev);
+    EXPECT(comms[i]->topo.n_same_gpu == 3 && comms[i]->topo.n_same_process == 3);
+    for (int p = 0; p < 3; p++)
+      EXPECT(comms[i]->transport[p] == (p == i ? MPN_TRANSPORT_SELF : MPN_TRANSPORT_LOCAL));
+  }
+  /* Split the clique from one thread, in a group. */
+  ncclComm_t sub[3];
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 3; i++) EXPECT_OK(ncclCommSplit(comms[i], i == 1 ? NCCL_SPLIT_NOCOLOR : 0, 0, &sub[i], NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(sub[1] == NULL);
+  int n;
+  EXPECT_OK(ncclCommCount(sub[2], &n));
+  EXPECT(n == 2);
+  EXPECT_OK(ncclCommDestroy(sub[0]));
+  EXPECT_OK(ncclCommDestroy(sub[2]));
+  for (int i = 0; i < 3; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+  int cur;
+  cudaGetDevice(&cur);
+  EXPECT(cur == dev); /* InitAll restores the caller's device */
+}
+
+static void test_mpi_comm_nonblocking(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm;
+  ncclResult_t res = mpincclCommInitMPI(&comm, MPI_COMM_WORLD, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  ncclResult_t state;
+  do {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  } while (state == ncclInProgress);
+  EXPECT(state == ncclSuccess);
+  int r;
+  EXPECT_OK(ncclCommUserRank(comm, &r));
+  EXPECT(r == world_rank);
+  int same = 0;
+  for (int l = 0; l < local_size; l++) same += l % ndev == local_rank % ndev;
+  expect_gpu_sharing(comm, same);
+  MPI_Comm back;
+  EXPECT_OK(mpincclCommGetMPIComm(comm, &back));
+  EXPECT(back == MPI_COMM_WORLD);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("1 2 4");
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    if (world_rank == 0) printf("test_gpu_comm: no GPU: SKIP\n");
+    MPI_Finalize();
+    return 77;
+  }
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  cudaSetDevice(local_rank % ndev);
+  test_unique_id();
+  test_init_all_repeated();
+  test_mpi_comm_nonblocking();
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) printf("test_gpu_comm: %d ranks, %d GPU(s), %d failures\n", world_size, ndev, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

@@ -13,10 +13,28 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#ifdef HAVE_UCX
+#include "ucx/ucx_probe.h"
+#endif
 
 const char* mpn_transport_name(mpn_transport_kind_t kind) {
   static const char* names[MPN_TRANSPORT_COUNT] = {"self", "local", "ipc", "ucx"};
   return (unsigned)kind < MPN_TRANSPORT_COUNT ? names[kind] : "?";
+}
+
+/* A peer on UCX needs a working UCX; learn what it can do, once per process. */
+static ncclResult_t transport_check_ucx(struct ncclComm* comm) {
+  int any = 0;
+  for (int peer = 0; peer < comm->nranks; peer++) any |= comm->transport[peer] == MPN_TRANSPORT_UCX;
+  if (!any) return ncclSuccess;
+#ifdef HAVE_UCX
+  mpn_ucx_caps_t caps;
+  return mpn_ucx_probe(&caps);
+#else
+  return mpn_error_set(comm, ncclInvalidUsage,
+                       "rank %d needs the UCX transport, but mpinccl was built without UCX",
+                       comm->rank);
+#endif
 }
 
 ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
@@ -50,7 +68,7 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
   }
   free(comm->transport);
   comm->transport = kinds;
-  return ncclSuccess;
+  return transport_check_ucx(comm);
 }
 
 void mpn_transport_log(const struct ncclComm* comm) {

@@ -145,7 +145,12 @@ void mpn_params_print_markdown(FILE* out) {
   fprintf(out, "| variable | default | meaning |\n| --- | --- | --- |\n");
   for (int id = 0; id < MPN_PARAM_COUNT; id++) {
     const mpn_param_desc_t* d = &mpn_param_table[id];
-    fprintf(out, "| `%s` | `%s` | %s%s%s |\n", d->name, *d->deflt ? d->deflt : "(unset)",
-            d->help, d->choices ? " Values: " : "", d->choices ? d->choices : "");
+    fprintf(out, "| `%s` | `%s` | %s", d->name, *d->deflt ? d->deflt : "(unset)", d->help);
+    if (d->choices) {
+      fprintf(out, " Values: ");
+      for (const char* c = d->choices; *c; c++) fputs(*c == '|' ? ", " : (char[]){*c, 0}, out);
+      fputc('.', out);
+    }
+    fprintf(out, " |\n");
   }
 }

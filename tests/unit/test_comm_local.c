@@ -13,11 +13,21 @@
 
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
+#include "core/param.h"
 #include "mpinccl.h"
 
 #define MAXR 8
 
-static void use_local_bootstrap(void) { setenv("MPINCCL_BOOTSTRAP", "local", 1); }
+/* Parameters are read once per process: re-read them (tests may run unforked). */
+static void set_param(const char* name, const char* value) {
+  setenv(name, value, 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+}
+
+static void use_local_bootstrap(void) {
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  set_param("MPINCCL_BOOTSTRAP", "local");
+}
 
 /* One communicator of one rank. */
 static ncclComm_t comm_of_one(void) {
@@ -110,7 +120,7 @@ static void run_ranks(rank_arg_t* args, int n) {
 
 START_TEST(rendezvous_disagreements) {
   use_local_bootstrap();
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
   rank_arg_t a[2] = {{.nranks = 2, .rank = 1}, {.nranks = 2, .rank = 1}};
   ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
   a[1].id = a[0].id;
@@ -134,7 +144,7 @@ END_TEST
 /* A rank whose peers never come: ncclTimeout with a message, not a hang. */
 START_TEST(rendezvous_timeout) {
   use_local_bootstrap();
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "1", 1);
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
   ncclUniqueId id;
   ncclComm_t comm = (ncclComm_t)0x1;
   ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);

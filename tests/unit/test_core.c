@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,6 +168,29 @@ START_TEST(params_table) {
 }
 END_TEST
 
+/* The README's parameter table is the one the code prints. */
+START_TEST(readme_parameters) {
+  char path[512];
+  const char* here = __FILE__;
+  const char* slash = strrchr(here, '/');
+  snprintf(path, sizeof(path), "%.*s/../../README.md", (int)(slash ? slash - here : 1),
+           slash ? here : ".");
+  FILE* f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  static char readme[1 << 16];
+  size_t n = fread(readme, 1, sizeof(readme) - 1, f);
+  fclose(f);
+  readme[n] = '\0';
+  char* table = NULL;
+  size_t len = 0;
+  FILE* out = open_memstream(&table, &len);
+  mpn_params_print_markdown(out);
+  fclose(out);
+  ck_assert_msg(strstr(readme, table) != NULL, "README.md lacks the parameter table:\n%s", table);
+  free(table);
+}
+END_TEST
+
 START_TEST(debug_options) {
   ck_assert_int_eq(mpn_log_parse_level("INFO"), MPN_LOG_INFO);
   ck_assert_int_eq(mpn_log_parse_level("trace"), MPN_LOG_TRACE);
@@ -254,6 +278,7 @@ int main(void) {
   tcase_add_test(tc, config_older_header);
   tcase_add_test(tc, config_inherits_parent);
   tcase_add_test(tc, params_table);
+  tcase_add_test(tc, readme_parameters);
   tcase_add_test(tc, debug_options);
   tcase_add_test(tc, debug_file);
   tcase_add_test(tc, refused_calls);

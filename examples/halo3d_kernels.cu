@@ -62,8 +62,8 @@ __device__ size_t face_cell(halo_box_t box, int face, size_t e, bool ghost) {
 }
 
 /* blockIdx.y is the face: the six faces in one launch. */
-__global__ void pack_kernel(const double* __restrict__ u, double* __restrict__ send,
-                            halo_box_t box, face_layout l, unsigned faces) {
+__global__ void pack_kernel(const double* __restrict__ u, double* __restrict__ send, halo_box_t box,
+                            face_layout l, unsigned faces) {
   int f = blockIdx.y;
   if (!((faces >> f) & 1u)) return;
   size_t count = l.off[f + 1] - l.off[f];
@@ -132,8 +132,8 @@ extern "C" cudaError_t halo_pack(const double* u, double* send, halo_box_t box, 
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t halo_unpack(double* u, const double* recv, halo_box_t box,
-                                   unsigned faces, cudaStream_t stream) {
+extern "C" cudaError_t halo_unpack(double* u, const double* recv, halo_box_t box, unsigned faces,
+                                   cudaStream_t stream) {
   if (faces == 0) return cudaSuccess;
   dim3 blocks(face_blocks(largest_face(box)), HALO_FACES);
   unpack_kernel<<<blocks, face_threads, 0, stream>>>(u, recv, box, layout_of(box), faces);

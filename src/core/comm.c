@@ -10,6 +10,7 @@
 
 #include "core/api.h"
 #include "core/error.h"
+#include "p2p/p2p.h"
 #include "transport.h"
 
 /* Live communicators: a small open set, scanned linearly (few per process). */
@@ -87,6 +88,7 @@ void mpn_comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
   registry_remove(comm);
   comm_join_init(comm, 1);
+  mpn_p2p_free(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
   mpn_topo_free(&comm->topo);
   free(comm->transport);
@@ -152,6 +154,7 @@ MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
   CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
+  if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY) mpn_p2p_poll_errors(comm);
   *asyncError = mpn_comm_async(comm);
   return ncclSuccess;
 }

@@ -46,6 +46,7 @@ struct ncclComm {
   mpn_bootstrap_t* bootstrap;
   mpn_topo_t topo;
   uint8_t* transport; /**< per peer: mpn_transport_kind_t */
+  struct mpn_p2p* p2p; /**< send/receive state, made on first use (p2p.c) */
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;

@@ -47,30 +47,22 @@ static void jobs_discard(mpn_init_job_t* jobs) {
   }
 }
 
-/* Launches the operations of each communicator, keeping program order. */
+/* Sends and receives go to the p2p engine together (a group may span
+ * communicators); one-sided operations to the RMA engine, per communicator. */
 static ncclResult_t ops_launch(mpn_op_t* ops) {
-  ncclResult_t first = ncclSuccess;
-  while (ops) {
-    struct ncclComm* comm = ops->comm;
-    mpn_op_t *p2p = NULL, **p2p_tail = &p2p, *rma = NULL, **rma_tail = &rma, *rest = NULL,
-             **rest_tail = &rest;
-    for (mpn_op_t *op = ops, *next; op; op = next) {
-      next = op->next;
-      op->next = NULL;
-      mpn_op_t*** tail = op->comm != comm ? &rest_tail
-                         : (op->kind == MPN_OP_SEND || op->kind == MPN_OP_RECV) ? &p2p_tail
-                                                                               : &rma_tail;
-      **tail = op;
-      *tail = &op->next;
-    }
-    ncclResult_t res = p2p ? mpn_p2p_launch(comm, p2p) : ncclSuccess;
-    if (res == ncclSuccess && rma) res = mpn_rma_launch(comm, rma);
-    if (first == ncclSuccess) first = res;
-    ops_free(p2p);
-    ops_free(rma);
-    ops = rest;
+  mpn_op_t *p2p = NULL, **p2p_tail = &p2p, *rma = NULL, **rma_tail = &rma;
+  for (mpn_op_t *op = ops, *next; op; op = next) {
+    next = op->next;
+    op->next = NULL;
+    mpn_op_t*** tail = op->kind == MPN_OP_SEND || op->kind == MPN_OP_RECV ? &p2p_tail : &rma_tail;
+    **tail = op;
+    *tail = &op->next;
   }
-  return first;
+  ncclResult_t res = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
+  if (res == ncclSuccess && rma) res = mpn_rma_launch(rma->comm, rma);
+  ops_free(p2p);
+  ops_free(rma);
+  return res;
 }
 
 /* Ends the outermost group: everything collected is run or discarded. */

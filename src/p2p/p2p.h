@@ -1,6 +1,6 @@
 /*
- * p2p.h - the send/receive engine: turns a group's sends and receives on one
- * communicator into stream work on the transports chosen per peer.
+ * p2p.h - the send/receive engine: turns a group's sends and receives into
+ * stream work on the transports chosen per peer.
  */
 #ifndef MPN_P2P_P2P_H_
 #define MPN_P2P_P2P_H_
@@ -10,9 +10,16 @@
 struct ncclComm;
 
 /**
- * Schedules a group's sends and receives on comm (program order, every op
- * already checked).  Returns once the work is enqueued on the streams.
+ * Schedules a group's sends and receives (any communicators; program order;
+ * every op already checked).  Returns once the work is enqueued on the
+ * streams; never waits for a peer.
  */
-ncclResult_t mpn_p2p_launch(struct ncclComm* comm, mpn_op_t* ops);
+ncclResult_t mpn_p2p_launch(mpn_op_t* ops);
+
+/** Folds errors peers found in this communicator's messages into its async error. */
+void mpn_p2p_poll_errors(struct ncclComm* comm);
+
+/** Releases the communicator's point-to-point state. */
+void mpn_p2p_free(struct ncclComm* comm);
 
 #endif /* MPN_P2P_P2P_H_ */

@@ -1,0 +1,106 @@
+/*
+ * ipc.c - export and import caches.  Both are small arrays scanned linearly
+ * under one lock: a process exchanges with few allocations; a hash replaces
+ * them when profiles say so.
+ */
+#include "cuda/ipc.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "cuda/driver.h"
+
+typedef struct {
+  uint64_t owner, buffer_id;
+  int dev; /* importing device: a mapping belongs to one context */
+  cudaIpcMemHandle_t handle;
+  void* base;
+} ipc_entry_t;
+
+typedef struct {
+  ipc_entry_t* entries;
+  int n, cap;
+} ipc_cache_t;
+
+static ipc_cache_t exported, imported;
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static ipc_entry_t* cache_find(ipc_cache_t* c, uint64_t owner, uint64_t id, int dev) {
+  for (int i = 0; i < c->n; i++)
+    if (c->entries[i].owner == owner && c->entries[i].buffer_id == id && c->entries[i].dev == dev)
+      return &c->entries[i];
+  return NULL;
+}
+
+static ipc_entry_t* cache_add(ipc_cache_t* c, const ipc_entry_t* e) {
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 64;
+    ipc_entry_t* grown = realloc(c->entries, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) return NULL;
+    c->entries = grown;
+    c->cap = cap;
+  }
+  c->entries[c->n] = *e;
+  return &c->entries[c->n++];
+}
+
+ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out) {
+  const mpn_driver_t* drv;
+  MPN_CHECK(mpn_driver_get(&drv));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  unsigned long long id = 0;
+  if (drv->pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
+      drv->mem_get_address_range(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS)
+    return mpn_error_set(NULL, ncclInvalidArgument, "%s %p is not CUDA device memory", what, ptr);
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&ipc_lock);
+  ipc_entry_t* e = cache_find(&exported, 0, id, -1);
+  if (e == NULL) {
+    ipc_entry_t fresh = {.owner = 0, .buffer_id = id, .dev = -1, .base = (void*)base};
+    cudaError_t err = cudaIpcGetMemHandle(&fresh.handle, (void*)base);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      res = mpn_error_set(NULL, ncclInvalidUsage,
+                          "%s %p cannot be shared with another process (%s); allocate it with "
+                          "cudaMalloc or ncclMemAlloc",
+                          what, ptr, cudaGetErrorString(err));
+    } else if ((e = cache_add(&exported, &fresh)) == NULL) {
+      res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+    }
+  }
+  if (res == ncclSuccess) {
+    out->buffer_id = id;
+    out->offset = (uint64_t)((CUdeviceptr)ptr - base);
+    out->handle = e->handle;
+  }
+  pthread_mutex_unlock(&ipc_lock);
+  return res;
+}
+
+ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr) {
+  ncclResult_t res = ncclSuccess;
+  int dev = -1;
+  MPN_CUDA_CHECK(cudaGetDevice(&dev));
+  pthread_mutex_lock(&ipc_lock);
+  ipc_entry_t* e = cache_find(&imported, owner, desc->buffer_id, dev);
+  if (e == NULL) {
+    ipc_entry_t fresh = {.owner = owner, .buffer_id = desc->buffer_id, .dev = dev,
+                         .handle = desc->handle};
+    cudaError_t err = cudaIpcOpenMemHandle(&fresh.base, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      res = mpn_error_set(NULL, ncclUnhandledCudaError, "cudaIpcOpenMemHandle failed: %s",
+                          cudaGetErrorString(err));
+    } else if ((e = cache_add(&imported, &fresh)) == NULL) {
+      res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+    } else {
+      MPN_TRACE(MPN_SUBSYS_IPC, "imported buffer %llu of process %llx at %p",
+                (unsigned long long)desc->buffer_id, (unsigned long long)owner, fresh.base);
+    }
+  }
+  if (res == ncclSuccess) *ptr = (char*)e->base + desc->offset;
+  pthread_mutex_unlock(&ipc_lock);
+  return res;
+}

@@ -1,0 +1,35 @@
+/*
+ * ipc.h - CUDA IPC for device buffers: export a buffer (handle of its whole
+ * allocation, plus the offset) and import a peer's, each cached by the
+ * allocation's buffer id, so that a freed and re-used address is noticed and
+ * the costly import is paid once per allocation, not once per message.
+ */
+#ifndef MPN_CUDA_IPC_H_
+#define MPN_CUDA_IPC_H_
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/** What a peer process needs to map one buffer. */
+typedef struct {
+  uint64_t buffer_id; /**< unique per allocation for the life of the process */
+  uint64_t offset;    /**< buffer - allocation base */
+  cudaIpcMemHandle_t handle;
+} mpn_ipc_desc_t;
+
+/**
+ * Describes the device buffer at ptr for a peer process.  ncclInvalidArgument
+ * when ptr is not device memory, ncclInvalidUsage when its allocation cannot
+ * be exported (memory pools).
+ */
+ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out);
+
+/**
+ * Maps a buffer exported by process owner (see mpn_chan_proc_id) into the
+ * calling thread's current device context and returns its address here.
+ */
+ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr);
+
+#endif /* MPN_CUDA_IPC_H_ */

@@ -1,0 +1,143 @@
+/*
+ * pair.c - shared-memory pairs: a file in /dev/shm per (communicator, sender,
+ * receiver), sized and zero-filled by whichever side opens it first (zero is
+ * the valid initial state), mapped and registered with CUDA so that streams
+ * can wait on and write its flags.  Mappings are shared by the ranks of one
+ * process.
+ */
+#include "p2p/pair.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bootstrap/channel.h"
+#include "core/error.h"
+
+typedef struct mapping {
+  struct mapping* next;
+  mpn_pair_t pair;
+  int refs;
+} mapping_t;
+
+static mapping_t* mappings;
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static ncclResult_t pair_open(mpn_pair_t* p) {
+  int fd = shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  p->created = fd >= 0;
+  if (fd < 0 && errno == EEXIST) fd = shm_open(p->name, O_RDWR, 0600);
+  if (fd < 0)
+    return mpn_error_set(NULL, ncclSystemError, "shm_open %s failed: %s", p->name, strerror(errno));
+  size_t size = sizeof(mpn_pair_mem_t);
+  /* Both sides size the file; extending with zeros is idempotent. */
+  if (ftruncate(fd, (off_t)size) != 0) {
+    close(fd);
+    return mpn_error_set(NULL, ncclSystemError, "ftruncate %s failed: %s", p->name, strerror(errno));
+  }
+  void* mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (mem == MAP_FAILED)
+    return mpn_error_set(NULL, ncclSystemError, "mmap %s failed: %s", p->name, strerror(errno));
+  cudaError_t err = cudaHostRegister(mem, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  void* dev = NULL;
+  if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, mem, 0);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    munmap(mem, size);
+    return mpn_error_set(NULL, ncclUnhandledCudaError, "registering %s with CUDA failed: %s",
+                         p->name, cudaGetErrorString(err));
+  }
+  p->mem = mem;
+  p->dev = (CUdeviceptr)dev;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
+  char name[96];
+  snprintf(name, sizeof(name), "/mpinccl-%016llx-%d-%d", (unsigned long long)key, sender, receiver);
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&map_lock);
+  mapping_t* m = mappings;
+  while (m && strcmp(m->pair.name, name) != 0) m = m->next;
+  if (m == NULL) {
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+      res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+    } else {
+      snprintf(m->pair.name, sizeof(m->pair.name), "%s", name);
+      res = pair_open(&m->pair);
+      if (res == ncclSuccess) {
+        m->next = mappings;
+        mappings = m;
+      } else {
+        free(m);
+        m = NULL;
+      }
+    }
+  }
+  if (m) {
+    m->refs++;
+    *out = &m->pair;
+  }
+  pthread_mutex_unlock(&map_lock);
+  return res;
+}
+
+void mpn_pair_unmap(mpn_pair_t* pair) {
+  pthread_mutex_lock(&map_lock);
+  for (mapping_t** pm = &mappings; *pm; pm = &(*pm)->next) {
+    mapping_t* m = *pm;
+    if (&m->pair != pair) continue;
+    if (--m->refs == 0) {
+      *pm = m->next;
+      cudaHostUnregister(m->pair.mem);
+      cudaGetLastError();
+      munmap(m->pair.mem, sizeof(mpn_pair_mem_t));
+      if (m->pair.created) shm_unlink(m->pair.name);
+      free(m);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&map_lock);
+}
+
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int side, const mpn_side_t* desc,
+                           mpn_post_role_t* role) {
+  mpn_slot_t* s = &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+  uint64_t mine = side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
+  uint64_t other = mine ^ (MPN_SLOT_SEND | MPN_SLOT_RECV);
+  uint64_t cur = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+  int written = 0;
+  for (;;) {
+    uint64_t cur_seq = cur >> 3, flags = cur & 7, next;
+    int free_slot = (cur == 0 && seq <= MPN_PAIR_SLOTS) ||
+                    (cur_seq + MPN_PAIR_SLOTS == seq && flags == 7);
+    if (cur_seq == seq && !(flags & mine)) next = cur | mine;
+    else if (free_slot) next = (seq << 3) | mine;
+    else
+      return mpn_error_set(NULL, ncclInvalidUsage,
+                           "more than %d messages outstanding between two ranks (message %llu "
+                           "finds its slot busy)",
+                           MPN_PAIR_SLOTS, (unsigned long long)seq);
+    /* Only this side writes side[side], and the slot is ours now: the
+     * descriptor is published by the release of the exchange below. */
+    if (!written) s->side[side] = *desc;
+    written = 1;
+    if (__atomic_compare_exchange_n(&s->state, &cur, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      *role = cur_seq == seq && (flags & other) ? MPN_POST_SECOND : MPN_POST_FIRST;
+      return ncclSuccess;
+    }
+  }
+}
+
+void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq) {
+  mpn_slot_t* s = &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+  __atomic_fetch_or(&s->state, (uint64_t)MPN_SLOT_DONE, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,95 @@
+/*
+ * pair.h - the meeting point of one sender and one receiver rank: a ring of
+ * message slots in shared memory that both processes map (lazily, on first
+ * use).  The n-th send and the n-th receive of the pair meet in slot n % K:
+ * each side writes its descriptor, then claims the slot atomically; the side
+ * that arrives second learns both buffers and moves the data on its own
+ * stream, while the first only signals "my buffer is ready" and waits for
+ * "done".  Neither host ever waits for the other.
+ */
+#ifndef MPN_P2P_PAIR_H_
+#define MPN_P2P_PAIR_H_
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "cuda/ipc.h"
+#include "nccl.h"
+
+#define MPN_PAIR_SLOTS 512
+
+enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
+
+/** One side of a message: enough for the other side to reach the buffer. */
+typedef struct {
+  uint64_t proc;       /**< process of the buffer's owner */
+  uint64_t ptr;        /**< the buffer in its owner's address space */
+  uint64_t bytes;
+  uint64_t count;
+  int32_t dtype;
+  int32_t exported;    /**< ipc is valid (owner is another process) */
+  mpn_ipc_desc_t ipc;
+} mpn_side_t;
+
+/** Slot states: sequence number << 3 | which sides posted | consumed. */
+enum { MPN_SLOT_SEND = 1, MPN_SLOT_RECV = 2, MPN_SLOT_DONE = 4 };
+
+typedef struct {
+  uint64_t state;    /**< atomic; see above */
+  int32_t mismatch;  /**< set by the second side: count or type differ */
+  int32_t pad;
+  uint64_t pad2[6];
+  uint64_t ready;    /**< stream flag: first side's buffer is ready (own line) */
+  uint64_t pad3[7];
+  uint64_t done;     /**< stream flag: the data moved (own line) */
+  uint64_t pad4[7];
+  mpn_side_t side[2];
+} __attribute__((aligned(64))) mpn_slot_t;
+
+typedef struct {
+  char error[256]; /**< last mismatch, for the first side's ncclGetLastError */
+  uint64_t errors; /**< mismatches seen on this pair */
+  uint64_t pad[7];
+  mpn_slot_t slots[MPN_PAIR_SLOTS];
+} mpn_pair_mem_t;
+
+/** A mapped pair. */
+typedef struct mpn_pair {
+  mpn_pair_mem_t* mem;   /**< host view */
+  CUdeviceptr dev;       /**< device view of the same memory (for memops) */
+  char name[96];
+  int created;           /**< this process made the file (unlinks it) */
+} mpn_pair_t;
+
+/**
+ * Maps the pair sender -> receiver of the communicator named key, creating
+ * the shared-memory file if the peer has not yet.  Both sides may call this
+ * at the same time.
+ */
+ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out);
+
+/** Unmaps (and unlinks what this process created). */
+void mpn_pair_unmap(mpn_pair_t* pair);
+
+/** Result of posting one side of a message. */
+typedef enum { MPN_POST_FIRST, MPN_POST_SECOND } mpn_post_role_t;
+
+/**
+ * Posts this side of message seq (>= 1) and tells whether the other side was
+ * already there.  ncclInvalidUsage when the slot still holds message
+ * seq - MPN_PAIR_SLOTS (too many messages outstanding on this pair).
+ */
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int side, const mpn_side_t* desc,
+                           mpn_post_role_t* role);
+
+/** Second side only: marks the slot consumed once the other descriptor is read. */
+void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq);
+
+/** Device addresses of a slot's stream flags. */
+static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int done) {
+  const mpn_slot_t* s = &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+  const char* host = (const char*)(done ? &s->done : &s->ready);
+  return pair->dev + (CUdeviceptr)(host - (const char*)pair->mem);
+}
+
+#endif /* MPN_P2P_PAIR_H_ */

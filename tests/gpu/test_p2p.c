@@ -1,0 +1,277 @@
+/*
+ * test_p2p.c - ncclSend/ncclRecv between ranks sharing a GPU (run under
+ * mpirun with 1 to 4 processes) and between ranks of one process: group
+ * patterns, sizes, datatypes, offsets, re-allocated buffers, several
+ * communicators at once, and mismatched counts.  Every received byte is
+ * checked against the pattern its sender wrote.  Exits 77 without a GPU.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpinccl.h"
+#include "pattern.h"
+
+static int rank, nranks, failures;
+static ncclComm_t comm;
+static cudaStream_t stream;
+
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
+              ncclGetLastError(comm)); \
+      failures++; \
+    } \
+  } while (0)
+#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+
+static uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 1); }
+
+static void* dev_alloc(size_t bytes) {
+  void* p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    fprintf(stderr, "[rank %d] cudaMalloc(%zu) failed\n", rank, bytes);
+    exit(1);
+  }
+  return p;
+}
+
+static void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
+  unsigned long long bad = pattern_check(buf, bytes, seed, stream);
+  if (bad) {
+    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong\n", rank, what, bad, bytes);
+    failures++;
+  }
+}
+
+/* Each rank sends to rank+shift and receives from rank-shift, in one group. */
+static void ring(size_t bytes, int shift, ncclDataType_t type, size_t offset) {
+  int to = (rank + shift) % nranks, from = (rank - shift % nranks + nranks) % nranks;
+  char *s = dev_alloc(bytes + offset), *r = dev_alloc(bytes + offset);
+  pattern_fill(s + offset, bytes, seed_of(rank, to, (int)bytes), stream);
+  static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  size_t count = bytes / sizes[type];
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s + offset, count, type, to, comm, stream));
+  EXPECT_OK(ncclRecv(r + offset, count, type, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  char what[96];
+  snprintf(what, sizeof(what), "ring %zu bytes type %d offset %zu", bytes, (int)type, offset);
+  expect_pattern(r + offset, count * sizes[type], seed_of(from, rank, (int)bytes), what);
+  cudaFree(s);
+  cudaFree(r);
+}
+
+/* Everybody to everybody (self included) in one group; sizes differ per pair. */
+static void all_to_all(size_t base) {
+  char **s = calloc(nranks, sizeof(char*)), **r = calloc(nranks, sizeof(char*));
+  for (int p = 0; p < nranks; p++) {
+    s[p] = dev_alloc(base + rank * 3 + p);
+    r[p] = dev_alloc(base + p * 3 + rank);
+    pattern_fill(s[p], base + rank * 3 + p, seed_of(rank, p, 7), stream);
+  }
+  EXPECT_OK(ncclGroupStart());
+  for (int p = 0; p < nranks; p++) {
+    EXPECT_OK(ncclRecv(r[p], base + p * 3 + rank, ncclUint8, p, comm, stream));
+    EXPECT_OK(ncclSend(s[p], base + rank * 3 + p, ncclUint8, p, comm, stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int p = 0; p < nranks; p++) {
+    expect_pattern(r[p], base + p * 3 + rank, seed_of(p, rank, 7), "all-to-all");
+    cudaFree(s[p]);
+    cudaFree(r[p]);
+  }
+  free(s);
+  free(r);
+}
+
+/* Root 0 scatters, then gathers; plus null peers and empty messages. */
+static void scatter_gather(size_t bytes) {
+  char* mine = dev_alloc(bytes);
+  char** all = calloc(nranks, sizeof(char*));
+  if (rank == 0)
+    for (int p = 0; p < nranks; p++) {
+      all[p] = dev_alloc(bytes);
+      pattern_fill(all[p], bytes, seed_of(0, p, 3), stream);
+    }
+  EXPECT_OK(ncclGroupStart());
+  if (rank == 0)
+    for (int p = 0; p < nranks; p++) EXPECT_OK(ncclSend(all[p], bytes, ncclInt8, p, comm, stream));
+  EXPECT_OK(ncclRecv(mine, bytes, ncclInt8, 0, comm, stream));
+  EXPECT_OK(ncclSend(mine, 5, ncclInt8, MPINCCL_PROC_NULL, comm, stream));
+  EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, (rank + 1) % nranks, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  expect_pattern(mine, bytes, seed_of(0, rank, 3), "scatter");
+  pattern_fill(mine, bytes, seed_of(rank, 0, 4), stream);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(mine, bytes, ncclInt8, 0, comm, stream));
+  if (rank == 0)
+    for (int p = 0; p < nranks; p++) EXPECT_OK(ncclRecv(all[p], bytes, ncclInt8, p, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  if (rank == 0)
+    for (int p = 0; p < nranks; p++) {
+      expect_pattern(all[p], bytes, seed_of(p, 0, 4), "gather");
+      cudaFree(all[p]);
+    }
+  cudaFree(mine);
+  free(all);
+}
+
+/* Several messages to the same peer in one group arrive in program order. */
+static void same_peer_order(void) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  size_t sizes[3] = {1000, 17, 65536};
+  char *s[3], *r[3];
+  for (int k = 0; k < 3; k++) {
+    s[k] = dev_alloc(sizes[k]);
+    r[k] = dev_alloc(sizes[k]);
+    pattern_fill(s[k], sizes[k], seed_of(rank, to, 100 + k), stream);
+  }
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < 3; k++) EXPECT_OK(ncclSend(s[k], sizes[k], ncclChar, to, comm, stream));
+  for (int k = 0; k < 3; k++) EXPECT_OK(ncclRecv(r[k], sizes[k], ncclChar, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  for (int k = 0; k < 3; k++) {
+    expect_pattern(r[k], sizes[k], seed_of(from, rank, 100 + k), "order");
+    cudaFree(s[k]);
+    cudaFree(r[k]);
+  }
+}
+
+/* A freed buffer and a new one at the same address: the import cache notices. */
+static void reallocated(void) {
+  size_t bytes = 1 << 20;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  for (int round = 0; round < 3; round++) {
+    char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+    pattern_fill(s, bytes, seed_of(rank, to, 50 + round), stream);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+    expect_pattern(r, bytes, seed_of(from, rank, 50 + round), "re-allocated");
+    cudaFree(s);
+    cudaFree(r);
+  }
+}
+
+/* Two communicators, two streams, opposite directions, in flight together. */
+static void two_comms(void) {
+  ncclComm_t other;
+  EXPECT_OK(ncclCommSplit(comm, 0, rank, &other, NULL));
+  cudaStream_t s2;
+  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  size_t bytes = 3 << 20;
+  int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+  char *a = dev_alloc(bytes), *b = dev_alloc(bytes), *ra = dev_alloc(bytes), *rb = dev_alloc(bytes);
+  pattern_fill(a, bytes, seed_of(rank, right, 60), stream);
+  pattern_fill(b, bytes, seed_of(rank, left, 61), s2);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(a, bytes, ncclInt8, right, comm, stream));
+  EXPECT_OK(ncclRecv(ra, bytes, ncclInt8, left, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b, bytes, ncclInt8, left, other, s2));
+  EXPECT_OK(ncclRecv(rb, bytes, ncclInt8, right, other, s2));
+  EXPECT_OK(ncclGroupEnd());
+  cudaStreamSynchronize(s2);
+  expect_pattern(ra, bytes, seed_of(left, rank, 60), "two comms (first)");
+  expect_pattern(rb, bytes, seed_of(right, rank, 61), "two comms (second)");
+  cudaFree(a), cudaFree(b), cudaFree(ra), cudaFree(rb);
+  cudaStreamDestroy(s2);
+  EXPECT_OK(ncclCommDestroy(other));
+}
+
+/* Ranks of one process: ncclCommInitAll with a repeated device, one thread. */
+static void init_all_ring(void) {
+  enum { N = 3 };
+  int dev;
+  cudaGetDevice(&dev);
+  int devs[N] = {dev, dev, dev};
+  ncclComm_t comms[N];
+  EXPECT_OK(ncclCommInitAll(comms, N, devs));
+  size_t bytes = 777777;
+  char *s[N], *r[N];
+  for (int i = 0; i < N; i++) {
+    s[i] = dev_alloc(bytes);
+    r[i] = dev_alloc(bytes);
+    pattern_fill(s[i], bytes, seed_of(i, (i + 1) % N, 70), stream);
+  }
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < N; i++) {
+    EXPECT_OK(ncclSend(s[i], bytes, ncclInt8, (i + 1) % N, comms[i], stream));
+    EXPECT_OK(ncclRecv(r[i], bytes, ncclInt8, (i + N - 1) % N, comms[i], stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < N; i++) {
+    expect_pattern(r[i], bytes, seed_of((i + N - 1) % N, i, 70), "InitAll ring");
+    cudaFree(s[i]);
+    cudaFree(r[i]);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+}
+
+/* A receive whose count differs from the send: both sides hear of it. */
+static void mismatch(void) {
+  if (nranks < 2 || rank > 1) return;
+  ncclComm_t pair;
+  MPI_Comm two;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &two);
+  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
+  float* buf = dev_alloc(64 * sizeof(float));
+  EXPECT_OK(ncclGroupStart());
+  if (rank == 0) EXPECT_OK(ncclSend(buf, 10, ncclFloat32, 1, pair, stream));
+  else EXPECT_OK(ncclRecv(buf, 12, ncclFloat32, 0, pair, stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess); /* no hang */
+  MPI_Barrier(two);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_OK(ncclCommGetAsyncError(pair, &async));
+  EXPECT(async == ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(pair), "ncclSend of 10 x ncclFloat32, ncclRecv of 12 x ncclFloat32") != NULL);
+  cudaFree(buf);
+  EXPECT_OK(ncclCommDestroy(pair));
+  MPI_Comm_free(&two);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("1 2 3 4");
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
+  int world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    if (world == 0) printf("test_p2p: no GPU: SKIP\n");
+    MPI_Finalize();
+    return 77;
+  }
+  cudaSetDevice(world % ndev);
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
+  ncclCommUserRank(comm, &rank);
+  ncclCommCount(comm, &nranks);
+  static const size_t sizes[] = {1, 7, 4099, (1 << 20) + 5, 64 << 20};
+  for (int i = 0; i < 5; i++) ring(sizes[i], 1, ncclInt8, 0);
+  for (int t = 0; t < ncclNumTypes; t++) ring(1001 * 8, 1, (ncclDataType_t)t, (size_t)t * 3);
+  if (nranks <= 2) ring((size_t)1 << 30, 1, ncclFloat32, 0);
+  ring(12345, 0, ncclInt8, 1); /* to self */
+  all_to_all(4096);
+  scatter_gather(100000);
+  same_peer_order();
+  reallocated();
+  two_comms();
+  init_all_ring();
+  mismatch();
+  EXPECT_OK(ncclCommDestroy(comm));
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world == 0) printf("test_p2p: %d ranks, %d failures\n", nranks, total);
+  cudaStreamDestroy(stream);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

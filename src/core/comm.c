@@ -89,6 +89,7 @@ void mpn_comm_free(struct ncclComm* comm) {
   registry_remove(comm);
   comm_join_init(comm, 1);
   mpn_p2p_free(comm);
+  mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
   mpn_topo_free(&comm->topo);
   free(comm->transport);

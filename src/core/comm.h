@@ -58,12 +58,16 @@ struct ncclComm {
   pthread_mutex_t error_lock;
   char error_text[512];
   unsigned long error_seq;
+  struct mpn_reg* registrations; /**< live ncclCommRegister handles (under error_lock) */
 };
 
 #define MPN_COMM_MAGIC 0x6d706e636f6d6d31ull
 
 /** Allocates a communicator in state INITIALIZING and registers it. */
 ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclComm** out);
+
+/** Frees the handles ncclCommRegister handed out and nobody released. */
+void mpn_comm_free_registrations(struct ncclComm* comm);
 
 /** Unregisters and frees everything the communicator holds (not collective). */
 void mpn_comm_free(struct ncclComm* comm);

@@ -2,7 +2,7 @@
  * unsupported.c - the library version, and the NCCL functions present so
  * that programs link, which this version refuses with ncclInvalidUsage and a
  * message naming the call: collectives, elastic communicators, memory
- * management and simulation.
+ * statistics and simulation.
  */
 #include "core/api.h"
 #include "core/comm.h"
@@ -74,31 +74,6 @@ MPN_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
 
 MPN_API(ncclResult_t, ncclResetDebugInit, void) {
   return not_provided("ncclResetDebugInit", "re-reading the debug settings is");
-}
-
-MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
-  if (ptr == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
-  if (size == 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  return not_provided("ncclMemAlloc", "shareable allocations are");
-}
-
-MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
-  if (ptr == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemFree: ptr is NULL");
-  return MPN_REFUSE(NULL, ncclInvalidArgument,
-                    "ncclMemFree: %p was not allocated by ncclMemAlloc", ptr);
-}
-
-MPN_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
-        void** handle) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommRegister", 1));
-  (void)buff, (void)size, (void)handle;
-  return not_provided("ncclCommRegister", "buffer registration is");
-}
-
-MPN_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommDeregister", 1));
-  (void)handle;
-  return not_provided("ncclCommDeregister", "buffer registration is");
 }
 
 MPN_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,

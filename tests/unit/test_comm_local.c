@@ -370,6 +370,28 @@ START_TEST(rma_checks) {
 }
 END_TEST
 
+/* Registration is a hint; its handles belong to one communicator. */
+START_TEST(register_handles) {
+  use_local_bootstrap();
+  ncclComm_t a = comm_of_one(), b = comm_of_one();
+  char buf[64];
+  void *h = NULL, *h2 = NULL;
+  ck_assert_int_eq(ncclCommRegister(a, buf, sizeof(buf), &h), ncclSuccess);
+  ck_assert_ptr_nonnull(h);
+  ck_assert_int_eq(ncclCommRegister(a, NULL, 8, &h2), ncclInvalidArgument);
+  ck_assert_int_eq(ncclCommRegister(a, buf, 0, &h2), ncclInvalidArgument);
+  ck_assert_int_eq(ncclCommRegister(a, buf, 8, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclCommDeregister(b, h), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(b), "not returned by ncclCommRegister"));
+  ck_assert_int_eq(ncclCommDeregister(a, h), ncclSuccess);
+  ck_assert_int_eq(ncclCommDeregister(a, h), ncclInvalidArgument); /* twice */
+  ck_assert_int_eq(ncclCommRegister(a, buf, 8, &h2), ncclSuccess); /* freed by destroy */
+  ck_assert_int_eq(ncclCommDeregister(a, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclCommDestroy(a), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(b), ncclSuccess);
+}
+END_TEST
+
 /* Each thread reads its own last error. */
 static void* error_thread(void* p) {
   intptr_t peer = (intptr_t)p;
@@ -470,6 +492,7 @@ int main(void) {
   tcase_add_test(tc, group_errors);
   tcase_add_test(tc, rma_checks);
   tcase_add_test(tc, last_error_per_thread);
+  tcase_add_test(tc, register_handles);
   tcase_add_test(tc, bootstrap_collectives_threads);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);

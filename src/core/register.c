@@ -1,0 +1,64 @@
+/*
+ * register.c - ncclCommRegister/ncclCommDeregister.  Registration is a hint
+ * in mpinccl: every exportable buffer is sent zero-copy through the IPC
+ * cache whether registered or not.  The calls check their arguments and
+ * hand out handles that belong to one communicator, so a handle given to the
+ * wrong communicator or released twice is refused.
+ */
+#include <stdlib.h>
+
+#include "core/api.h"
+#include "core/comm.h"
+#include "core/error.h"
+
+struct mpn_reg {
+  struct mpn_reg* next;
+  void* buff;
+  size_t size;
+};
+
+MPN_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
+        void** handle) {
+  const char* fn = "ncclCommRegister";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  if (buff == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: buff is NULL", fn);
+  if (size == 0) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: size is 0", fn);
+  if (handle == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: handle is NULL", fn);
+  struct mpn_reg* reg = malloc(sizeof(*reg));
+  if (reg == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  reg->buff = buff;
+  reg->size = size;
+  pthread_mutex_lock(&comm->error_lock);
+  reg->next = comm->registrations;
+  comm->registrations = reg;
+  pthread_mutex_unlock(&comm->error_lock);
+  *handle = reg;
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  const char* fn = "ncclCommDeregister";
+  MPN_CHECK(mpn_comm_check(comm, fn, 0));
+  if (handle == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: handle is NULL", fn);
+  /* Found by address only: a stale handle is never dereferenced. */
+  pthread_mutex_lock(&comm->error_lock);
+  struct mpn_reg** p = &comm->registrations;
+  while (*p && *p != handle) p = &(*p)->next;
+  struct mpn_reg* reg = *p;
+  if (reg) *p = reg->next;
+  pthread_mutex_unlock(&comm->error_lock);
+  if (reg == NULL)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: handle %p was not returned by ncclCommRegister on comm %p", fn, handle,
+                      (void*)comm);
+  free(reg);
+  return ncclSuccess;
+}
+
+void mpn_comm_free_registrations(struct ncclComm* comm) {
+  while (comm->registrations) {
+    struct mpn_reg* next = comm->registrations->next;
+    free(comm->registrations);
+    comm->registrations = next;
+  }
+}

@@ -28,7 +28,8 @@
 
 typedef struct {
   mpn_pair_t *send, *recv; /* me -> peer, peer -> me */
-  uint64_t send_seq, recv_seq;
+  uint64_t send_seq, recv_seq;             /* eager messages */
+  uint64_t graph_send_seq, graph_recv_seq; /* messages captured in graphs */
   uint64_t errors_seen[2];
 } peer_state_t;
 
@@ -41,6 +42,7 @@ typedef struct {
   mpn_op_t* op;
   mpn_pair_t* pair;
   uint64_t seq;
+  int graph;       /* captured: flags return to 0, so every replay works */
   mpn_post_role_t role;
   void *src, *dst; /* second side: where the data moves */
   int move;        /* second side and both descriptors valid */
@@ -110,14 +112,18 @@ static ncclResult_t plan_post(plan_t* p) {
   MPN_CHECK(peer_state(comm, op->peer, &ps));
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
-  p->seq = send ? ++ps->send_seq : ++ps->recv_seq;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+  uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
+                               : (send ? &ps->send_seq : &ps->recv_seq);
+  p->seq = ++*counter;
   mpn_side_t mine;
   ncclResult_t bad = describe(op, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
-  MPN_CHECK(mpn_pair_post(p->pair, p->seq, side, &mine, &p->role));
+  MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
   if (p->role != MPN_POST_SECOND) return bad;
-  mpn_side_t other = p->pair->mem->slots[p->seq % MPN_PAIR_SLOTS].side[side ^ 1];
-  mpn_pair_consume(p->pair, p->seq);
+  mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
+  mpn_pair_consume(p->pair, p->seq, p->graph);
   if (bad != ncclSuccess || other.exported < 0) return bad;
   if (other.count != mine.count || other.dtype != mine.dtype) {
     report_mismatch(p, &mine, &other);
@@ -131,23 +137,82 @@ static ncclResult_t plan_post(plan_t* p) {
   return ncclSuccess;
 }
 
-/* Issues one phase of the plans on their streams. */
-static ncclResult_t issue_phase(const mpn_driver_t* drv, plan_t* plans, int n, int phase) {
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    CUstream s = (CUstream)p->op->stream;
-    int first = p->role == MPN_POST_FIRST;
-    if (phase == 1 && first) {
-      MPN_CU_CHECK(drv, stream_write_value64(s, mpn_pair_flag(p->pair, p->seq, 0), p->seq, 0));
-    } else if (phase == 2 && !first) {
-      MPN_CU_CHECK(drv, stream_wait_value64(s, mpn_pair_flag(p->pair, p->seq, 0), p->seq,
-                                            CU_STREAM_WAIT_VALUE_GEQ));
-      if (p->move) MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, p->op->stream));
-      MPN_CU_CHECK(drv, stream_write_value64(s, mpn_pair_flag(p->pair, p->seq, 1), p->seq, 0));
-    } else if (phase == 3 && first) {
-      MPN_CU_CHECK(drv, stream_wait_value64(s, mpn_pair_flag(p->pair, p->seq, 1), p->seq,
-                                            CU_STREAM_WAIT_VALUE_GEQ));
+/* Memory operations collected for one cuStreamBatchMemOp call. */
+typedef struct {
+  CUstreamBatchMemOpParams ops[128];
+  unsigned n;
+} batch_t;
+
+static ncclResult_t batch_flush(const mpn_driver_t* drv, CUstream s, batch_t* b) {
+  if (b->n) MPN_CU_CHECK(drv, stream_batch_mem_op(s, b->n, b->ops, 0));
+  b->n = 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t batch_add(const mpn_driver_t* drv, CUstream s, batch_t* b, CUdeviceptr addr,
+                              uint64_t value, int wait) {
+  CUstreamBatchMemOpParams* op = &b->ops[b->n++];
+  memset(op, 0, sizeof(*op));
+  if (wait) {
+    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op->waitValue.address = addr;
+    op->waitValue.value64 = value;
+    op->waitValue.flags = wait == 2 ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ;
+  } else {
+    op->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op->writeValue.address = addr;
+    op->writeValue.value64 = value;
+  }
+  return b->n + 1 >= sizeof(b->ops) / sizeof(b->ops[0]) ? batch_flush(drv, s, b) : ncclSuccess;
+}
+
+/*
+ * One flag operation of a plan.  Eager messages write their sequence number
+ * and wait for at least it.  Graph messages write 1, wait for exactly 1 and
+ * put the flag back to 0 right after, so that the next replay starts from
+ * the same state: the second side clears "ready" before it copies, the first
+ * clears "done" once it has seen it.
+ */
+static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, const plan_t* p,
+                              int done, int wait) {
+  CUdeviceptr flag = mpn_pair_flag(p->pair, p->seq, p->graph, done);
+  if (!p->graph) return batch_add(drv, s, b, flag, p->seq, wait);
+  MPN_CHECK(batch_add(drv, s, b, flag, 1, wait ? 2 : 0));
+  return wait ? batch_add(drv, s, b, flag, 0, 0) : ncclSuccess;
+}
+
+/*
+ * Issues the plans that use stream s: one batch of "ready" writes (first
+ * side), one batch of waits for the peers' "ready" (second side), the copies,
+ * one batch of "done" writes, one batch of waits for "done" (first side).
+ */
+static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  static const struct {
+    int first, done, wait;
+  } steps[4] = {{1, 0, 0}, {0, 0, 1}, {0, 1, 0}, {1, 1, 1}};
+  batch_t b;
+  b.n = 0;
+  for (int k = 0; k < 4; k++) {
+    for (int i = 0; i < n; i++) {
+      plan_t* p = &plans[i];
+      if (p->op->stream != s || (p->role == MPN_POST_FIRST) != steps[k].first) continue;
+      if (k == 2 && p->move)
+        MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, steps[k].done, steps[k].wait));
     }
+    MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  }
+  return ncclSuccess;
+}
+
+/* Issues every stream of the group, each once. */
+static ncclResult_t issue_all(const mpn_driver_t* drv, plan_t* plans, int n) {
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = plans[j].op->stream == plans[i].op->stream;
+    if (seen) continue;
+    cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
+    MPN_CHECK(issue_stream(drv, plans, n, plans[i].op->stream));
   }
   return ncclSuccess;
 }
@@ -164,10 +229,6 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
                          "MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) is not available in this "
                          "version of mpinccl",
                          fn, op->peer);
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone)
-    return mpn_error_set(comm, ncclInvalidUsage,
-                         "%s: capturing send/receive in a CUDA graph is not supported yet", fn);
   return ncclSuccess;
 }
 
@@ -191,8 +252,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     ncclResult_t res = plan_post(&plans[i]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
-  ncclResult_t res = ncclSuccess;
-  for (int phase = 1; phase <= 3 && res == ncclSuccess; phase++) res = issue_phase(drv, plans, n, phase);
+  ncclResult_t res = issue_all(drv, plans, n);
   if (saved >= 0) cudaSetDevice(saved);
   free(plans);
   return res != ncclSuccess ? res : first_error;

@@ -108,9 +108,13 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
   pthread_mutex_unlock(&map_lock);
 }
 
-ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int side, const mpn_side_t* desc,
-                           mpn_post_role_t* role) {
-  mpn_slot_t* s = &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
+                           const mpn_side_t* desc, mpn_post_role_t* role) {
+  if (graph && seq > MPN_PAIR_GRAPH_SLOTS)
+    return mpn_error_set(NULL, ncclInvalidUsage,
+                         "more than %d messages between two ranks captured in CUDA graphs",
+                         MPN_PAIR_GRAPH_SLOTS);
+  mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
   uint64_t mine = side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
   uint64_t other = mine ^ (MPN_SLOT_SEND | MPN_SLOT_RECV);
   uint64_t cur = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
@@ -137,7 +141,7 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int side, const mpn_s
   }
 }
 
-void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq) {
-  mpn_slot_t* s = &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph) {
+  mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
   __atomic_fetch_or(&s->state, (uint64_t)MPN_SLOT_DONE, __ATOMIC_RELEASE);
 }

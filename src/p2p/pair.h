@@ -17,6 +17,9 @@
 #include "nccl.h"
 
 #define MPN_PAIR_SLOTS 512
+/* Messages captured in CUDA graphs keep their slot for the life of the pair:
+ * a graph may be replayed any number of times. */
+#define MPN_PAIR_GRAPH_SLOTS 256
 
 enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 
@@ -51,6 +54,7 @@ typedef struct {
   uint64_t errors; /**< mismatches seen on this pair */
   uint64_t pad[7];
   mpn_slot_t slots[MPN_PAIR_SLOTS];
+  mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;
 
 /** A mapped pair. */
@@ -74,20 +78,27 @@ void mpn_pair_unmap(mpn_pair_t* pair);
 /** Result of posting one side of a message. */
 typedef enum { MPN_POST_FIRST, MPN_POST_SECOND } mpn_post_role_t;
 
+/** The slot of message seq (>= 1) in the eager or the graph ring. */
+static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, int graph) {
+  return graph ? &pair->mem->graph_slots[(seq - 1) % MPN_PAIR_GRAPH_SLOTS]
+               : &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+}
+
 /**
  * Posts this side of message seq (>= 1) and tells whether the other side was
  * already there.  ncclInvalidUsage when the slot still holds message
- * seq - MPN_PAIR_SLOTS (too many messages outstanding on this pair).
+ * seq - MPN_PAIR_SLOTS (too many messages outstanding on this pair), or, for
+ * graph messages, when the pair's graph slots are used up.
  */
-ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int side, const mpn_side_t* desc,
-                           mpn_post_role_t* role);
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
+                           const mpn_side_t* desc, mpn_post_role_t* role);
 
 /** Second side only: marks the slot consumed once the other descriptor is read. */
-void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq);
+void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph);
 
 /** Device addresses of a slot's stream flags. */
-static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int done) {
-  const mpn_slot_t* s = &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int graph, int done) {
+  const mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
   const char* host = (const char*)(done ? &s->done : &s->ready);
   return pair->dev + (CUdeviceptr)(host - (const char*)pair->mem);
 }

@@ -6,6 +6,8 @@
  * checked against the pattern its sender wrote.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +215,143 @@ static void init_all_ring(void) {
   }
 }
 
+/* A ring captured in a CUDA graph, replayed 100 times with new data each time. */
+static void graph_replay(void) {
+  size_t bytes = 300000;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  EXPECT(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  int bad = 0;
+  for (int k = 0; k < 100; k++) {
+    pattern_fill(s, bytes, seed_of(rank, to, 1000 + k), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    bad += pattern_check(r, bytes, seed_of(from, rank, 1000 + k), stream) != 0;
+    /* Nobody refills its send buffer before its peer has read it. */
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT(bad == 0);
+  /* Eager messages still flow after the graph ones. */
+  ring(4096, 1, ncclInt8, 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(s);
+  cudaFree(r);
+}
+
+/* 3D periodic decomposition, all 26 neighbours in one group; faces, edges
+ * and corners of different sizes; buffers from ncclMemAlloc, registered. */
+static void halo26(void) {
+  int dims[3] = {0, 0, 0}, periods[3] = {1, 1, 1}, coords[3];
+  MPI_Dims_create(nranks, 3, dims);
+  MPI_Comm cart;
+  MPI_Cart_create(MPI_COMM_WORLD, 3, dims, periods, 0, &cart);
+  MPI_Cart_coords(cart, rank, 3, coords);
+  char *s[27], *r[27];
+  int peer[27];
+  size_t bytes[27];
+  void* handles[54];
+  int nh = 0;
+  for (int d = 0; d < 27; d++) {
+    int off[3] = {d / 9 - 1, (d / 3) % 3 - 1, d % 3 - 1}, c[3];
+    int nonzero = (off[0] != 0) + (off[1] != 0) + (off[2] != 0);
+    for (int k = 0; k < 3; k++) c[k] = coords[k] + off[k];
+    MPI_Cart_rank(cart, c, &peer[d]);
+    bytes[d] = nonzero == 1 ? 65536 : nonzero == 2 ? 2048 : 64;
+    if (d == 13) continue;
+    EXPECT_OK(ncclMemAlloc((void**)&s[d], bytes[d]));
+    EXPECT_OK(ncclMemAlloc((void**)&r[d], bytes[d]));
+    EXPECT((uintptr_t)s[d] % NCCL_WIN_REQUIRED_ALIGNMENT == 0);
+    EXPECT_OK(ncclCommRegister(comm, s[d], bytes[d], &handles[nh++]));
+    EXPECT_OK(ncclCommRegister(comm, r[d], bytes[d], &handles[nh++]));
+    pattern_fill(s[d], bytes[d], seed_of(rank, d, 500), stream);
+  }
+  /* Send towards direction d; the data from the neighbour at -d arrives
+   * in r[26 - d]... i.e. receive from direction 26 - d what it sent to d. */
+  EXPECT_OK(ncclGroupStart());
+  for (int d = 0; d < 27; d++) {
+    if (d == 13) continue;
+    EXPECT_OK(ncclSend(s[d], bytes[d], ncclInt8, peer[d], comm, stream));
+    EXPECT_OK(ncclRecv(r[26 - d], bytes[d], ncclInt8, peer[26 - d], comm, stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int d = 0; d < 27; d++) {
+    if (d == 13) continue;
+    int src;
+    MPI_Cart_rank(cart, (int[]){coords[0] - (d / 9 - 1), coords[1] - ((d / 3) % 3 - 1), coords[2] - (d % 3 - 1)}, &src);
+    expect_pattern(r[26 - d], bytes[d], seed_of(src, d, 500), "halo26");
+  }
+  for (int i = 0; i < nh; i++) EXPECT_OK(ncclCommDeregister(comm, handles[i]));
+  for (int d = 0; d < 27; d++)
+    if (d != 13) {
+      EXPECT_OK(ncclMemFree(s[d]));
+      EXPECT_OK(ncclMemFree(r[d]));
+    }
+  MPI_Comm_free(&cart);
+}
+
+/* Ranks of one process driven by one thread each. */
+typedef struct {
+  ncclComm_t comm;
+  int me, n, dev, bad;
+} thread_arg_t;
+
+static void* thread_ring(void* p) {
+  thread_arg_t* a = p;
+  cudaSetDevice(a->dev);
+  cudaStream_t st;
+  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  size_t bytes = 1 << 18;
+  char *s, *r;
+  cudaMalloc((void**)&s, bytes);
+  cudaMalloc((void**)&r, bytes);
+  for (int k = 0; k < 20; k++) {
+    pattern_fill(s, bytes, seed_of(a->me, 0, 900 + k), st);
+    ncclGroupStart();
+    ncclSend(s, bytes, ncclInt8, (a->me + 1) % a->n, a->comm, st);
+    ncclRecv(r, bytes, ncclInt8, (a->me + a->n - 1) % a->n, a->comm, st);
+    a->bad += ncclGroupEnd() != ncclSuccess;
+    a->bad += pattern_check(r, bytes, seed_of((a->me + a->n - 1) % a->n, 0, 900 + k), st) != 0;
+    cudaStreamSynchronize(st); /* the peer thread has read s before it changes */
+    ncclGroupStart(); /* an empty exchange as a barrier between the threads */
+    ncclSend(s, 1, ncclInt8, (a->me + 1) % a->n, a->comm, st);
+    ncclRecv(r, 1, ncclInt8, (a->me + a->n - 1) % a->n, a->comm, st);
+    ncclGroupEnd();
+    cudaStreamSynchronize(st);
+  }
+  cudaFree(s);
+  cudaFree(r);
+  cudaStreamDestroy(st);
+  return NULL;
+}
+
+static void threads_ring(void) {
+  enum { N = 3 };
+  int dev;
+  cudaGetDevice(&dev);
+  int devs[N] = {dev, dev, dev};
+  ncclComm_t comms[N];
+  EXPECT_OK(ncclCommInitAll(comms, N, devs));
+  pthread_t t[N];
+  thread_arg_t args[N];
+  for (int i = 0; i < N; i++) {
+    args[i] = (thread_arg_t){comms[i], i, N, dev, 0};
+    pthread_create(&t[i], NULL, thread_ring, &args[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    EXPECT(args[i].bad == 0);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+}
+
 /* A receive whose count differs from the send: both sides hear of it. */
 static void mismatch(void) {
   if (nranks < 2) return;
@@ -239,7 +378,7 @@ static void mismatch(void) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
-    puts("1 2 3 4");
+    puts("1 2 3 4 8");
     return 0;
   }
   MPI_Init(&argc, &argv);
@@ -267,6 +406,9 @@ int main(int argc, char** argv) {
   reallocated();
   two_comms();
   init_all_ring();
+  threads_ring();
+  halo26();
+  graph_replay();
   mismatch();
   EXPECT_OK(ncclCommDestroy(comm));
   int total = 0;

@@ -395,21 +395,27 @@ int main(int argc, char** argv) {
   if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
   ncclCommUserRank(comm, &rank);
   ncclCommCount(comm, &nranks);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+#define STEP(call) \
+  do { \
+    call; \
+    if (world == 0) printf("test_p2p: %s done (%d failures so far)\n", #call, failures); \
+  } while (0)
   static const size_t sizes[] = {1, 7, 4099, (1 << 20) + 5, 64 << 20};
-  for (int i = 0; i < 5; i++) ring(sizes[i], 1, ncclInt8, 0);
-  for (int t = 0; t < ncclNumTypes; t++) ring(1001 * 8, 1, (ncclDataType_t)t, (size_t)t * 3);
-  if (nranks <= 2) ring((size_t)1 << 30, 1, ncclFloat32, 0);
-  ring(12345, 0, ncclInt8, 1); /* to self */
-  all_to_all(4096);
-  scatter_gather(100000);
-  same_peer_order();
-  reallocated();
-  two_comms();
-  init_all_ring();
-  threads_ring();
-  halo26();
-  graph_replay();
-  mismatch();
+  STEP(for (int i = 0; i < 5; i++) ring(sizes[i], 1, ncclInt8, 0));
+  STEP(for (int t = 0; t < ncclNumTypes; t++) ring(1001 * 8, 1, (ncclDataType_t)t, (size_t)t * 3));
+  STEP(if (nranks <= 2) ring((size_t)1 << 30, 1, ncclFloat32, 0));
+  STEP(ring(12345, 0, ncclInt8, 1)); /* to self */
+  STEP(all_to_all(4096));
+  STEP(scatter_gather(100000));
+  STEP(same_peer_order());
+  STEP(reallocated());
+  STEP(two_comms());
+  STEP(init_all_ring());
+  STEP(threads_ring());
+  STEP(halo26());
+  STEP(graph_replay());
+  STEP(mismatch());
   EXPECT_OK(ncclCommDestroy(comm));
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -31,14 +31,18 @@ extern "C" void pattern_fill(void* buf, size_t bytes, uint32_t seed, cudaStream_
   if (bytes) fill_kernel<<<grid_for(bytes), 256, 0, stream>>>((unsigned char*)buf, bytes, seed);
 }
 
+// The counter is allocated once per thread and never freed: stream-ordered
+// allocation could make this stream wait for another stream of the process
+// (the pool's internal dependencies), and cudaFree synchronizes the whole
+// device; either can deadlock against a peer waiting for this stream.
 extern "C" unsigned long long pattern_check(const void* buf, size_t bytes, uint32_t seed,
                                             cudaStream_t stream) {
-  unsigned long long *bad, result = ~0ull;
-  if (cudaMallocAsync(&bad, sizeof(*bad), stream) != cudaSuccess) return result;
+  static __thread unsigned long long* bad;
+  unsigned long long result = ~0ull;
+  if (bad == NULL && cudaMalloc(&bad, sizeof(*bad)) != cudaSuccess) return result;
   cudaMemsetAsync(bad, 0, sizeof(*bad), stream);
   if (bytes) check_kernel<<<grid_for(bytes), 256, 0, stream>>>((const unsigned char*)buf, bytes, seed, bad);
   cudaMemcpyAsync(&result, bad, sizeof(result), cudaMemcpyDeviceToHost, stream);
-  cudaFreeAsync(bad, stream);
   if (cudaStreamSynchronize(stream) != cudaSuccess) return ~0ull;
   return result;
 }

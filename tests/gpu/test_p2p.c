@@ -301,6 +301,7 @@ static void halo26(void) {
 typedef struct {
   ncclComm_t comm;
   int me, n, dev, bad;
+  pthread_barrier_t* done;
 } thread_arg_t;
 
 static void* thread_ring(void* p) {
@@ -326,6 +327,8 @@ static void* thread_ring(void* p) {
     ncclGroupEnd();
     cudaStreamSynchronize(st);
   }
+  /* cudaFree synchronizes the device: only once no thread has messages left to post. */
+  pthread_barrier_wait(a->done);
   cudaFree(s);
   cudaFree(r);
   cudaStreamDestroy(st);
@@ -341,8 +344,10 @@ static void threads_ring(void) {
   EXPECT_OK(ncclCommInitAll(comms, N, devs));
   pthread_t t[N];
   thread_arg_t args[N];
+  pthread_barrier_t done;
+  pthread_barrier_init(&done, NULL, N);
   for (int i = 0; i < N; i++) {
-    args[i] = (thread_arg_t){comms[i], i, N, dev, 0};
+    args[i] = (thread_arg_t){comms[i], i, N, dev, 0, &done};
     pthread_create(&t[i], NULL, thread_ring, &args[i]);
   }
   for (int i = 0; i < N; i++) {
@@ -350,6 +355,7 @@ static void threads_ring(void) {
     EXPECT(args[i].bad == 0);
     EXPECT_OK(ncclCommDestroy(comms[i]));
   }
+  pthread_barrier_destroy(&done);
 }
 
 /* A receive whose count differs from the send: both sides hear of it. */

@@ -10,7 +10,9 @@
  * 3 depend only on other ranks' phase 1 and 2, so any pattern of sends and
  * receives inside one group completes; and when one rank of a pair arrives
  * second for both directions it does both copies, so the other process needs
- * no copy or compute engine at all.
+ * no copy or compute engine at all.  Messages enqueued while their stream is
+ * captured in a CUDA graph use slots of their own whose flags go back to 0,
+ * so that every replay repeats the same handshake.
  */
 #include "p2p/p2p.h"
 

@@ -1,0 +1,659 @@
+/*
+ * bench.c - mpinccl_bench: an nccl-tests-style benchmark of send/receive
+ * patterns (ring, all-to-all, ping-pong, 3D halo with 26 neighbours) whose
+ * figures are reported as ratios to floors measured in the same run with
+ * plain CUDA (bench_floors.h).  Built against mpinccl by default, against
+ * NVIDIA's NCCL with -DBENCH_WITH_NVIDIA_NCCL (bench/GNUmakefile).
+ */
+#include "bench.h"
+
+#include <ctype.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <getopt.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_kernels.h"
+
+#define NO_GPU_MESSAGE \
+  "mpinccl_bench: no CUDA GPU found on this machine (on every rank); this benchmark needs one"
+#define SEGMENT_ALIGN 256
+
+static int world_rank, world_size;
+
+/* Every failure of CUDA or NCCL ends the whole job: an error seen by one rank
+ * would leave the others waiting for data that never comes. */
+#define CUDA_CHECK(call)                                                            \
+  do {                                                                              \
+    cudaError_t err_ = (call);                                                      \
+    if (err_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "mpinccl_bench: rank %d: %s failed: %s\n", world_rank, #call, \
+              cudaGetErrorString(err_));                                            \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                 \
+    }                                                                               \
+  } while (0)
+
+#define NCCL_CHECK(comm, call)                                                               \
+  do {                                                                                       \
+    ncclResult_t res_ = (call);                                                              \
+    if (res_ != ncclSuccess) {                                                               \
+      fprintf(stderr, "mpinccl_bench: rank %d: %s failed: %s; last error: %s\n", world_rank, \
+              #call, ncclGetErrorString(res_), ncclGetLastError(comm));                      \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+    }                                                                                        \
+  } while (0)
+
+/* ---------------------------------------------------------------- options -- */
+
+static void usage(FILE* out) {
+  fprintf(out,
+          "usage: mpirun -np P mpinccl_bench -o OP [options]\n"
+          "  -o, --op OP          sendrecv | alltoall | pingpong | halo\n"
+          "  -b, --minbytes N     smallest size (default 8); K, M, G suffixes (x1024)\n"
+          "  -e, --maxbytes N     largest size (default 64M)\n"
+          "  -f, --stepfactor F   size multiplier between rows (default 2)\n"
+          "  -n, --iters N        timed iterations per size (default 20)\n"
+          "  -w, --warmup N       untimed iterations per size (default 5)\n"
+          "  -G, --graph 0|1      capture the timed iterations in a CUDA graph, time one\n"
+          "                       replay (default 0); exits 3 when capture fails\n"
+          "  -c, --check 0|1      verify the received bytes after the timed loop (default 1)\n"
+          "  -R, --register 0|1   ncclCommRegister the buffers (default 0)\n"
+          "      --json FILE      write the header and all rows to FILE (rank 0)\n"
+          "      --floors-only    measure and print the floors, then exit\n"
+          "  -h, --help           this text\n"
+          "sizes: sendrecv, pingpong: bytes per message; alltoall: bytes each rank sends\n"
+          "in all (size/P to each rank, itself included); halo: bytes per face.\n");
+}
+
+/* A size with an optional K, M or G suffix (powers of 1024). */
+static int parse_size(const char* s, size_t* out) {
+  char* end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || errno != 0 || *s == '-') return -1;
+  unsigned shift = 0;
+  const char* unit = *end ? strchr("KMG", toupper((unsigned char)*end)) : NULL;
+  if (unit) {
+    shift = 10 * (unsigned)(unit - "KMG" + 1);
+    end++;
+  }
+  if (*end != '\0' || v > (SIZE_MAX >> 2) >> shift) return -1;
+  *out = (size_t)(v << shift);
+  return 0;
+}
+
+static int parse_long(const char* s, long lo, long hi, long* out) {
+  char* end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_int(const char* s, int lo, int hi, int* out) {
+  long v;
+  if (parse_long(s, lo, hi, &v) != 0) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_op(const char* s, op_t* out) {
+  for (int i = 0; i < 4; i++)
+    if (strcmp(s, bench_op_name((op_t)i)) == 0) {
+      *out = (op_t)i;
+      return 0;
+    }
+  return -1;
+}
+
+/* Returns 0 to run, -1 after --help, 1 on a bad option (said on rank 0).
+ * Every rank parses the same argv, so all reach the same answer. */
+static int options_parse(int argc, char** argv, options_t* o) {
+  static const struct option longopts[] = {{"op", required_argument, NULL, 'o'},
+                                           {"minbytes", required_argument, NULL, 'b'},
+                                           {"maxbytes", required_argument, NULL, 'e'},
+                                           {"stepfactor", required_argument, NULL, 'f'},
+                                           {"iters", required_argument, NULL, 'n'},
+                                           {"warmup", required_argument, NULL, 'w'},
+                                           {"graph", required_argument, NULL, 'G'},
+                                           {"check", required_argument, NULL, 'c'},
+                                           {"register", required_argument, NULL, 'R'},
+                                           {"json", required_argument, NULL, 'J'},
+                                           {"floors-only", no_argument, NULL, 'F'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  *o = (options_t){.op = OP_SENDRECV,
+                   .minbytes = 8,
+                   .maxbytes = (size_t)64 << 20,
+                   .stepfactor = 2,
+                   .iters = 20,
+                   .warmup = 5,
+                   .check = 1};
+  opterr = 0; /* getopt would complain once per rank */
+  int c, bad = 0;
+  while (!bad && (c = getopt_long(argc, argv, "o:b:e:f:n:w:G:c:R:h", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'o': bad = parse_op(optarg, &o->op), o->op_set = 1; break;
+      case 'b': bad = parse_size(optarg, &o->minbytes); break;
+      case 'e': bad = parse_size(optarg, &o->maxbytes); break;
+      case 'f': bad = parse_long(optarg, 2, 1 << 20, &o->stepfactor); break;
+      case 'n': bad = parse_int(optarg, 1, 1 << 24, &o->iters); break;
+      case 'w': bad = parse_int(optarg, 0, 1 << 24, &o->warmup); break;
+      case 'G': bad = parse_int(optarg, 0, 1, &o->graph); break;
+      case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
+      case 'R': bad = parse_int(optarg, 0, 1, &o->reg); break;
+      case 'J': o->json = optarg; break;
+      case 'F': o->floors_only = 1; break;
+      case 'h':
+        if (world_rank == 0) usage(stdout);
+        return -1;
+      default: bad = 1; break;
+    }
+  }
+  const char* err = bad ? "bad option or value" : NULL;
+  if (!err && optind < argc) err = "unexpected argument";
+  if (!err && !o->op_set && !o->floors_only) err = "-o OP is required";
+  if (!err && (o->minbytes < 1 || o->maxbytes < o->minbytes))
+    err = "need 1 <= minbytes <= maxbytes";
+  if (!err && o->op == OP_PINGPONG && world_size < 2) err = "pingpong needs at least 2 ranks";
+  if (err && world_rank == 0) {
+    if (bad || optind < argc)
+      fprintf(stderr, "mpinccl_bench: %s near '%s'\n", err, argv[bad ? optind - 1 : optind]);
+    else
+      fprintf(stderr, "mpinccl_bench: %s\n", err);
+    fprintf(stderr, "  (mpinccl_bench --help lists the options)\n");
+  }
+  return err ? 1 : 0;
+}
+
+/* ------------------------------------------------------- GPUs and regime -- */
+
+/* 1 when every rank sees a GPU; a failing cudaGetDeviceCount (no driver)
+ * counts as none. */
+static int gpus_everywhere(int* ndev) {
+  if (cudaGetDeviceCount(ndev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ndev = 0;
+  }
+  int mine = *ndev > 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}
+
+/* Ranks of a host share its GPUs round robin; counts GPUs by UUID, ranks per
+ * GPU, MPS, and whether ranks 0 and 1 share a host (for the exchange floors). */
+static void topo_detect(int ndev, topo_t* t) {
+  MPI_Comm node;
+  int local_rank, local_size;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  int dev = local_rank % ndev;
+  CUDA_CHECK(cudaSetDevice(dev));
+  struct cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  char* uuids = malloc((size_t)local_size * 16);
+  if (uuids == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Allgather(prop.uuid.bytes, 16, MPI_BYTE, uuids, 16, MPI_BYTE, node);
+  int same = 0, distinct = 0;
+  for (int i = 0; i < local_size; i++) {
+    same += memcmp(uuids + 16 * i, prop.uuid.bytes, 16) == 0;
+    int first = 1;
+    for (int j = 0; j < i && first; j++) first = memcmp(uuids + 16 * i, uuids + 16 * j, 16) != 0;
+    distinct += first;
+  }
+  free(uuids);
+  int leader_gpus = local_rank == 0 ? distinct : 0, mps = 0;
+  MPI_Allreduce(&leader_gpus, &t->gpus, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&same, &t->ranks_per_gpu, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev) != cudaSuccess) {
+    (void)cudaGetLastError(); /* a driver without the attribute has no MPS to report */
+    mps = 0;
+  }
+  mps = mps != 0;
+  int mps_min = 0;
+  MPI_Allreduce(&mps, &t->mps, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&mps, &mps_min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  t->mps_mixed = t->mps != mps_min;
+  int node_first = world_rank, rank1_first = 0;
+  MPI_Allreduce(MPI_IN_PLACE, &node_first, 1, MPI_INT, MPI_MIN, node);
+  MPI_Comm_free(&node);
+  if (world_size > 1) {
+    rank1_first = node_first;
+    MPI_Bcast(&rank1_first, 1, MPI_INT, 1, MPI_COMM_WORLD);
+  }
+  t->pair_same_node = world_size > 1 && rank1_first == 0;
+  snprintf(t->gpu_name, sizeof(t->gpu_name), "%s", prop.name);
+  MPI_Bcast(t->gpu_name, sizeof(t->gpu_name), MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+/* Without MPS, ranks sharing a GPU time-slice and a data exchange needs an
+ * engine: the delegated exchange is the floor.  With MPS, or one rank per
+ * GPU, nothing switches and the flag-only exchange is. */
+static void floor_choose(bench_t* b) {
+  int delegated = !b->topo.mps && b->topo.ranks_per_gpu > 1;
+  b->floor_name = delegated ? "delegated" : "flag-only";
+  b->floor_us = delegated ? b->floors.delegated_us : b->floors.flag_us;
+}
+
+/* ----------------------------------------------------------------- plans -- */
+
+static uint64_t key_of(int sender, unsigned tag) { return (uint64_t)sender << 32 | tag; }
+
+static size_t align_up(size_t n) { return (n + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN; }
+
+/* The halo rule: the face is a square plane of 8-byte cells, L = floor(sqrt(
+ * face / 8)) cells on a side (at least 1); an edge is a line of L cells,
+ * a corner one cell. */
+static size_t halo_edge_bytes(size_t face) {
+  size_t cells = face / 8, l = 1;
+  while ((l + 1) * (l + 1) <= cells) l++;
+  return 8 * l;
+}
+
+static void halo_setup(bench_t* b) {
+  int periods[3] = {1, 1, 1}, c[3];
+  b->dims[0] = b->dims[1] = b->dims[2] = 0;
+  MPI_Dims_create(world_size, 3, b->dims);
+  MPI_Comm cart;
+  MPI_Cart_create(MPI_COMM_WORLD, 3, b->dims, periods, 0, &cart); /* no reorder: ranks stay */
+  MPI_Cart_coords(cart, world_rank, 3, c);
+  for (int i = 0; i < HALO_DIRS; i++) {
+    int nc[3] = {c[0] + i % 3 - 1, c[1] + i / 3 % 3 - 1, c[2] + i / 9 - 1};
+    MPI_Cart_rank(cart, nc, &b->nbr[i]); /* periodic: wraps */
+  }
+  MPI_Comm_free(&cart);
+}
+
+/* NCCL pairs the k-th send from A to B with the k-th receive on B from A.
+ * Step i sends segment i to nbr[i] and receives segment i of nbr[26 - i]
+ * into our slot 26 - i.  On a torus B = nbr_A[i] exactly when A =
+ * nbr_B[26 - i], so B receives from A at the same steps i, in the same
+ * order, as A sends to B, and sizes agree (i and 26 - i are of one kind). */
+static void plan_halo(bench_t* b, size_t face) {
+  size_t seg_off[HALO_DIRS], seg_bytes[HALO_DIRS], off = 0;
+  b->edge = halo_edge_bytes(face);
+  for (int i = 0; i < HALO_DIRS; i++) {
+    int kind = (i % 3 != 1) + (i / 3 % 3 != 1) + (i / 9 != 1); /* 1 face, 2 edge, 3 corner */
+    seg_bytes[i] = kind == 1 ? face : kind == 2 ? b->edge : kind == 3 ? HALO_CORNER_BYTES : 0;
+    seg_off[i] = off;
+    off = align_up(off + seg_bytes[i]);
+  }
+  b->nmsgs = 0;
+  b->rank_bytes = 0;
+  for (int i = 0; i < HALO_DIRS; i++) {
+    if (i == HALO_SELF) continue;
+    int from = b->nbr[HALO_DIRS - 1 - i];
+    b->msgs[b->nmsgs++] = (msg_t){.send_peer = b->nbr[i],
+                                  .recv_peer = from,
+                                  .send_off = seg_off[i],
+                                  .recv_off = seg_off[HALO_DIRS - 1 - i],
+                                  .bytes = seg_bytes[i],
+                                  .send_key = key_of(world_rank, i),
+                                  .recv_key = key_of(from, i)};
+    b->rank_bytes += (double)seg_bytes[i];
+  }
+}
+
+/* The messages of one iteration at this size; 0 when the size is skipped. */
+static int plan_build(bench_t* b, size_t size) {
+  int r = world_rank, n = world_size;
+  b->size = size;
+  b->rank_bytes = (double)size;
+  b->nmsgs = 0;
+  switch (b->o->op) {
+    case OP_SENDRECV:
+      b->msgs[b->nmsgs++] = (msg_t){.send_peer = (r + 1) % n,
+                                    .recv_peer = (r + n - 1) % n,
+                                    .bytes = size,
+                                    .send_key = key_of(r, 0),
+                                    .recv_key = key_of((r + n - 1) % n, 0)};
+      break;
+    case OP_ALLTOALL: {
+      size_t chunk = size / (size_t)n;
+      if (chunk == 0) return 0;
+      b->size = chunk * (size_t)n;
+      b->rank_bytes = (double)b->size;
+      for (int p = 0; p < n; p++)
+        b->msgs[b->nmsgs++] = (msg_t){.send_peer = p,
+                                      .recv_peer = p,
+                                      .send_off = p * chunk,
+                                      .recv_off = p * chunk,
+                                      .bytes = chunk,
+                                      .send_key = key_of(r, p),
+                                      .recv_key = key_of(p, r)};
+      break;
+    }
+    case OP_PINGPONG: /* rank 1 echoes what it receives: both check rank 0's pattern */
+      if (r < 2)
+        b->msgs[b->nmsgs++] = (msg_t){.send_peer = r == 0 ? 1 : -1,
+                                      .recv_peer = r ^ 1,
+                                      .bytes = size,
+                                      .send_key = key_of(0, 0),
+                                      .recv_key = key_of(0, 0)};
+      break;
+    case OP_HALO: plan_halo(b, size); break;
+  }
+  return 1;
+}
+
+/* ------------------------------------------------------------- iteration -- */
+
+/* Enqueues one iteration; returns the first failure and names its call in
+ * *what.  A group once started is always ended. */
+static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
+  ncclResult_t res = ncclSuccess, r;
+#define BENCH_TRY(call)                                      \
+  do {                                                       \
+    if (res == ncclSuccess && (r = (call)) != ncclSuccess) { \
+      res = r;                                               \
+      *what = #call;                                         \
+    }                                                        \
+  } while (0)
+  ncclComm_t c = b->comm;
+  cudaStream_t s = b->stream;
+  if (b->o->op == OP_PINGPONG) {
+    if (world_rank == 0) {
+      BENCH_TRY(ncclSend(b->sendbuf, b->size, ncclInt8, 1, c, s));
+      BENCH_TRY(ncclRecv(b->recvbuf, b->size, ncclInt8, 1, c, s));
+    } else if (world_rank == 1) {
+      BENCH_TRY(ncclRecv(b->recvbuf, b->size, ncclInt8, 0, c, s));
+      BENCH_TRY(ncclSend(b->recvbuf, b->size, ncclInt8, 0, c, s));
+    }
+    return res;
+  }
+  double t0 = MPI_Wtime();
+  BENCH_TRY(ncclGroupStart());
+  if (res != ncclSuccess) return res;
+  for (int i = 0; i < b->nmsgs; i++) {
+    const msg_t* m = &b->msgs[i];
+    if (m->send_peer >= 0)
+      BENCH_TRY(ncclSend(b->sendbuf + m->send_off, m->bytes, ncclInt8, m->send_peer, c, s));
+    if (m->recv_peer >= 0)
+      BENCH_TRY(ncclRecv(b->recvbuf + m->recv_off, m->bytes, ncclInt8, m->recv_peer, c, s));
+  }
+  BENCH_TRY(ncclGroupEnd());
+  b->host_s += MPI_Wtime() - t0;
+#undef BENCH_TRY
+  return res;
+}
+
+static void iter_run(bench_t* b) {
+  const char* what = "";
+  ncclResult_t res = iter_enqueue(b, &what);
+  if (res != ncclSuccess) {
+    fprintf(stderr, "mpinccl_bench: rank %d: %s failed: %s; last error: %s\n", world_rank, what,
+            ncclGetErrorString(res), ncclGetLastError(b->comm));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+/* Captures the timed iterations; on failure says why in why. */
+static int graph_capture(bench_t* b, cudaGraphExec_t* exec, char* why, size_t whylen) {
+  cudaError_t ce = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+  if (ce != cudaSuccess) {
+    snprintf(why, whylen, "cudaStreamBeginCapture: %s", cudaGetErrorString(ce));
+    return -1;
+  }
+  const char* what = "";
+  ncclResult_t res = ncclSuccess;
+  for (int it = 0; it < b->o->iters && res == ncclSuccess; it++) res = iter_enqueue(b, &what);
+  cudaGraph_t graph = NULL;
+  ce = cudaStreamEndCapture(b->stream, &graph);
+  if (res == ncclSuccess && ce == cudaSuccess) {
+    ce = cudaGraphInstantiate(exec, graph, 0);
+    if (ce == cudaSuccess) ce = cudaGraphUpload(*exec, b->stream);
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (res != ncclSuccess)
+    snprintf(why, whylen, "%s returned %s; last error: %s", what, ncclGetErrorString(res),
+             ncclGetLastError(b->comm));
+  else if (ce != cudaSuccess)
+    snprintf(why, whylen, "cudaStreamEndCapture/cudaGraphInstantiate: %s", cudaGetErrorString(ce));
+  (void)cudaGetLastError();
+  return res == ncclSuccess && ce == cudaSuccess ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- a size -- */
+
+static void data_prepare(bench_t* b) {
+  for (int i = 0; i < b->nmsgs; i++) {
+    const msg_t* m = &b->msgs[i];
+    if (m->send_peer >= 0)
+      CUDA_CHECK(bench_pattern_fill(b->sendbuf + m->send_off, m->bytes, m->send_key, b->stream));
+  }
+  CUDA_CHECK(cudaMemsetAsync(b->recvbuf, 0, b->recvcap, b->stream));
+}
+
+/* Bytes that differ from the pattern, over all ranks. */
+static long long data_check(bench_t* b) {
+  unsigned long long wrong = 0, all = 0;
+  CUDA_CHECK(cudaMemsetAsync(b->wrong_dev, 0, sizeof(*b->wrong_dev), b->stream));
+  for (int i = 0; i < b->nmsgs; i++) {
+    const msg_t* m = &b->msgs[i];
+    if (m->recv_peer >= 0)
+      CUDA_CHECK(bench_pattern_check(b->recvbuf + m->recv_off, m->bytes, m->recv_key, b->wrong_dev,
+                                     b->stream));
+  }
+  CUDA_CHECK(
+      cudaMemcpyAsync(&wrong, b->wrong_dev, sizeof(wrong), cudaMemcpyDeviceToHost, b->stream));
+  CUDA_CHECK(cudaStreamSynchronize(b->stream));
+  MPI_Allreduce(&wrong, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return (long long)all;
+}
+
+/* Warm-up, then the timed iterations enqueued back to back (or one graph
+ * replay) between two events; returns this rank's milliseconds, or -1 when
+ * graph capture failed on some rank (the lowest such rank said why). */
+static double size_time(bench_t* b) {
+  const options_t* o = b->o;
+  data_prepare(b);
+  CUDA_CHECK(cudaStreamSynchronize(b->stream));
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int it = 0; it < o->warmup; it++) iter_run(b);
+  if (o->check) CUDA_CHECK(cudaMemsetAsync(b->recvbuf, 0, b->recvcap, b->stream));
+  CUDA_CHECK(cudaStreamSynchronize(b->stream));
+  b->host_s = 0;
+  cudaGraphExec_t exec = NULL;
+  if (o->graph) {
+    char why[400] = "";
+    int failed = graph_capture(b, &exec, why, sizeof(why)) != 0 ? world_rank : world_size, first;
+    MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first < world_size) {
+      if (failed == first)
+        fprintf(stderr,
+                "mpinccl_bench: -G 1: capturing the timed iterations in a CUDA graph failed on "
+                "rank %d at size %zu: %s\n",
+                world_rank, b->size, why);
+      snprintf(b->error, sizeof(b->error), "CUDA graph capture failed on rank %d at size %zu",
+               first, b->size);
+      if (exec) cudaGraphExecDestroy(exec);
+      return -1;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* start together: skew is not communication */
+  CUDA_CHECK(cudaEventRecord(b->start, b->stream));
+  if (exec)
+    CUDA_CHECK(cudaGraphLaunch(exec, b->stream));
+  else
+    for (int it = 0; it < o->iters; it++) iter_run(b);
+  CUDA_CHECK(cudaEventRecord(b->stop, b->stream));
+  CUDA_CHECK(cudaEventSynchronize(b->stop));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, b->start, b->stop));
+  if (exec) CUDA_CHECK(cudaGraphExecDestroy(exec));
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(b->comm, ncclCommGetAsyncError(b->comm, &async));
+  if (async != ncclSuccess && async != ncclInProgress) NCCL_CHECK(b->comm, async);
+  return ms;
+}
+
+/* Times one size and fills its result (on rank 0); -1 when graph capture failed. */
+static int size_run(bench_t* b, result_t* res) {
+  const options_t* o = b->o;
+  double ms = size_time(b);
+  int failed = ms < 0, any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_failed) return -1;
+  double us = ms * 1e3 / o->iters;
+  if (o->op == OP_PINGPONG) us /= 2; /* one way: half a round trip */
+  double host_us = b->host_s * 1e6 / o->iters, t[2] = {us, host_us}, tmax[2], host_sum = 0;
+  MPI_Allreduce(t, tmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&host_us, &host_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  long long wrong = o->check ? data_check(b) : -1;
+  double n = world_size, algbw = tmax[0] > 0 ? b->rank_bytes / (tmax[0] * 1e3) : 0;
+  double busbw = o->op == OP_ALLTOALL ? algbw * (n - 1) / n : algbw;
+  /* Bytes moved per second summed over the ranks (pingpong: one message in flight). */
+  double moved = o->op == OP_PINGPONG ? algbw : n * busbw;
+  *res = (result_t){.bytes = b->size,
+                    .edge = o->op == OP_HALO ? b->edge : 0,
+                    .time_us = tmax[0],
+                    .algbw = algbw,
+                    .busbw = busbw,
+                    .vs_copy = b->floors.copy_gbps > 0 ? moved / b->floors.copy_gbps : -1,
+                    .vs_floor = b->floor_us > 0 ? tmax[0] / b->floor_us : -1,
+                    .host_us = host_sum / n,
+                    .host_us_max = tmax[1],
+                    .wrong = wrong};
+  return 0;
+}
+
+/* ------------------------------------------------------------------- run -- */
+
+static void comm_create(bench_t* b) {
+#ifdef BENCH_WITH_NVIDIA_NCCL
+  ncclUniqueId id;
+  if (world_rank == 0) NCCL_CHECK(NULL, ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  NCCL_CHECK(NULL, ncclCommInitRank(&b->comm, world_size, id, world_rank));
+#else
+  NCCL_CHECK(NULL, mpincclCommInitMPI(&b->comm, MPI_COMM_WORLD, NULL));
+#endif
+}
+
+/* ncclInvalidUsage (mpinccl: no registration yet) is noted and ignored. */
+static void buffers_register(bench_t* b) {
+  char* bufs[2] = {b->sendbuf, b->recvbuf};
+  size_t caps[2] = {b->sendcap, b->recvcap};
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t res = ncclCommRegister(b->comm, bufs[i], caps[i], &b->reg_handles[i]);
+    if (res == ncclInvalidUsage) {
+      b->reg_handles[i] = NULL;
+      if (world_rank == 0 && i == 0)
+        printf("# register  ncclCommRegister: ncclInvalidUsage (%s); running unregistered\n",
+               ncclGetLastError(b->comm));
+      continue;
+    }
+    NCCL_CHECK(b->comm, res);
+  }
+}
+
+/* Buffers for the largest size (the plan at maxbytes has the largest offsets). */
+static void buffers_create(bench_t* b) {
+  int cap = world_size > HALO_DIRS ? world_size : HALO_DIRS;
+  b->msgs = calloc((size_t)cap, sizeof(msg_t));
+  if (b->msgs == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  plan_build(b, b->o->maxbytes); /* halo: after halo_setup (run) */
+  b->sendcap = b->recvcap = SEGMENT_ALIGN;
+  for (int i = 0; i < b->nmsgs; i++) {
+    const msg_t* m = &b->msgs[i];
+    if (m->send_off + m->bytes > b->sendcap) b->sendcap = m->send_off + m->bytes;
+    if (m->recv_off + m->bytes > b->recvcap) b->recvcap = m->recv_off + m->bytes;
+  }
+  CUDA_CHECK(cudaMalloc((void**)&b->sendbuf, b->sendcap));
+  CUDA_CHECK(cudaMalloc((void**)&b->recvbuf, b->recvcap));
+  CUDA_CHECK(cudaMalloc((void**)&b->wrong_dev, sizeof(*b->wrong_dev)));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreate(&b->start));
+  CUDA_CHECK(cudaEventCreate(&b->stop));
+  if (b->o->reg) buffers_register(b);
+}
+
+static void buffers_destroy(bench_t* b) {
+  for (int i = 0; i < 2; i++)
+    if (b->reg_handles[i]) NCCL_CHECK(b->comm, ncclCommDeregister(b->comm, b->reg_handles[i]));
+  CUDA_CHECK(cudaFree(b->sendbuf));
+  CUDA_CHECK(cudaFree(b->recvbuf));
+  CUDA_CHECK(cudaFree(b->wrong_dev));
+  CUDA_CHECK(cudaEventDestroy(b->start));
+  CUDA_CHECK(cudaEventDestroy(b->stop));
+  CUDA_CHECK(cudaStreamDestroy(b->stream));
+  free(b->msgs);
+}
+
+/* Every size from minbytes to maxbytes; returns the exit code. */
+static int sizes_run(bench_t* b) {
+  const options_t* o = b->o;
+  long long wrong_sizes = 0;
+  for (size_t size = o->minbytes; size <= o->maxbytes && b->nresults < MAX_SIZES;) {
+    if (plan_build(b, size)) {
+      result_t* r = &b->results[b->nresults];
+      if (size_run(b, r) != 0) return 3;
+      b->nresults++;
+      wrong_sizes += r->wrong > 0;
+      bench_report_row(b, r);
+    }
+    if (size > o->maxbytes / (size_t)o->stepfactor) break;
+    size *= (size_t)o->stepfactor;
+  }
+  if (wrong_sizes > 0) {
+    snprintf(b->error, sizeof(b->error), "%lld size(s) received wrong bytes", wrong_sizes);
+    if (world_rank == 0) fprintf(stderr, "mpinccl_bench: %s\n", b->error);
+    return 1;
+  }
+  return 0;
+}
+
+static int run(const options_t* o, int ndev) {
+  static bench_t bench; /* large: results */
+  bench_t* b = &bench;
+  b->o = o;
+  b->rank = world_rank;
+  b->nranks = world_size;
+  topo_detect(ndev, &b->topo);
+  size_t copy_bytes = (size_t)1 << 30;
+  if (o->maxbytes < copy_bytes) copy_bytes = o->maxbytes;
+  bench_floors_measure(MPI_COMM_WORLD, copy_bytes, b->topo.pair_same_node, &b->floors);
+  floor_choose(b);
+  if (o->op == OP_HALO) halo_setup(b);
+  bench_report_header(b);
+  if (o->floors_only) {
+    bench_report_json(b);
+    return 0;
+  }
+  comm_create(b);
+  buffers_create(b);
+  bench_report_table_header(b);
+  int rc = sizes_run(b);
+  bench_report_json(b);
+  buffers_destroy(b);
+  if (rc == 3) {
+    NCCL_CHECK(b->comm, ncclCommAbort(b->comm));
+  } else {
+    NCCL_CHECK(b->comm, ncclCommFinalize(b->comm));
+    NCCL_CHECK(b->comm, ncclCommDestroy(b->comm));
+  }
+  return rc;
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  options_t o;
+  int rc = options_parse(argc, argv, &o);
+  int ndev = 0;
+  if (rc == 0 && !gpus_everywhere(&ndev)) {
+    if (world_rank == 0) fprintf(stderr, "%s\n", NO_GPU_MESSAGE);
+    rc = 2;
+  }
+  if (rc == 0) rc = run(&o, ndev);
+  MPI_Finalize();
+  return rc < 0 ? 0 : rc;
+}

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "cuda/driver.h"
@@ -15,7 +16,8 @@ typedef struct {
   uint64_t owner, buffer_id;
   int dev; /* importing device: a mapping belongs to one context */
   cudaIpcMemHandle_t handle;
-  void* base;
+  void* base;          /* exported: the allocation; imported: where it is mapped here */
+  uint64_t owner_base; /* imported: the owner's address of what base maps */
 } ipc_entry_t;
 
 typedef struct {
@@ -29,6 +31,16 @@ static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static ipc_entry_t* cache_find(ipc_cache_t* c, uint64_t owner, uint64_t id, int dev) {
   for (int i = 0; i < c->n; i++)
     if (c->entries[i].owner == owner && c->entries[i].buffer_id == id && c->entries[i].dev == dev)
+      return &c->entries[i];
+  return NULL;
+}
+
+/* An open mapping of the same handle (the same underlying block). */
+static ipc_entry_t* cache_find_handle(ipc_cache_t* c, uint64_t owner, const cudaIpcMemHandle_t* h,
+                                      int dev) {
+  for (int i = 0; i < c->n; i++)
+    if (c->entries[i].owner == owner && c->entries[i].dev == dev &&
+        memcmp(&c->entries[i].handle, h, sizeof(*h)) == 0)
       return &c->entries[i];
   return NULL;
 }
@@ -72,6 +84,7 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
   }
   if (res == ncclSuccess) {
     out->buffer_id = id;
+    out->base = (uint64_t)base;
     out->offset = (uint64_t)((CUdeviceptr)ptr - base);
     out->handle = e->handle;
   }
@@ -84,10 +97,10 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&ipc_lock);
-  ipc_entry_t* e = cache_find(&imported, owner, desc->buffer_id, dev);
+  ipc_entry_t* e = cache_find_handle(&imported, owner, &desc->handle, dev);
   if (e == NULL) {
     ipc_entry_t fresh = {.owner = owner, .buffer_id = desc->buffer_id, .dev = dev,
-                         .handle = desc->handle};
+                         .handle = desc->handle, .owner_base = desc->base};
     cudaError_t err = cudaIpcOpenMemHandle(&fresh.base, desc->handle, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -100,7 +113,8 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
                 (unsigned long long)desc->buffer_id, (unsigned long long)owner, fresh.base);
     }
   }
-  if (res == ncclSuccess) *ptr = (char*)e->base + desc->offset;
+  /* Distances are the same in both address spaces within one mapped block. */
+  if (res == ncclSuccess) *ptr = (char*)e->base + (desc->base + desc->offset - e->owner_base);
   pthread_mutex_unlock(&ipc_lock);
   return res;
 }

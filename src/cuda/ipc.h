@@ -15,6 +15,7 @@
 /** What a peer process needs to map one buffer. */
 typedef struct {
   uint64_t buffer_id; /**< unique per allocation for the life of the process */
+  uint64_t base;      /**< the allocation's base in the owner's address space */
   uint64_t offset;    /**< buffer - allocation base */
   cudaIpcMemHandle_t handle;
 } mpn_ipc_desc_t;
@@ -29,6 +30,9 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
 /**
  * Maps a buffer exported by process owner (see mpn_chan_proc_id) into the
  * calling thread's current device context and returns its address here.
+ * Small allocations share one underlying block and one handle, which a
+ * context may open only once: a handle already open is reused, and the
+ * buffer found by its distance from the allocation first mapped through it.
  */
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr);
 

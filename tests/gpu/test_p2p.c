@@ -301,7 +301,7 @@ static void halo26(void) {
 typedef struct {
   ncclComm_t comm;
   int me, n, dev, bad;
-  pthread_barrier_t* done;
+  pthread_barrier_t* sync; /* all threads of the process, see thread_ring */
 } thread_arg_t;
 
 static void* thread_ring(void* p) {
@@ -313,6 +313,11 @@ static void* thread_ring(void* p) {
   char *s, *r;
   cudaMalloc((void**)&s, bytes);
   cudaMalloc((void**)&r, bytes);
+  pattern_check(r, 0, 0, st); /* allocates this thread's counter */
+  /* CUDA calls that may synchronize the device (cudaMalloc, cudaFree) must
+   * not run while another thread of the process still has to enqueue the
+   * match of a message this process's streams wait for. */
+  pthread_barrier_wait(a->sync);
   for (int k = 0; k < 20; k++) {
     pattern_fill(s, bytes, seed_of(a->me, 0, 900 + k), st);
     ncclGroupStart();
@@ -328,7 +333,7 @@ static void* thread_ring(void* p) {
     cudaStreamSynchronize(st);
   }
   /* cudaFree synchronizes the device: only once no thread has messages left to post. */
-  pthread_barrier_wait(a->done);
+  pthread_barrier_wait(a->sync);
   cudaFree(s);
   cudaFree(r);
   cudaStreamDestroy(st);
@@ -344,10 +349,10 @@ static void threads_ring(void) {
   EXPECT_OK(ncclCommInitAll(comms, N, devs));
   pthread_t t[N];
   thread_arg_t args[N];
-  pthread_barrier_t done;
-  pthread_barrier_init(&done, NULL, N);
+  pthread_barrier_t sync;
+  pthread_barrier_init(&sync, NULL, N);
   for (int i = 0; i < N; i++) {
-    args[i] = (thread_arg_t){comms[i], i, N, dev, 0, &done};
+    args[i] = (thread_arg_t){comms[i], i, N, dev, 0, &sync};
     pthread_create(&t[i], NULL, thread_ring, &args[i]);
   }
   for (int i = 0; i < N; i++) {
@@ -355,7 +360,7 @@ static void threads_ring(void) {
     EXPECT(args[i].bad == 0);
     EXPECT_OK(ncclCommDestroy(comms[i]));
   }
-  pthread_barrier_destroy(&done);
+  pthread_barrier_destroy(&sync);
 }
 
 /* A receive whose count differs from the send: both sides hear of it. */

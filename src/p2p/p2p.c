@@ -44,6 +44,7 @@ typedef struct {
   mpn_op_t* op;
   mpn_pair_t* pair;
   uint64_t seq;
+  int posted;      /* the slot is ours: its flags must be issued */
   int graph;       /* captured: flags return to 0, so every replay works */
   mpn_post_role_t role;
   void *src, *dst; /* second side: where the data moves */
@@ -123,6 +124,7 @@ static ncclResult_t plan_post(plan_t* p) {
   ncclResult_t bad = describe(op, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
+  p->posted = 1;
   if (p->role != MPN_POST_SECOND) return bad;
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
@@ -197,7 +199,8 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
   for (int k = 0; k < 4; k++) {
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
-      if (p->op->stream != s || (p->role == MPN_POST_FIRST) != steps[k].first) continue;
+      if (!p->posted || p->op->stream != s || (p->role == MPN_POST_FIRST) != steps[k].first)
+        continue;
       if (k == 2 && p->move)
         MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
       MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, steps[k].done, steps[k].wait));

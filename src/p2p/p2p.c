@@ -128,6 +128,13 @@ static ncclResult_t plan_post(plan_t* p) {
   if (p->role != MPN_POST_SECOND) return bad;
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
+  if (other.exported < 0) {
+    /* The peer could not share its buffer (and was told so): nothing moves. */
+    mpn_error_set(comm, ncclInvalidUsage,
+                  "message %llu with rank %d: the peer's buffer cannot be shared with this process",
+                  (unsigned long long)p->seq, op->peer);
+    mpn_comm_set_async(comm, ncclInvalidUsage);
+  }
   if (bad != ncclSuccess || other.exported < 0) return bad;
   if (other.count != mine.count || other.dtype != mine.dtype) {
     report_mismatch(p, &mine, &other);

@@ -45,6 +45,12 @@ static void registry_remove(struct ncclComm* comm) {
   pthread_mutex_unlock(&live_lock);
 }
 
+void mpn_comm_foreach(void (*fn)(struct ncclComm*, void*), void* arg) {
+  pthread_mutex_lock(&live_lock);
+  for (int i = 0; i < n_live; i++) fn(live[i], arg);
+  pthread_mutex_unlock(&live_lock);
+}
+
 int mpn_comm_is_live(const struct ncclComm* comm) {
   int found = 0;
   pthread_mutex_lock(&live_lock);
@@ -93,6 +99,7 @@ void mpn_comm_free(struct ncclComm* comm) {
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
   mpn_topo_free(&comm->topo);
   free(comm->transport);
+  free(comm->peer_gone);
   if (comm->mpi_comm_owned && comm->mpi_comm != MPI_COMM_NULL) {
     int finalized = 0;
     MPI_Finalized(&finalized);

@@ -47,6 +47,7 @@ struct ncclComm {
   mpn_topo_t topo;
   uint8_t* transport; /**< per peer: mpn_transport_kind_t */
   struct mpn_p2p* p2p; /**< send/receive state, made on first use (p2p.c) */
+  uint8_t* peer_gone;  /**< per peer: its process was found gone (watchdog.c) */
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;
@@ -71,6 +72,12 @@ void mpn_comm_free_registrations(struct ncclComm* comm);
 
 /** Unregisters and frees everything the communicator holds (not collective). */
 void mpn_comm_free(struct ncclComm* comm);
+
+/**
+ * Calls fn for every live communicator, with the registry locked: none is
+ * destroyed meanwhile (fn must not create or destroy communicators).
+ */
+void mpn_comm_foreach(void (*fn)(struct ncclComm*, void*), void* arg);
 
 /** True when comm is a registered, not yet destroyed communicator. */
 int mpn_comm_is_live(const struct ncclComm* comm);

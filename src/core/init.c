@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/group.h"
 #include "core/param.h"
+#include "core/watchdog.h"
 #include "cuda/device.h"
 #include "transport.h"
 
@@ -46,6 +47,8 @@ static void warn_shared_gpu(const struct ncclComm* comm) {
 static ncclResult_t comm_setup(struct ncclComm* comm) {
   MPN_CHECK(mpn_topo_discover(comm));
   MPN_CHECK(mpn_transport_choose(comm));
+  MPN_CALLOC(comm->peer_gone, comm->nranks);
+  MPN_CHECK(mpn_watchdog_start(comm));
   mpn_topo_log(comm);
   mpn_transport_log(comm);
   warn_shared_gpu(comm);

@@ -33,6 +33,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_BOOTSTRAP_TAG] = {"MPINCCL_BOOTSTRAP_TAG", MPN_PARAM_INT, "29743", NULL, 0, 32767,
                                  "MPI tag of the library's set-up messages on MPI_COMM_WORLD; "
                                  "change it if the application uses the same tag there."},
+    [MPN_PARAM_WATCHDOG] = {"MPINCCL_WATCHDOG_MS", MPN_PARAM_INT, "200", NULL, 0, 60000,
+                            "Milliseconds between checks that the processes of peers on this "
+                            "host are alive; a peer found gone sets ncclRemoteError on the "
+                            "communicator and releases the streams waiting for it. 0 disables."},
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE",
                          0, 0, "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters."},
     [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,

@@ -16,6 +16,7 @@ typedef enum {
   MPN_PARAM_BOOTSTRAP,         /* auto | mpi | local */
   MPN_PARAM_BOOTSTRAP_TIMEOUT, /* seconds */
   MPN_PARAM_BOOTSTRAP_TAG,     /* MPI tag of rendezvous messages */
+  MPN_PARAM_WATCHDOG,          /* ms between checks that same-host peers live */
   MPN_PARAM_DEBUG,             /* NCCL_DEBUG */
   MPN_PARAM_DEBUG_SUBSYS,      /* NCCL_DEBUG_SUBSYS */
   MPN_PARAM_DEBUG_FILE,        /* NCCL_DEBUG_FILE */

@@ -51,15 +51,29 @@ typedef struct {
   int move;        /* second side and both descriptors valid */
 } plan_t;
 
+/* Per-peer state, made on first use.  The watchdog thread reads these
+ * pointers concurrently, so each is published with a release store. */
 static ncclResult_t peer_state(struct ncclComm* comm, int peer, peer_state_t** out) {
   if (comm->p2p == NULL) {
-    comm->p2p = calloc(1, sizeof(*comm->p2p));
-    if (comm->p2p == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+    struct mpn_p2p* p2p = calloc(1, sizeof(*p2p));
+    if (p2p == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+    __atomic_store_n(&comm->p2p, p2p, __ATOMIC_RELEASE);
   }
-  if (comm->p2p->peers == NULL) MPN_CALLOC(comm->p2p->peers, comm->nranks);
+  if (comm->p2p->peers == NULL) {
+    peer_state_t* peers = calloc((size_t)comm->nranks, sizeof(*peers));
+    if (peers == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+    __atomic_store_n(&comm->p2p->peers, peers, __ATOMIC_RELEASE);
+  }
   peer_state_t* ps = &comm->p2p->peers[peer];
-  if (ps->send == NULL) MPN_CHECK(mpn_pair_map(comm->bootstrap->key, comm->rank, peer, &ps->send));
-  if (ps->recv == NULL) MPN_CHECK(mpn_pair_map(comm->bootstrap->key, peer, comm->rank, &ps->recv));
+  mpn_pair_t* pair;
+  if (ps->send == NULL) {
+    MPN_CHECK(mpn_pair_map(comm->bootstrap->key, comm->rank, peer, &pair));
+    __atomic_store_n(&ps->send, pair, __ATOMIC_RELEASE);
+  }
+  if (ps->recv == NULL) {
+    MPN_CHECK(mpn_pair_map(comm->bootstrap->key, peer, comm->rank, &pair));
+    __atomic_store_n(&ps->recv, pair, __ATOMIC_RELEASE);
+  }
   *out = ps;
   return ncclSuccess;
 }
@@ -284,6 +298,27 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
       mpn_comm_set_async(comm, ncclInvalidUsage);
     }
   }
+}
+
+/* Satisfies every wait on a pair: eager waits are "at least", graph waits "exactly 1". */
+static void pair_release(mpn_pair_t* pair) {
+  if (pair == NULL) return;
+  for (int i = 0; i < MPN_PAIR_SLOTS; i++) {
+    __atomic_store_n(&pair->mem->slots[i].ready, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->slots[i].done, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  }
+  for (int i = 0; i < MPN_PAIR_GRAPH_SLOTS; i++) {
+    __atomic_store_n(&pair->mem->graph_slots[i].ready, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->graph_slots[i].done, 1, __ATOMIC_RELEASE);
+  }
+}
+
+void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
+  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
+  if (peers == NULL) return;
+  pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
+  pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
 }
 
 void mpn_p2p_free(struct ncclComm* comm) {

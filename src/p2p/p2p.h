@@ -19,6 +19,12 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops);
 /** Folds errors peers found in this communicator's messages into its async error. */
 void mpn_p2p_poll_errors(struct ncclComm* comm);
 
+/**
+ * Releases every stream flag shared with peer (its process is gone), so that
+ * no stream of this rank waits for it any longer.
+ */
+void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
+
 /** Releases the communicator's point-to-point state. */
 void mpn_p2p_free(struct ncclComm* comm);
 

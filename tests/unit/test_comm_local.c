@@ -10,10 +10,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "core/watchdog.h"
 #include "mpinccl.h"
 
 #define MAXR 8
@@ -392,6 +395,34 @@ START_TEST(register_handles) {
 }
 END_TEST
 
+/* A peer whose process is gone: ncclRemoteError with its name, once. */
+START_TEST(watchdog_peer_gone) {
+  use_local_bootstrap();
+  ncclComm_t comms[2];
+  group_create(comms, 2);
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ck_assert_int_gt(child, 0);
+  waitpid(child, NULL, 0); /* the pid now names no process */
+  /* Present rank 1 to rank 0 as another process of this host. */
+  comms[0]->topo.ranks[1].proc ^= 1;
+  comms[0]->topo.ranks[1].pid = child;
+  ck_assert_int_eq(mpn_watchdog_check(comms[1]), 0); /* rank 0 is alive */
+  ck_assert_int_eq(mpn_watchdog_check(comms[0]), 1);
+  ck_assert_int_eq(mpn_watchdog_check(comms[0]), 0); /* reported once */
+  ncclResult_t async;
+  ck_assert_int_eq(ncclCommGetAsyncError(comms[0], &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclRemoteError);
+  char want[64];
+  snprintf(want, sizeof(want), "rank 1 (process %d on", (int)child);
+  ck_assert(contains(ncclGetLastError(comms[0]), want));
+  ck_assert_int_eq(ncclCommGetAsyncError(comms[1], &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclSuccess);
+  ck_assert_int_eq(ncclCommAbort(comms[0]), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comms[1]), ncclSuccess);
+}
+END_TEST
+
 /* Each thread reads its own last error. */
 static void* error_thread(void* p) {
   intptr_t peer = (intptr_t)p;
@@ -493,6 +524,7 @@ int main(void) {
   tcase_add_test(tc, rma_checks);
   tcase_add_test(tc, last_error_per_thread);
   tcase_add_test(tc, register_handles);
+  tcase_add_test(tc, watchdog_peer_gone);
   tcase_add_test(tc, bootstrap_collectives_threads);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);

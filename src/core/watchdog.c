@@ -1,0 +1,82 @@
+/*
+ * watchdog.c - one thread per process that checks, every
+ * MPINCCL_WATCHDOG_MS, whether the processes of same-host peers are alive
+ * (kill(pid, 0)).  A peer found gone turns into ncclRemoteError on each
+ * communicator that has it, with a message naming it, and every stream
+ * flag shared with it is released so that no stream waits forever; the
+ * application then calls ncclCommAbort.
+ */
+#include "core/watchdog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "p2p/p2p.h"
+
+static pthread_mutex_t watchdog_lock = PTHREAD_MUTEX_INITIALIZER;
+static int watchdog_running;
+
+static int process_gone(int pid) { return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH; }
+
+int mpn_watchdog_check(struct ncclComm* comm) {
+  if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) != MPN_COMM_READY) return 0;
+  const mpn_topo_t* t = &comm->topo;
+  const mpn_rank_info_t* me = &t->ranks[comm->rank];
+  int found = 0;
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    const mpn_rank_info_t* p = &t->ranks[peer];
+    if (p->proc == me->proc || !mpn_topo_same_host(t, comm->rank, peer)) continue;
+    if (comm->peer_gone[peer] || !process_gone(p->pid)) continue;
+    comm->peer_gone[peer] = 1;
+    found++;
+    mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
+    MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, mpn_error_last(comm));
+    mpn_comm_set_async(comm, ncclRemoteError);
+    mpn_p2p_release_peer(comm, peer);
+  }
+  return found;
+}
+
+static void check_one(struct ncclComm* comm, void* arg) {
+  (void)arg;
+  mpn_watchdog_check(comm);
+}
+
+static void* watchdog_main(void* arg) {
+  (void)arg;
+  for (;;) {
+    usleep((useconds_t)mpn_param_int(MPN_PARAM_WATCHDOG) * 1000);
+    mpn_comm_foreach(check_one, NULL);
+  }
+  return NULL;
+}
+
+ncclResult_t mpn_watchdog_start(const struct ncclComm* comm) {
+  if (mpn_param_int(MPN_PARAM_WATCHDOG) == 0) return ncclSuccess;
+  int needed = 0;
+  for (int peer = 0; peer < comm->nranks && !needed; peer++)
+    needed = comm->topo.ranks[peer].proc != comm->topo.ranks[comm->rank].proc &&
+             mpn_topo_same_host(&comm->topo, comm->rank, peer);
+  if (!needed) return ncclSuccess;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&watchdog_lock);
+  if (!watchdog_running) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&t, &attr, watchdog_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (err == 0) watchdog_running = 1;
+    else res = mpn_error_set(NULL, ncclSystemError, "cannot start the watchdog thread: %s", strerror(err));
+  }
+  pthread_mutex_unlock(&watchdog_lock);
+  return res;
+}

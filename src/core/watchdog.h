@@ -1,0 +1,26 @@
+/*
+ * watchdog.h - notices peers whose process has gone (a crash, a kill) so
+ * that nobody waits for them forever: the communicator gets ncclRemoteError
+ * through ncclCommGetAsyncError and the streams waiting for the peer are
+ * released.
+ */
+#ifndef MPN_CORE_WATCHDOG_H_
+#define MPN_CORE_WATCHDOG_H_
+
+#include "nccl.h"
+
+struct ncclComm;
+
+/**
+ * Makes sure the process's watchdog thread runs (MPINCCL_WATCHDOG_MS > 0)
+ * once a communicator has peers in other processes of this host.
+ */
+ncclResult_t mpn_watchdog_start(const struct ncclComm* comm);
+
+/**
+ * Checks comm's same-host peers once (the thread calls it for every live
+ * communicator); returns the number of peers found gone for the first time.
+ */
+int mpn_watchdog_check(struct ncclComm* comm);
+
+#endif /* MPN_CORE_WATCHDOG_H_ */

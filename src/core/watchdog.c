@@ -32,7 +32,9 @@ int mpn_watchdog_check(struct ncclComm* comm) {
   int found = 0;
   for (int peer = 0; peer < comm->nranks; peer++) {
     const mpn_rank_info_t* p = &t->ranks[peer];
-    if (p->proc == me->proc || !mpn_topo_same_host(t, comm->rank, peer)) continue;
+    if (p->proc == me->proc || !mpn_topo_same_host(t, comm->rank, peer) || p->pidns != me->pidns ||
+        p->pidns == 0)
+      continue;
     if (comm->peer_gone[peer] || !process_gone(p->pid)) continue;
     comm->peer_gone[peer] = 1;
     found++;

@@ -34,6 +34,7 @@ typedef struct msg {
 
 typedef struct pending {
   struct pending* next;
+  uint64_t key; /* context of the message, for mpn_chan_flush */
   MPI_Request req;
   char buf[];
 } pending_t;
@@ -238,6 +239,7 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
         free(p);
         res = mpn_error_mpi(err, "MPI_Isend");
       } else {
+        p->key = key;
         p->next = chan.sends;
         chan.sends = p;
       }
@@ -393,4 +395,32 @@ ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const vol
                            (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
     if (spins > 100) usleep(spins > 1000 ? 500 : 20);
   }
+}
+
+ncclResult_t mpn_chan_flush(uint64_t key, uint64_t deadline_ns, const volatile int* abort) {
+  chan_init();
+  for (unsigned spins = 0;; spins++) {
+    pthread_mutex_lock(&chan.lock);
+    mpn_chan_progress();
+    int pending = 0;
+    for (pending_t* p = chan.sends; p && !pending; p = p->next) pending = p->key == key;
+    pthread_mutex_unlock(&chan.lock);
+    if (!pending) return ncclSuccess;
+    if (abort && *abort)
+      return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while delivering messages");
+    if (mpn_chan_now_ns() >= deadline_ns)
+      return mpn_error_set(NULL, ncclTimeout,
+                           "bootstrap: messages to other processes were not taken in within %lld s "
+                           "(MPINCCL_BOOTSTRAP_TIMEOUT)",
+                           (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
+    if (spins > 100) usleep(spins > 1000 ? 200 : 10);
+  }
+}
+
+int mpn_chan_sending(void) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  int pending = chan.sends != NULL;
+  pthread_mutex_unlock(&chan.lock);
+  return pending;
 }

@@ -70,6 +70,17 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
 ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
                            uint64_t deadline_ns, const volatile int* abort);
 
+/**
+ * Waits until every message of context key that this process sent over MPI
+ * is delivered (the receiving process has taken it in).  Collectives end with it: a message
+ * above MPI's eager limit moves only while its sender progresses, and the
+ * sender may next spend a long time outside the library.
+ */
+ncclResult_t mpn_chan_flush(uint64_t key, uint64_t deadline_ns, const volatile int* abort);
+
+/** True while some message of this process is not yet delivered. */
+int mpn_chan_sending(void);
+
 /** Drives MPI once: finishes sends, files incoming messages. */
 void mpn_chan_progress(void);
 

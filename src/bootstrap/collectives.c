@@ -56,7 +56,7 @@ ncclResult_t mpn_bootstrap_allgather(mpn_bootstrap_t* b, void* buf, size_t size)
     MPN_CHECK(send_to(b, right, tag, data + (size_t)send_block * size, size));
     MPN_CHECK(recv_from(b, left, tag, data + (size_t)recv_block * size, size));
   }
-  return ncclSuccess;
+  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
 }
 
 ncclResult_t mpn_bootstrap_barrier(mpn_bootstrap_t* b) {
@@ -66,7 +66,7 @@ ncclResult_t mpn_bootstrap_barrier(mpn_bootstrap_t* b) {
     MPN_CHECK(send_to(b, (b->rank + dist) % n, tag, &token, 1));
     MPN_CHECK(recv_from(b, (b->rank - dist + n) % n, tag, &token, 1));
   }
-  return ncclSuccess;
+  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
 }
 
 ncclResult_t mpn_bootstrap_bcast(mpn_bootstrap_t* b, void* buf, size_t size, int root) {
@@ -74,12 +74,13 @@ ncclResult_t mpn_bootstrap_bcast(mpn_bootstrap_t* b, void* buf, size_t size, int
   if (b->rank != root) return recv_from(b, root, tag, buf, size);
   for (int peer = 0; peer < b->nranks; peer++)
     if (peer != root) MPN_CHECK(send_to(b, peer, tag, buf, size));
-  return ncclSuccess;
+  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
 }
 
 ncclResult_t mpn_bootstrap_send(mpn_bootstrap_t* b, int peer, int tag, const void* buf,
                                 size_t size) {
-  return send_to(b, peer, P2P_TAG_BIT | (tag & (P2P_TAG_BIT - 1)), buf, size);
+  MPN_CHECK(send_to(b, peer, P2P_TAG_BIT | (tag & (P2P_TAG_BIT - 1)), buf, size));
+  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
 }
 
 ncclResult_t mpn_bootstrap_recv(mpn_bootstrap_t* b, int peer, int tag, void* buf, size_t size) {

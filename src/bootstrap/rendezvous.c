@@ -167,7 +167,8 @@ static void* service_main(void* arg) {
     mpn_chan_progress();
     int remaining = 0;
     mpn_chan_locked(service_sweep, &remaining);
-    if (remaining == 0) return NULL;
+    /* Served tables may still be on their way: deliver them before leaving. */
+    if (remaining == 0 && !mpn_chan_sending()) return NULL;
     usleep(200);
   }
 }
@@ -318,5 +319,7 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
                                  (const mpn_endpoint_t*)(msg + sizeof(head)), abort, out);
   }
   free(msg);
+  /* The tables this process served go out before it leaves the library. */
+  if (res == ncclSuccess) res = mpn_chan_flush(id->key, mpn_chan_deadline(), abort);
   return res;
 }

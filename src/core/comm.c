@@ -11,6 +11,9 @@
 #include "core/api.h"
 #include "core/error.h"
 #include "p2p/p2p.h"
+#ifdef HAVE_UCX
+#include "ucx/net.h"
+#endif
 #include "transport.h"
 
 /* Live communicators: a small open set, scanned linearly (few per process). */
@@ -95,6 +98,9 @@ void mpn_comm_free(struct ncclComm* comm) {
   registry_remove(comm);
   comm_join_init(comm, 1);
   mpn_p2p_free(comm);
+#ifdef HAVE_UCX
+  mpn_ucx_comm_free(comm);
+#endif
   mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
   mpn_topo_free(&comm->topo);

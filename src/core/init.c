@@ -17,6 +17,9 @@
 #include "core/group.h"
 #include "core/param.h"
 #include "core/watchdog.h"
+#ifdef HAVE_UCX
+#include "ucx/net.h"
+#endif
 #include "cuda/device.h"
 #include "transport.h"
 
@@ -47,6 +50,9 @@ static void warn_shared_gpu(const struct ncclComm* comm) {
 static ncclResult_t comm_setup(struct ncclComm* comm) {
   MPN_CHECK(mpn_topo_discover(comm));
   MPN_CHECK(mpn_transport_choose(comm));
+#ifdef HAVE_UCX
+  MPN_CHECK(mpn_ucx_comm_setup(comm));
+#endif
   MPN_CALLOC(comm->peer_gone, comm->nranks);
   MPN_CHECK(mpn_watchdog_start(comm));
   mpn_topo_log(comm);

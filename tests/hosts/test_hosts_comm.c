@@ -2,8 +2,8 @@
  * test_hosts_comm.c - run by test_hosts.sh with two ranks on each of two
  * test hosts: communicators from a unique id and from MPI_COMM_WORLD must
  * see two hosts of two ranks each, choose UCX between hosts and never
- * between ranks of one host (IPC there when there are GPUs), and split by
- * host.
+ * between ranks of one host (IPC there when there are GPUs), split by host,
+ * and move host memory around the ring through UCX from host to host.
  */
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +12,12 @@
 #include "core/comm.h"
 #include "mpinccl.h"
 #include "transport.h"
+#ifdef HAVE_UCX
+#include <stdlib.h>
+#include <time.h>
+
+#include "ucx/net.h"
+#endif
 
 static int world_rank, failures;
 
@@ -42,6 +48,32 @@ static void check_hosts(ncclComm_t comm) {
   EXPECT(hosts == 2);
 }
 
+#ifdef HAVE_UCX
+/* Host memory around the ring of world ranks through UCX, across the hosts. */
+static void ucx_ring(ncclComm_t comm) {
+  enum { BYTES = 1 << 20 };
+  int n = comm->nranks, to = (comm->rank + 1) % n, from = (comm->rank + n - 1) % n;
+  unsigned char *s = malloc(BYTES), *r = calloc(BYTES, 1);
+  for (int i = 0; i < BYTES; i++) s[i] = (unsigned char)(comm->rank * 37 + i * 13);
+  uint64_t flags[2] = {0, 0};
+  int error = 0;
+  if (comm->transport[to] == MPN_TRANSPORT_UCX && comm->transport[from] == MPN_TRANSPORT_UCX) {
+    EXPECT(mpn_ucx_host_recv(comm, from, r, BYTES, &flags[0], 1, &error) == ncclSuccess);
+    EXPECT(mpn_ucx_host_send(comm, to, s, BYTES, &flags[1], 1, &error) == ncclSuccess);
+    time_t end = time(NULL) + 30;
+    while ((__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) != 1 || __atomic_load_n(&flags[1], __ATOMIC_ACQUIRE) != 1) &&
+           time(NULL) < end) {
+    }
+    EXPECT(flags[0] == 1 && flags[1] == 1 && error == 0);
+    int bad = 0;
+    for (int i = 0; i < BYTES; i++) bad += r[i] != (unsigned char)(from * 37 + i * 13);
+    EXPECT(bad == 0);
+  }
+  free(s);
+  free(r);
+}
+#endif
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int size;
@@ -56,6 +88,10 @@ int main(int argc, char** argv) {
   EXPECT(mpincclCommInitMPI(&world, MPI_COMM_WORLD, NULL) == ncclSuccess);
   if (world) {
     check_hosts(world);
+#ifdef HAVE_UCX
+    ucx_ring(world);
+    MPI_Barrier(MPI_COMM_WORLD);
+#endif
     /* Split by host: colour = the lowest rank on my host. */
     int color = world->rank;
     for (int p = 0; p < world->nranks; p++)

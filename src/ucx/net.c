@@ -1,0 +1,118 @@
+/*
+ * net.c - per-communicator UCX state.  Tags carry the communicator (24 bits
+ * of its key), the sending rank (20 bits) and a per-pair sequence number
+ * (20 bits), so messages of different communicators and senders never match
+ * each other and those of one pair match in order.
+ */
+#include "ucx/net.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "transport.h"
+#include "ucx/proxy.h"
+
+#define MPN_UCX_ADDR_MAX 4096
+
+struct mpn_ucx_comm {
+  mpn_ucx_peer_t* peers;  /* nranks; address NULL for peers not on UCX */
+  uint64_t *send_seq, *recv_seq;
+};
+
+static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
+  uint64_t id = (comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff;
+  return id << 40 | ((uint64_t)src & 0xfffff) << 20 | (seq & 0xfffff);
+}
+
+typedef struct {
+  uint32_t len;
+  char bytes[MPN_UCX_ADDR_MAX];
+} addr_slot_t;
+
+ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
+  int any = 0;
+  for (int p = 0; p < comm->nranks; p++) any |= comm->transport[p] == MPN_TRANSPORT_UCX;
+  /* Collective: every rank takes part in the exchange if any rank needs it. */
+  int needed[1] = {any};
+  int* all = calloc((size_t)comm->nranks, sizeof(int));
+  if (all == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  all[comm->rank] = needed[0];
+  ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, all, sizeof(int));
+  int someone = 0;
+  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) someone |= all[p];
+  free(all);
+  if (res != ncclSuccess || !someone) return res;
+  addr_slot_t* slots = calloc((size_t)comm->nranks, sizeof(*slots));
+  struct mpn_ucx_comm* u = calloc(1, sizeof(*u));
+  if (slots == NULL || u == NULL) {
+    free(slots);
+    free(u);
+    return mpn_error_set(comm, ncclSystemError, "out of memory");
+  }
+  comm->ucx = u;
+  const void* addr = NULL;
+  size_t len = 0;
+  if (any) res = mpn_ucx_proxy_start(&addr, &len);
+  if (res == ncclSuccess && len > MPN_UCX_ADDR_MAX)
+    res = mpn_error_set(comm, ncclInternalError, "UCX worker address of %zu bytes is too long", len);
+  if (res == ncclSuccess && any) {
+    slots[comm->rank].len = (uint32_t)len;
+    memcpy(slots[comm->rank].bytes, addr, len);
+  }
+  /* Everybody joins the allgather, even after a local failure, so nobody waits. */
+  ncclResult_t gathered = mpn_bootstrap_allgather(comm->bootstrap, slots, sizeof(*slots));
+  if (res == ncclSuccess) res = gathered;
+  if (res == ncclSuccess) {
+    u->peers = calloc((size_t)comm->nranks, sizeof(*u->peers));
+    u->send_seq = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    u->recv_seq = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    if (!u->peers || !u->send_seq || !u->recv_seq) res = mpn_error_set(comm, ncclSystemError, "out of memory");
+  }
+  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
+    if (comm->transport[p] != MPN_TRANSPORT_UCX || slots[p].len == 0) continue;
+    u->peers[p].address = malloc(slots[p].len);
+    if (u->peers[p].address == NULL) res = mpn_error_set(comm, ncclSystemError, "out of memory");
+    else memcpy(u->peers[p].address, slots[p].bytes, slots[p].len);
+    u->peers[p].address_len = slots[p].len;
+  }
+  free(slots);
+  return res;
+}
+
+static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
+                            size_t bytes, uint64_t* flag, uint64_t value, int* error) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  if (u == NULL || u->peers == NULL || u->peers[peer].address == NULL)
+    return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
+  mpn_ucx_cmd_t cmd = {.kind = kind, .peer = &u->peers[peer], .buf = buf, .bytes = bytes,
+                       .flag = flag, .value = value, .error = error};
+  cmd.tag = kind == MPN_UCX_SEND ? make_tag(comm, comm->rank, ++u->send_seq[peer])
+                                 : make_tag(comm, peer, ++u->recv_seq[peer]);
+  return mpn_ucx_proxy_post(&cmd);
+}
+
+ncclResult_t mpn_ucx_host_send(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
+                               uint64_t* flag, uint64_t value, int* error) {
+  return host_op(comm, MPN_UCX_SEND, peer, (void*)buf, bytes, flag, value, error);
+}
+
+ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_t bytes,
+                               uint64_t* flag, uint64_t value, int* error) {
+  return host_op(comm, MPN_UCX_RECV, peer, buf, bytes, flag, value, error);
+}
+
+void mpn_ucx_comm_free(struct ncclComm* comm) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  if (u == NULL) return;
+  if (u->peers) {
+    mpn_ucx_proxy_close(u->peers, comm->nranks);
+    for (int p = 0; p < comm->nranks; p++) free(u->peers[p].address);
+  }
+  free(u->peers);
+  free(u->send_seq);
+  free(u->recv_seq);
+  free(u);
+  comm->ucx = NULL;
+}

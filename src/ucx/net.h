@@ -1,0 +1,37 @@
+/*
+ * net.h - a communicator's UCX peers: worker addresses exchanged when the
+ * communicator is created (for the peers the transport choice put on UCX),
+ * endpoints made by the proxy on first use, and tagged transfers of host
+ * memory that complete by writing a flag.  Device data will be staged
+ * through pinned host buffers on top of these (issue 5).
+ */
+#ifndef MPN_UCX_NET_H_
+#define MPN_UCX_NET_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+/** Collective over comm: exchanges worker addresses if any peer uses UCX. */
+ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm);
+
+/**
+ * Sends bytes of host memory to peer (a UCX peer of comm), the n-th such
+ * message matching the peer's n-th mpn_ucx_host_recv from this rank.  Returns
+ * at once; *flag becomes value when the buffer may be reused, and *error an
+ * ncclResult_t if the transfer failed.
+ */
+ncclResult_t mpn_ucx_host_send(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
+                               uint64_t* flag, uint64_t value, int* error);
+
+/** Receives into host memory; *flag becomes value once the data is there. */
+ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_t bytes,
+                               uint64_t* flag, uint64_t value, int* error);
+
+/** Closes the communicator's endpoints and frees its UCX state. */
+void mpn_ucx_comm_free(struct ncclComm* comm);
+
+#endif /* MPN_UCX_NET_H_ */

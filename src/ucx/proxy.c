@@ -1,0 +1,180 @@
+/*
+ * proxy.c - UCX context, worker and the proxy thread.  The worker is created
+ * single-threaded: only the proxy touches it.  Commands arrive through a
+ * locked list; the proxy posts them (creating endpoints on first use), then
+ * progresses the worker, sleeping briefly only when it has nothing in flight.
+ */
+#include "ucx/proxy.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+static struct {
+  pthread_once_t once;
+  ncclResult_t status;
+  ucp_context_h context;
+  ucp_worker_h worker;
+  ucp_address_t* address;
+  size_t address_len;
+  pthread_mutex_t lock;
+  pthread_cond_t closed;
+  mpn_ucx_cmd_t *head, *tail;
+  long in_flight;  /* proxy thread only */
+  mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
+  int n_closing, close_gen, closed_gen;
+} px = {.once = PTHREAD_ONCE_INIT,
+        .lock = PTHREAD_MUTEX_INITIALIZER,
+        .closed = PTHREAD_COND_INITIALIZER};
+
+/* Completion of any operation: report, then let the request go. */
+static void complete(void* request, ucs_status_t status, void* user_data) {
+  mpn_ucx_cmd_t* cmd = user_data;
+  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", cmd->kind == MPN_UCX_SEND ? "send" : "receive",
+            (unsigned long long)cmd->tag, ucs_status_string(status));
+  if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+  if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", cmd->kind == MPN_UCX_SEND ? "send" : "receive", ucs_status_string(status));
+  __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
+  px.in_flight--;
+  free(cmd);
+  if (request) ucp_request_free(request);
+}
+
+static void send_done(void* request, ucs_status_t status, void* user_data) {
+  complete(request, status, user_data);
+}
+
+static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  (void)info;
+  complete(request, status, user_data);
+}
+
+static ucs_status_t ep_connect(mpn_ucx_peer_t* peer) {
+  if (peer->ep) return UCS_OK;
+  ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                            .address = peer->address,
+                            .err_mode = UCP_ERR_HANDLING_MODE_PEER};
+  return ucp_ep_create(px.worker, &params, &peer->ep);
+}
+
+static void execute(mpn_ucx_cmd_t* cmd) {
+  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s of %zu bytes, tag %016llx", cmd->kind == MPN_UCX_SEND ? "send" : "receive",
+            cmd->bytes, (unsigned long long)cmd->tag);
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                               .user_data = cmd};
+  ucs_status_ptr_t req;
+  px.in_flight++;
+  if (cmd->kind == MPN_UCX_SEND) {
+    ucs_status_t st = ep_connect(cmd->peer);
+    if (st != UCS_OK) {
+      complete(NULL, st, cmd);
+      return;
+    }
+    param.cb.send = send_done;
+    req = ucp_tag_send_nbx(cmd->peer->ep, cmd->buf, cmd->bytes, cmd->tag, &param);
+  } else {
+    param.cb.recv = recv_done;
+    req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)0, &param);
+  }
+  if (req == NULL) complete(NULL, UCS_OK, cmd);
+  else if (UCS_PTR_IS_ERR(req)) complete(NULL, UCS_PTR_STATUS(req), cmd);
+}
+
+static void close_endpoints(void) {
+  for (int i = 0; i < px.n_closing; i++) {
+    mpn_ucx_peer_t* p = &px.closing[i];
+    if (p->ep == NULL) continue;
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &param);
+    while (req && !UCS_PTR_IS_ERR(req) && ucp_request_check_status(req) == UCS_INPROGRESS)
+      ucp_worker_progress(px.worker);
+    if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+    p->ep = NULL;
+  }
+}
+
+static void* proxy_main(void* arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&px.lock);
+    mpn_ucx_cmd_t* cmds = px.head;
+    px.head = px.tail = NULL;
+    if (px.close_gen != px.closed_gen) {
+      close_endpoints();
+      px.closed_gen = px.close_gen;
+      pthread_cond_broadcast(&px.closed);
+    }
+    pthread_mutex_unlock(&px.lock);
+    while (cmds) {
+      mpn_ucx_cmd_t* next = cmds->next;
+      execute(cmds);
+      cmds = next;
+    }
+    unsigned events = ucp_worker_progress(px.worker);
+    if (!events && px.in_flight == 0) usleep(50);
+  }
+  return NULL;
+}
+
+static void proxy_init(void) {
+  ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                         .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AMO64};
+  ucp_config_t* config = NULL;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+  if (st == UCS_OK) st = ucp_init(&params, config, &px.context);
+  if (config) ucp_config_release(config);
+  ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                 .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+  if (st == UCS_OK) st = ucp_worker_create(px.context, &wparams, &px.worker);
+  if (st == UCS_OK) st = ucp_worker_get_address(px.worker, &px.address, &px.address_len);
+  if (st != UCS_OK) {
+    px.status = mpn_error_set(NULL, ncclSystemError, "UCX could not start: %s", ucs_status_string(st));
+    return;
+  }
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, proxy_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (err != 0)
+    px.status = mpn_error_set(NULL, ncclSystemError, "cannot start the UCX proxy thread: %s", strerror(err));
+  MPN_INFO(MPN_SUBSYS_NET, "UCX proxy started, worker address %zu bytes", px.address_len);
+}
+
+ncclResult_t mpn_ucx_proxy_start(const void** address, size_t* len) {
+  pthread_once(&px.once, proxy_init);
+  if (px.status != ncclSuccess) return px.status;
+  *address = px.address;
+  *len = px.address_len;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
+  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
+  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *copy = *cmd;
+  copy->next = NULL;
+  pthread_mutex_lock(&px.lock);
+  if (px.tail) px.tail->next = copy;
+  else px.head = copy;
+  px.tail = copy;
+  pthread_mutex_unlock(&px.lock);
+  return ncclSuccess;
+}
+
+void mpn_ucx_proxy_close(mpn_ucx_peer_t* peers, int n) {
+  if (px.worker == NULL) return;
+  pthread_mutex_lock(&px.lock);
+  /* One close at a time: wait for an earlier one to be served. */
+  while (px.close_gen != px.closed_gen) pthread_cond_wait(&px.closed, &px.lock);
+  px.closing = peers;
+  px.n_closing = n;
+  int gen = ++px.close_gen;
+  while (px.closed_gen < gen) pthread_cond_wait(&px.closed, &px.lock);
+  px.closing = NULL;
+  pthread_mutex_unlock(&px.lock);
+}

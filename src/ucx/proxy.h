@@ -1,0 +1,47 @@
+/*
+ * proxy.h - the process's UCX context and worker, driven by one proxy thread:
+ * every UCX call happens on that thread, so API threads never block on the
+ * network; they queue commands, and completions are written to flags (which
+ * the data path will make visible to streams).
+ */
+#ifndef MPN_UCX_PROXY_H_
+#define MPN_UCX_PROXY_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "nccl.h"
+
+/** A peer's endpoint, created by the proxy on first use from its address. */
+typedef struct {
+  void* address;      /**< the peer worker's address (owned) */
+  size_t address_len;
+  ucp_ep_h ep;        /**< NULL until the first operation */
+} mpn_ucx_peer_t;
+
+typedef enum { MPN_UCX_SEND, MPN_UCX_RECV } mpn_ucx_cmd_kind_t;
+
+/** One operation for the proxy. */
+typedef struct mpn_ucx_cmd {
+  mpn_ucx_cmd_kind_t kind;
+  mpn_ucx_peer_t* peer; /**< send: where to */
+  void* buf;
+  size_t bytes;
+  uint64_t tag;
+  uint64_t* flag;       /**< set to value when the operation completes */
+  uint64_t value;
+  int* error;           /**< set to an ncclResult_t when the operation fails */
+  struct mpn_ucx_cmd* next;
+} mpn_ucx_cmd_t;
+
+/** Starts UCX and the proxy thread once per process; returns this worker's address. */
+ncclResult_t mpn_ucx_proxy_start(const void** address, size_t* len);
+
+/** Queues a command (copied); returns at once. */
+ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
+
+/** Tears endpoints of a peer table down on the proxy thread and waits for it. */
+void mpn_ucx_proxy_close(mpn_ucx_peer_t* peers, int n);
+
+#endif /* MPN_UCX_PROXY_H_ */

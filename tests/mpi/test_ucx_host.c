@@ -1,0 +1,121 @@
+/*
+ * test_ucx_host.c - the UCX layer moving host memory between processes
+ * (MPINCCL_TRANSPORT=ucx puts every other-process peer on UCX): a ring of
+ * sizes from 1 byte to 16 MiB, an all-to-all, and several messages to one
+ * peer arriving in order.  Completion flags are polled with a deadline, so a
+ * lost message fails the test instead of hanging it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/comm.h"
+#include "core/param.h"
+#include "mpinccl.h"
+#include "ucx/net.h"
+
+static int rank, nranks, failures;
+
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
+              ncclGetLastError(NULL)); \
+      failures++; \
+    } \
+  } while (0)
+
+static unsigned char byte_of(int src, int dst, size_t i, int k) {
+  return (unsigned char)(src * 131 + dst * 17 + k * 7 + i * 2654435761u % 251);
+}
+
+/* Waits until every flag equals its value; 0 on time, -1 after 30 s. */
+static int wait_flags(uint64_t* flags, int n, uint64_t value) {
+  time_t end = time(NULL) + 30;
+  for (;;) {
+    int done = 0;
+    for (int i = 0; i < n; i++) done += __atomic_load_n(&flags[i], __ATOMIC_ACQUIRE) == value;
+    if (done == n) return 0;
+    if (time(NULL) > end) return -1;
+  }
+}
+
+static void ring(ncclComm_t comm, size_t bytes, int k) {
+  if (nranks < 2) return;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  unsigned char *s = malloc(bytes + 1), *r = calloc(bytes + 1, 1);
+  for (size_t i = 0; i < bytes; i++) s[i] = byte_of(rank, to, i, k);
+  uint64_t flags[2] = {0, 0};
+  int error = 0;
+  EXPECT(mpn_ucx_host_recv(comm, from, r, bytes, &flags[0], 1, &error) == ncclSuccess);
+  EXPECT(mpn_ucx_host_send(comm, to, s, bytes, &flags[1], 1, &error) == ncclSuccess);
+  EXPECT(wait_flags(flags, 2, 1) == 0);
+  EXPECT(error == 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < bytes; i++) bad += r[i] != byte_of(from, rank, i, k);
+  if (bad) fprintf(stderr, "[rank %d] ring %zu bytes: %zu wrong\n", rank, bytes, bad);
+  failures += bad != 0;
+  free(s);
+  free(r);
+}
+
+/* Every other rank, three messages each, in one burst. */
+static void all_to_all(ncclComm_t comm) {
+  enum { K = 3, BYTES = 10000 };
+  unsigned char* s = malloc((size_t)nranks * K * BYTES);
+  unsigned char* r = calloc((size_t)nranks * K * BYTES, 1);
+  uint64_t* flags = calloc((size_t)nranks * K * 2, sizeof(uint64_t));
+  int error = 0, n = 0;
+  for (int p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    for (int k = 0; k < K; k++) {
+      unsigned char* sb = s + ((size_t)p * K + k) * BYTES;
+      for (size_t i = 0; i < BYTES; i++) sb[i] = byte_of(rank, p, i, 10 + k);
+      EXPECT(mpn_ucx_host_send(comm, p, sb, BYTES, &flags[n++], 7, &error) == ncclSuccess);
+      EXPECT(mpn_ucx_host_recv(comm, p, r + ((size_t)p * K + k) * BYTES, BYTES, &flags[n++], 7, &error) == ncclSuccess);
+    }
+  }
+  EXPECT(wait_flags(flags, n, 7) == 0);
+  EXPECT(error == 0);
+  for (int p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    for (int k = 0; k < K; k++) {
+      size_t bad = 0;
+      const unsigned char* rb = r + ((size_t)p * K + k) * BYTES;
+      for (size_t i = 0; i < BYTES; i++) bad += rb[i] != byte_of(p, rank, i, 10 + k);
+      if (bad) fprintf(stderr, "[rank %d] from %d message %d: %zu wrong\n", rank, p, k, bad);
+      failures += bad != 0;
+    }
+  }
+  free(s);
+  free(r);
+  free(flags);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("2 3 4");
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  setenv("MPINCCL_TRANSPORT", "ucx", 1);
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm) {
+    for (size_t bytes = 1, k = 0; bytes <= (16u << 20); bytes *= 8, k++) ring(comm, bytes, (int)k);
+    all_to_all(comm);
+    int bogus = 0;
+    uint64_t flag = 0;
+    EXPECT(mpn_ucx_host_send(comm, rank, &bogus, 4, &flag, 1, &bogus) == ncclInvalidUsage);
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
+    EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+  }
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("test_ucx_host: %d ranks, %d failures\n", nranks, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

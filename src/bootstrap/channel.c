@@ -376,45 +376,54 @@ void mpn_chan_forget(uint64_t key) {
   pthread_mutex_unlock(&chan.lock);
 }
 
-ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort) {
+/*
+ * Progresses the channel until done(arg) holds (checked under the lock),
+ * with the deadline and abort rules of mpn_chan_recv; what names the wait in
+ * the messages.  done returns 1 when finished, 0 to go on, -1 on an error it
+ * has already recorded.
+ */
+static ncclResult_t progress_until(int (*done)(void*), void* arg, uint64_t deadline_ns,
+                                   const volatile int* abort, const char* what) {
   chan_init();
   for (unsigned spins = 0;; spins++) {
-    int done = 0;
     pthread_mutex_lock(&chan.lock);
-    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     mpn_chan_progress();
+    int state = done(arg);
     pthread_mutex_unlock(&chan.lock);
-    if (err != MPI_SUCCESS) return mpn_error_mpi(err, "MPI_Test");
-    if (done) return ncclSuccess;
+    if (state < 0) return ncclSystemError;
+    if (state > 0) return ncclSuccess;
     if (abort && *abort)
-      return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted during an MPI collective");
+      return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while waiting for %s", what);
     if (mpn_chan_now_ns() >= deadline_ns)
       return mpn_error_set(NULL, ncclTimeout,
-                           "bootstrap: an MPI collective did not complete within %lld s "
-                           "(MPINCCL_BOOTSTRAP_TIMEOUT)",
-                           (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
-    if (spins > 100) usleep(spins > 1000 ? 500 : 20);
+                           "bootstrap: %s did not complete within %lld s (MPINCCL_BOOTSTRAP_TIMEOUT)",
+                           what, (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
+    if (spins > 100) usleep(spins > 1000 ? 200 : 10);
   }
 }
 
-ncclResult_t mpn_chan_flush(uint64_t key, uint64_t deadline_ns, const volatile int* abort) {
-  chan_init();
-  for (unsigned spins = 0;; spins++) {
-    pthread_mutex_lock(&chan.lock);
-    mpn_chan_progress();
-    int pending = 0;
-    for (pending_t* p = chan.sends; p && !pending; p = p->next) pending = p->key == key;
-    pthread_mutex_unlock(&chan.lock);
-    if (!pending) return ncclSuccess;
-    if (abort && *abort)
-      return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while delivering messages");
-    if (mpn_chan_now_ns() >= deadline_ns)
-      return mpn_error_set(NULL, ncclTimeout,
-                           "bootstrap: messages to other processes were not taken in within %lld s "
-                           "(MPINCCL_BOOTSTRAP_TIMEOUT)",
-                           (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
-    if (spins > 100) usleep(spins > 1000 ? 200 : 10);
+static int request_done(void* arg) {
+  int done = 0, err = MPI_Test(arg, &done, MPI_STATUS_IGNORE);
+  if (err != MPI_SUCCESS) {
+    mpn_error_mpi(err, "MPI_Test");
+    return -1;
   }
+  return done;
+}
+
+ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort) {
+  return progress_until(request_done, req, deadline_ns, abort, "an MPI collective");
+}
+
+static int delivered(void* arg) {
+  uint64_t key = *(const uint64_t*)arg;
+  for (pending_t* p = chan.sends; p; p = p->next)
+    if (p->key == key) return 0;
+  return 1;
+}
+
+ncclResult_t mpn_chan_flush(uint64_t key, uint64_t deadline_ns, const volatile int* abort) {
+  return progress_until(delivered, &key, deadline_ns, abort, "the delivery of set-up messages");
 }
 
 int mpn_chan_sending(void) {

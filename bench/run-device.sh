@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# run-device.sh - everything a GPU machine run should produce, in one command
+# (device time is scarce): build, `make check`, then the benchmarks in both
+# regimes (MPS off, then on), each writing JSON, plus examples/halo3d against
+# its flag-only loop, and the plot.  Results go to the folder given (default
+# ./device-results): check.log, *.json, *.txt, perf.png.
+# On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
+# Options (after the folder): --no-check skips make check, --no-mps the MPS
+# half; all of it takes several minutes, so split it over calls if needed.
+set -u
+out=${1:-device-results}
+shift || true
+check=1 mps=1
+for a in "$@"; do
+  case $a in --no-check) check=0 ;; --no-mps) mps=0 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
+done
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
+cd "$(dirname "$0")/.." || exit 1
+step() { echo "== $(date +%T) $*"; }
+
+if [ ! -f Makefile ]; then
+  step configure
+  (autoreconf -fi && ./configure -q) >"$out/configure.log" 2>&1 || { tail "$out/configure.log"; exit 1; }
+fi
+step build
+make -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+if [ $check = 1 ]; then
+  step "make check"
+  MPINCCL_TEST_TIMEOUT=${MPINCCL_TEST_TIMEOUT:-120} make -j4 check >"$out/check.log" 2>&1
+  grep -E '^(PASS|FAIL|SKIP|ERROR|#)' "$out/check.log"
+  for f in $(grep -l -E '^:test-result: (FAIL|ERROR)' tests/*/*.trs 2>/dev/null); do
+    cp "${f%.trs}.log" "$out/failed-$(basename "${f%.trs}").log"
+  done
+fi
+
+flags=$(tests/run-test --mpirun-flags)
+bench() { # regime name np args...
+  local regime=$1 name=$2 np=$3
+  shift 3
+  step "$regime $name"
+  timeout 120 mpirun -np "$np" $flags $extra ./bench/mpinccl_bench "$@" \
+    --json "$out/$regime-$name.json" >"$out/$regime-$name.txt" 2>&1 || echo "   (exit $?)"
+  tail -n 4 "$out/$regime-$name.txt"
+}
+regime_runs() { # regime
+  local r=$1
+  bench "$r" sendrecv 2 -o sendrecv -b 8 -e 1G -f 8 -n 10 -w 3
+  bench "$r" pingpong 2 -o pingpong -b 8 -e 64M -f 8 -n 20
+  bench "$r" alltoall 4 -o alltoall -b 1K -e 64M -f 8 -n 10
+  bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
+  bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
+  step "$r halo3d"
+  for mode in "" --flag-sync; do
+    timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E 'time/iter|check' |
+      sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
+  done
+}
+
+extra=""
+regime_runs mps-off
+if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null && type mps_start >/dev/null 2>&1; then
+  mps_start && sleep 1
+  extra="-x CUDA_MPS_PIPE_DIRECTORY"
+  regime_runs mps-on
+  mps_stop
+fi
+step plot
+python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "$out/perf.png" >"$out/plot.log" 2>&1 ||
+  tail -3 "$out/plot.log"
+step "all done"

@@ -207,9 +207,10 @@ static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, c
 }
 
 /*
- * Issues the plans that use stream s: one batch of "ready" writes (first
- * side), one batch of waits for the peers' "ready" (second side), the copies,
- * one batch of "done" writes, one batch of waits for "done" (first side).
+ * Issues the plans that use stream s in two batches around the copies: the
+ * "ready" writes (first side) then the waits for the peers' "ready" (second
+ * side); the copies; then the "done" writes (second side) and the waits for
+ * "done" (first side).  Within a batch the operations run in order.
  */
 static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
   static const struct {
@@ -226,7 +227,7 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
         MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
       MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, steps[k].done, steps[k].wait));
     }
-    MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+    if (k == 1 || k == 3) MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
   }
   return ncclSuccess;
 }

@@ -31,6 +31,11 @@ if [ $check = 1 ]; then
   for f in $(grep -l -E '^:test-result: (FAIL|ERROR)' tests/*/*.trs 2>/dev/null); do
     cp "${f%.trs}.log" "$out/failed-$(basename "${f%.trs}").log"
   done
+  step "test_p2p with the batched copy kernel"
+  MPINCCL_COPY_KERNEL_MAX=1048576 MPINCCL_TEST_NP="2 4" \
+    MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_COPY_KERNEL_MAX" \
+    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-kernel.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-kernel.log"
 fi
 
 flags=$(tests/run-test --mpirun-flags)

@@ -37,6 +37,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "Milliseconds between checks that the processes of peers on this "
                             "host are alive; a peer found gone sets ncclRemoteError on the "
                             "communicator and releases the streams waiting for it. 0 disables."},
+    [MPN_PARAM_COPY_KERNEL_MAX] = {"MPINCCL_COPY_KERNEL_MAX", MPN_PARAM_INT, "0", NULL, 0,
+                                   1 << 30,
+                                   "Messages of at most this many bytes that a rank moves in one "
+                                   "group are copied by one kernel launch instead of one copy-"
+                                   "engine copy each; 0 keeps the copy engine for all (the default "
+                                   "until the kernel path is measured)."},
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE",
                          0, 0, "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters."},
     [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,

@@ -24,6 +24,8 @@
 #include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/param.h"
+#include "cuda/copy.h"
 #include "cuda/driver.h"
 #include "p2p/pair.h"
 #include "transport.h"
@@ -207,6 +209,36 @@ static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, c
 }
 
 /*
+ * The copies this rank moves on stream s: messages up to
+ * MPINCCL_COPY_KERNEL_MAX bytes between ranks of one GPU go through one
+ * kernel launch per MPN_COPY_BATCH of them, the others each through the copy
+ * engine.
+ */
+static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
+  size_t kernel_max = (size_t)mpn_param_int(MPN_PARAM_COPY_KERNEL_MAX);
+  mpn_copy_t batch[MPN_COPY_BATCH];
+  int nb = 0;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->posted || !p->move || p->op->stream != s) continue;
+    /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
+    struct ncclComm* comm = p->op->comm;
+    int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
+    if (p->op->bytes > kernel_max || !same_gpu) {
+      MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
+      continue;
+    }
+    batch[nb++] = (mpn_copy_t){p->src, p->dst, p->op->bytes};
+    if (nb == MPN_COPY_BATCH) {
+      MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
+      nb = 0;
+    }
+  }
+  if (nb) MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
+  return ncclSuccess;
+}
+
+/*
  * Issues the plans that use stream s in two batches around the copies: the
  * "ready" writes (first side) then the waits for the peers' "ready" (second
  * side); the copies; then the "done" writes (second side) and the waits for
@@ -219,12 +251,11 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
   batch_t b;
   b.n = 0;
   for (int k = 0; k < 4; k++) {
+    if (k == 2) MPN_CHECK(issue_copies(plans, n, s));
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
       if (!p->posted || p->op->stream != s || (p->role == MPN_POST_FIRST) != steps[k].first)
         continue;
-      if (k == 2 && p->move)
-        MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
       MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, steps[k].done, steps[k].wait));
     }
     if (k == 1 || k == 3) MPN_CHECK(batch_flush(drv, (CUstream)s, &b));

@@ -1,0 +1,46 @@
+// copy.cu - the batched copy kernel.  Each copy gets BLOCKS_PER_COPY blocks
+// that stride over it, 16 bytes at a time when source, destination and size
+// allow, one byte at a time otherwise.
+#include "cuda/copy.h"
+
+#include <stdint.h>
+
+namespace {
+
+constexpr int kBlocksPerCopy = 8;
+constexpr int kThreads = 256;
+
+struct batch_t {
+  int n;
+  mpn_copy_t c[MPN_COPY_BATCH];
+};
+
+__global__ void copy_batch(const batch_t b) {
+  const int which = blockIdx.x / kBlocksPerCopy;
+  if (which >= b.n) return;
+  const mpn_copy_t c = b.c[which];
+  const size_t first = (size_t)(blockIdx.x % kBlocksPerCopy) * kThreads + threadIdx.x;
+  const size_t stride = (size_t)kBlocksPerCopy * kThreads;
+  const uintptr_t s = (uintptr_t)c.src, d = (uintptr_t)c.dst;
+  if (((s | d | c.bytes) & 15) == 0) {
+    const uint4* src = (const uint4*)c.src;
+    uint4* dst = (uint4*)c.dst;
+    for (size_t i = first; i < c.bytes / 16; i += stride) dst[i] = src[i];
+  } else {
+    const unsigned char* src = (const unsigned char*)c.src;
+    unsigned char* dst = (unsigned char*)c.dst;
+    for (size_t i = first; i < c.bytes; i += stride) dst[i] = src[i];
+  }
+}
+
+}  // namespace
+
+extern "C" cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (n > MPN_COPY_BATCH) return cudaErrorInvalidValue;
+  batch_t b;
+  b.n = n;
+  for (int i = 0; i < n; i++) b.c[i] = copies[i];
+  copy_batch<<<n * kBlocksPerCopy, kThreads, 0, stream>>>(b);
+  return cudaGetLastError();
+}

@@ -1,0 +1,32 @@
+/*
+ * copy.h - one kernel launch that performs many device-to-device copies
+ * (DESIGN rule 4: a group's small messages cost one launch, not one copy
+ * each).  Behind a C API so that the library's C code can call it.
+ */
+#ifndef MPN_CUDA_COPY_H_
+#define MPN_CUDA_COPY_H_
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const void* src;
+  void* dst;
+  size_t bytes;
+} mpn_copy_t;
+
+/** Copies per launch; the table travels as the kernel's argument. */
+#define MPN_COPY_BATCH 64
+
+/** Enqueues n (<= MPN_COPY_BATCH) copies on stream as one kernel. */
+cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, int n, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPN_CUDA_COPY_H_ */

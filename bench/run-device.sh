@@ -54,6 +54,14 @@ regime_runs() { # regime
   bench "$r" alltoall 4 -o alltoall -b 1K -e 64M -f 8 -n 10
   bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
   bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
+  # The same small-message runs with the batched copy kernel.
+  local saved=$extra
+  export MPINCCL_COPY_KERNEL_MAX=1048576
+  extra="$extra -x MPINCCL_COPY_KERNEL_MAX"
+  bench "$r" sendrecv-kernel 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
+  bench "$r" halo-kernel 8 -o halo -b 64K -e 64K -n 20
+  unset MPINCCL_COPY_KERNEL_MAX
+  extra=$saved
   step "$r halo3d"
   for mode in "" --flag-sync; do
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E 'time/iter|check' |

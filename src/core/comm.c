@@ -168,7 +168,12 @@ MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
   CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
-  if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY) mpn_p2p_poll_errors(comm);
+  if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY) {
+    mpn_p2p_poll_errors(comm);
+#ifdef HAVE_UCX
+    mpn_ucx_poll_errors(comm);
+#endif
+  }
   *asyncError = mpn_comm_async(comm);
   return ncclSuccess;
 }

@@ -43,6 +43,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                    "group are copied by one kernel launch instead of one copy-"
                                    "engine copy each; 0 keeps the copy engine for all (the default "
                                    "until the kernel path is measured)."},
+    [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
+                               "Seconds after which a peer that UCX cannot reach any more is "
+                               "declared failed: its pending transfers fail and the "
+                               "communicator reports ncclRemoteError (UCX keepalive at a third "
+                               "of it, unless UCX_KEEPALIVE_INTERVAL is set)."},
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE",
                          0, 0, "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters."},
     [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,

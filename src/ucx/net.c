@@ -19,6 +19,8 @@
 struct mpn_ucx_comm {
   mpn_ucx_peer_t* peers;  /* nranks; address NULL for peers not on UCX */
   uint64_t *send_seq, *recv_seq;
+  int error;              /* an ncclResult_t set by the proxy when a transfer fails */
+  int reported;           /* error already folded into the async error */
 };
 
 static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
@@ -86,8 +88,9 @@ static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int 
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL || u->peers == NULL || u->peers[peer].address == NULL)
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
-  mpn_ucx_cmd_t cmd = {.kind = kind, .peer = &u->peers[peer], .buf = buf, .bytes = bytes,
-                       .flag = flag, .value = value, .error = error};
+  mpn_ucx_cmd_t cmd = {.kind = kind, .owner = u, .peer = &u->peers[peer], .buf = buf,
+                       .bytes = bytes, .flag = flag, .value = value, .error = error,
+                       .owner_error = &u->error};
   cmd.tag = kind == MPN_UCX_SEND ? make_tag(comm, comm->rank, ++u->send_seq[peer])
                                  : make_tag(comm, peer, ++u->recv_seq[peer]);
   return mpn_ucx_proxy_post(&cmd);
@@ -107,7 +110,7 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL) return;
   if (u->peers) {
-    mpn_ucx_proxy_close(u->peers, comm->nranks);
+    mpn_ucx_proxy_close(u, u->peers, comm->nranks);
     for (int p = 0; p < comm->nranks; p++) free(u->peers[p].address);
   }
   free(u->peers);
@@ -115,4 +118,13 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
   free(u->recv_seq);
   free(u);
   comm->ucx = NULL;
+}
+
+void mpn_ucx_poll_errors(struct ncclComm* comm) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  if (u == NULL || u->reported || __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) == ncclSuccess) return;
+  u->reported = 1;
+  mpn_error_set(comm, ncclRemoteError,
+                "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
+  mpn_comm_set_async(comm, ncclRemoteError);
 }

@@ -31,6 +31,9 @@ ncclResult_t mpn_ucx_host_send(struct ncclComm* comm, int peer, const void* buf,
 ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_t bytes,
                                uint64_t* flag, uint64_t value, int* error);
 
+/** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
+void mpn_ucx_poll_errors(struct ncclComm* comm);
+
 /** Closes the communicator's endpoints and frees its UCX state. */
 void mpn_ucx_comm_free(struct ncclComm* comm);
 

@@ -3,15 +3,20 @@
  * single-threaded: only the proxy touches it.  Commands arrive through a
  * locked list; the proxy posts them (creating endpoints on first use), then
  * progresses the worker, sleeping briefly only when it has nothing in flight.
+ * Operations in flight are listed, so that a peer UCX reports unreachable
+ * (endpoint error handler, keepalive) fails its pending operations, and a
+ * communicator going away cancels its own.
  */
 #include "ucx/proxy.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/param.h"
 
 static struct {
   pthread_once_t once;
@@ -24,18 +29,37 @@ static struct {
   pthread_cond_t closed;
   mpn_ucx_cmd_t *head, *tail;
   long in_flight;  /* proxy thread only */
+  mpn_ucx_cmd_t* flying;   /* operations in flight, proxy thread only */
+  const void* closing_owner;
   mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
   int n_closing, close_gen, closed_gen;
 } px = {.once = PTHREAD_ONCE_INIT,
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .closed = PTHREAD_COND_INITIALIZER};
 
+static void flying_add(mpn_ucx_cmd_t* cmd) {
+  cmd->prev = NULL;
+  cmd->next = px.flying;
+  if (px.flying) px.flying->prev = cmd;
+  px.flying = cmd;
+}
+
+static void flying_remove(mpn_ucx_cmd_t* cmd) {
+  if (cmd->prev) cmd->prev->next = cmd->next;
+  else if (px.flying == cmd) px.flying = cmd->next;
+  if (cmd->next) cmd->next->prev = cmd->prev;
+  cmd->next = cmd->prev = NULL;
+}
+
 /* Completion of any operation: report, then let the request go. */
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
+  if (cmd->request) flying_remove(cmd);
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", cmd->kind == MPN_UCX_SEND ? "send" : "receive",
             (unsigned long long)cmd->tag, ucs_status_string(status));
   if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+  if (status != UCS_OK && cmd->owner_error)
+    __atomic_store_n(cmd->owner_error, (int)ncclRemoteError, __ATOMIC_RELEASE);
   if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", cmd->kind == MPN_UCX_SEND ? "send" : "receive", ucs_status_string(status));
   __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
   px.in_flight--;
@@ -52,38 +76,70 @@ static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_inf
   complete(request, status, user_data);
 }
 
+/* Cancels the in-flight operations matching (owner, peer); NULL matches all. */
+static void cancel_matching(const void* owner, const mpn_ucx_peer_t* peer) {
+  for (mpn_ucx_cmd_t *c = px.flying, *next; c; c = next) {
+    next = c->next;
+    if ((owner && c->owner != owner) || (peer && c->peer != peer)) continue;
+    ucp_request_cancel(px.worker, c->request); /* its callback runs with an error */
+  }
+}
+
+/* UCX found the peer unreachable: fail everything that waits for it. */
+static void peer_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  mpn_ucx_peer_t* peer = arg;
+  MPN_WARN("UCX: a peer became unreachable: %s", ucs_status_string(status));
+  peer->failed = 1;
+  cancel_matching(NULL, peer);
+}
+
 static ucs_status_t ep_connect(mpn_ucx_peer_t* peer) {
+  if (peer->failed) return UCS_ERR_UNREACHABLE;
   if (peer->ep) return UCS_OK;
-  ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+  ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                          UCP_EP_PARAM_FIELD_ERR_HANDLER,
                             .address = peer->address,
-                            .err_mode = UCP_ERR_HANDLING_MODE_PEER};
+                            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                            .err_handler = {.cb = peer_failed, .arg = peer}};
   return ucp_ep_create(px.worker, &params, &peer->ep);
 }
 
+/* Posts one command.  Receives also connect to their peer, so that a peer
+ * that dies while we wait for it is noticed through its endpoint. */
 static void execute(mpn_ucx_cmd_t* cmd) {
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s of %zu bytes, tag %016llx", cmd->kind == MPN_UCX_SEND ? "send" : "receive",
             cmd->bytes, (unsigned long long)cmd->tag);
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
                                .user_data = cmd};
   ucs_status_ptr_t req;
+  cmd->request = NULL;
   px.in_flight++;
+  ucs_status_t st = ep_connect(cmd->peer);
+  if (st != UCS_OK) {
+    complete(NULL, st, cmd);
+    return;
+  }
   if (cmd->kind == MPN_UCX_SEND) {
-    ucs_status_t st = ep_connect(cmd->peer);
-    if (st != UCS_OK) {
-      complete(NULL, st, cmd);
-      return;
-    }
     param.cb.send = send_done;
     req = ucp_tag_send_nbx(cmd->peer->ep, cmd->buf, cmd->bytes, cmd->tag, &param);
   } else {
     param.cb.recv = recv_done;
     req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)0, &param);
   }
-  if (req == NULL) complete(NULL, UCS_OK, cmd);
-  else if (UCS_PTR_IS_ERR(req)) complete(NULL, UCS_PTR_STATUS(req), cmd);
+  if (req == NULL) {
+    complete(NULL, UCS_OK, cmd);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    complete(NULL, UCS_PTR_STATUS(req), cmd);
+  } else {
+    cmd->request = req;
+    flying_add(cmd);
+  }
 }
 
 static void close_endpoints(void) {
+  cancel_matching(px.closing_owner, NULL);
   for (int i = 0; i < px.n_closing; i++) {
     mpn_ucx_peer_t* p = &px.closing[i];
     if (p->ep == NULL) continue;
@@ -124,6 +180,14 @@ static void proxy_init(void) {
                          .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AMO64};
   ucp_config_t* config = NULL;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+  if (st == UCS_OK && getenv("UCX_KEEPALIVE_INTERVAL") == NULL) {
+    /* Dead peers are found by keepalive: three misses make the timeout. */
+    char interval[32];
+    snprintf(interval, sizeof(interval), "%llds",
+             (long long)(mpn_param_int(MPN_PARAM_NET_TIMEOUT) + 2) / 3);
+    if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval) != UCS_OK)
+      MPN_INFO(MPN_SUBSYS_NET, "UCX does not take KEEPALIVE_INTERVAL; peers fail at its own pace");
+  }
   if (st == UCS_OK) st = ucp_init(&params, config, &px.context);
   if (config) ucp_config_release(config);
   ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
@@ -166,11 +230,12 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
   return ncclSuccess;
 }
 
-void mpn_ucx_proxy_close(mpn_ucx_peer_t* peers, int n) {
+void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {
   if (px.worker == NULL) return;
   pthread_mutex_lock(&px.lock);
   /* One close at a time: wait for an earlier one to be served. */
   while (px.close_gen != px.closed_gen) pthread_cond_wait(&px.closed, &px.lock);
+  px.closing_owner = owner;
   px.closing = peers;
   px.n_closing = n;
   int gen = ++px.close_gen;

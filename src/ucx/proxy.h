@@ -18,6 +18,7 @@ typedef struct {
   void* address;      /**< the peer worker's address (owned) */
   size_t address_len;
   ucp_ep_h ep;        /**< NULL until the first operation */
+  int failed;         /**< UCX reported the peer unreachable (proxy thread) */
 } mpn_ucx_peer_t;
 
 typedef enum { MPN_UCX_SEND, MPN_UCX_RECV } mpn_ucx_cmd_kind_t;
@@ -25,14 +26,17 @@ typedef enum { MPN_UCX_SEND, MPN_UCX_RECV } mpn_ucx_cmd_kind_t;
 /** One operation for the proxy. */
 typedef struct mpn_ucx_cmd {
   mpn_ucx_cmd_kind_t kind;
-  mpn_ucx_peer_t* peer; /**< send: where to */
+  const void* owner;    /**< the communicator state it belongs to (for close) */
+  mpn_ucx_peer_t* peer; /**< the other side */
   void* buf;
   size_t bytes;
   uint64_t tag;
   uint64_t* flag;       /**< set to value when the operation completes */
   uint64_t value;
   int* error;           /**< set to an ncclResult_t when the operation fails */
-  struct mpn_ucx_cmd* next;
+  int* owner_error;     /**< the same, for the communicator */
+  void* request;        /**< UCX request while in flight (proxy thread) */
+  struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;
 
 /** Starts UCX and the proxy thread once per process; returns this worker's address. */
@@ -41,7 +45,10 @@ ncclResult_t mpn_ucx_proxy_start(const void** address, size_t* len);
 /** Queues a command (copied); returns at once. */
 ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
 
-/** Tears endpoints of a peer table down on the proxy thread and waits for it. */
-void mpn_ucx_proxy_close(mpn_ucx_peer_t* peers, int n);
+/**
+ * Cancels the operations of owner still in flight and tears its endpoints
+ * down, on the proxy thread; returns when that is done.
+ */
+void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n);
 
 #endif /* MPN_UCX_PROXY_H_ */

@@ -2,8 +2,10 @@
 # test_hosts.sh - several hosts on one machine: network namespaces joined by
 # veth pairs on a bridge, each with its own hostname, one MPI job across them
 # (Open MPI started through netns-agent).  test_hosts_comm then checks that
-# communicators see the hosts apart and pick the network transport between
-# them.  Skips (77), saying why, where namespaces cannot be made.
+# communicators see the hosts apart, pick the network transport between them
+# and move host memory through it; test_hosts_fault kills a rank in the
+# middle of a transfer.  Skips (77), saying why, where namespaces cannot be
+# made.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=${MPINCCL_TOP_BUILDDIR:?run by make check}
@@ -40,10 +42,23 @@ for h in $hosts; do
   ip -n "$ns" link set lo up
 done
 
-# Two ranks per host; MPI and UCX talk over the bridge only.
-"$mpirun" --allow-run-as-root --oversubscribe -np 4 -H h1:2,h2:2 \
-  --mca plm_rsh_agent "$here/netns-agent" -x MPINCCL_NETNS_PREFIX \
-  --mca oob_tcp_if_include "${net}0/24" --mca pml ob1 --mca btl self,vader,tcp \
-  --mca btl_tcp_if_include "${net}0/24" --mca btl_vader_single_copy_mechanism none \
-  -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0 \
-  "$prog"
+# MPI and UCX talk over the bridge only.
+run() { # -np N -H hosts ... program
+  "$mpirun" --allow-run-as-root --oversubscribe \
+    --mca plm_rsh_agent "$here/netns-agent" -x MPINCCL_NETNS_PREFIX \
+    --mca oob_tcp_if_include "${net}0/24" --mca pml ob1 --mca btl self,vader,tcp \
+    --mca btl_tcp_if_include "${net}0/24" --mca btl_vader_single_copy_mechanism none \
+    -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0 "$@"
+}
+# Two ranks per host.
+run -np 4 -H h1:2,h2:2 "$prog" || exit 1
+# A rank killed in the middle of a transfer: the other hears of it in time.
+fault=$top/tests/hosts/test_hosts_fault
+[ -x "$fault" ] || { echo "test_hosts: built without UCX: no fault test"; exit 0; }
+log=$(mktemp)
+MPINCCL_NET_TIMEOUT=3 run -np 2 -H h1:1,h2:1 --enable-recovery -x MPINCCL_NET_TIMEOUT "$fault" \
+  2>&1 | grep -v -e 'PMIX ERROR' -e '^ *$' | tee "$log"
+grep -q 'test_hosts_fault: .*: ok$' "$log"
+status=$?
+rm -f "$log"
+exit $status

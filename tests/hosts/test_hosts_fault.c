@@ -1,0 +1,65 @@
+/*
+ * test_hosts_fault.c - run by test_hosts.sh with one rank on each of two test
+ * hosts: rank 1 is killed while it sends 64 MiB of host memory to rank 0
+ * over UCX.  Rank 0 must see ncclRemoteError from ncclCommGetAsyncError
+ * within the network timeout (MPINCCL_NET_TIMEOUT, set to 3 s by the
+ * script), its pending receive must be released, and ncclCommAbort must
+ * return promptly.  Rank 0 then leaves without MPI_Finalize (its peer is
+ * gone; the job runs with --enable-recovery).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "mpinccl.h"
+#include "ucx/net.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ncclComm_t comm = NULL;
+  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) {
+    fprintf(stderr, "rank %d: creation failed: %s\n", rank, ncclGetLastError(NULL));
+    return 1;
+  }
+  size_t bytes = (size_t)64 << 20;
+  char* buf = calloc(bytes, 1);
+  uint64_t flag = 0;
+  int error = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    mpn_ucx_host_send(comm, 0, buf, bytes, &flag, 1, &error);
+    usleep(2000); /* the transfer is under way */
+    raise(SIGKILL);
+  }
+  mpn_ucx_host_recv(comm, 1, buf, bytes, &flag, 1, &error);
+  double start = now(), limit = 30;
+  ncclResult_t async = ncclSuccess;
+  while (now() - start < limit) {
+    ncclCommGetAsyncError(comm, &async);
+    if (async != ncclSuccess) break;
+    usleep(10000);
+  }
+  double seen = now() - start;
+  int released = __atomic_load_n(&flag, __ATOMIC_ACQUIRE) == 1;
+  double t0 = now();
+  ncclResult_t aborted = ncclCommAbort(comm);
+  double abort_s = now() - t0;
+  int ok = async == ncclRemoteError && released && error == ncclRemoteError && aborted == ncclSuccess &&
+           abort_s < 5;
+  printf("test_hosts_fault: rank 0 saw %s after %.1f s (%s), receive %s, abort took %.2f s: %s\n",
+         ncclGetErrorString(async), seen, ncclGetLastError(NULL), released ? "released" : "still pending",
+         abort_s, ok ? "ok" : "FAIL");
+  fflush(stdout);
+  _exit(ok ? 0 : 1);
+}

@@ -4,7 +4,6 @@
  * which run inline, on one thread per rank (a group creating several ranks),
  * or in the background (config.blocking = 0).
  */
-#include "config.h"
 
 #include <pthread.h>
 #include <stdint.h>

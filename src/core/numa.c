@@ -2,7 +2,6 @@
  * numa.c - the NUMA node nearest a GPU, from hwloc.  The topology is loaded
  * once per process (with PCI devices), since loading it costs milliseconds.
  */
-#include "config.h"
 
 #include <pthread.h>
 

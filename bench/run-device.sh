@@ -36,6 +36,11 @@ if [ $check = 1 ]; then
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_COPY_KERNEL_MAX" \
     tests/run-test ./tests/gpu/test_p2p >"$out/p2p-kernel.log" 2>&1
   grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-kernel.log"
+  step "test_p2p with device flags"
+  MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4" \
+    MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
+    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-dflags.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-dflags.log"
 fi
 
 flags=$(tests/run-test --mpirun-flags)
@@ -61,6 +66,13 @@ regime_runs() { # regime
   bench "$r" sendrecv-kernel 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
   bench "$r" halo-kernel 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_COPY_KERNEL_MAX
+  # And with the pair flags in device memory.
+  export MPINCCL_FLAGS=device
+  extra="$saved -x MPINCCL_FLAGS"
+  bench "$r" sendrecv-dflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
+  bench "$r" pingpong-dflags 2 -o pingpong -b 8 -e 1M -f 8 -n 20
+  bench "$r" halo-dflags 8 -o halo -b 64K -e 64K -n 20
+  unset MPINCCL_FLAGS
   extra=$saved
   step "$r halo3d"
   for mode in "" --flag-sync; do

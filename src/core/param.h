@@ -19,6 +19,7 @@ typedef enum {
   MPN_PARAM_WATCHDOG,          /* ms between checks that same-host peers live */
   MPN_PARAM_COPY_KERNEL_MAX,   /* messages up to this size move in one kernel */
   MPN_PARAM_NET_TIMEOUT,       /* seconds before an unreachable UCX peer fails */
+  MPN_PARAM_FLAGS,             /* host | device: where pair flags live */
   MPN_PARAM_DEBUG,             /* NCCL_DEBUG */
   MPN_PARAM_DEBUG_SUBSYS,      /* NCCL_DEBUG_SUBSYS */
   MPN_PARAM_DEBUG_FILE,        /* NCCL_DEBUG_FILE */

@@ -332,9 +332,30 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
   }
 }
 
+/* Device flags are written with a copy on a stream of the caller's own, which
+ * depends on no stream that may be waiting. */
+static void pair_release_device(mpn_pair_t* pair) {
+  static uint64_t values[MPN_PAIR_FLAGS];
+  for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    MPN_WARN("cannot release the device flags of %s", pair->name);
+    return;
+  }
+  cudaMemcpyAsync((void*)pair->dflags, values, sizeof(values), cudaMemcpyHostToDevice, s);
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  cudaGetLastError();
+}
+
 /* Satisfies every wait on a pair: eager waits are "at least", graph waits "exactly 1". */
 static void pair_release(mpn_pair_t* pair) {
   if (pair == NULL) return;
+  if (pair->dflags) {
+    pair_release_device(pair);
+    return;
+  }
   for (int i = 0; i < MPN_PAIR_SLOTS; i++) {
     __atomic_store_n(&pair->mem->slots[i].ready, UINT64_MAX >> 1, __ATOMIC_RELEASE);
     __atomic_store_n(&pair->mem->slots[i].done, UINT64_MAX >> 1, __ATOMIC_RELEASE);
@@ -349,6 +370,7 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
   if (peers == NULL) return;
+  if (comm->cuda_dev >= 0) cudaSetDevice(comm->cuda_dev);
   pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
   pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
 }

@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
 #include "core/error.h"
+#include "core/param.h"
 
 typedef struct mapping {
   struct mapping* next;
@@ -59,6 +61,53 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
   return ncclSuccess;
 }
 
+/* The creator decides where the flags live and publishes it last. */
+static ncclResult_t flags_publish(mpn_pair_t* p) {
+  mpn_pair_mem_t* mem = p->mem;
+  int dev = -1;
+  int device = strcasecmp(mpn_param_str(MPN_PARAM_FLAGS), "device") == 0 &&
+               cudaGetDevice(&dev) == cudaSuccess;
+  uint32_t where = MPN_FLAGS_HOST;
+  if (device) {
+    void* d = NULL;
+    cudaError_t err = cudaMalloc(&d, MPN_PAIR_FLAGS * sizeof(uint64_t));
+    if (err == cudaSuccess) err = cudaMemset(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t));
+    if (err == cudaSuccess) err = cudaIpcGetMemHandle(&mem->flags_handle, d);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (d) cudaFree(d);
+      return mpn_error_set(NULL, ncclUnhandledCudaError, "device flags for %s: %s", p->name,
+                           cudaGetErrorString(err));
+    }
+    p->dflags = (CUdeviceptr)d;
+    where = MPN_FLAGS_DEVICE;
+  }
+  __atomic_store_n(&mem->flags_where, where, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+/* The other side waits (at set-up only) for the creator's decision. */
+static ncclResult_t flags_adopt(mpn_pair_t* p) {
+  mpn_pair_mem_t* mem = p->mem;
+  uint64_t deadline = mpn_chan_deadline();
+  uint32_t where;
+  while ((where = __atomic_load_n(&mem->flags_where, __ATOMIC_ACQUIRE)) == MPN_FLAGS_UNSET) {
+    if (mpn_chan_now_ns() > deadline)
+      return mpn_error_set(NULL, ncclTimeout, "the peer did not finish setting up %s", p->name);
+    usleep(50);
+  }
+  if (where != MPN_FLAGS_DEVICE) return ncclSuccess;
+  void* d = NULL;
+  cudaError_t err = cudaIpcOpenMemHandle(&d, mem->flags_handle, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return mpn_error_set(NULL, ncclUnhandledCudaError, "mapping the device flags of %s: %s",
+                         p->name, cudaGetErrorString(err));
+  }
+  p->dflags = (CUdeviceptr)d;
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
   char name[96];
   snprintf(name, sizeof(name), "/mpinccl-%016llx-%d-%d", (unsigned long long)key, sender, receiver);
@@ -73,6 +122,7 @@ ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** o
     } else {
       snprintf(m->pair.name, sizeof(m->pair.name), "%s", name);
       res = pair_open(&m->pair);
+      if (res == ncclSuccess) res = m->pair.created ? flags_publish(&m->pair) : flags_adopt(&m->pair);
       if (res == ncclSuccess) {
         m->next = mappings;
         mappings = m;
@@ -97,6 +147,8 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
     if (&m->pair != pair) continue;
     if (--m->refs == 0) {
       *pm = m->next;
+      if (m->pair.dflags && m->pair.created) cudaFree((void*)m->pair.dflags);
+      else if (m->pair.dflags) cudaIpcCloseMemHandle((void*)m->pair.dflags);
       cudaHostUnregister(m->pair.mem);
       cudaGetLastError();
       munmap(m->pair.mem, sizeof(mpn_pair_mem_t));

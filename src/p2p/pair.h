@@ -49,10 +49,16 @@ typedef struct {
   mpn_side_t side[2];
 } __attribute__((aligned(64))) mpn_slot_t;
 
+/* Where the pair's stream flags live, as published by the file's creator. */
+enum { MPN_FLAGS_UNSET = 0, MPN_FLAGS_HOST = 1, MPN_FLAGS_DEVICE = 2 };
+
 typedef struct {
   char error[256]; /**< last mismatch, for the first side's ncclGetLastError */
   uint64_t errors; /**< mismatches seen on this pair */
-  uint64_t pad[7];
+  uint32_t flags_where;             /**< MPN_FLAGS_*, set last by the creator */
+  uint32_t pad0;
+  cudaIpcMemHandle_t flags_handle;  /**< device flags: the creator's allocation */
+  uint64_t pad[6];
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;
@@ -61,6 +67,7 @@ typedef struct {
 typedef struct mpn_pair {
   mpn_pair_mem_t* mem;   /**< host view */
   CUdeviceptr dev;       /**< device view of the same memory (for memops) */
+  CUdeviceptr dflags;    /**< flags in device memory (MPINCCL_FLAGS=device), else 0 */
   char name[96];
   int created;           /**< this process made the file (unlinks it) */
 } mpn_pair_t;
@@ -96,8 +103,15 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
 /** Second side only: marks the slot consumed once the other descriptor is read. */
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph);
 
+/** Number of flags of a pair: ready and done for every slot of both rings. */
+#define MPN_PAIR_FLAGS (2 * (MPN_PAIR_SLOTS + MPN_PAIR_GRAPH_SLOTS))
+
 /** Device addresses of a slot's stream flags. */
 static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int graph, int done) {
+  if (pair->dflags) {
+    uint64_t slot = graph ? MPN_PAIR_SLOTS + (seq - 1) % MPN_PAIR_GRAPH_SLOTS : seq % MPN_PAIR_SLOTS;
+    return pair->dflags + (CUdeviceptr)((2 * slot + (done ? 1 : 0)) * sizeof(uint64_t));
+  }
   const mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
   const char* host = (const char*)(done ? &s->done : &s->ready);
   return pair->dev + (CUdeviceptr)(host - (const char*)pair->mem);

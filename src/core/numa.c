@@ -1,8 +1,8 @@
 /*
- * numa.c - the NUMA node nearest a GPU, from hwloc.  The topology is loaded
- * once per process (with PCI devices), since loading it costs milliseconds.
+ * numa.c - the NUMA node nearest a GPU, and binding a thread to the CPUs
+ * there, from hwloc.  The topology is loaded once per process (with PCI
+ * devices), since loading it costs milliseconds.
  */
-
 #include <pthread.h>
 
 #include "core/debug.h"
@@ -41,9 +41,27 @@ int mpn_numa_node_of_pci(const char* bus_id) {
   return node;
 }
 
+int mpn_bind_thread_near_pci(const char* bus_id) {
+  pthread_once(&topology_once, topology_load);
+  if (!topology_ok) return -1;
+  pthread_mutex_lock(&topology_lock);
+  int res = -1;
+  hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topology, bus_id);
+  hwloc_obj_t anc = dev ? hwloc_get_non_io_ancestor_obj(topology, dev) : NULL;
+  if (anc && anc->cpuset && !hwloc_bitmap_iszero(anc->cpuset))
+    res = hwloc_set_cpubind(topology, anc->cpuset, HWLOC_CPUBIND_THREAD);
+  pthread_mutex_unlock(&topology_lock);
+  return res == 0 ? 0 : -1;
+}
+
 #else
 
 int mpn_numa_node_of_pci(const char* bus_id) {
+  (void)bus_id;
+  return -1;
+}
+
+int mpn_bind_thread_near_pci(const char* bus_id) {
   (void)bus_id;
   return -1;
 }

@@ -60,4 +60,7 @@ void mpn_topo_log(const struct ncclComm* comm);
 /** NUMA node nearest a PCI device, from hwloc; -1 when unknown. */
 int mpn_numa_node_of_pci(const char* bus_id);
 
+/** Binds the calling thread to the CPUs nearest a PCI device; 0 on success. */
+int mpn_bind_thread_near_pci(const char* bus_id);
+
 #endif /* MPN_CORE_TOPO_H_ */

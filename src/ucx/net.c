@@ -56,7 +56,8 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   comm->ucx = u;
   const void* addr = NULL;
   size_t len = 0;
-  if (any) res = mpn_ucx_proxy_start(&addr, &len);
+  const mpn_rank_info_t* me = &comm->topo.ranks[comm->rank];
+  if (any) res = mpn_ucx_proxy_start(me->cuda_dev >= 0 ? me->pci_bus : NULL, &addr, &len);
   if (res == ncclSuccess && len > MPN_UCX_ADDR_MAX)
     res = mpn_error_set(comm, ncclInternalError, "UCX worker address of %zu bytes is too long", len);
   if (res == ncclSuccess && any) {

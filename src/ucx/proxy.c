@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/param.h"
+#include "core/topo.h"
 
 static struct {
   pthread_once_t once;
@@ -152,8 +153,15 @@ static void close_endpoints(void) {
   }
 }
 
+static char proxy_near[16]; /* PCI bus of the GPU served, "" for none */
+
 static void* proxy_main(void* arg) {
   (void)arg;
+  if (proxy_near[0]) {
+    int bound = mpn_bind_thread_near_pci(proxy_near) == 0;
+    MPN_INFO(MPN_SUBSYS_PROXY, "UCX proxy thread %s the CPUs nearest GPU %s",
+             bound ? "bound to" : "could not be bound to", proxy_near);
+  }
   for (;;) {
     pthread_mutex_lock(&px.lock);
     mpn_ucx_cmd_t* cmds = px.head;
@@ -209,7 +217,12 @@ static void proxy_init(void) {
   MPN_INFO(MPN_SUBSYS_NET, "UCX proxy started, worker address %zu bytes", px.address_len);
 }
 
-ncclResult_t mpn_ucx_proxy_start(const void** address, size_t* len) {
+ncclResult_t mpn_ucx_proxy_start(const char* near_pci, const void** address, size_t* len) {
+  /* Only the first caller's GPU counts: one proxy serves the process. */
+  static pthread_mutex_t first = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&first);
+  if (near_pci && !proxy_near[0]) snprintf(proxy_near, sizeof(proxy_near), "%s", near_pci);
+  pthread_mutex_unlock(&first);
   pthread_once(&px.once, proxy_init);
   if (px.status != ncclSuccess) return px.status;
   *address = px.address;

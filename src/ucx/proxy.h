@@ -39,8 +39,12 @@ typedef struct mpn_ucx_cmd {
   struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;
 
-/** Starts UCX and the proxy thread once per process; returns this worker's address. */
-ncclResult_t mpn_ucx_proxy_start(const void** address, size_t* len);
+/**
+ * Starts UCX and the proxy thread once per process; returns this worker's
+ * address.  near_pci (may be NULL) names the GPU the proxy serves: the thread
+ * is bound to the CPUs nearest it.
+ */
+ncclResult_t mpn_ucx_proxy_start(const char* near_pci, const void** address, size_t* len);
 
 /** Queues a command (copied); returns at once. */
 ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);

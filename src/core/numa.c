@@ -26,29 +26,35 @@ static void topology_load(void) {
   topology_ok = 1;
 }
 
-int mpn_numa_node_of_pci(const char* bus_id) {
+/* The CPU-side object nearest a PCI device, with the topology lock held on
+ * success (the caller unlocks); NULL when hwloc cannot place the device. */
+static hwloc_obj_t locked_ancestor_of_pci(const char* bus_id) {
   pthread_once(&topology_once, topology_load);
-  if (!topology_ok) return -1;
+  if (!topology_ok) return NULL;
   pthread_mutex_lock(&topology_lock);
-  int node = -1;
   hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topology, bus_id);
   hwloc_obj_t anc = dev ? hwloc_get_non_io_ancestor_obj(topology, dev) : NULL;
-  if (anc && anc->nodeset && !hwloc_bitmap_iszero(anc->nodeset) &&
-      hwloc_bitmap_weight(anc->nodeset) == 1)
-    node = hwloc_bitmap_first(anc->nodeset);
+  if (anc == NULL) {
+    pthread_mutex_unlock(&topology_lock);
+    MPN_INFO(MPN_SUBSYS_INIT, "hwloc does not place PCI device %s", bus_id);
+  }
+  return anc;
+}
+
+int mpn_numa_node_of_pci(const char* bus_id) {
+  hwloc_obj_t anc = locked_ancestor_of_pci(bus_id);
+  if (anc == NULL) return -1;
+  int node = -1;
+  if (anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1) node = hwloc_bitmap_first(anc->nodeset);
   pthread_mutex_unlock(&topology_lock);
-  if (dev == NULL) MPN_INFO(MPN_SUBSYS_INIT, "hwloc does not list PCI device %s", bus_id);
   return node;
 }
 
 int mpn_bind_thread_near_pci(const char* bus_id) {
-  pthread_once(&topology_once, topology_load);
-  if (!topology_ok) return -1;
-  pthread_mutex_lock(&topology_lock);
+  hwloc_obj_t anc = locked_ancestor_of_pci(bus_id);
+  if (anc == NULL) return -1;
   int res = -1;
-  hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topology, bus_id);
-  hwloc_obj_t anc = dev ? hwloc_get_non_io_ancestor_obj(topology, dev) : NULL;
-  if (anc && anc->cpuset && !hwloc_bitmap_iszero(anc->cpuset))
+  if (anc->cpuset && !hwloc_bitmap_iszero(anc->cpuset))
     res = hwloc_set_cpubind(topology, anc->cpuset, HWLOC_CPUBIND_THREAD);
   pthread_mutex_unlock(&topology_lock);
   return res == 0 ? 0 : -1;

@@ -6,13 +6,16 @@
 # ./device-results): check.log, *.json, *.txt, perf.png.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
-# half; all of it takes several minutes, so split it over calls if needed.
+# half, --no-variants the runs with the non-default options (copy kernel,
+# device flags); all of it takes several minutes, so split it over calls if
+# needed.  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
+# same benchmark built against it runs too, as far as NCCL can run.
 set -u
 out=${1:-device-results}
 shift || true
-check=1 mps=1
+check=1 mps=1 variants=1
 for a in "$@"; do
-  case $a in --no-check) check=0 ;; --no-mps) mps=0 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
+  case $a in --no-check) check=0 ;; --no-mps) mps=0 ;; --no-variants) variants=0 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
 done
 mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
 cd "$(dirname "$0")/.." || exit 1
@@ -31,6 +34,8 @@ if [ $check = 1 ]; then
   for f in $(grep -l -E '^:test-result: (FAIL|ERROR)' tests/*/*.trs 2>/dev/null); do
     cp "${f%.trs}.log" "$out/failed-$(basename "${f%.trs}").log"
   done
+fi
+if [ $check = 1 ] && [ $variants = 1 ]; then
   step "test_p2p with the batched copy kernel"
   MPINCCL_COPY_KERNEL_MAX=1048576 MPINCCL_TEST_NP="2 4" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_COPY_KERNEL_MAX" \
@@ -59,6 +64,7 @@ regime_runs() { # regime
   bench "$r" alltoall 4 -o alltoall -b 1K -e 64M -f 8 -n 10
   bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
   bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
+  [ $variants = 1 ] || { halo3d_runs "$r"; return; }
   # The same small-message runs with the batched copy kernel.
   local saved=$extra
   export MPINCCL_COPY_KERNEL_MAX=1048576
@@ -74,6 +80,10 @@ regime_runs() { # regime
   bench "$r" halo-dflags 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_FLAGS
   extra=$saved
+  halo3d_runs "$r"
+}
+halo3d_runs() { # regime
+  local r=$1
   step "$r halo3d"
   for mode in "" --flag-sync; do
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E 'time/iter|check' |
@@ -88,6 +98,19 @@ if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null && type mps_sta
   extra="-x CUDA_MPS_PIPE_DIRECTORY"
   regime_runs mps-on
   mps_stop
+fi
+nccl_home=${NCCL_HOME:-/usr}
+if [ -e "$nccl_home/include/nccl.h" ]; then
+  step "NVIDIA NCCL, same benchmark"
+  make -C bench nccl NCCL_HOME="$nccl_home" >"$out/nccl-build.log" 2>&1 || tail -5 "$out/nccl-build.log"
+  if [ -x bench/mpinccl_bench_nccl ]; then
+    for np in 1 2; do
+      timeout 120 mpirun -np $np $flags -x NCCL_DEBUG=WARN ./bench/mpinccl_bench_nccl -o sendrecv \
+        -b 8 -e 1G -f 8 -n 10 -w 3 --json "$out/nccl-sendrecv-np$np.json" \
+        >"$out/nccl-sendrecv-np$np.txt" 2>&1 || echo "   (np $np: exit $?)"
+      tail -n 4 "$out/nccl-sendrecv-np$np.txt"
+    done
+  fi
 fi
 step plot
 python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "$out/perf.png" >"$out/plot.log" 2>&1 ||

@@ -18,6 +18,9 @@ typedef struct {
   cudaIpcMemHandle_t handle;
   void* base;          /* exported: the allocation; imported: where it is mapped here */
   uint64_t owner_base; /* imported: the owner's address of what base maps */
+  uint64_t size;       /* the allocation's size */
+  void* mapping;       /* imported: what cudaIpcOpenMemHandle returned, shared by borrowers */
+  int opened;          /* imported: this entry opened mapping and closes it */
 } ipc_entry_t;
 
 typedef struct {
@@ -31,16 +34,6 @@ static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static ipc_entry_t* cache_find(ipc_cache_t* c, uint64_t owner, uint64_t id, int dev) {
   for (int i = 0; i < c->n; i++)
     if (c->entries[i].owner == owner && c->entries[i].buffer_id == id && c->entries[i].dev == dev)
-      return &c->entries[i];
-  return NULL;
-}
-
-/* An open mapping of the same handle (the same underlying block). */
-static ipc_entry_t* cache_find_handle(ipc_cache_t* c, uint64_t owner, const cudaIpcMemHandle_t* h,
-                                      int dev) {
-  for (int i = 0; i < c->n; i++)
-    if (c->entries[i].owner == owner && c->entries[i].dev == dev &&
-        memcmp(&c->entries[i].handle, h, sizeof(*h)) == 0)
       return &c->entries[i];
   return NULL;
 }
@@ -86,10 +79,64 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
     out->buffer_id = id;
     out->base = (uint64_t)base;
     out->offset = (uint64_t)((CUdeviceptr)ptr - base);
+    out->size = (uint64_t)size;
     out->handle = e->handle;
   }
   pthread_mutex_unlock(&ipc_lock);
   return res;
+}
+
+/*
+ * Forgets the imports of owner's allocations that overlapped [base, base +
+ * size) in its address space: the owner freed them, since a new allocation
+ * lives there.  Their mappings are closed, with every entry that borrowed one.
+ */
+static int drop_stale(uint64_t owner, int dev, uint64_t base, uint64_t size) {
+  int dropped = 0;
+  for (int i = 0; i < imported.n; i++) {
+    ipc_entry_t* e = &imported.entries[i];
+    if (e->owner != owner || e->dev != dev || e->owner_base >= base + size ||
+        base >= e->owner_base + e->size)
+      continue;
+    void* mapping = e->mapping;
+    if (cudaIpcCloseMemHandle(mapping) != cudaSuccess) cudaGetLastError();
+    MPN_TRACE(MPN_SUBSYS_IPC, "closed stale import of process %llx at %p", (unsigned long long)owner,
+              mapping);
+    for (int j = 0; j < imported.n;)
+      if (imported.entries[j].mapping == mapping)
+        imported.entries[j] = imported.entries[--imported.n];
+      else
+        j++;
+    dropped = 1;
+    i = -1; /* the array was compacted: scan again */
+  }
+  return dropped;
+}
+
+/*
+ * A handle the context has open already, under another entry: small
+ * allocations share one underlying block, mapped whole by the first open.
+ * Finds an open mapping of owner whose range here holds the buffer at the
+ * same distance as in the owner's address space.
+ */
+static ipc_entry_t* find_containing(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
+                                    void** at) {
+  const mpn_driver_t* drv;
+  if (mpn_driver_get(&drv) != ncclSuccess) return NULL;
+  for (int i = 0; i < imported.n; i++) {
+    ipc_entry_t* e = &imported.entries[i];
+    if (e->owner != owner || e->dev != dev || !e->opened) continue;
+    CUdeviceptr rbase = 0;
+    size_t rsize = 0;
+    if (drv->mem_get_address_range(&rbase, &rsize, (CUdeviceptr)e->mapping) != CUDA_SUCCESS) continue;
+    int64_t delta = (int64_t)(desc->base - e->owner_base);
+    CUdeviceptr here = (CUdeviceptr)((char*)e->mapping + delta);
+    if (here >= rbase && here + desc->size <= rbase + rsize) {
+      *at = (void*)here;
+      return e;
+    }
+  }
+  return NULL;
 }
 
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr) {
@@ -97,24 +144,43 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&ipc_lock);
-  ipc_entry_t* e = cache_find_handle(&imported, owner, &desc->handle, dev);
+  ipc_entry_t* e = cache_find(&imported, owner, desc->buffer_id, dev);
   if (e == NULL) {
     ipc_entry_t fresh = {.owner = owner, .buffer_id = desc->buffer_id, .dev = dev,
-                         .handle = desc->handle, .owner_base = desc->base};
-    cudaError_t err = cudaIpcOpenMemHandle(&fresh.base, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+                         .handle = desc->handle, .owner_base = desc->base, .size = desc->size,
+                         .opened = 1};
+    cudaError_t err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err == cudaErrorAlreadyMapped) {
+      cudaGetLastError();
+      if (drop_stale(owner, dev, desc->base, desc->size))
+        err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+    }
+    if (err == cudaErrorAlreadyMapped) {
+      cudaGetLastError();
+      ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh.base);
+      if (lender != NULL) {
+        fresh.mapping = lender->mapping;
+        fresh.opened = 0;
+        err = cudaSuccess;
+      }
+    } else if (err == cudaSuccess) {
+      fresh.base = fresh.mapping;
+    }
     if (err != cudaSuccess) {
       cudaGetLastError();
-      res = mpn_error_set(NULL, ncclUnhandledCudaError, "cudaIpcOpenMemHandle failed: %s",
+      res = mpn_error_set(NULL, ncclUnhandledCudaError,
+                          "cudaIpcOpenMemHandle failed for buffer %llu of process %llx: %s",
+                          (unsigned long long)desc->buffer_id, (unsigned long long)owner,
                           cudaGetErrorString(err));
     } else if ((e = cache_add(&imported, &fresh)) == NULL) {
       res = mpn_error_set(NULL, ncclSystemError, "out of memory");
     } else {
-      MPN_TRACE(MPN_SUBSYS_IPC, "imported buffer %llu of process %llx at %p",
-                (unsigned long long)desc->buffer_id, (unsigned long long)owner, fresh.base);
+      MPN_TRACE(MPN_SUBSYS_IPC, "imported buffer %llu of process %llx at %p%s",
+                (unsigned long long)desc->buffer_id, (unsigned long long)owner, fresh.base,
+                fresh.opened ? "" : " (inside a block mapped before)");
     }
   }
-  /* Distances are the same in both address spaces within one mapped block. */
-  if (res == ncclSuccess) *ptr = (char*)e->base + (desc->base + desc->offset - e->owner_base);
+  if (res == ncclSuccess) *ptr = (char*)e->base + desc->offset;
   pthread_mutex_unlock(&ipc_lock);
   return res;
 }

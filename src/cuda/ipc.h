@@ -17,6 +17,7 @@ typedef struct {
   uint64_t buffer_id; /**< unique per allocation for the life of the process */
   uint64_t base;      /**< the allocation's base in the owner's address space */
   uint64_t offset;    /**< buffer - allocation base */
+  uint64_t size;      /**< the allocation's size */
   cudaIpcMemHandle_t handle;
 } mpn_ipc_desc_t;
 
@@ -30,9 +31,11 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
 /**
  * Maps a buffer exported by process owner (see mpn_chan_proc_id) into the
  * calling thread's current device context and returns its address here.
- * Small allocations share one underlying block and one handle, which a
- * context may open only once: a handle already open is reused, and the
- * buffer found by its distance from the allocation first mapped through it.
+ * Imports are cached by buffer id.  A context may map an underlying block
+ * only once: when the driver says it is mapped already, imports of freed
+ * allocations that overlapped the new one are closed and the open retried;
+ * failing that (small allocations sharing one block), the buffer is found
+ * inside a block mapped before, at its distance in the owner's space.
  */
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr);
 

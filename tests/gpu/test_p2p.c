@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpinccl.h"
 #include "pattern.h"
@@ -302,6 +303,7 @@ typedef struct {
   ncclComm_t comm;
   int me, n, dev, bad;
   pthread_barrier_t* sync; /* all threads of the process, see thread_ring */
+  volatile int stage;      /* where the thread is, 10 * round + step, for a hang report */
 } thread_arg_t;
 
 static void* thread_ring(void* p) {
@@ -319,19 +321,26 @@ static void* thread_ring(void* p) {
    * match of a message this process's streams wait for. */
   pthread_barrier_wait(a->sync);
   for (int k = 0; k < 20; k++) {
+    a->stage = 10 * k + 1;
     pattern_fill(s, bytes, seed_of(a->me, 0, 900 + k), st);
+    a->stage = 10 * k + 2;
     ncclGroupStart();
     ncclSend(s, bytes, ncclInt8, (a->me + 1) % a->n, a->comm, st);
     ncclRecv(r, bytes, ncclInt8, (a->me + a->n - 1) % a->n, a->comm, st);
     a->bad += ncclGroupEnd() != ncclSuccess;
+    a->stage = 10 * k + 3;
     a->bad += pattern_check(r, bytes, seed_of((a->me + a->n - 1) % a->n, 0, 900 + k), st) != 0;
+    a->stage = 10 * k + 4;
     cudaStreamSynchronize(st); /* the peer thread has read s before it changes */
+    a->stage = 10 * k + 5;
     ncclGroupStart(); /* an empty exchange as a barrier between the threads */
     ncclSend(s, 1, ncclInt8, (a->me + 1) % a->n, a->comm, st);
     ncclRecv(r, 1, ncclInt8, (a->me + a->n - 1) % a->n, a->comm, st);
     ncclGroupEnd();
+    a->stage = 10 * k + 6;
     cudaStreamSynchronize(st);
   }
+  a->stage = 1000;
   /* cudaFree synchronizes the device: only once no thread has messages left to post. */
   pthread_barrier_wait(a->sync);
   cudaFree(s);
@@ -352,8 +361,21 @@ static void threads_ring(void) {
   pthread_barrier_t sync;
   pthread_barrier_init(&sync, NULL, N);
   for (int i = 0; i < N; i++) {
-    args[i] = (thread_arg_t){comms[i], i, N, dev, 0, &sync};
+    args[i] = (thread_arg_t){comms[i], i, N, dev, 0, &sync, 0};
     pthread_create(&t[i], NULL, thread_ring, &args[i]);
+  }
+  /* A hang is reported with where each thread stands, then the job ends. */
+  for (int waited = 0;; waited++) {
+    int finished = 0;
+    for (int i = 0; i < N; i++) finished += args[i].stage == 1000;
+    if (finished == N) break;
+    if (waited == 600) {
+      fprintf(stderr, "[rank %d] threads_ring hangs; stages (10 x round + step):", rank);
+      for (int i = 0; i < N; i++) fprintf(stderr, " %d", args[i].stage);
+      fprintf(stderr, "\n");
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    usleep(50000);
   }
   for (int i = 0; i < N; i++) {
     pthread_join(t[i], NULL);
@@ -407,8 +429,11 @@ int main(int argc, char** argv) {
   ncclCommUserRank(comm, &rank);
   ncclCommCount(comm, &nranks);
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* TEST_P2P_ONLY=text runs only the steps whose call contains text. */
+  const char* only = getenv("TEST_P2P_ONLY");
 #define STEP(call) \
   do { \
+    if (only && !strstr(#call, only)) break; \
     call; \
     if (world == 0) printf("test_p2p: %s done (%d failures so far)\n", #call, failures); \
   } while (0)

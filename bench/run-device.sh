@@ -93,11 +93,26 @@ halo3d_runs() { # regime
 
 extra=""
 regime_runs mps-off
-if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null && type mps_start >/dev/null 2>&1; then
-  mps_start && sleep 1
-  extra="-x CUDA_MPS_PIPE_DIRECTORY"
-  regime_runs mps-on
-  mps_stop
+if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mpinccl-mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpinccl-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  step "MPS on"
+  if nvidia-cuda-mps-control -d; then
+    sleep 1
+    extra="-x CUDA_MPS_PIPE_DIRECTORY"
+    if [ $check = 1 ]; then
+      step "test_p2p under MPS"
+      MPINCCL_TEST_NP="2 4" MPINCCL_MPIRUN_FLAGS="$flags $extra" \
+        tests/run-test ./tests/gpu/test_p2p >"$out/p2p-mps.log" 2>&1
+      grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-mps.log"
+    fi
+    regime_runs mps-on
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+elif [ $mps = 1 ]; then
+  echo "   (no nvidia-cuda-mps-control: the MPS half is skipped)"
 fi
 nccl_home=${NCCL_HOME:-/usr}
 if [ -e "$nccl_home/include/nccl.h" ]; then
@@ -115,4 +130,11 @@ fi
 step plot
 python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "$out/perf.png" >"$out/plot.log" 2>&1 ||
   tail -3 "$out/plot.log"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ $check = 1 ] && [ -x "$sanitizer" ]; then
+  step "compute-sanitizer (memcheck) on the first test_p2p steps, 2 ranks"
+  TEST_P2P_ONLY="ring(sizes" timeout 180 mpirun -np 2 $flags -x TEST_P2P_ONLY \
+    "$sanitizer" --tool memcheck --error-exitcode 9 ./tests/gpu/test_p2p >"$out/sanitizer.log" 2>&1
+  echo "   exit $?; $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") ranks with 0 errors"
+fi
 step "all done"

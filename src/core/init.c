@@ -20,6 +20,7 @@
 #include "ucx/net.h"
 #endif
 #include "cuda/device.h"
+#include "p2p/p2p.h"
 #include "transport.h"
 
 /* Once per process: version and parameters. */
@@ -53,6 +54,7 @@ static ncclResult_t comm_setup(struct ncclComm* comm) {
   MPN_CHECK(mpn_ucx_comm_setup(comm));
 #endif
   MPN_CALLOC(comm->peer_gone, comm->nranks);
+  MPN_CHECK(mpn_p2p_connect_local(comm));
   MPN_CHECK(mpn_watchdog_start(comm));
   mpn_topo_log(comm);
   mpn_transport_log(comm);

@@ -87,17 +87,20 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
 }
 
 /*
- * Forgets the imports of owner's allocations that overlapped [base, base +
- * size) in its address space: the owner freed them, since a new allocation
- * lives there.  Their mappings are closed, with every entry that borrowed one.
+ * Forgets the imports that a new allocation of owner, desc, proves stale:
+ * those of allocations that overlapped it in the owner's address space, and
+ * those opened through the same handle (the driver recycles the memory of a
+ * freed allocation, handle and all, while this process still maps it).  The
+ * owner freed them.  Their mappings are closed, with every entry that
+ * borrowed one.
  */
-static int drop_stale(uint64_t owner, int dev, uint64_t base, uint64_t size) {
+static int drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   int dropped = 0;
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev || e->owner_base >= base + size ||
-        base >= e->owner_base + e->size)
-      continue;
+    if (e->owner != owner || e->dev != dev) continue;
+    int overlaps = e->owner_base < desc->base + desc->size && desc->base < e->owner_base + e->size;
+    if (!overlaps && memcmp(&e->handle, &desc->handle, sizeof(desc->handle)) != 0) continue;
     void* mapping = e->mapping;
     if (cudaIpcCloseMemHandle(mapping) != cudaSuccess) cudaGetLastError();
     MPN_TRACE(MPN_SUBSYS_IPC, "closed stale import of process %llx at %p", (unsigned long long)owner,
@@ -152,7 +155,7 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
     cudaError_t err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
     if (err == cudaErrorAlreadyMapped) {
       cudaGetLastError();
-      if (drop_stale(owner, dev, desc->base, desc->size))
+      if (drop_stale(owner, dev, desc))
         err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
     }
     if (err == cudaErrorAlreadyMapped) {

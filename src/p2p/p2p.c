@@ -80,6 +80,21 @@ static ncclResult_t peer_state(struct ncclComm* comm, int peer, peer_state_t** o
   return ncclSuccess;
 }
 
+ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm) {
+  if (comm->cuda_dev < 0) return ncclSuccess;
+  int saved = -1;
+  cudaGetDevice(&saved);
+  cudaSetDevice(comm->cuda_dev);
+  ncclResult_t res = ncclSuccess;
+  for (int peer = 0; peer < comm->nranks && res == ncclSuccess; peer++) {
+    mpn_transport_kind_t t = comm->transport[peer];
+    peer_state_t* ps;
+    if (t == MPN_TRANSPORT_SELF || t == MPN_TRANSPORT_LOCAL) res = peer_state(comm, peer, &ps);
+  }
+  if (saved >= 0) cudaSetDevice(saved);
+  return res;
+}
+
 /* Records a mismatch where both sides find it (peer through the pair). */
 static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other) {
   const mpn_op_t* op = p->op;

@@ -20,6 +20,14 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops);
 void mpn_p2p_poll_errors(struct ncclComm* comm);
 
 /**
+ * Maps, at communicator creation, the pairs with the peers in this process
+ * (the others are mapped on first use).  Registering memory with CUDA may
+ * wait for the device, and a thread's stream may be waiting for another
+ * thread's next group: such a wait inside ncclGroupEnd would never end.
+ */
+ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm);
+
+/**
  * Releases every stream flag shared with peer (its process is gone), so that
  * no stream of this rank waits for it any longer.
  */

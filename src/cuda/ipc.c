@@ -21,6 +21,9 @@ typedef struct {
   uint64_t size;       /* the allocation's size */
   void* mapping;       /* imported: what cudaIpcOpenMemHandle returned, shared by borrowers */
   int opened;          /* imported: this entry opened mapping and closes it */
+  int pending;         /* imported: handed out, its copies not yet issued */
+  int pinned;          /* imported: baked into a CUDA graph, never closed */
+  cudaEvent_t used;    /* imported: recorded after the last copies that used it */
 } ipc_entry_t;
 
 typedef struct {
@@ -86,6 +89,21 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
   return res;
 }
 
+/* Closes one mapping and forgets every entry that uses it. */
+static void close_mapping(void* mapping, const char* why) {
+  if (cudaIpcCloseMemHandle(mapping) != cudaSuccess) cudaGetLastError();
+  MPN_TRACE(MPN_SUBSYS_IPC, "closed %s import at %p", why, mapping);
+  for (int j = 0; j < imported.n;) {
+    ipc_entry_t* e = &imported.entries[j];
+    if (e->mapping == mapping) {
+      if (e->used) cudaEventDestroy(e->used);
+      *e = imported.entries[--imported.n];
+    } else {
+      j++;
+    }
+  }
+}
+
 /*
  * Forgets the imports that a new allocation of owner, desc, proves stale:
  * those of allocations that overlapped it in the owner's address space, and
@@ -101,17 +119,39 @@ static int drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
     if (e->owner != owner || e->dev != dev) continue;
     int overlaps = e->owner_base < desc->base + desc->size && desc->base < e->owner_base + e->size;
     if (!overlaps && memcmp(&e->handle, &desc->handle, sizeof(desc->handle)) != 0) continue;
-    void* mapping = e->mapping;
-    if (cudaIpcCloseMemHandle(mapping) != cudaSuccess) cudaGetLastError();
-    MPN_TRACE(MPN_SUBSYS_IPC, "closed stale import of process %llx at %p", (unsigned long long)owner,
-              mapping);
-    for (int j = 0; j < imported.n;)
-      if (imported.entries[j].mapping == mapping)
-        imported.entries[j] = imported.entries[--imported.n];
-      else
-        j++;
+    close_mapping(e->mapping, "stale");
     dropped = 1;
     i = -1; /* the array was compacted: scan again */
+  }
+  return dropped;
+}
+
+/*
+ * The last resort when the driver still finds the block mapped: the driver
+ * recycled a freed allocation's memory at another address.  Closes every
+ * import of owner that no issued copy still uses (their events completed)
+ * and no graph holds; live ones among them are simply imported again later.
+ */
+static int flush_idle(uint64_t owner, int dev) {
+  int dropped = 0;
+  for (int i = 0; i < imported.n; i++) {
+    ipc_entry_t* e = &imported.entries[i];
+    if (e->owner != owner || e->dev != dev || !e->opened || e->pending || e->pinned) continue;
+    if (e->used != NULL && cudaEventQuery(e->used) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    int busy = 0; /* a borrower of the same mapping may be in use */
+    for (int j = 0; j < imported.n; j++) {
+      ipc_entry_t* b = &imported.entries[j];
+      if (b->mapping != e->mapping || b == e) continue;
+      busy |= b->pending || b->pinned || (b->used != NULL && cudaEventQuery(b->used) != cudaSuccess);
+    }
+    cudaGetLastError();
+    if (busy) continue;
+    close_mapping(e->mapping, "idle");
+    dropped = 1;
+    i = -1;
   }
   return dropped;
 }
@@ -142,7 +182,8 @@ static ipc_entry_t* find_containing(uint64_t owner, int dev, const mpn_ipc_desc_
   return NULL;
 }
 
-ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr) {
+ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
+                            mpn_ipc_ref_t* ref) {
   ncclResult_t res = ncclSuccess;
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
@@ -156,6 +197,11 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
     if (err == cudaErrorAlreadyMapped) {
       cudaGetLastError();
       if (drop_stale(owner, dev, desc))
+        err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+    }
+    if (err == cudaErrorAlreadyMapped) {
+      cudaGetLastError();
+      if (flush_idle(owner, dev))
         err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
     }
     if (err == cudaErrorAlreadyMapped) {
@@ -183,7 +229,28 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
                 fresh.opened ? "" : " (inside a block mapped before)");
     }
   }
-  if (res == ncclSuccess) *ptr = (char*)e->base + desc->offset;
+  if (res == ncclSuccess) {
+    *ptr = (char*)e->base + desc->offset;
+    e->pending = 1;
+    *ref = (mpn_ipc_ref_t){owner, desc->buffer_id, dev};
+  }
   pthread_mutex_unlock(&ipc_lock);
   return res;
+}
+
+void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph) {
+  pthread_mutex_lock(&ipc_lock);
+  ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
+  if (e != NULL) {
+    e->pending = 0;
+    if (graph) {
+      e->pinned = 1;
+    } else if ((e->used != NULL || cudaEventCreateWithFlags(&e->used, cudaEventDisableTiming) == cudaSuccess) &&
+               cudaEventRecord(e->used, stream) == cudaSuccess) {
+    } else {
+      cudaGetLastError();
+      e->pinned = 1; /* without an event, never known idle */
+    }
+  }
+  pthread_mutex_unlock(&ipc_lock);
 }

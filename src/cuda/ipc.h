@@ -34,9 +34,24 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
  * Imports are cached by buffer id.  A context may map an underlying block
  * only once: when the driver says it is mapped already, imports of freed
  * allocations that overlapped the new one are closed and the open retried;
- * failing that (small allocations sharing one block), the buffer is found
- * inside a block mapped before, at its distance in the owner's space.
+ * failing that, imports that no copy uses any more are closed and the open
+ * retried, and last (small allocations sharing one block) the buffer is
+ * found inside a block mapped before, at its distance in the owner's space.
  */
-ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr);
+/** Names an import, for mpn_ipc_mark_used. */
+typedef struct {
+  uint64_t owner, buffer_id;
+  int dev;
+} mpn_ipc_ref_t;
+
+ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
+                            mpn_ipc_ref_t* ref);
+
+/**
+ * Every import handed out must be reported once its copies are issued on
+ * stream (graph: captured, which pins the mapping for good): only imports
+ * whose last copies completed may be closed to make room (see ipc.c).
+ */
+void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph);
 
 #endif /* MPN_CUDA_IPC_H_ */

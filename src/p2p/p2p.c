@@ -51,6 +51,8 @@ typedef struct {
   mpn_post_role_t role;
   void *src, *dst; /* second side: where the data moves */
   int move;        /* second side and both descriptors valid */
+  int imported;    /* the peer's buffer came through CUDA IPC: ref names it */
+  mpn_ipc_ref_t ref;
 } plan_t;
 
 /* Per-peer state, made on first use.  The watchdog thread reads these
@@ -130,12 +132,14 @@ static ncclResult_t describe(const mpn_op_t* op, mpn_side_t* d) {
 }
 
 /* Where the peer's buffer is, in this process. */
-static ncclResult_t resolve(const mpn_side_t* other, void** ptr) {
+static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
   if (other->proc == mpn_chan_proc_id()) {
     *ptr = (void*)(uintptr_t)other->ptr;
     return ncclSuccess;
   }
-  return mpn_ipc_import(other->proc, &other->ipc, ptr);
+  MPN_CHECK(mpn_ipc_import(other->proc, &other->ipc, ptr, &p->ref));
+  p->imported = 1;
+  return ncclSuccess;
 }
 
 /* Posts one message; any failure still leaves a posted slot so nobody hangs. */
@@ -172,7 +176,7 @@ static ncclResult_t plan_post(plan_t* p) {
     return ncclSuccess;
   }
   void* far;
-  MPN_CHECK(resolve(&other, &far));
+  MPN_CHECK(resolve(p, &other, &far));
   p->src = send ? op->buf : far;
   p->dst = send ? far : op->buf;
   p->move = mine.bytes > 0;
@@ -250,6 +254,8 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
     }
   }
   if (nb) MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
+  for (int i = 0; i < n; i++)
+    if (plans[i].imported && plans[i].op->stream == s) mpn_ipc_mark_used(&plans[i].ref, s, plans[i].graph);
   return ncclSuccess;
 }
 

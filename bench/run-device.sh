@@ -6,7 +6,7 @@
 # ./device-results): check.log, *.json, *.txt, perf.png.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
-# half, --no-variants the runs with the non-default options (copy kernel,
+# half, --no-variants the runs with the non-default options (copy engine only,
 # device flags); all of it takes several minutes, so split it over calls if
 # needed.  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
 # same benchmark built against it runs too, as far as NCCL can run.
@@ -36,11 +36,11 @@ if [ $check = 1 ]; then
   done
 fi
 if [ $check = 1 ] && [ $variants = 1 ]; then
-  step "test_p2p with the batched copy kernel"
-  MPINCCL_COPY_KERNEL_MAX=1048576 MPINCCL_TEST_NP="2 4" \
+  step "test_p2p with the copy engine only (no batched copy kernel)"
+  MPINCCL_COPY_KERNEL_MAX=0 MPINCCL_TEST_NP="2 4" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_COPY_KERNEL_MAX" \
-    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-kernel.log" 2>&1
-  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-kernel.log"
+    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-engine.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-engine.log"
   step "test_p2p with device flags"
   MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
@@ -65,12 +65,12 @@ regime_runs() { # regime
   bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
   bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
   [ $variants = 1 ] || { halo3d_runs "$r"; return; }
-  # The same small-message runs with the batched copy kernel.
+  # The same small-message runs with the copy engine only.
   local saved=$extra
-  export MPINCCL_COPY_KERNEL_MAX=1048576
+  export MPINCCL_COPY_KERNEL_MAX=0
   extra="$extra -x MPINCCL_COPY_KERNEL_MAX"
-  bench "$r" sendrecv-kernel 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
-  bench "$r" halo-kernel 8 -o halo -b 64K -e 64K -n 20
+  bench "$r" sendrecv-engine 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
+  bench "$r" halo-engine 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_COPY_KERNEL_MAX
   # And with the pair flags in device memory.
   export MPINCCL_FLAGS=device

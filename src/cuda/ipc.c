@@ -182,6 +182,58 @@ static ipc_entry_t* find_containing(uint64_t owner, int dev, const mpn_ipc_desc_
   return NULL;
 }
 
+/* Logs what the cache holds of owner when the driver refuses an open, so
+ * that the block it finds mapped can be told apart. */
+static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
+  const unsigned char* h = (const unsigned char*)&desc->handle;
+  MPN_WARN("CUDA IPC: buffer %llu [%llx, +%llu) of process %llx (handle %02x%02x%02x%02x%02x%02x%02x%02x..."
+           ") is mapped already, by none of these imports:",
+           (unsigned long long)desc->buffer_id, (unsigned long long)desc->base,
+           (unsigned long long)desc->size, (unsigned long long)owner, h[0], h[1], h[2], h[3], h[4],
+           h[5], h[6], h[7]);
+  for (int i = 0; i < imported.n; i++) {
+    const ipc_entry_t* e = &imported.entries[i];
+    if (e->owner != owner || e->dev != dev) continue;
+    const unsigned char* x = (const unsigned char*)&e->handle;
+    MPN_WARN("  buffer %llu [%llx, +%llu) at %p%s%s%s handle %02x%02x%02x%02x%02x%02x%02x%02x...",
+             (unsigned long long)e->buffer_id, (unsigned long long)e->owner_base,
+             (unsigned long long)e->size, e->base, e->opened ? "" : " borrowed",
+             e->pending ? " pending" : "", e->pinned ? " pinned" : "", x[0], x[1], x[2], x[3], x[4],
+             x[5], x[6], x[7]);
+  }
+}
+
+/* Opens desc for the cache entry fresh, working around the driver's refusal
+ * to map a block twice (see mpn_ipc_import in ipc.h). */
+static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
+                               ipc_entry_t* fresh) {
+  cudaError_t err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+  if (err == cudaErrorAlreadyMapped) {
+    cudaGetLastError();
+    if (drop_stale(owner, dev, desc))
+      err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+  }
+  if (err == cudaErrorAlreadyMapped) {
+    cudaGetLastError();
+    if (flush_idle(owner, dev))
+      err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+  }
+  if (err == cudaSuccess) {
+    fresh->base = fresh->mapping;
+  } else if (err == cudaErrorAlreadyMapped) {
+    cudaGetLastError();
+    ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh->base);
+    if (lender != NULL) {
+      fresh->mapping = lender->mapping;
+      fresh->opened = 0;
+      err = cudaSuccess;
+    } else {
+      dump_owner(owner, dev, desc);
+    }
+  }
+  return err;
+}
+
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
                             mpn_ipc_ref_t* ref) {
   ncclResult_t res = ncclSuccess;
@@ -193,28 +245,12 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
     ipc_entry_t fresh = {.owner = owner, .buffer_id = desc->buffer_id, .dev = dev,
                          .handle = desc->handle, .owner_base = desc->base, .size = desc->size,
                          .opened = 1};
-    cudaError_t err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
-    if (err == cudaErrorAlreadyMapped) {
-      cudaGetLastError();
-      if (drop_stale(owner, dev, desc))
-        err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
-    }
-    if (err == cudaErrorAlreadyMapped) {
-      cudaGetLastError();
-      if (flush_idle(owner, dev))
-        err = cudaIpcOpenMemHandle(&fresh.mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
-    }
-    if (err == cudaErrorAlreadyMapped) {
-      cudaGetLastError();
-      ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh.base);
-      if (lender != NULL) {
-        fresh.mapping = lender->mapping;
-        fresh.opened = 0;
-        err = cudaSuccess;
-      }
-    } else if (err == cudaSuccess) {
-      fresh.base = fresh.mapping;
-    }
+    /* The caller's stream may be capturing a graph: the driver calls made
+     * here (opening, closing, event queries) are not part of it. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t err = open_import(owner, dev, desc, &fresh);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (err != cudaSuccess) {
       cudaGetLastError();
       res = mpn_error_set(NULL, ncclUnhandledCudaError,
@@ -245,11 +281,15 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph)
     e->pending = 0;
     if (graph) {
       e->pinned = 1;
-    } else if ((e->used != NULL || cudaEventCreateWithFlags(&e->used, cudaEventDisableTiming) == cudaSuccess) &&
-               cudaEventRecord(e->used, stream) == cudaSuccess) {
     } else {
-      cudaGetLastError();
-      e->pinned = 1; /* without an event, never known idle */
+      enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      if ((e->used == NULL && cudaEventCreateWithFlags(&e->used, cudaEventDisableTiming) != cudaSuccess) ||
+          cudaEventRecord(e->used, stream) != cudaSuccess) {
+        cudaGetLastError();
+        e->pinned = 1; /* without an event, never known idle */
+      }
+      cudaThreadExchangeStreamCaptureMode(&mode);
     }
   }
   pthread_mutex_unlock(&ipc_lock);

@@ -97,6 +97,14 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm) {
   return res;
 }
 
+/* Leaves an error for the pair's other process (see mpn_p2p_poll_errors). */
+static void pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
+  mpn_pair_mem_t* mem = pair->mem;
+  snprintf(mem->error, sizeof(mem->error), "%s", text);
+  __atomic_store_n(&mem->error_code, (uint32_t)code, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
+}
+
 /* Records a mismatch where both sides find it (peer through the pair). */
 static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other) {
   const mpn_op_t* op = p->op;
@@ -110,11 +118,24 @@ static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t*
            send ? op->peer : op->comm->rank, (unsigned long long)s->count,
            mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
            mpn_dtype_name((ncclDataType_t)r->dtype));
-  mpn_pair_mem_t* mem = p->pair->mem;
-  memcpy(mem->error, text, sizeof(text));
-  __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
+  pair_report(p->pair, ncclInvalidUsage, text);
   mpn_error_set(op->comm, ncclInvalidUsage, "%s", text);
   mpn_comm_set_async(op->comm, ncclInvalidUsage);
+}
+
+/* Tells the message's other side that this side failed and moved nothing:
+ * its "done" still comes (nobody hangs), and ncclCommGetAsyncError says why. */
+static void report_failed_move(plan_t* p, ncclResult_t res) {
+  const mpn_op_t* op = p->op;
+  int send = op->kind == MPN_OP_SEND;
+  char text[256];
+  snprintf(text, sizeof(text),
+           "message %llu from rank %d to rank %d: rank %d could not reach the other buffer "
+           "and moved no data (%s)",
+           (unsigned long long)p->seq, send ? op->comm->rank : op->peer,
+           send ? op->peer : op->comm->rank, op->comm->rank, ncclGetErrorString(res));
+  pair_report(p->pair, ncclRemoteError, text);
+  mpn_comm_set_async(op->comm, res);
 }
 
 /* This side's descriptor; on failure a descriptor that tells the peer to skip. */
@@ -176,7 +197,11 @@ static ncclResult_t plan_post(plan_t* p) {
     return ncclSuccess;
   }
   void* far;
-  MPN_CHECK(resolve(p, &other, &far));
+  ncclResult_t res = resolve(p, &other, &far);
+  if (res != ncclSuccess) {
+    report_failed_move(p, res);
+    return res;
+  }
   p->src = send ? op->buf : far;
   p->dst = send ? far : op->buf;
   p->move = mine.bytes > 0;
@@ -347,8 +372,10 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
       uint64_t errors = __atomic_load_n(&pairs[k]->mem->errors, __ATOMIC_ACQUIRE);
       if (errors == ps->errors_seen[k]) continue;
       ps->errors_seen[k] = errors;
-      mpn_error_set(comm, ncclInvalidUsage, "%s", pairs[k]->mem->error);
-      mpn_comm_set_async(comm, ncclInvalidUsage);
+      ncclResult_t code = (ncclResult_t)__atomic_load_n(&pairs[k]->mem->error_code, __ATOMIC_RELAXED);
+      if (code == ncclSuccess) code = ncclInvalidUsage;
+      mpn_error_set(comm, code, "%s", pairs[k]->mem->error);
+      mpn_comm_set_async(comm, code);
     }
   }
 }

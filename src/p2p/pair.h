@@ -53,10 +53,10 @@ typedef struct {
 enum { MPN_FLAGS_UNSET = 0, MPN_FLAGS_HOST = 1, MPN_FLAGS_DEVICE = 2 };
 
 typedef struct {
-  char error[256]; /**< last mismatch, for the first side's ncclGetLastError */
-  uint64_t errors; /**< mismatches seen on this pair */
+  char error[256]; /**< last error, for the other side's ncclGetLastError */
+  uint64_t errors; /**< errors reported on this pair (mismatches, failed mappings) */
   uint32_t flags_where;             /**< MPN_FLAGS_*, set last by the creator */
-  uint32_t pad0;
+  uint32_t error_code;              /**< ncclResult_t of the last error */
   cudaIpcMemHandle_t flags_handle;  /**< device flags: the creator's allocation */
   uint64_t pad[6];
   mpn_slot_t slots[MPN_PAIR_SLOTS];

@@ -4,6 +4,12 @@
  * memory-pool allocations are not), aligned to NCCL_WIN_REQUIRED_ALIGNMENT
  * so that it can always back a window.  Allocations are recorded so that
  * freeing a foreign pointer is refused instead of corrupting the allocator.
+ *
+ * Sizes are rounded up to MPN_MEM_GRANULARITY, as NCCL rounds to the
+ * allocation granularity: every buffer is then a block of its own, which a
+ * peer maps once, instead of a slice of a block shared with allocations made
+ * later (the driver refuses to map such a block again, "resource already
+ * mapped", see docs/P2P.md).
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -12,6 +18,8 @@
 
 #include "core/api.h"
 #include "core/error.h"
+
+#define MPN_MEM_GRANULARITY ((size_t)2 << 20)
 
 typedef struct alloc {
   struct alloc* next;
@@ -25,15 +33,16 @@ static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   if (size == 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  if (size > SIZE_MAX - NCCL_WIN_REQUIRED_ALIGNMENT)
+  if (size > SIZE_MAX - MPN_MEM_GRANULARITY - NCCL_WIN_REQUIRED_ALIGNMENT)
     return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: size %zu is too large", size);
+  size_t rounded = (size + MPN_MEM_GRANULARITY - 1) / MPN_MEM_GRANULARITY * MPN_MEM_GRANULARITY;
   alloc_t* a = calloc(1, sizeof(*a));
   if (a == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   /* cudaMalloc aligns to at least 256 bytes; over-allocate only if needed. */
-  cudaError_t err = cudaMalloc(&a->base, size);
+  cudaError_t err = cudaMalloc(&a->base, rounded);
   if (err == cudaSuccess && (uintptr_t)a->base % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
     cudaFree(a->base);
-    err = cudaMalloc(&a->base, size + NCCL_WIN_REQUIRED_ALIGNMENT);
+    err = cudaMalloc(&a->base, rounded + NCCL_WIN_REQUIRED_ALIGNMENT);
   }
   if (err != cudaSuccess) {
     cudaGetLastError();

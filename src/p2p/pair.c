@@ -70,7 +70,10 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   uint32_t where = MPN_FLAGS_HOST;
   if (device) {
     void* d = NULL;
-    cudaError_t err = cudaMalloc(&d, MPN_PAIR_FLAGS * sizeof(uint64_t));
+    /* A block of its own (2 MiB, the allocation granularity): a slice of a
+     * block that the peer mapped already could not be mapped again. */
+    size_t bytes = MPN_PAIR_FLAGS * sizeof(uint64_t);
+    cudaError_t err = cudaMalloc(&d, bytes < ((size_t)2 << 20) ? (size_t)2 << 20 : bytes);
     if (err == cudaSuccess) err = cudaMemset(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t));
     if (err == cudaSuccess) err = cudaIpcGetMemHandle(&mem->flags_handle, d);
     if (err != cudaSuccess) {

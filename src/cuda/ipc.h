@@ -12,6 +12,13 @@
 
 #include "nccl.h"
 
+/**
+ * Size of a block of its own for memory we allocate to be shared (the
+ * allocation granularity): a slice of a block that a peer has mapped already
+ * cannot be mapped by it again ("resource already mapped").
+ */
+#define MPN_IPC_BLOCK_BYTES ((size_t)2 << 20)
+
 /** What a peer process needs to map one buffer. */
 typedef struct {
   uint64_t buffer_id; /**< unique per allocation for the life of the process */
@@ -28,6 +35,12 @@ typedef struct {
  */
 ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out);
 
+/** Names an import, for mpn_ipc_mark_used. */
+typedef struct {
+  uint64_t owner, buffer_id;
+  int dev;
+} mpn_ipc_ref_t;
+
 /**
  * Maps a buffer exported by process owner (see mpn_chan_proc_id) into the
  * calling thread's current device context and returns its address here.
@@ -38,12 +51,6 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
  * retried, and last (small allocations sharing one block) the buffer is
  * found inside a block mapped before, at its distance in the owner's space.
  */
-/** Names an import, for mpn_ipc_mark_used. */
-typedef struct {
-  uint64_t owner, buffer_id;
-  int dev;
-} mpn_ipc_ref_t;
-
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
                             mpn_ipc_ref_t* ref);
 

@@ -5,11 +5,10 @@
  * so that it can always back a window.  Allocations are recorded so that
  * freeing a foreign pointer is refused instead of corrupting the allocator.
  *
- * Sizes are rounded up to MPN_MEM_GRANULARITY, as NCCL rounds to the
+ * Sizes are rounded up to MPN_IPC_BLOCK_BYTES, as NCCL rounds to the
  * allocation granularity: every buffer is then a block of its own, which a
  * peer maps once, instead of a slice of a block shared with allocations made
- * later (the driver refuses to map such a block again, "resource already
- * mapped", see docs/P2P.md).
+ * later (see cuda/ipc.h and docs/P2P.md).
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -18,8 +17,7 @@
 
 #include "core/api.h"
 #include "core/error.h"
-
-#define MPN_MEM_GRANULARITY ((size_t)2 << 20)
+#include "cuda/ipc.h"
 
 typedef struct alloc {
   struct alloc* next;
@@ -33,9 +31,9 @@ static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   if (size == 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  if (size > SIZE_MAX - MPN_MEM_GRANULARITY - NCCL_WIN_REQUIRED_ALIGNMENT)
+  if (size > SIZE_MAX - MPN_IPC_BLOCK_BYTES - NCCL_WIN_REQUIRED_ALIGNMENT)
     return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: size %zu is too large", size);
-  size_t rounded = (size + MPN_MEM_GRANULARITY - 1) / MPN_MEM_GRANULARITY * MPN_MEM_GRANULARITY;
+  size_t rounded = (size + MPN_IPC_BLOCK_BYTES - 1) / MPN_IPC_BLOCK_BYTES * MPN_IPC_BLOCK_BYTES;
   alloc_t* a = calloc(1, sizeof(*a));
   if (a == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   /* cudaMalloc aligns to at least 256 bytes; over-allocate only if needed. */

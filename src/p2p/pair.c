@@ -70,10 +70,9 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   uint32_t where = MPN_FLAGS_HOST;
   if (device) {
     void* d = NULL;
-    /* A block of its own (2 MiB, the allocation granularity): a slice of a
-     * block that the peer mapped already could not be mapped again. */
+    /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES). */
     size_t bytes = MPN_PAIR_FLAGS * sizeof(uint64_t);
-    cudaError_t err = cudaMalloc(&d, bytes < ((size_t)2 << 20) ? (size_t)2 << 20 : bytes);
+    cudaError_t err = cudaMalloc(&d, bytes < MPN_IPC_BLOCK_BYTES ? MPN_IPC_BLOCK_BYTES : bytes);
     if (err == cudaSuccess) err = cudaMemset(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t));
     if (err == cudaSuccess) err = cudaIpcGetMemHandle(&mem->flags_handle, d);
     if (err != cudaSuccess) {

@@ -89,19 +89,31 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
   return res;
 }
 
-/* Closes one mapping and forgets every entry that uses it. */
+/*
+ * Closes one mapping and forgets every entry that uses it.  The driver
+ * counts opens of one handle (a freed allocation's handle comes back for a
+ * new allocation of the same memory, and opening it again returns the same
+ * mapping), so the mapping is closed once for every entry that opened it;
+ * closing it fewer times would leave it mapped with nothing here knowing.
+ */
 static void close_mapping(void* mapping, const char* why) {
-  if (cudaIpcCloseMemHandle(mapping) != cudaSuccess) cudaGetLastError();
-  MPN_TRACE(MPN_SUBSYS_IPC, "closed %s import at %p", why, mapping);
   for (int j = 0; j < imported.n;) {
     ipc_entry_t* e = &imported.entries[j];
-    if (e->mapping == mapping) {
-      if (e->used) cudaEventDestroy(e->used);
-      *e = imported.entries[--imported.n];
-    } else {
+    if (e->mapping != mapping) {
       j++;
+      continue;
     }
+    if (e->opened) {
+      cudaError_t err = cudaIpcCloseMemHandle(mapping);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        MPN_WARN("CUDA IPC: closing %s import at %p failed: %s", why, mapping, cudaGetErrorString(err));
+      }
+    }
+    if (e->used) cudaEventDestroy(e->used);
+    *e = imported.entries[--imported.n];
   }
+  MPN_TRACE(MPN_SUBSYS_IPC, "closed %s import at %p", why, mapping);
 }
 
 /*
@@ -195,11 +207,13 @@ static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
     const ipc_entry_t* e = &imported.entries[i];
     if (e->owner != owner || e->dev != dev) continue;
     const unsigned char* x = (const unsigned char*)&e->handle;
-    MPN_WARN("  buffer %llu [%llx, +%llu) at %p%s%s%s handle %02x%02x%02x%02x%02x%02x%02x%02x...",
+    int busy = e->used != NULL && cudaEventQuery(e->used) != cudaSuccess;
+    cudaGetLastError();
+    MPN_WARN("  buffer %llu [%llx, +%llu) at %p%s%s%s%s handle %02x%02x%02x%02x%02x%02x%02x%02x...",
              (unsigned long long)e->buffer_id, (unsigned long long)e->owner_base,
              (unsigned long long)e->size, e->base, e->opened ? "" : " borrowed",
-             e->pending ? " pending" : "", e->pinned ? " pinned" : "", x[0], x[1], x[2], x[3], x[4],
-             x[5], x[6], x[7]);
+             e->pending ? " pending" : "", e->pinned ? " pinned" : "", busy ? " busy" : "", x[0],
+             x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
   }
 }
 
@@ -220,6 +234,10 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
   }
   if (err == cudaSuccess) {
     fresh->base = fresh->mapping;
+    for (int i = 0; i < imported.n; i++)
+      if (imported.entries[i].mapping == fresh->mapping)
+        MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu came back as the mapping of buffer %llu",
+                  (unsigned long long)desc->buffer_id, (unsigned long long)imported.entries[i].buffer_id);
   } else if (err == cudaErrorAlreadyMapped) {
     cudaGetLastError();
     ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh->base);

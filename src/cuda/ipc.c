@@ -312,3 +312,10 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph)
   }
   pthread_mutex_unlock(&ipc_lock);
 }
+
+void mpn_ipc_release(const mpn_ipc_ref_t* ref) {
+  pthread_mutex_lock(&ipc_lock);
+  ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
+  if (e != NULL) close_mapping(e->mapping, "released");
+  pthread_mutex_unlock(&ipc_lock);
+}

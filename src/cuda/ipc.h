@@ -44,8 +44,10 @@ typedef struct {
 /**
  * Maps a buffer exported by process owner (see mpn_chan_proc_id) into the
  * calling thread's current device context and returns its address here.
- * Imports are cached by buffer id.  A context may map an underlying block
- * only once: when the driver says it is mapped already, imports of freed
+ * Imports are cached by buffer id.  The driver may hand a freed
+ * allocation's handle to a new one and then returns the mapping it had
+ * (counting the opens).  A context may map an underlying block only once:
+ * when the driver says it is mapped already, imports of freed
  * allocations that overlapped the new one are closed and the open retried;
  * failing that, imports that no copy uses any more are closed and the open
  * retried, and last (small allocations sharing one block) the buffer is
@@ -60,5 +62,8 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
  * whose last copies completed may be closed to make room (see ipc.c).
  */
 void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph);
+
+/** Closes an import pinned with mpn_ipc_mark_used(graph = 1) for good. */
+void mpn_ipc_release(const mpn_ipc_ref_t* ref);
 
 #endif /* MPN_CUDA_IPC_H_ */

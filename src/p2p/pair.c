@@ -74,13 +74,18 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     size_t bytes = MPN_PAIR_FLAGS * sizeof(uint64_t);
     cudaError_t err = cudaMalloc(&d, bytes < MPN_IPC_BLOCK_BYTES ? MPN_IPC_BLOCK_BYTES : bytes);
     if (err == cudaSuccess) err = cudaMemset(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t));
-    if (err == cudaSuccess) err = cudaIpcGetMemHandle(&mem->flags_handle, d);
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (d) cudaFree(d);
       return mpn_error_set(NULL, ncclUnhandledCudaError, "device flags for %s: %s", p->name,
                            cudaGetErrorString(err));
     }
+    ncclResult_t res = mpn_ipc_export(d, "device flags", &mem->flags_desc);
+    if (res != ncclSuccess) {
+      cudaFree(d);
+      return res;
+    }
+    mem->flags_owner = mpn_chan_proc_id();
     p->dflags = (CUdeviceptr)d;
     where = MPN_FLAGS_DEVICE;
   }
@@ -99,13 +104,16 @@ static ncclResult_t flags_adopt(mpn_pair_t* p) {
     usleep(50);
   }
   if (where != MPN_FLAGS_DEVICE) return ncclSuccess;
+  /* Through the import cache, which knows what else of the creator is
+   * mapped here; pinned until the pair is unmapped. */
   void* d = NULL;
-  cudaError_t err = cudaIpcOpenMemHandle(&d, mem->flags_handle, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return mpn_error_set(NULL, ncclUnhandledCudaError, "mapping the device flags of %s: %s",
-                         p->name, cudaGetErrorString(err));
+  ncclResult_t res = mpn_ipc_import(mem->flags_owner, &mem->flags_desc, &d, &p->dflags_import);
+  if (res != ncclSuccess) {
+    char why[256];
+    snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+    return mpn_error_set(NULL, res, "mapping the device flags of %s: %s", p->name, why);
   }
+  mpn_ipc_mark_used(&p->dflags_import, NULL, 1);
   p->dflags = (CUdeviceptr)d;
   return ncclSuccess;
 }
@@ -150,7 +158,7 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
     if (--m->refs == 0) {
       *pm = m->next;
       if (m->pair.dflags && m->pair.created) cudaFree((void*)m->pair.dflags);
-      else if (m->pair.dflags) cudaIpcCloseMemHandle((void*)m->pair.dflags);
+      else if (m->pair.dflags) mpn_ipc_release(&m->pair.dflags_import);
       cudaHostUnregister(m->pair.mem);
       cudaGetLastError();
       munmap(m->pair.mem, sizeof(mpn_pair_mem_t));

@@ -57,8 +57,9 @@ typedef struct {
   uint64_t errors; /**< errors reported on this pair (mismatches, failed mappings) */
   uint32_t flags_where;             /**< MPN_FLAGS_*, set last by the creator */
   uint32_t error_code;              /**< ncclResult_t of the last error */
-  cudaIpcMemHandle_t flags_handle;  /**< device flags: the creator's allocation */
-  uint64_t pad[6];
+  uint64_t flags_owner;              /**< device flags: the creator's process ... */
+  mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
+  uint64_t pad[5];
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;
@@ -68,6 +69,7 @@ typedef struct mpn_pair {
   mpn_pair_mem_t* mem;   /**< host view */
   CUdeviceptr dev;       /**< device view of the same memory (for memops) */
   CUdeviceptr dflags;    /**< flags in device memory (MPINCCL_FLAGS=device), else 0 */
+  mpn_ipc_ref_t dflags_import; /**< the other side's import of the creator's dflags */
   char name[96];
   int created;           /**< this process made the file (unlinks it) */
 } mpn_pair_t;

@@ -28,6 +28,7 @@
 #include "cuda/copy.h"
 #include "cuda/driver.h"
 #include "p2p/pair.h"
+#include "p2p/stage.h"
 #include "transport.h"
 
 typedef struct {
@@ -53,6 +54,7 @@ typedef struct {
   int move;        /* second side and both descriptors valid */
   int imported;    /* the peer's buffer came through CUDA IPC: ref names it */
   mpn_ipc_ref_t ref;
+  mpn_stage_t* stage; /* own buffer from a memory pool: the peer sees this instead */
 } plan_t;
 
 /* Per-peer state, made on first use.  The watchdog thread reads these
@@ -138,8 +140,11 @@ static void report_failed_move(plan_t* p, ncclResult_t res) {
   mpn_comm_set_async(op->comm, res);
 }
 
-/* This side's descriptor; on failure a descriptor that tells the peer to skip. */
-static ncclResult_t describe(const mpn_op_t* op, mpn_side_t* d) {
+/* This side's descriptor; on failure a descriptor that tells the peer to
+ * skip.  A memory-pool buffer, which CUDA IPC cannot share, is described by
+ * a stage of the same size (used only if this side arrives first). */
+static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
+  const mpn_op_t* op = p->op;
   memset(d, 0, sizeof(*d));
   d->proc = mpn_chan_proc_id();
   d->ptr = (uint64_t)(uintptr_t)op->buf;
@@ -147,7 +152,14 @@ static ncclResult_t describe(const mpn_op_t* op, mpn_side_t* d) {
   d->count = op->count;
   d->dtype = op->dtype;
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC) return ncclSuccess;
-  ncclResult_t res = mpn_ipc_export(op->buf, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff", &d->ipc);
+  const void* shared = op->buf;
+  ncclResult_t res = ncclSuccess;
+  if (op->bytes > 0 && mpn_stage_needed(op->buf)) {
+    res = mpn_stage_get(op->bytes, &p->stage);
+    if (res == ncclSuccess) shared = mpn_stage_ptr(p->stage);
+  }
+  if (res == ncclSuccess)
+    res = mpn_ipc_export(shared, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff", &d->ipc);
   d->exported = res == ncclSuccess ? 1 : -1;
   return res;
 }
@@ -177,11 +189,15 @@ static ncclResult_t plan_post(plan_t* p) {
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;
   mpn_side_t mine;
-  ncclResult_t bad = describe(op, &mine);
+  ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) return bad;
+  if (p->stage) { /* second: this side copies from or to its own buffer directly */
+    mpn_stage_put(p->stage, NULL, 0);
+    p->stage = NULL;
+  }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
   if (other.exported < 0) {
@@ -294,6 +310,13 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
   static const struct {
     int first, done, wait;
   } steps[4] = {{1, 0, 0}, {0, 0, 1}, {0, 1, 0}, {1, 1, 1}};
+  /* A first side's memory-pool send buffer goes to its stage before "ready". */
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
+      MPN_CUDA_CHECK(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
+                                     cudaMemcpyDeviceToDevice, s));
+  }
   batch_t b;
   b.n = 0;
   for (int k = 0; k < 4; k++) {
@@ -305,6 +328,16 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
       MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, steps[k].done, steps[k].wait));
     }
     if (k == 1 || k == 3) MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  }
+  /* ... and a receive buffer's data comes out of its stage after "done". */
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->stage || !p->posted || p->op->stream != s) continue;
+    if (p->op->kind == MPN_OP_RECV)
+      MPN_CUDA_CHECK(cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
+                                     cudaMemcpyDeviceToDevice, s));
+    mpn_stage_put(p->stage, s, p->graph);
+    p->stage = NULL;
   }
   return ncclSuccess;
 }
@@ -357,6 +390,8 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   ncclResult_t res = issue_all(drv, plans, n);
+  for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
+    if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
   if (saved >= 0) cudaSetDevice(saved);
   free(plans);
   return res != ncclSuccess ? res : first_error;

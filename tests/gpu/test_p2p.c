@@ -67,6 +67,36 @@ static void ring(size_t bytes, int shift, ncclDataType_t type, size_t offset) {
   cudaFree(r);
 }
 
+/* Buffers from cudaMallocAsync's pool, which CUDA IPC cannot share: each
+ * size twice, pool to pool, then pool sends into cudaMalloc receive buffers
+ * and back; reused stages must not mix messages up. */
+static void pool_buffers(void) {
+  static const size_t sizes[] = {1, 4099, (3 << 20) + 7};
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  for (int k = 0; k < 6; k++) {
+    size_t bytes = sizes[k % 3];
+    int pool_send = k < 3 || k == 4, pool_recv = k < 3 || k == 5;
+    char *s = NULL, *r = NULL;
+    if (pool_send) EXPECT(cudaMallocAsync((void**)&s, bytes, stream) == cudaSuccess);
+    else s = dev_alloc(bytes);
+    if (pool_recv) EXPECT(cudaMallocAsync((void**)&r, bytes, stream) == cudaSuccess);
+    else r = dev_alloc(bytes);
+    pattern_fill(s, bytes, seed_of(rank, to, 50 + k), stream);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+    char what[64];
+    snprintf(what, sizeof(what), "pool %zu bytes (case %d)", bytes, k);
+    expect_pattern(r, bytes, seed_of(from, rank, 50 + k), what);
+    if (pool_send) cudaFreeAsync(s, stream);
+    else cudaFree(s);
+    if (pool_recv) cudaFreeAsync(r, stream);
+    else cudaFree(r);
+    cudaStreamSynchronize(stream);
+  }
+}
+
 /* Everybody to everybody (self included) in one group; sizes differ per pair. */
 static void all_to_all(size_t base) {
   char **s = calloc(nranks, sizeof(char*)), **r = calloc(nranks, sizeof(char*));
@@ -453,6 +483,7 @@ int main(int argc, char** argv) {
   STEP(if (nranks <= 2) ring((size_t)1 << 30, 1, ncclFloat32, 0));
   STEP(ring(12345, 0, ncclInt8, 1)); /* to self */
   STEP(all_to_all(4096));
+  STEP(pool_buffers());
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
   STEP(reallocated());

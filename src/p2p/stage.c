@@ -1,0 +1,103 @@
+/*
+ * stage.c - the process's bounce buffers: a list scanned under one lock.
+ * A message needs a stage only when its own buffer came from a memory pool
+ * and it arrives first in its pair, so the list stays short.
+ */
+#include "p2p/stage.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+#include "cuda/driver.h"
+#include "cuda/ipc.h"
+
+struct mpn_stage {
+  struct mpn_stage* next;
+  void* ptr;
+  size_t bytes;
+  int dev;
+  int busy;          /* handed out and not yet put back */
+  int pinned;        /* in a CUDA graph: never reused */
+  cudaEvent_t freed; /* recorded where the last user's stream put it back */
+};
+
+static struct mpn_stage* stages;
+static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int mpn_stage_needed(const void* ptr) {
+  const mpn_driver_t* drv;
+  if (mpn_driver_get(&drv) != ncclSuccess) return 0;
+  CUmemoryPool pool = NULL;
+  if (drv->pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)ptr) !=
+      CUDA_SUCCESS)
+    return 0;
+  return pool != NULL;
+}
+
+static int stage_idle(struct mpn_stage* st) {
+  if (st->busy || st->pinned) return 0;
+  if (st->freed == NULL) return 1;
+  cudaError_t err = cudaEventQuery(st->freed);
+  if (err != cudaSuccess) cudaGetLastError();
+  return err == cudaSuccess;
+}
+
+ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out) {
+  int dev = -1;
+  MPN_CUDA_CHECK(cudaGetDevice(&dev));
+  pthread_mutex_lock(&stage_lock);
+  struct mpn_stage* best = NULL;
+  for (struct mpn_stage* st = stages; st; st = st->next)
+    if (st->dev == dev && st->bytes >= bytes && (best == NULL || st->bytes < best->bytes) &&
+        stage_idle(st))
+      best = st;
+  if (best) best->busy = 1;
+  pthread_mutex_unlock(&stage_lock);
+  if (best) {
+    *out = best;
+    return ncclSuccess;
+  }
+  /* A new one, whole blocks (see MPN_IPC_BLOCK_BYTES).  The driver calls run
+   * outside a capture the caller's stream may be in. */
+  struct mpn_stage* st = calloc(1, sizeof(*st));
+  if (st == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  st->bytes = (bytes + MPN_IPC_BLOCK_BYTES - 1) / MPN_IPC_BLOCK_BYTES * MPN_IPC_BLOCK_BYTES;
+  st->dev = dev;
+  st->busy = 1;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t err = cudaMalloc(&st->ptr, st->bytes);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&st->freed, cudaEventDisableTiming);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (st->ptr) cudaFree(st->ptr);
+    free(st);
+    return mpn_error_set(NULL, ncclUnhandledCudaError,
+                         "a staging buffer of %zu bytes for a memory-pool buffer: %s", bytes,
+                         cudaGetErrorString(err));
+  }
+  MPN_TRACE(MPN_SUBSYS_P2P, "new staging buffer of %zu bytes on device %d", st->bytes, dev);
+  pthread_mutex_lock(&stage_lock);
+  st->next = stages;
+  stages = st;
+  pthread_mutex_unlock(&stage_lock);
+  *out = st;
+  return ncclSuccess;
+}
+
+void* mpn_stage_ptr(const mpn_stage_t* st) { return st->ptr; }
+
+void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, int graph) {
+  pthread_mutex_lock(&stage_lock);
+  if (graph) {
+    st->pinned = 1;
+  } else if (stream != NULL && cudaEventRecord(st->freed, stream) != cudaSuccess) {
+    cudaGetLastError();
+    st->pinned = 1; /* never known idle */
+  } /* unused (stream NULL): its event is still the completed one it had */
+  st->busy = 0;
+  pthread_mutex_unlock(&stage_lock);
+}

@@ -8,7 +8,8 @@
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
 # half, --no-variants the runs with the non-default options (copy engine only,
 # device flags); all of it takes several minutes, so split it over calls if
-# needed.  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
+# needed.  The variants also include runs without delegation
+# (MPINCCL_DELEGATE_WAIT_US=0).  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
 # same benchmark built against it runs too, as far as NCCL can run.
 set -u
 out=${1:-device-results}
@@ -72,6 +73,13 @@ regime_runs() { # regime
   bench "$r" sendrecv-engine 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
   bench "$r" halo-engine 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_COPY_KERNEL_MAX
+  # Without delegation (whichever side posts second copies).
+  export MPINCCL_DELEGATE_WAIT_US=0
+  extra="$saved -x MPINCCL_DELEGATE_WAIT_US"
+  bench "$r" sendrecv-nodelegate 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
+  bench "$r" pingpong-nodelegate 2 -o pingpong -b 8 -e 1M -f 8 -n 20
+  bench "$r" halo-nodelegate 8 -o halo -b 64K -e 64K -n 20
+  unset MPINCCL_DELEGATE_WAIT_US
   # And with the pair flags in device memory.
   export MPINCCL_FLAGS=device
   extra="$saved -x MPINCCL_FLAGS"

@@ -44,6 +44,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                    "instead of one copy-engine copy each (the 26-neighbour halo "
                                    "exchange of docs/PERFORMANCE.md ran 1.9x faster with MPS, 1.2x "
                                    "without); 0 keeps the copy engine for all."},
+    [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
+                                 "Of two ranks of different processes on one GPU, the lower "
+                                 "one moves the data of both directions when it can: it waits "
+                                 "up to this many microseconds on the host for the other to "
+                                 "post its side, so that only one process needs the GPU's "
+                                 "engines in an exchange (without MPS each switch between "
+                                 "processes costs a context switch); 0 lets whichever side "
+                                 "posts second copy."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

@@ -52,6 +52,7 @@ typedef struct {
   mpn_post_role_t role;
   void *src, *dst; /* second side: where the data moves */
   int move;        /* second side and both descriptors valid */
+  int prepared;    /* pair and seq known */
   int imported;    /* the peer's buffer came through CUDA IPC: ref names it */
   mpn_ipc_ref_t ref;
   mpn_stage_t* stage; /* own buffer from a memory pool: the peer sees this instead */
@@ -175,12 +176,11 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
   return ncclSuccess;
 }
 
-/* Posts one message; any failure still leaves a posted slot so nobody hangs. */
-static ncclResult_t plan_post(plan_t* p) {
+/* Finds the message's pair and number. */
+static ncclResult_t plan_prepare(plan_t* p) {
   mpn_op_t* op = p->op;
-  struct ncclComm* comm = op->comm;
   peer_state_t* ps = NULL;
-  MPN_CHECK(peer_state(comm, op->peer, &ps));
+  MPN_CHECK(peer_state(op->comm, op->peer, &ps));
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -188,6 +188,44 @@ static ncclResult_t plan_post(plan_t* p) {
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;
+  p->prepared = 1;
+  return ncclSuccess;
+}
+
+/*
+ * Of two ranks of different processes that share a GPU, the lower one moves
+ * the data of both directions whenever the other has posted its side first:
+ * then only one process needs the GPU's engines in an exchange, and without
+ * MPS that saves a context switch (the "delegated" floor of the benchmark).
+ * So before posting, such a rank waits on the host, at most
+ * MPINCCL_DELEGATE_WAIT_US for the whole launch, for its peers' posts; a
+ * peer that comes later than that simply finds itself second and copies.
+ */
+static int delegates(const plan_t* p) {
+  const mpn_op_t* op = p->op;
+  const struct ncclComm* comm = op->comm;
+  return p->prepared && comm->transport[op->peer] == MPN_TRANSPORT_IPC && comm->rank < op->peer &&
+         mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
+}
+
+static void delegate_wait(const plan_t* plans, int n) {
+  int64_t budget_us = mpn_param_int(MPN_PARAM_DELEGATE_WAIT);
+  uint64_t deadline = 0;
+  for (int i = 0; i < n && budget_us > 0; i++) {
+    const plan_t* p = &plans[i];
+    if (!delegates(p)) continue;
+    int side = p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV;
+    if (deadline == 0) deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
+    while (!mpn_pair_peer_posted(p->pair, p->seq, p->graph, side))
+      if (mpn_chan_now_ns() > deadline) return;
+  }
+}
+
+/* Posts one message; any failure still leaves a posted slot so nobody hangs. */
+static ncclResult_t plan_post(plan_t* p) {
+  mpn_op_t* op = p->op;
+  struct ncclComm* comm = op->comm;
+  int send = op->kind == MPN_OP_SEND;
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
@@ -386,6 +424,13 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   for (mpn_op_t* op = ops; op; op = op->next, i++) {
     plans[i].op = op;
     cudaSetDevice(op->comm->cuda_dev);
+    ncclResult_t res = plan_prepare(&plans[i]);
+    if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
+  }
+  delegate_wait(plans, n);
+  for (i = 0; i < n; i++) {
+    if (!plans[i].prepared) continue;
+    cudaSetDevice(plans[i].op->comm->cuda_dev);
     ncclResult_t res = plan_post(&plans[i]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }

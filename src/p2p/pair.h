@@ -102,6 +102,13 @@ static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, in
 ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
                            const mpn_side_t* desc, mpn_post_role_t* role);
 
+/** Whether the other side of message seq has posted (this side has not yet). */
+static inline int mpn_pair_peer_posted(const mpn_pair_t* pair, uint64_t seq, int graph, int side) {
+  uint64_t cur = __atomic_load_n(&mpn_pair_slot(pair, seq, graph)->state, __ATOMIC_ACQUIRE);
+  uint64_t other = side == MPN_SIDE_SEND ? MPN_SLOT_RECV : MPN_SLOT_SEND;
+  return (cur >> 3) == seq && (cur & other);
+}
+
 /** Second side only: marks the slot consumed once the other descriptor is read. */
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph);
 

@@ -52,6 +52,13 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "engines in an exchange (without MPS each switch between "
                                  "processes costs a context switch); 0 lets whichever side "
                                  "posts second copy."},
+    [MPN_PARAM_LOCAL_WAIT] = {"MPINCCL_LOCAL_WAIT_US", MPN_PARAM_INT, "200000", NULL, 0,
+                              60000000,
+                              "Under MPS, ranks of one process order their streams with CUDA "
+                              "events (a stream memory wait can block the few hardware queues "
+                              "of an MPS client); the side that posted first waits up to this "
+                              "many microseconds on the host for the other side's event, then "
+                              "falls back to a stream memory wait."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

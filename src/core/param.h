@@ -19,6 +19,7 @@ typedef enum {
   MPN_PARAM_WATCHDOG,          /* ms between checks that same-host peers live */
   MPN_PARAM_COPY_KERNEL_MAX,   /* messages up to this size move in one kernel */
   MPN_PARAM_DELEGATE_WAIT,     /* host wait for a peer's post to copy both directions */
+  MPN_PARAM_LOCAL_WAIT,        /* host wait for a same-process peer's "done" event */
   MPN_PARAM_NET_TIMEOUT,       /* seconds before an unreachable UCX peer fails */
   MPN_PARAM_FLAGS,             /* host | device: where pair flags live */
   MPN_PARAM_DEBUG,             /* NCCL_DEBUG */

@@ -27,6 +27,7 @@
 #include "core/param.h"
 #include "cuda/copy.h"
 #include "cuda/driver.h"
+#include "cuda/event.h"
 #include "p2p/pair.h"
 #include "p2p/stage.h"
 #include "transport.h"
@@ -56,6 +57,9 @@ typedef struct {
   int imported;    /* the peer's buffer came through CUDA IPC: ref names it */
   mpn_ipc_ref_t ref;
   mpn_stage_t* stage; /* own buffer from a memory pool: the peer sees this instead */
+  int local;          /* same process under MPS: streams ordered by events (see below) */
+  cudaEvent_t ev;     /* local, second side: the first side's "posted" event to wait for */
+  int ev_dev;
 } plan_t;
 
 /* Per-peer state, made on first use.  The watchdog thread reads these
@@ -152,6 +156,17 @@ static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
   d->bytes = op->bytes;
   d->count = op->count;
   d->dtype = op->dtype;
+  if (p->local) { /* where this side's stream stands (used if it arrives first) */
+    cudaEvent_t ev = NULL;
+    int dev = op->comm->cuda_dev;
+    if (mpn_event_get(dev, &ev) == ncclSuccess && cudaEventRecord(ev, op->stream) == cudaSuccess) {
+      d->event = (uint64_t)(uintptr_t)ev;
+      d->event_dev = dev;
+    } else {
+      cudaGetLastError();
+      mpn_event_put(dev, ev);
+    }
+  }
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC) return ncclSuccess;
   const void* shared = op->buf;
   ncclResult_t res = ncclSuccess;
@@ -188,6 +203,10 @@ static ncclResult_t plan_prepare(plan_t* p) {
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;
+  const mpn_topo_t* t = &op->comm->topo;
+  mpn_transport_kind_t kind = op->comm->transport[op->peer];
+  p->local = !p->graph && (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&
+             (t->ranks[op->comm->rank].mps || t->ranks[op->peer].mps);
   p->prepared = 1;
   return ncclSuccess;
 }
@@ -238,6 +257,11 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
+  if (p->local) { /* own event unused; the first side's is waited for, then given back */
+    mpn_event_put(mine.event_dev, (cudaEvent_t)(uintptr_t)mine.event);
+    p->ev = (cudaEvent_t)(uintptr_t)other.event;
+    p->ev_dev = other.event_dev;
+  }
   if (other.exported < 0) {
     /* The peer could not share its buffer (and was told so): nothing moves. */
     mpn_error_set(comm, ncclInvalidUsage,
@@ -339,16 +363,56 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
 }
 
 /*
- * Issues the plans that use stream s in two batches around the copies: the
- * "ready" writes (first side) then the waits for the peers' "ready" (second
- * side); the copies; then the "done" writes (second side) and the waits for
- * "done" (first side).  Within a batch the operations run in order.
+ * Ranks of one process under MPS.  A stream memory wait holds the hardware
+ * queue it sits in, and an MPS client has few queues: the stream that would
+ * write a flag can sit behind another thread's wait for it.  Messages
+ * between ranks of one process therefore order their streams with events,
+ * which only wait for work already enqueued.  Each side records an event
+ * where it posts (describe); the second side makes its stream wait for the
+ * first side's, moves the data, records a "done" event and publishes it in
+ * the slot; the first side, on the host, waits for that publication (the
+ * other rank is inside its own launch) and makes its stream wait for it.
+ * The memory flags are still written, so a first side that waits longer than
+ * MPINCCL_LOCAL_WAIT_US falls back to waiting for the flag.  A launch issues
+ * every stream's first half before any stream's second half, so one thread
+ * driving several ranks never waits for itself.
  */
-static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
-  static const struct {
-    int first, done, wait;
-  } steps[4] = {{1, 0, 0}, {0, 0, 1}, {0, 1, 0}, {1, 1, 1}};
-  /* A first side's memory-pool send buffer goes to its stage before "ready". */
+static void publish_done(plan_t* p, cudaStream_t s) {
+  cudaEvent_t ev = NULL;
+  int dev = p->op->comm->cuda_dev;
+  if (mpn_event_get(dev, &ev) != ncclSuccess || cudaEventRecord(ev, s) != cudaSuccess) {
+    cudaGetLastError();
+    mpn_event_put(dev, ev);
+    return; /* the first side falls back to the flag */
+  }
+  mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
+  slot->done_event = (uint64_t)(uintptr_t)ev;
+  slot->done_dev = dev;
+  __atomic_store_n(&slot->done_seq, p->seq, __ATOMIC_RELEASE);
+}
+
+/* First side: the second side's "done" event, once published, or NULL. */
+static cudaEvent_t await_done(const plan_t* p, int* dev) {
+  mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
+  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
+  while (__atomic_load_n(&slot->done_seq, __ATOMIC_ACQUIRE) != p->seq)
+    if (mpn_chan_now_ns() > deadline) {
+      MPN_INFO(MPN_SUBSYS_P2P, "message %llu with rank %d: no done event after %lld us; waiting "
+               "for the flag", (unsigned long long)p->seq, p->op->peer,
+               (long long)mpn_param_int(MPN_PARAM_LOCAL_WAIT));
+      return NULL;
+    }
+  *dev = slot->done_dev;
+  return (cudaEvent_t)(uintptr_t)slot->done_event;
+}
+
+/*
+ * First half of the plans that use stream s: a memory-pool send buffer goes
+ * to its stage; one batch with the "ready" writes (first side) and the waits
+ * for the peers' "ready" (second side); the copies; one batch with the
+ * "done" writes (second side).  Within a batch the operations run in order.
+ */
+static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
@@ -357,17 +421,51 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
   }
   batch_t b;
   b.n = 0;
-  for (int k = 0; k < 4; k++) {
-    if (k == 2) MPN_CHECK(issue_copies(plans, n, s));
-    for (int i = 0; i < n; i++) {
-      plan_t* p = &plans[i];
-      if (!p->posted || p->op->stream != s || (p->role == MPN_POST_FIRST) != steps[k].first)
-        continue;
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, steps[k].done, steps[k].wait));
-    }
-    if (k == 1 || k == 3) MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  for (int i = 0; i < n; i++) { /* ready writes */
+    plan_t* p = &plans[i];
+    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 0));
   }
-  /* ... and a receive buffer's data comes out of its stage after "done". */
+  for (int i = 0; i < n; i++) { /* waits for ready */
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (p->ev) {
+      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, p->ev, 0));
+      mpn_event_put(p->ev_dev, p->ev);
+      p->ev = NULL;
+    } else {
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 1));
+    }
+  }
+  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  MPN_CHECK(issue_copies(plans, n, s));
+  for (int i = 0; i < n; i++) { /* done writes (and events) */
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (p->local) publish_done(p, s);
+    MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 0));
+  }
+  return batch_flush(drv, (CUstream)s, &b);
+}
+
+/* Second half: the waits for "done" (first side), then a memory-pool
+ * receive buffer's data comes out of its stage. */
+static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  batch_t b;
+  b.n = 0;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
+    int dev = -1;
+    cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
+    if (done) {
+      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, done, 0));
+      mpn_event_put(dev, done);
+    } else {
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 1));
+    }
+  }
+  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->stage || !p->posted || p->op->stream != s) continue;
@@ -380,15 +478,17 @@ static ncclResult_t issue_stream(const mpn_driver_t* drv, plan_t* plans, int n, 
   return ncclSuccess;
 }
 
-/* Issues every stream of the group, each once. */
+/* Issues the first half of every stream of the group, then the second. */
 static ncclResult_t issue_all(const mpn_driver_t* drv, plan_t* plans, int n) {
-  for (int i = 0; i < n; i++) {
-    int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = plans[j].op->stream == plans[i].op->stream;
-    if (seen) continue;
-    cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
-    MPN_CHECK(issue_stream(drv, plans, n, plans[i].op->stream));
-  }
+  for (int half = 0; half < 2; half++)
+    for (int i = 0; i < n; i++) {
+      int seen = 0;
+      for (int j = 0; j < i && !seen; j++) seen = plans[j].op->stream == plans[i].op->stream;
+      if (seen) continue;
+      cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
+      cudaStream_t s = plans[i].op->stream;
+      MPN_CHECK(half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+    }
   return ncclSuccess;
 }
 

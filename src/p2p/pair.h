@@ -31,6 +31,9 @@ typedef struct {
   uint64_t count;
   int32_t dtype;
   int32_t exported;    /**< ipc is valid (owner is another process) */
+  int32_t event_dev;   /**< device of event */
+  int32_t pad;
+  uint64_t event;      /**< same process: cudaEvent_t recorded where this side posted, or 0 */
   mpn_ipc_desc_t ipc;
 } mpn_side_t;
 
@@ -40,8 +43,10 @@ enum { MPN_SLOT_SEND = 1, MPN_SLOT_RECV = 2, MPN_SLOT_DONE = 4 };
 typedef struct {
   uint64_t state;    /**< atomic; see above */
   int32_t mismatch;  /**< set by the second side: count or type differ */
-  int32_t pad;
-  uint64_t pad2[6];
+  int32_t done_dev;  /**< device of done_event */
+  uint64_t done_event; /**< same process: cudaEvent_t the second side recorded after moving */
+  uint64_t done_seq;   /**< message whose done_event is published (release) */
+  uint64_t pad2[4];
   uint64_t ready;    /**< stream flag: first side's buffer is ready (own line) */
   uint64_t pad3[7];
   uint64_t done;     /**< stream flag: the data moved (own line) */

@@ -1,0 +1,52 @@
+/*
+ * event.c - the event pools: one stack per device under one lock.  Events
+ * are created on demand and kept for the life of the process.
+ */
+#include "cuda/event.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+#define MPN_EVENT_DEVICES 64
+
+static struct {
+  cudaEvent_t* free;
+  int n, cap;
+} pools[MPN_EVENT_DEVICES];
+static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
+
+ncclResult_t mpn_event_get(int dev, cudaEvent_t* out) {
+  if (dev >= 0 && dev < MPN_EVENT_DEVICES) {
+    pthread_mutex_lock(&event_lock);
+    int have = pools[dev].n > 0;
+    if (have) *out = pools[dev].free[--pools[dev].n];
+    pthread_mutex_unlock(&event_lock);
+    if (have) return ncclSuccess;
+  }
+  MPN_CUDA_CHECK(cudaEventCreateWithFlags(out, cudaEventDisableTiming));
+  return ncclSuccess;
+}
+
+void mpn_event_put(int dev, cudaEvent_t ev) {
+  if (ev == NULL) return;
+  if (dev < 0 || dev >= MPN_EVENT_DEVICES) {
+    cudaEventDestroy(ev);
+    return;
+  }
+  pthread_mutex_lock(&event_lock);
+  if (pools[dev].n == pools[dev].cap) {
+    int cap = pools[dev].cap ? 2 * pools[dev].cap : 64;
+    cudaEvent_t* grown = realloc(pools[dev].free, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) {
+      pthread_mutex_unlock(&event_lock);
+      cudaEventDestroy(ev);
+      return;
+    }
+    pools[dev].free = grown;
+    pools[dev].cap = cap;
+  }
+  pools[dev].free[pools[dev].n++] = ev;
+  pthread_mutex_unlock(&event_lock);
+}

@@ -1,0 +1,20 @@
+/*
+ * event.h - a pool of CUDA events per device, for ordering the streams of
+ * ranks that live in one process: one side records, the other waits and
+ * gives the event back, so no event is recorded again before its waiter
+ * enqueued its wait.
+ */
+#ifndef MPN_CUDA_EVENT_H_
+#define MPN_CUDA_EVENT_H_
+
+#include <cuda_runtime.h>
+
+#include "nccl.h"
+
+/** An event of device dev (the current device), without timing. */
+ncclResult_t mpn_event_get(int dev, cudaEvent_t* out);
+
+/** Gives an event of device dev back to the pool. */
+void mpn_event_put(int dev, cudaEvent_t ev);
+
+#endif /* MPN_CUDA_EVENT_H_ */

@@ -358,6 +358,7 @@ static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
   ncclComm_t c = b->comm;
   cudaStream_t s = b->stream;
   if (b->o->op == OP_PINGPONG) {
+    double t0 = MPI_Wtime();
     if (world_rank == 0) {
       BENCH_TRY(ncclSend(b->sendbuf, b->size, ncclInt8, 1, c, s));
       BENCH_TRY(ncclRecv(b->recvbuf, b->size, ncclInt8, 1, c, s));
@@ -365,6 +366,7 @@ static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
       BENCH_TRY(ncclRecv(b->recvbuf, b->size, ncclInt8, 0, c, s));
       BENCH_TRY(ncclSend(b->recvbuf, b->size, ncclInt8, 0, c, s));
     }
+    b->host_s += MPI_Wtime() - t0;
     return res;
   }
   double t0 = MPI_Wtime();

@@ -50,3 +50,43 @@ void mpn_event_put(int dev, cudaEvent_t ev) {
   pools[dev].free[pools[dev].n++] = ev;
   pthread_mutex_unlock(&event_lock);
 }
+
+static struct {
+  cudaStream_t s;
+  int dev;
+  cudaEvent_t ev;
+} * stream_events;
+static int n_stream_events, cap_stream_events;
+
+ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out) {
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&event_lock);
+  int i = 0;
+  while (i < n_stream_events && (stream_events[i].s != s || stream_events[i].dev != dev)) i++;
+  if (i == n_stream_events) {
+    if (n_stream_events == cap_stream_events) {
+      int cap = cap_stream_events ? 2 * cap_stream_events : 16;
+      void* grown = realloc(stream_events, (size_t)cap * sizeof(*stream_events));
+      if (grown == NULL) {
+        pthread_mutex_unlock(&event_lock);
+        return mpn_error_set(NULL, ncclSystemError, "out of memory");
+      }
+      stream_events = grown;
+      cap_stream_events = cap;
+    }
+    cudaEvent_t ev;
+    cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      res = mpn_error_set(NULL, ncclUnhandledCudaError, "cudaEventCreateWithFlags: %s",
+                          cudaGetErrorString(err));
+    } else {
+      stream_events[n_stream_events].s = s;
+      stream_events[n_stream_events].dev = dev;
+      stream_events[n_stream_events++].ev = ev;
+    }
+  }
+  if (res == ncclSuccess) *out = stream_events[i].ev;
+  pthread_mutex_unlock(&event_lock);
+  return res;
+}

@@ -17,4 +17,11 @@ ncclResult_t mpn_event_get(int dev, cudaEvent_t* out);
 /** Gives an event of device dev back to the pool. */
 void mpn_event_put(int dev, cudaEvent_t ev);
 
+/**
+ * The event that stands for "stream s got this far", one per stream of
+ * device dev (the current device) for the life of the process: recorded
+ * again by every launch, so whoever keeps it sees the latest record.
+ */
+ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out);
+
 #endif /* MPN_CUDA_EVENT_H_ */

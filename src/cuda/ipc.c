@@ -23,7 +23,10 @@ typedef struct {
   int opened;          /* imported: this entry opened mapping and closes it */
   int pending;         /* imported: handed out, its copies not yet issued */
   int pinned;          /* imported: baked into a CUDA graph, never closed */
-  cudaEvent_t used;    /* imported: recorded after the last copies that used it */
+  int pool;            /* exported: a memory-pool allocation, which has no handle */
+  cudaEvent_t used;    /* imported: an event recorded after the last copies that used it
+                          (the caller's, recorded again later: a later record only makes
+                          the import look busy longer) */
 } ipc_entry_t;
 
 typedef struct {
@@ -53,40 +56,60 @@ static ipc_entry_t* cache_add(ipc_cache_t* c, const ipc_entry_t* e) {
   return &c->entries[c->n++];
 }
 
-ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out) {
+/* The cached export of an allocation, or a new one; pool allocations are
+ * remembered as such (CUDA IPC cannot share them). */
+static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what, ipc_entry_t* out) {
+  pthread_mutex_lock(&ipc_lock);
+  ipc_entry_t* e = cache_find(&exported, 0, id, -1);
+  if (e) *out = *e;
+  pthread_mutex_unlock(&ipc_lock);
+  if (e) return ncclSuccess;
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
   CUdeviceptr base = 0;
   size_t size = 0;
-  unsigned long long id = 0;
-  if (drv->pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
-      drv->mem_get_address_range(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS)
+  CUmemoryPool pool = NULL;
+  if (drv->mem_get_address_range(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS)
     return mpn_error_set(NULL, ncclInvalidArgument, "%s %p is not CUDA device memory", what, ptr);
-  ncclResult_t res = ncclSuccess;
-  pthread_mutex_lock(&ipc_lock);
-  ipc_entry_t* e = cache_find(&exported, 0, id, -1);
-  if (e == NULL) {
-    ipc_entry_t fresh = {.owner = 0, .buffer_id = id, .dev = -1, .base = (void*)base};
+  ipc_entry_t fresh = {.owner = 0, .buffer_id = id, .dev = -1, .base = (void*)base, .size = size};
+  if (drv->pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)ptr) ==
+          CUDA_SUCCESS &&
+      pool != NULL) {
+    fresh.pool = 1;
+  } else {
     cudaError_t err = cudaIpcGetMemHandle(&fresh.handle, (void*)base);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      res = mpn_error_set(NULL, ncclInvalidUsage,
-                          "%s %p cannot be shared with another process (%s); allocate it with "
-                          "cudaMalloc or ncclMemAlloc",
-                          what, ptr, cudaGetErrorString(err));
-    } else if ((e = cache_add(&exported, &fresh)) == NULL) {
-      res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+      return mpn_error_set(NULL, ncclInvalidUsage,
+                           "%s %p cannot be shared with another process (%s); allocate it with "
+                           "cudaMalloc or ncclMemAlloc",
+                           what, ptr, cudaGetErrorString(err));
     }
   }
-  if (res == ncclSuccess) {
-    out->buffer_id = id;
-    out->base = (uint64_t)base;
-    out->offset = (uint64_t)((CUdeviceptr)ptr - base);
-    out->size = (uint64_t)size;
-    out->handle = e->handle;
-  }
+  pthread_mutex_lock(&ipc_lock);
+  e = cache_find(&exported, 0, id, -1); /* another thread may have added it */
+  if (e == NULL) e = cache_add(&exported, &fresh);
+  if (e) *out = *e;
   pthread_mutex_unlock(&ipc_lock);
-  return res;
+  return e ? ncclSuccess : mpn_error_set(NULL, ncclSystemError, "out of memory");
+}
+
+ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool) {
+  const mpn_driver_t* drv;
+  MPN_CHECK(mpn_driver_get(&drv));
+  unsigned long long id = 0;
+  if (drv->pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) != CUDA_SUCCESS)
+    return mpn_error_set(NULL, ncclInvalidArgument, "%s %p is not CUDA device memory", what, ptr);
+  ipc_entry_t e;
+  memset(&e, 0, sizeof(e));
+  MPN_CHECK(export_entry(id, ptr, what, &e));
+  *pool = e.pool;
+  out->buffer_id = id;
+  out->base = (uint64_t)(uintptr_t)e.base;
+  out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)e.base);
+  out->size = e.size;
+  out->handle = e.handle;
+  return ncclSuccess;
 }
 
 /*
@@ -110,7 +133,6 @@ static void close_mapping(void* mapping, const char* why) {
         MPN_WARN("CUDA IPC: closing %s import at %p failed: %s", why, mapping, cudaGetErrorString(err));
       }
     }
-    if (e->used) cudaEventDestroy(e->used);
     *e = imported.entries[--imported.n];
   }
   MPN_TRACE(MPN_SUBSYS_IPC, "closed %s import at %p", why, mapping);
@@ -292,23 +314,13 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
   return res;
 }
 
-void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph) {
+void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph) {
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
   if (e != NULL) {
     e->pending = 0;
-    if (graph) {
-      e->pinned = 1;
-    } else {
-      enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      cudaThreadExchangeStreamCaptureMode(&mode);
-      if ((e->used == NULL && cudaEventCreateWithFlags(&e->used, cudaEventDisableTiming) != cudaSuccess) ||
-          cudaEventRecord(e->used, stream) != cudaSuccess) {
-        cudaGetLastError();
-        e->pinned = 1; /* without an event, never known idle */
-      }
-      cudaThreadExchangeStreamCaptureMode(&mode);
-    }
+    if (graph || used == NULL) e->pinned = 1; /* never known idle */
+    else e->used = used;
   }
   pthread_mutex_unlock(&ipc_lock);
 }

@@ -29,11 +29,13 @@ typedef struct {
 } mpn_ipc_desc_t;
 
 /**
- * Describes the device buffer at ptr for a peer process.  ncclInvalidArgument
- * when ptr is not device memory, ncclInvalidUsage when its allocation cannot
- * be exported (memory pools).
+ * Describes the device buffer at ptr for a peer process; cached per
+ * allocation, so a known buffer costs one driver query.  *pool is set (and
+ * out left unset) for an allocation from a memory pool, which CUDA IPC
+ * cannot share.  ncclInvalidArgument when ptr is not device memory,
+ * ncclInvalidUsage when its allocation cannot be exported.
  */
-ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out);
+ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool);
 
 /** Names an import, for mpn_ipc_mark_used. */
 typedef struct {
@@ -57,11 +59,13 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
                             mpn_ipc_ref_t* ref);
 
 /**
- * Every import handed out must be reported once its copies are issued on
- * stream (graph: captured, which pins the mapping for good): only imports
- * whose last copies completed may be closed to make room (see ipc.c).
+ * Every import handed out must be reported once its copies are issued: used
+ * is an event the caller recorded after them and keeps alive (it may record
+ * it again later); graph: captured, which pins the mapping for good; a NULL
+ * event pins it too.  Only imports whose last copies completed may be closed
+ * to make room (see ipc.c).
  */
-void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaStream_t stream, int graph);
+void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph);
 
 /** Closes an import pinned with mpn_ipc_mark_used(graph = 1) for good. */
 void mpn_ipc_release(const mpn_ipc_ref_t* ref);

@@ -4,15 +4,15 @@
  *
  * Every message meets its match in a pair slot (pair.h).  The side that
  * arrives second moves the data; the first only writes "ready" and waits for
- * "done".  A group is issued in three phases on each stream: all "ready"
- * writes, then the copies of the messages this rank moves (each waits for the
- * peer's "ready" and writes "done"), then the waits for "done".  Phase 2 and
- * 3 depend only on other ranks' phase 1 and 2, so any pattern of sends and
- * receives inside one group completes; and when one rank of a pair arrives
- * second for both directions it does both copies, so the other process needs
- * no copy or compute engine at all.  Messages enqueued while their stream is
- * captured in a CUDA graph use slots of their own whose flags go back to 0,
- * so that every replay repeats the same handshake.
+ * "done".  issue.c turns a launch into stream work in two halves: every
+ * stream's "ready" handshake, copies and "done" writes, then every stream's
+ * waits for "done"; waits depend only on other ranks' earlier steps, so any
+ * pattern of sends and receives inside one group completes.  Of two
+ * processes sharing a GPU the lower rank waits briefly to arrive second, so
+ * that it moves both directions and the other process needs no engine at
+ * all (delegate_wait).  Messages enqueued while their stream is captured in
+ * a CUDA graph use slots of their own whose flags go back to 0, so that every
+ * replay repeats the same handshake.
  */
 #include "p2p/p2p.h"
 
@@ -25,10 +25,10 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
-#include "cuda/copy.h"
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "p2p/pair.h"
+#include "p2p/plan.h"
 #include "p2p/stage.h"
 #include "transport.h"
 
@@ -43,24 +43,6 @@ struct mpn_p2p {
   peer_state_t* peers; /* nranks, filled on first use */
 };
 
-/* One message of the group being launched. */
-typedef struct {
-  mpn_op_t* op;
-  mpn_pair_t* pair;
-  uint64_t seq;
-  int posted;      /* the slot is ours: its flags must be issued */
-  int graph;       /* captured: flags return to 0, so every replay works */
-  mpn_post_role_t role;
-  void *src, *dst; /* second side: where the data moves */
-  int move;        /* second side and both descriptors valid */
-  int prepared;    /* pair and seq known */
-  int imported;    /* the peer's buffer came through CUDA IPC: ref names it */
-  mpn_ipc_ref_t ref;
-  mpn_stage_t* stage; /* own buffer from a memory pool: the peer sees this instead */
-  int local;          /* same process under MPS: streams ordered by events (see below) */
-  cudaEvent_t ev;     /* local, second side: the first side's "posted" event to wait for */
-  int ev_dev;
-} plan_t;
 
 /* Per-peer state, made on first use.  The watchdog thread reads these
  * pointers concurrently, so each is published with a release store. */
@@ -168,14 +150,13 @@ static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
     }
   }
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC) return ncclSuccess;
-  const void* shared = op->buf;
-  ncclResult_t res = ncclSuccess;
-  if (op->bytes > 0 && mpn_stage_needed(op->buf)) {
+  int pool = 0;
+  ncclResult_t res = mpn_ipc_export(op->buf, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff",
+                                    &d->ipc, &pool);
+  if (res == ncclSuccess && pool) {
     res = mpn_stage_get(op->bytes, &p->stage);
-    if (res == ncclSuccess) shared = mpn_stage_ptr(p->stage);
+    if (res == ncclSuccess) res = mpn_ipc_export(mpn_stage_ptr(p->stage), "stage", &d->ipc, &pool);
   }
-  if (res == ncclSuccess)
-    res = mpn_ipc_export(shared, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff", &d->ipc);
   d->exported = res == ncclSuccess ? 1 : -1;
   return res;
 }
@@ -286,212 +267,6 @@ static ncclResult_t plan_post(plan_t* p) {
   return ncclSuccess;
 }
 
-/* Memory operations collected for one cuStreamBatchMemOp call. */
-typedef struct {
-  CUstreamBatchMemOpParams ops[128];
-  unsigned n;
-} batch_t;
-
-static ncclResult_t batch_flush(const mpn_driver_t* drv, CUstream s, batch_t* b) {
-  if (b->n) MPN_CU_CHECK(drv, stream_batch_mem_op(s, b->n, b->ops, 0));
-  b->n = 0;
-  return ncclSuccess;
-}
-
-static ncclResult_t batch_add(const mpn_driver_t* drv, CUstream s, batch_t* b, CUdeviceptr addr,
-                              uint64_t value, int wait) {
-  CUstreamBatchMemOpParams* op = &b->ops[b->n++];
-  memset(op, 0, sizeof(*op));
-  if (wait) {
-    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    op->waitValue.address = addr;
-    op->waitValue.value64 = value;
-    op->waitValue.flags = wait == 2 ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ;
-  } else {
-    op->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-    op->writeValue.address = addr;
-    op->writeValue.value64 = value;
-  }
-  return b->n + 1 >= sizeof(b->ops) / sizeof(b->ops[0]) ? batch_flush(drv, s, b) : ncclSuccess;
-}
-
-/*
- * One flag operation of a plan.  Eager messages write their sequence number
- * and wait for at least it.  Graph messages write 1, wait for exactly 1 and
- * put the flag back to 0 right after, so that the next replay starts from
- * the same state: the second side clears "ready" before it copies, the first
- * clears "done" once it has seen it.
- */
-static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, const plan_t* p,
-                              int done, int wait) {
-  CUdeviceptr flag = mpn_pair_flag(p->pair, p->seq, p->graph, done);
-  if (!p->graph) return batch_add(drv, s, b, flag, p->seq, wait);
-  MPN_CHECK(batch_add(drv, s, b, flag, 1, wait ? 2 : 0));
-  return wait ? batch_add(drv, s, b, flag, 0, 0) : ncclSuccess;
-}
-
-/*
- * The copies this rank moves on stream s: messages up to
- * MPINCCL_COPY_KERNEL_MAX bytes between ranks of one GPU go through one
- * kernel launch per MPN_COPY_BATCH of them, the others each through the copy
- * engine.
- */
-static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
-  size_t kernel_max = (size_t)mpn_param_int(MPN_PARAM_COPY_KERNEL_MAX);
-  mpn_copy_t batch[MPN_COPY_BATCH];
-  int nb = 0;
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (!p->posted || !p->move || p->op->stream != s) continue;
-    /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
-    struct ncclComm* comm = p->op->comm;
-    int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
-    if (p->op->bytes > kernel_max || !same_gpu) {
-      MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
-      continue;
-    }
-    batch[nb++] = (mpn_copy_t){p->src, p->dst, p->op->bytes};
-    if (nb == MPN_COPY_BATCH) {
-      MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
-      nb = 0;
-    }
-  }
-  if (nb) MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
-  for (int i = 0; i < n; i++)
-    if (plans[i].imported && plans[i].op->stream == s) mpn_ipc_mark_used(&plans[i].ref, s, plans[i].graph);
-  return ncclSuccess;
-}
-
-/*
- * Ranks of one process under MPS.  A stream memory wait holds the hardware
- * queue it sits in, and an MPS client has few queues: the stream that would
- * write a flag can sit behind another thread's wait for it.  Messages
- * between ranks of one process therefore order their streams with events,
- * which only wait for work already enqueued.  Each side records an event
- * where it posts (describe); the second side makes its stream wait for the
- * first side's, moves the data, records a "done" event and publishes it in
- * the slot; the first side, on the host, waits for that publication (the
- * other rank is inside its own launch) and makes its stream wait for it.
- * The memory flags are still written, so a first side that waits longer than
- * MPINCCL_LOCAL_WAIT_US falls back to waiting for the flag.  A launch issues
- * every stream's first half before any stream's second half, so one thread
- * driving several ranks never waits for itself.
- */
-static void publish_done(plan_t* p, cudaStream_t s) {
-  cudaEvent_t ev = NULL;
-  int dev = p->op->comm->cuda_dev;
-  if (mpn_event_get(dev, &ev) != ncclSuccess || cudaEventRecord(ev, s) != cudaSuccess) {
-    cudaGetLastError();
-    mpn_event_put(dev, ev);
-    return; /* the first side falls back to the flag */
-  }
-  mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
-  slot->done_event = (uint64_t)(uintptr_t)ev;
-  slot->done_dev = dev;
-  __atomic_store_n(&slot->done_seq, p->seq, __ATOMIC_RELEASE);
-}
-
-/* First side: the second side's "done" event, once published, or NULL. */
-static cudaEvent_t await_done(const plan_t* p, int* dev) {
-  mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
-  while (__atomic_load_n(&slot->done_seq, __ATOMIC_ACQUIRE) != p->seq)
-    if (mpn_chan_now_ns() > deadline) {
-      MPN_INFO(MPN_SUBSYS_P2P, "message %llu with rank %d: no done event after %lld us; waiting "
-               "for the flag", (unsigned long long)p->seq, p->op->peer,
-               (long long)mpn_param_int(MPN_PARAM_LOCAL_WAIT));
-      return NULL;
-    }
-  *dev = slot->done_dev;
-  return (cudaEvent_t)(uintptr_t)slot->done_event;
-}
-
-/*
- * First half of the plans that use stream s: a memory-pool send buffer goes
- * to its stage; one batch with the "ready" writes (first side) and the waits
- * for the peers' "ready" (second side); the copies; one batch with the
- * "done" writes (second side).  Within a batch the operations run in order.
- */
-static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
-      MPN_CUDA_CHECK(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
-                                     cudaMemcpyDeviceToDevice, s));
-  }
-  batch_t b;
-  b.n = 0;
-  for (int i = 0; i < n; i++) { /* ready writes */
-    plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 0));
-  }
-  for (int i = 0; i < n; i++) { /* waits for ready */
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
-    if (p->ev) {
-      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, p->ev, 0));
-      mpn_event_put(p->ev_dev, p->ev);
-      p->ev = NULL;
-    } else {
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 1));
-    }
-  }
-  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
-  MPN_CHECK(issue_copies(plans, n, s));
-  for (int i = 0; i < n; i++) { /* done writes (and events) */
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
-    if (p->local) publish_done(p, s);
-    MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 0));
-  }
-  return batch_flush(drv, (CUstream)s, &b);
-}
-
-/* Second half: the waits for "done" (first side), then a memory-pool
- * receive buffer's data comes out of its stage. */
-static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
-  batch_t b;
-  b.n = 0;
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
-    int dev = -1;
-    cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
-    if (done) {
-      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, done, 0));
-      mpn_event_put(dev, done);
-    } else {
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 1));
-    }
-  }
-  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (!p->stage || !p->posted || p->op->stream != s) continue;
-    if (p->op->kind == MPN_OP_RECV)
-      MPN_CUDA_CHECK(cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
-                                     cudaMemcpyDeviceToDevice, s));
-    mpn_stage_put(p->stage, s, p->graph);
-    p->stage = NULL;
-  }
-  return ncclSuccess;
-}
-
-/* Issues the first half of every stream of the group, then the second. */
-static ncclResult_t issue_all(const mpn_driver_t* drv, plan_t* plans, int n) {
-  for (int half = 0; half < 2; half++)
-    for (int i = 0; i < n; i++) {
-      int seen = 0;
-      for (int j = 0; j < i && !seen; j++) seen = plans[j].op->stream == plans[i].op->stream;
-      if (seen) continue;
-      cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
-      cudaStream_t s = plans[i].op->stream;
-      MPN_CHECK(half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
-    }
-  return ncclSuccess;
-}
-
 /* Refusals that must come before a message is posted. */
 static ncclResult_t op_precheck(const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
@@ -534,7 +309,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     ncclResult_t res = plan_post(&plans[i]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
-  ncclResult_t res = issue_all(drv, plans, n);
+  ncclResult_t res = mpn_p2p_issue(drv, plans, n);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
   if (saved >= 0) cudaSetDevice(saved);

@@ -80,7 +80,8 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
       return mpn_error_set(NULL, ncclUnhandledCudaError, "device flags for %s: %s", p->name,
                            cudaGetErrorString(err));
     }
-    ncclResult_t res = mpn_ipc_export(d, "device flags", &mem->flags_desc);
+    int pool = 0;
+    ncclResult_t res = mpn_ipc_export(d, "device flags", &mem->flags_desc, &pool);
     if (res != ncclSuccess) {
       cudaFree(d);
       return res;

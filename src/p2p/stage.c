@@ -10,7 +10,6 @@
 
 #include "core/debug.h"
 #include "core/error.h"
-#include "cuda/driver.h"
 #include "cuda/ipc.h"
 
 struct mpn_stage {
@@ -25,16 +24,6 @@ struct mpn_stage {
 
 static struct mpn_stage* stages;
 static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int mpn_stage_needed(const void* ptr) {
-  const mpn_driver_t* drv;
-  if (mpn_driver_get(&drv) != ncclSuccess) return 0;
-  CUmemoryPool pool = NULL;
-  if (drv->pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)ptr) !=
-      CUDA_SUCCESS)
-    return 0;
-  return pool != NULL;
-}
 
 static int stage_idle(struct mpn_stage* st) {
   if (st->busy || st->pinned) return 0;

@@ -16,9 +16,6 @@
 
 typedef struct mpn_stage mpn_stage_t;
 
-/** Whether ptr is device memory from a memory pool (cudaMallocAsync). */
-int mpn_stage_needed(const void* ptr);
-
 /** A stage of at least bytes on the current device, for one message. */
 ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out);
 

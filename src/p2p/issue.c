@@ -1,0 +1,233 @@
+/*
+ * issue.c - turns a launch's posted messages into stream work: memory
+ * operations on the pair flags in batches, one kernel for the small copies
+ * between ranks of one GPU, the copy engine for the others, and CUDA events
+ * between ranks of one process under MPS.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "bootstrap/channel.h"
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "cuda/copy.h"
+#include "cuda/event.h"
+#include "p2p/plan.h"
+
+/* Memory operations collected for one cuStreamBatchMemOp call. */
+typedef struct {
+  CUstreamBatchMemOpParams ops[128];
+  unsigned n;
+} batch_t;
+
+static ncclResult_t batch_flush(const mpn_driver_t* drv, CUstream s, batch_t* b) {
+  if (b->n) MPN_CU_CHECK(drv, stream_batch_mem_op(s, b->n, b->ops, 0));
+  b->n = 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t batch_add(const mpn_driver_t* drv, CUstream s, batch_t* b, CUdeviceptr addr,
+                              uint64_t value, int wait) {
+  CUstreamBatchMemOpParams* op = &b->ops[b->n++];
+  memset(op, 0, sizeof(*op));
+  if (wait) {
+    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op->waitValue.address = addr;
+    op->waitValue.value64 = value;
+    op->waitValue.flags = wait == 2 ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ;
+  } else {
+    op->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op->writeValue.address = addr;
+    op->writeValue.value64 = value;
+  }
+  return b->n + 1 >= sizeof(b->ops) / sizeof(b->ops[0]) ? batch_flush(drv, s, b) : ncclSuccess;
+}
+
+/*
+ * One flag operation of a plan.  Eager messages write their sequence number
+ * and wait for at least it.  Graph messages write 1, wait for exactly 1 and
+ * put the flag back to 0 right after, so that the next replay starts from
+ * the same state: the second side clears "ready" before it copies, the first
+ * clears "done" once it has seen it.
+ */
+static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, const plan_t* p,
+                              int done, int wait) {
+  CUdeviceptr flag = mpn_pair_flag(p->pair, p->seq, p->graph, done);
+  if (!p->graph) return batch_add(drv, s, b, flag, p->seq, wait);
+  MPN_CHECK(batch_add(drv, s, b, flag, 1, wait ? 2 : 0));
+  return wait ? batch_add(drv, s, b, flag, 0, 0) : ncclSuccess;
+}
+
+/*
+ * The copies this rank moves on stream s: messages up to
+ * MPINCCL_COPY_KERNEL_MAX bytes between ranks of one GPU go through one
+ * kernel launch per MPN_COPY_BATCH of them, the others each through the copy
+ * engine.
+ */
+static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
+  size_t kernel_max = (size_t)mpn_param_int(MPN_PARAM_COPY_KERNEL_MAX);
+  mpn_copy_t batch[MPN_COPY_BATCH];
+  int nb = 0;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->posted || !p->move || p->op->stream != s) continue;
+    /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
+    struct ncclComm* comm = p->op->comm;
+    int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
+    if (p->op->bytes > kernel_max || !same_gpu) {
+      MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
+      continue;
+    }
+    batch[nb++] = (mpn_copy_t){p->src, p->dst, p->op->bytes};
+    if (nb == MPN_COPY_BATCH) {
+      MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
+      nb = 0;
+    }
+  }
+  if (nb) MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
+  /* Imports used here are idle again once the stream passes this point: one
+   * event record for all of them (none while capturing: graphs pin them). */
+  cudaEvent_t used = NULL;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->imported || p->op->stream != s) continue;
+    if (!p->graph && used == NULL && mpn_event_of_stream(s, p->op->comm->cuda_dev, &used) == ncclSuccess &&
+        cudaEventRecord(used, s) != cudaSuccess) {
+      cudaGetLastError();
+      used = NULL;
+    }
+    mpn_ipc_mark_used(&p->ref, used, p->graph);
+  }
+  return ncclSuccess;
+}
+
+/*
+ * Ranks of one process under MPS.  A stream memory wait holds the hardware
+ * queue it sits in, and an MPS client has few queues: the stream that would
+ * write a flag can sit behind another thread's wait for it.  Messages
+ * between ranks of one process therefore order their streams with events,
+ * which only wait for work already enqueued.  Each side records an event
+ * where it posts (describe); the second side makes its stream wait for the
+ * first side's, moves the data, records a "done" event and publishes it in
+ * the slot; the first side, on the host, waits for that publication (the
+ * other rank is inside its own launch) and makes its stream wait for it.
+ * The memory flags are still written, so a first side that waits longer than
+ * MPINCCL_LOCAL_WAIT_US falls back to waiting for the flag.  A launch issues
+ * every stream's first half before any stream's second half, so one thread
+ * driving several ranks never waits for itself.
+ */
+static void publish_done(plan_t* p, cudaStream_t s) {
+  cudaEvent_t ev = NULL;
+  int dev = p->op->comm->cuda_dev;
+  if (mpn_event_get(dev, &ev) != ncclSuccess || cudaEventRecord(ev, s) != cudaSuccess) {
+    cudaGetLastError();
+    mpn_event_put(dev, ev);
+    return; /* the first side falls back to the flag */
+  }
+  mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
+  slot->done_event = (uint64_t)(uintptr_t)ev;
+  slot->done_dev = dev;
+  __atomic_store_n(&slot->done_seq, p->seq, __ATOMIC_RELEASE);
+}
+
+/* First side: the second side's "done" event, once published, or NULL. */
+static cudaEvent_t await_done(const plan_t* p, int* dev) {
+  mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
+  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
+  while (__atomic_load_n(&slot->done_seq, __ATOMIC_ACQUIRE) != p->seq)
+    if (mpn_chan_now_ns() > deadline) {
+      MPN_INFO(MPN_SUBSYS_P2P, "message %llu with rank %d: no done event after %lld us; waiting "
+               "for the flag", (unsigned long long)p->seq, p->op->peer,
+               (long long)mpn_param_int(MPN_PARAM_LOCAL_WAIT));
+      return NULL;
+    }
+  *dev = slot->done_dev;
+  return (cudaEvent_t)(uintptr_t)slot->done_event;
+}
+
+/*
+ * First half of the plans that use stream s: a memory-pool send buffer goes
+ * to its stage; one batch with the "ready" writes (first side) and the waits
+ * for the peers' "ready" (second side); the copies; one batch with the
+ * "done" writes (second side).  Within a batch the operations run in order.
+ */
+static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
+      MPN_CUDA_CHECK(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
+                                     cudaMemcpyDeviceToDevice, s));
+  }
+  batch_t b;
+  b.n = 0;
+  for (int i = 0; i < n; i++) { /* ready writes */
+    plan_t* p = &plans[i];
+    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 0));
+  }
+  for (int i = 0; i < n; i++) { /* waits for ready */
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (p->ev) {
+      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, p->ev, 0));
+      mpn_event_put(p->ev_dev, p->ev);
+      p->ev = NULL;
+    } else {
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 1));
+    }
+  }
+  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  MPN_CHECK(issue_copies(plans, n, s));
+  for (int i = 0; i < n; i++) { /* done writes (and events) */
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (p->local) publish_done(p, s);
+    MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 0));
+  }
+  return batch_flush(drv, (CUstream)s, &b);
+}
+
+/* Second half: the waits for "done" (first side), then a memory-pool
+ * receive buffer's data comes out of its stage. */
+static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  batch_t b;
+  b.n = 0;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
+    int dev = -1;
+    cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
+    if (done) {
+      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, done, 0));
+      mpn_event_put(dev, done);
+    } else {
+      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 1));
+    }
+  }
+  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->stage || !p->posted || p->op->stream != s) continue;
+    if (p->op->kind == MPN_OP_RECV)
+      MPN_CUDA_CHECK(cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
+                                     cudaMemcpyDeviceToDevice, s));
+    mpn_stage_put(p->stage, s, p->graph);
+    p->stage = NULL;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
+  for (int half = 0; half < 2; half++)
+    for (int i = 0; i < n; i++) {
+      int seen = 0;
+      for (int j = 0; j < i && !seen; j++) seen = plans[j].op->stream == plans[i].op->stream;
+      if (seen) continue;
+      cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
+      cudaStream_t s = plans[i].op->stream;
+      MPN_CHECK(half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+    }
+  return ncclSuccess;
+}

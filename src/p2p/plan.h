@@ -1,0 +1,44 @@
+/*
+ * plan.h - one message of a group being launched, as the send/receive
+ * scheduler (p2p.c) posts it and the issuer (issue.c) turns it into stream
+ * work.  Private to src/p2p.
+ */
+#ifndef MPN_P2P_PLAN_H_
+#define MPN_P2P_PLAN_H_
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "core/enqueue.h"
+#include "cuda/driver.h"
+#include "cuda/ipc.h"
+#include "p2p/pair.h"
+#include "p2p/stage.h"
+
+/* One message of the group being launched. */
+typedef struct {
+  mpn_op_t* op;
+  mpn_pair_t* pair;
+  uint64_t seq;
+  int posted;      /* the slot is ours: its flags must be issued */
+  int graph;       /* captured: flags return to 0, so every replay works */
+  mpn_post_role_t role;
+  void *src, *dst; /* second side: where the data moves */
+  int move;        /* second side and both descriptors valid */
+  int prepared;    /* pair and seq known */
+  int imported;    /* the peer's buffer came through CUDA IPC: ref names it */
+  mpn_ipc_ref_t ref;
+  mpn_stage_t* stage; /* own buffer from a memory pool: the peer sees this instead */
+  int local;          /* same process under MPS: streams ordered by events (issue.c) */
+  cudaEvent_t ev;     /* local, second side: the first side's "posted" event to wait for */
+  int ev_dev;
+} plan_t;
+
+/**
+ * Issues the posted plans on their streams: every stream's first half (the
+ * "ready" handshake, the copies this rank moves, the "done" writes), then
+ * every stream's second half (the waits for "done").
+ */
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n);
+
+#endif /* MPN_P2P_PLAN_H_ */

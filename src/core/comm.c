@@ -11,6 +11,7 @@
 #include "core/api.h"
 #include "core/error.h"
 #include "p2p/p2p.h"
+#include "rma/rma.h"
 #ifdef HAVE_UCX
 #include "ucx/net.h"
 #endif
@@ -97,6 +98,7 @@ void mpn_comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
   registry_remove(comm);
   comm_join_init(comm, 1);
+  mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX
   mpn_ucx_comm_free(comm);

@@ -47,6 +47,7 @@ struct ncclComm {
   mpn_topo_t topo;
   uint8_t* transport; /**< per peer: mpn_transport_kind_t */
   struct mpn_p2p* p2p; /**< send/receive state, made on first use (p2p.c) */
+  struct mpn_rma* rma; /**< one-sided state and windows, made on first use (rma.c) */
   uint8_t* peer_gone;  /**< per peer: its process was found gone (watchdog.c) */
   struct mpn_ucx_comm* ucx; /**< UCX peers' addresses and endpoints (ucx/net.c) */
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */

@@ -48,7 +48,9 @@ static void jobs_discard(mpn_init_job_t* jobs) {
 }
 
 /* Sends and receives go to the p2p engine together (a group may span
- * communicators); one-sided operations to the RMA engine, per communicator. */
+ * communicators), then one-sided operations to the RMA engine: on every
+ * stream, a group's sends and receives come before its signals, and its
+ * waits for signals come last, so no wait blocks anything of the group. */
 static ncclResult_t ops_launch(mpn_op_t* ops) {
   mpn_op_t *p2p = NULL, **p2p_tail = &p2p, *rma = NULL, **rma_tail = &rma;
   for (mpn_op_t *op = ops, *next; op; op = next) {
@@ -59,7 +61,7 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     *tail = &op->next;
   }
   ncclResult_t res = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
-  if (res == ncclSuccess && rma) res = mpn_rma_launch(rma->comm, rma);
+  if (res == ncclSuccess && rma) res = mpn_rma_launch(rma);
   ops_free(p2p);
   ops_free(rma);
   return res;

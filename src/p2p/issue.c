@@ -12,38 +12,10 @@
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
-#include "cuda/copy.h"
+#include "cuda/copies.h"
+#include "cuda/memop.h"
 #include "cuda/event.h"
 #include "p2p/plan.h"
-
-/* Memory operations collected for one cuStreamBatchMemOp call. */
-typedef struct {
-  CUstreamBatchMemOpParams ops[128];
-  unsigned n;
-} batch_t;
-
-static ncclResult_t batch_flush(const mpn_driver_t* drv, CUstream s, batch_t* b) {
-  if (b->n) MPN_CU_CHECK(drv, stream_batch_mem_op(s, b->n, b->ops, 0));
-  b->n = 0;
-  return ncclSuccess;
-}
-
-static ncclResult_t batch_add(const mpn_driver_t* drv, CUstream s, batch_t* b, CUdeviceptr addr,
-                              uint64_t value, int wait) {
-  CUstreamBatchMemOpParams* op = &b->ops[b->n++];
-  memset(op, 0, sizeof(*op));
-  if (wait) {
-    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    op->waitValue.address = addr;
-    op->waitValue.value64 = value;
-    op->waitValue.flags = wait == 2 ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ;
-  } else {
-    op->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-    op->writeValue.address = addr;
-    op->writeValue.value64 = value;
-  }
-  return b->n + 1 >= sizeof(b->ops) / sizeof(b->ops[0]) ? batch_flush(drv, s, b) : ncclSuccess;
-}
 
 /*
  * One flag operation of a plan.  Eager messages write their sequence number
@@ -52,12 +24,11 @@ static ncclResult_t batch_add(const mpn_driver_t* drv, CUstream s, batch_t* b, C
  * the same state: the second side clears "ready" before it copies, the first
  * clears "done" once it has seen it.
  */
-static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, const plan_t* p,
-                              int done, int wait) {
+static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wait) {
   CUdeviceptr flag = mpn_pair_flag(p->pair, p->seq, p->graph, done);
-  if (!p->graph) return batch_add(drv, s, b, flag, p->seq, wait);
-  MPN_CHECK(batch_add(drv, s, b, flag, 1, wait ? 2 : 0));
-  return wait ? batch_add(drv, s, b, flag, 0, 0) : ncclSuccess;
+  if (!p->graph) return mpn_memops_add(b, flag, p->seq, wait ? MPN_MEMOP_WAIT_GEQ : MPN_MEMOP_WRITE);
+  MPN_CHECK(mpn_memops_add(b, flag, 1, wait ? MPN_MEMOP_WAIT_EQ : MPN_MEMOP_WRITE));
+  return wait ? mpn_memops_add(b, flag, 0, MPN_MEMOP_WRITE) : ncclSuccess;
 }
 
 /*
@@ -67,26 +38,17 @@ static ncclResult_t plan_flag(const mpn_driver_t* drv, CUstream s, batch_t* b, c
  * engine.
  */
 static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
-  size_t kernel_max = (size_t)mpn_param_int(MPN_PARAM_COPY_KERNEL_MAX);
-  mpn_copy_t batch[MPN_COPY_BATCH];
-  int nb = 0;
+  mpn_copies_t copies;
+  mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->posted || !p->move || p->op->stream != s) continue;
     /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
     struct ncclComm* comm = p->op->comm;
     int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
-    if (p->op->bytes > kernel_max || !same_gpu) {
-      MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, s));
-      continue;
-    }
-    batch[nb++] = (mpn_copy_t){p->src, p->dst, p->op->bytes};
-    if (nb == MPN_COPY_BATCH) {
-      MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
-      nb = 0;
-    }
+    MPN_CHECK(mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
   }
-  if (nb) MPN_CUDA_CHECK(mpn_copy_batch_launch(batch, nb, s));
+  MPN_CHECK(mpn_copies_flush(&copies));
   /* Imports used here are idle again once the stream passes this point: one
    * event record for all of them (none while capturing: graphs pin them). */
   cudaEvent_t used = NULL;
@@ -154,18 +116,18 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
  * "done" writes (second side).  Within a batch the operations run in order.
  */
 static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
       MPN_CUDA_CHECK(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
                                      cudaMemcpyDeviceToDevice, s));
   }
-  batch_t b;
-  b.n = 0;
   for (int i = 0; i < n; i++) { /* ready writes */
     plan_t* p = &plans[i];
     if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 0));
+      MPN_CHECK(plan_flag(&b, p, 0, 0));
   }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
@@ -175,25 +137,25 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
       mpn_event_put(p->ev_dev, p->ev);
       p->ev = NULL;
     } else {
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 0, 1));
+      MPN_CHECK(plan_flag(&b, p, 0, 1));
     }
   }
-  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  MPN_CHECK(mpn_memops_flush(&b));
   MPN_CHECK(issue_copies(plans, n, s));
   for (int i = 0; i < n; i++) { /* done writes (and events) */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
     if (p->local) publish_done(p, s);
-    MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 0));
+    MPN_CHECK(plan_flag(&b, p, 1, 0));
   }
-  return batch_flush(drv, (CUstream)s, &b);
+  return mpn_memops_flush(&b);
 }
 
 /* Second half: the waits for "done" (first side), then a memory-pool
  * receive buffer's data comes out of its stage. */
 static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
-  batch_t b;
-  b.n = 0;
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
@@ -203,10 +165,10 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
       MPN_CUDA_CHECK(cudaStreamWaitEvent(s, done, 0));
       mpn_event_put(dev, done);
     } else {
-      MPN_CHECK(plan_flag(drv, (CUstream)s, &b, p, 1, 1));
+      MPN_CHECK(plan_flag(&b, p, 1, 1));
     }
   }
-  MPN_CHECK(batch_flush(drv, (CUstream)s, &b));
+  MPN_CHECK(mpn_memops_flush(&b));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->stage || !p->posted || p->op->stream != s) continue;

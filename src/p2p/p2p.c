@@ -71,6 +71,14 @@ static ncclResult_t peer_state(struct ncclComm* comm, int peer, peer_state_t** o
   return ncclSuccess;
 }
 
+ncclResult_t mpn_p2p_pairs(struct ncclComm* comm, int peer, mpn_pair_t** send, mpn_pair_t** recv) {
+  peer_state_t* ps;
+  MPN_CHECK(peer_state(comm, peer, &ps));
+  *send = ps->send;
+  *recv = ps->recv;
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm) {
   if (comm->cuda_dev < 0) return ncclSuccess;
   int saved = -1;
@@ -355,6 +363,8 @@ static void pair_release_device(mpn_pair_t* pair) {
 /* Satisfies every wait on a pair: eager waits are "at least", graph waits "exactly 1". */
 static void pair_release(mpn_pair_t* pair) {
   if (pair == NULL) return;
+  for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)
+    __atomic_store_n(&pair->mem->rma_signal[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
   if (pair->dflags) {
     pair_release_device(pair);
     return;

@@ -16,6 +16,16 @@ struct ncclComm;
  */
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops);
 
+struct mpn_pair;
+
+/**
+ * The shared-memory pairs of this rank with a peer of the same host (mapped
+ * on first use): send carries this rank's messages and signals to peer,
+ * recv the peer's to this rank.  One-sided signals use them too.
+ */
+ncclResult_t mpn_p2p_pairs(struct ncclComm* comm, int peer, struct mpn_pair** send,
+                           struct mpn_pair** recv);
+
 /** Folds errors peers found in this communicator's messages into its async error. */
 void mpn_p2p_poll_errors(struct ncclComm* comm);
 

@@ -23,6 +23,9 @@
 
 enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 
+/** RMA contexts a pair carries signals for (the largest numRmaCtx accepted). */
+#define MPN_PAIR_RMA_CTX 64
+
 /** One side of a message: enough for the other side to reach the buffer. */
 typedef struct {
   uint64_t proc;       /**< process of the buffer's owner */
@@ -65,6 +68,10 @@ typedef struct {
   uint64_t flags_owner;              /**< device flags: the creator's process ... */
   mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
   uint64_t pad[5];
+  /** One-sided signals from the pair's sender to its receiver, one per RMA
+   * context: the sender's running count, written by its streams, waited
+   * for by the receiver's (rma.c). */
+  uint64_t rma_signal[MPN_PAIR_RMA_CTX] __attribute__((aligned(64)));
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;
@@ -116,6 +123,11 @@ static inline int mpn_pair_peer_posted(const mpn_pair_t* pair, uint64_t seq, int
 
 /** Second side only: marks the slot consumed once the other descriptor is read. */
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph);
+
+/** Device address of the signal of RMA context ctx. */
+static inline CUdeviceptr mpn_pair_signal(const mpn_pair_t* pair, int ctx) {
+  return pair->dev + (CUdeviceptr)((const char*)&pair->mem->rma_signal[ctx] - (const char*)pair->mem);
+}
 
 /** Number of flags of a pair: ready and done for every slot of both rings. */
 #define MPN_PAIR_FLAGS (2 * (MPN_PAIR_SLOTS + MPN_PAIR_GRAPH_SLOTS))

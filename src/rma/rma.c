@@ -1,15 +1,70 @@
 /*
- * rma.c - one-sided operations and windows.  Not built in this version:
- * after their argument checks, window registration and the one-sided calls
- * are refused with ncclInvalidUsage and a message.
+ * rma.c - ncclPutSignal, ncclSignal and ncclWaitSignal within a host.
+ *
+ * A launch checks every operation first (nothing is enqueued for a group
+ * with a bad one), then issues per stream: the puts' copies (small ones
+ * within a GPU batched into one kernel), one memop batch with the signal
+ * writes in program order, and one with the waits.  A signal writes the
+ * sender's running count for (peer, ctx) into the pair file the two ranks
+ * share, after the copies in stream order, so a receiver that sees count n
+ * sees every put enqueued before the n-th signal on that stream.  Counts
+ * only grow, so signals that arrive before their wait is enqueued are kept.
  */
 #include "rma/rma.h"
 
-#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-#include "core/api.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "cuda/copies.h"
+#include "cuda/driver.h"
+#include "cuda/event.h"
+#include "cuda/memop.h"
+#include "p2p/p2p.h"
+#include "p2p/pair.h"
+#include "rma/window.h"
+#include "transport.h"
+
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+
+ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
+  mpn_rma_t* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
+  if (rma == NULL) {
+    pthread_mutex_lock(&state_lock);
+    rma = comm->rma;
+    if (rma == NULL) {
+      size_t n = (size_t)comm->nranks * (size_t)comm->config.num_rma_ctx;
+      rma = calloc(1, sizeof(*rma));
+      if (rma) {
+        rma->sent = calloc(n, sizeof(uint64_t));
+        rma->expected = calloc(n, sizeof(uint64_t));
+        pthread_mutex_init(&rma->lock, NULL);
+      }
+      if (rma == NULL || rma->sent == NULL || rma->expected == NULL) {
+        if (rma) free(rma->sent), free(rma->expected), free(rma);
+        rma = NULL;
+      } else {
+        __atomic_store_n(&comm->rma, rma, __ATOMIC_RELEASE);
+      }
+    }
+    pthread_mutex_unlock(&state_lock);
+  }
+  if (rma == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  *out = rma;
+  return ncclSuccess;
+}
+
+void mpn_rma_free(struct ncclComm* comm) {
+  if (comm->rma == NULL) return;
+  mpn_win_free_all(comm);
+  pthread_mutex_destroy(&comm->rma->lock);
+  free(comm->rma->sent);
+  free(comm->rma->expected);
+  free(comm->rma);
+  comm->rma = NULL;
+}
 
 static const char* op_name(mpn_op_kind_t kind) {
   switch (kind) {
@@ -19,42 +74,163 @@ static const char* op_name(mpn_op_kind_t kind) {
   }
 }
 
-ncclResult_t mpn_rma_launch(struct ncclComm* comm, mpn_op_t* ops) {
-  return mpn_error_set(comm, ncclInvalidUsage,
-                       "%s: one-sided operations are not available in this version of mpinccl",
-                       op_name(ops->kind));
+/* A peer the one-sided path reaches: this host (UCX is not built for it). */
+static ncclResult_t peer_check(struct ncclComm* comm, const char* fn, int peer) {
+  if (comm->transport[peer] == MPN_TRANSPORT_UCX)
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s with peer %d: one-sided operations over the UCX transport (other "
+                      "hosts, or forced by MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) are not "
+                      "available in this version of mpinccl",
+                      fn, peer);
+  return ncclSuccess;
 }
 
-MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
-        ncclWindow_t* win, int winFlags) {
-  const char* fn = "ncclCommWindowRegister";
-  MPN_CHECK(mpn_comm_check(comm, fn, 1));
-  if (win == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
-  if (buff == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: buff is NULL", fn);
-  if (size == 0) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: size is 0", fn);
-  if (winFlags & ~(NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
-    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn,
-                      winFlags);
-  if ((uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT)
+/* The checks that need the window and the device, before anything is enqueued. */
+static ncclResult_t op_check(const mpn_op_t* op) {
+  struct ncclComm* comm = op->comm;
+  const char* fn = op_name(op->kind);
+  if (comm->cuda_dev < 0)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone)
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s: one-sided operations in a CUDA graph capture are not available in "
+                      "this version of mpinccl",
+                      fn);
+  cudaGetLastError();
+  if (op->kind == MPN_OP_WAIT_SIGNAL) {
+    for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(comm, fn, op->descs[i].peer));
+    return ncclSuccess;
+  }
+  MPN_CHECK(peer_check(comm, fn, op->peer));
+  if (op->kind != MPN_OP_PUT_SIGNAL) return ncclSuccess;
+  MPN_CHECK(mpn_win_check(comm, op->win, fn));
+  uint64_t size = op->win->parts[op->peer].size;
+  if (op->offset > size || op->bytes > size - op->offset)
     return MPN_REFUSE(comm, ncclInvalidArgument,
-                      "%s: buff %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes)", fn,
-                      buff, NCCL_WIN_REQUIRED_ALIGNMENT);
-  return MPN_REFUSE(comm, ncclInvalidUsage,
-                    "%s: windows are not available in this version of mpinccl", fn);
+                      "%s: peerWinOffset %zu + %zu bytes runs past the end of rank %d's window "
+                      "(%llu bytes)",
+                      fn, op->offset, op->bytes, op->peer, (unsigned long long)size);
+  if (op->bytes > 0) {
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, op->buf) != cudaSuccess ||
+        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+      cudaGetLastError();
+      return MPN_REFUSE(comm, ncclInvalidArgument, "%s: localbuff %p is not device memory", fn,
+                        op->buf);
+    }
+  }
+  return ncclSuccess;
 }
 
-MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommWindowDeregister", 1));
-  return MPN_REFUSE(comm, ncclInvalidArgument,
-                    "ncclCommWindowDeregister: win %p is not a window of comm %p", (void*)win,
-                    (void*)comm);
+/* One put's destination, resolved before anything is issued. */
+typedef struct {
+  void* dst;
+  int imported;
+  mpn_ipc_ref_t ref;
+} put_t;
+
+/* The puts' copies on stream s, then one event for the imports they used. */
+static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t s) {
+  mpn_copies_t copies;
+  mpn_copies_init(&copies, s);
+  for (int i = 0; i < n; i++) {
+    const mpn_op_t* op = ops[i];
+    if (op->stream != s || op->kind != MPN_OP_PUT_SIGNAL) continue;
+    int same_gpu = mpn_topo_same_gpu(&op->comm->topo, op->comm->rank, op->peer);
+    MPN_CHECK(mpn_copies_add(&copies, puts[i].dst, op->buf, op->bytes, same_gpu));
+  }
+  MPN_CHECK(mpn_copies_flush(&copies));
+  cudaEvent_t used = NULL;
+  for (int i = 0; i < n; i++) {
+    if (ops[i]->stream != s || !puts[i].imported) continue;
+    if (used == NULL && (mpn_event_of_stream(s, ops[i]->comm->cuda_dev, &used) != ncclSuccess ||
+                         cudaEventRecord(used, s) != cudaSuccess)) {
+      cudaGetLastError();
+      used = NULL; /* the import is pinned instead */
+    }
+    mpn_ipc_mark_used(&puts[i].ref, used, 0);
+    puts[i].imported = 0;
+  }
+  return ncclSuccess;
 }
 
-MPN_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclWinGetUserPtr", 1));
-  if (outUserPtr == NULL)
-    return MPN_REFUSE(comm, ncclInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL");
-  return MPN_REFUSE(comm, ncclInvalidArgument,
-                    "ncclWinGetUserPtr: win %p is not a window of comm %p", (void*)win,
-                    (void*)comm);
+/* The signal writes (program order), then the waits, of stream s. */
+static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, s);
+  for (int wait = 0; wait < 2; wait++) {
+    for (int i = 0; i < n; i++) {
+      mpn_op_t* op = ops[i];
+      if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
+      struct ncclComm* comm = op->comm;
+      int nctx = comm->config.num_rma_ctx;
+      mpn_pair_t *to, *from;
+      if (!wait) {
+        MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
+        uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
+        MPN_CHECK(mpn_memops_add(&b, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE));
+        continue;
+      }
+      for (int d = 0; d < op->ndesc; d++) {
+        const ncclWaitSignalDesc_t* desc = &op->descs[d];
+        MPN_CHECK(mpn_p2p_pairs(comm, desc->peer, &to, &from));
+        uint64_t* expected = &comm->rma->expected[desc->peer * nctx + desc->ctx];
+        *expected += (uint64_t)desc->opCnt;
+        MPN_CHECK(mpn_memops_add(&b, mpn_pair_signal(from, desc->ctx), *expected, MPN_MEMOP_WAIT_GEQ));
+      }
+    }
+    MPN_CHECK(mpn_memops_flush(&b));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_rma_launch(mpn_op_t* list) {
+  int n = 0;
+  for (mpn_op_t* op = list; op; op = op->next) n++;
+  mpn_op_t** ops = calloc((size_t)n, sizeof(*ops));
+  put_t* puts = calloc((size_t)n, sizeof(*puts));
+  if (ops == NULL || puts == NULL) {
+    free(ops), free(puts);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
+  int saved = -1;
+  cudaGetDevice(&saved);
+  ncclResult_t res = ncclSuccess;
+  int i = 0;
+  for (mpn_op_t* op = list; op && res == ncclSuccess; op = op->next, i++) {
+    ops[i] = op;
+    mpn_rma_t* rma;
+    res = op_check(op);
+    if (res == ncclSuccess) res = mpn_rma_state(op->comm, &rma);
+  }
+  for (i = 0; i < n && res == ncclSuccess; i++) {
+    mpn_op_t* op = ops[i];
+    if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0) continue;
+    cudaSetDevice(op->comm->cuda_dev);
+    void* base = NULL;
+    res = mpn_win_peer_base(op->win, op->peer, &base, &puts[i].ref, &puts[i].imported);
+    if (res != ncclSuccess) {
+      char why[256];
+      snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+      mpn_error_set(op->comm, res, "ncclPutSignal to rank %d: %s", op->peer, why);
+    } else
+      puts[i].dst = (char*)base + op->offset;
+  }
+  const mpn_driver_t* drv = NULL;
+  if (res == ncclSuccess) res = mpn_driver_get(&drv);
+  for (i = 0; i < n && res == ncclSuccess; i++) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
+    if (seen) continue;
+    cudaSetDevice(ops[i]->comm->cuda_dev);
+    res = issue_puts(ops, puts, n, ops[i]->stream);
+    if (res == ncclSuccess) res = issue_signals(drv, ops, n, ops[i]->stream);
+  }
+  for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
+    if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
+  if (saved >= 0) cudaSetDevice(saved);
+  free(ops);
+  free(puts);
+  return res;
 }

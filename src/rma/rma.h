@@ -1,17 +1,41 @@
 /*
- * rma.h - one-sided operations: windows, put with signal, signal, wait.
+ * rma.h - one-sided operations: windows (window.h), put with signal,
+ * signal, wait.  Within a host: a put is a copy into the peer's window
+ * (mapped through CUDA IPC, or a plain pointer within a process) and a
+ * signal is a stream write of the sender's running count into the pair
+ * file the two ranks share for send/receive (pair.h); a wait is a stream
+ * wait for the expected count, kept on the host.
  */
 #ifndef MPN_RMA_RMA_H_
 #define MPN_RMA_RMA_H_
 
+#include <pthread.h>
+#include <stdint.h>
+
 #include "core/enqueue.h"
 
 struct ncclComm;
+struct ncclWindow_vidmem;
+
+/** A communicator's one-sided state, made on first use. */
+typedef struct mpn_rma {
+  pthread_mutex_t lock;              /**< guards windows */
+  struct ncclWindow_vidmem* windows; /**< live windows */
+  uint64_t* sent;     /**< [peer * numRmaCtx + ctx]: signals this rank enqueued to peer */
+  uint64_t* expected; /**< [peer * numRmaCtx + ctx]: signals from peer waited for so far */
+} mpn_rma_t;
+
+/** The communicator's one-sided state, made on first use. */
+ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out);
 
 /**
- * Schedules a group's one-sided operations on comm (program order, already
- * checked).  Returns once the work is enqueued on the streams.
+ * Schedules a group's one-sided operations (any communicators; program
+ * order; arguments already checked).  Returns once the work is enqueued on
+ * the streams.
  */
-ncclResult_t mpn_rma_launch(struct ncclComm* comm, mpn_op_t* ops);
+ncclResult_t mpn_rma_launch(mpn_op_t* ops);
+
+/** Frees the communicator's one-sided state and windows (not collective). */
+void mpn_rma_free(struct ncclComm* comm);
 
 #endif /* MPN_RMA_RMA_H_ */

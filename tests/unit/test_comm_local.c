@@ -361,9 +361,15 @@ START_TEST(rma_checks) {
   ck_assert_int_eq(ncclWaitSignal(1, &d, comm, NULL), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(comm), "signalDescs[0].opCnt 0"));
   d.opCnt = 1;
+  /* A communicator without a GPU has nothing to signal with. */
   ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclInvalidUsage);
   ck_assert_int_eq(ncclWaitSignal(1, &d, comm, NULL), ncclInvalidUsage);
-  ck_assert(contains(ncclGetLastError(comm), "not available"));
+  ck_assert(contains(ncclGetLastError(comm), "has no CUDA device"));
+  void* user = NULL;
+  ck_assert_int_eq(ncclWinGetUserPtr(comm, win, &user), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "is not a window of comm"));
+  ck_assert_int_eq(ncclCommWindowDeregister(comm, win), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "is not a window of comm"));
   ncclWindow_t w = NULL;
   ck_assert_int_eq(ncclCommWindowRegister(comm, buf + 1, 64, &w, NCCL_WIN_DEFAULT), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(comm), "NCCL_WIN_REQUIRED_ALIGNMENT"));

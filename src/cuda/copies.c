@@ -1,0 +1,29 @@
+/*
+ * copies.c - batching a stream's copies into kernel launches.
+ */
+#include "cuda/copies.h"
+
+#include "core/error.h"
+#include "core/param.h"
+
+void mpn_copies_init(mpn_copies_t* c, cudaStream_t stream) {
+  c->n = 0;
+  c->kernel_max = (size_t)mpn_param_int(MPN_PARAM_COPY_KERNEL_MAX);
+  c->stream = stream;
+}
+
+ncclResult_t mpn_copies_flush(mpn_copies_t* c) {
+  if (c->n) MPN_CUDA_CHECK(mpn_copy_batch_launch(c->batch, c->n, c->stream));
+  c->n = 0;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int same_gpu) {
+  if (bytes == 0) return ncclSuccess;
+  if (bytes > c->kernel_max || !same_gpu) {
+    MPN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
+    return ncclSuccess;
+  }
+  c->batch[c->n++] = (mpn_copy_t){src, dst, bytes};
+  return c->n == MPN_COPY_BATCH ? mpn_copies_flush(c) : ncclSuccess;
+}

@@ -1,0 +1,32 @@
+/*
+ * copies.h - the copies one rank enqueues on one stream in a launch: those
+ * of at most MPINCCL_COPY_KERNEL_MAX bytes within one GPU go through one
+ * kernel launch per MPN_COPY_BATCH of them (DESIGN rule 4), the others each
+ * through the copy engine.
+ */
+#ifndef MPN_CUDA_COPIES_H_
+#define MPN_CUDA_COPIES_H_
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "cuda/copy.h"
+#include "nccl.h"
+
+typedef struct {
+  mpn_copy_t batch[MPN_COPY_BATCH];
+  int n;
+  size_t kernel_max;
+  cudaStream_t stream;
+} mpn_copies_t;
+
+/** No copies yet on stream. */
+void mpn_copies_init(mpn_copies_t* c, cudaStream_t stream);
+
+/** Adds one copy; same_gpu: both buffers on the stream's GPU (the kernel may take it). */
+ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int same_gpu);
+
+/** Launches the batched copies still held. */
+ncclResult_t mpn_copies_flush(mpn_copies_t* c);
+
+#endif /* MPN_CUDA_COPIES_H_ */

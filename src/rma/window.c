@@ -1,0 +1,188 @@
+/*
+ * window.c - ncclCommWindowRegister / Deregister / ncclWinGetUserPtr.
+ * Registration is collective: every rank checks and describes its buffer
+ * (a CUDA IPC handle of its allocation for peers in other processes), the
+ * descriptions are allgathered, and all ranks fail together, each naming the
+ * rank that refused, or all succeed.  Peers' buffers are mapped on first put.
+ */
+#include "rma/window.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/channel.h"
+#include "core/api.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "rma/rma.h"
+#include "transport.h"
+
+ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller) {
+  mpn_rma_t* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
+  int found = 0;
+  if (rma && win) {
+    pthread_mutex_lock(&rma->lock);
+    for (struct ncclWindow_vidmem* w = rma->windows; w && !found; w = w->next) found = w == win;
+    pthread_mutex_unlock(&rma->lock);
+  }
+  if (found) return ncclSuccess;
+  return MPN_REFUSE(comm, ncclInvalidArgument,
+                    "%s: win %p is not a window of comm %p (registered with another "
+                    "communicator, deregistered, or never registered)",
+                    caller, (void*)win, (void*)comm);
+}
+
+/* This rank's part: the buffer checked and, if a peer is in another
+ * process, described for CUDA IPC.  Errors are returned (and set). */
+static ncclResult_t describe_part(struct ncclComm* comm, void* buff, size_t size,
+                                  mpn_win_part_t* part) {
+  const char* fn = "ncclCommWindowRegister";
+  memset(part, 0, sizeof(*part));
+  part->proc = mpn_chan_proc_id();
+  part->ptr = (uint64_t)(uintptr_t)buff;
+  part->size = size;
+  if (comm->cuda_dev < 0)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
+  int pool = 0;
+  ncclResult_t res = mpn_ipc_export(buff, "buff", &part->ipc, &pool);
+  if (res != ncclSuccess) {
+    char why[256];
+    snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+    return mpn_error_set(comm, res, "%s: %s", fn, why);
+  }
+  if (pool)
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s: buff %p comes from a memory pool (cudaMallocAsync), which other "
+                      "processes cannot map; use ncclMemAlloc or cudaMalloc",
+                      fn, buff);
+  if (part->ipc.offset + size > part->ipc.size)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: buff %p + size %zu runs past the end of its allocation (%llu bytes "
+                      "from 0x%llx)",
+                      fn, buff, size, (unsigned long long)part->ipc.size,
+                      (unsigned long long)part->ipc.base);
+  return ncclSuccess;
+}
+
+/* After the allgather: the first refusal of any rank, the same on all. */
+static ncclResult_t check_parts(struct ncclComm* comm, const mpn_win_part_t* parts, int flags) {
+  const char* fn = "ncclCommWindowRegister";
+  for (int r = 0; r < comm->nranks; r++)
+    if (parts[r].error != ncclSuccess && r != comm->rank)
+      return MPN_REFUSE(comm, (ncclResult_t)parts[r].error,
+                        "%s: rank %d could not register its buffer (%s); no window was made", fn,
+                        r, ncclGetErrorString((ncclResult_t)parts[r].error));
+  if (flags & NCCL_WIN_COLL_SYMMETRIC)
+    for (int r = 1; r < comm->nranks; r++)
+      if (parts[r].size != parts[0].size)
+        return MPN_REFUSE(comm, ncclInvalidArgument,
+                          "%s: NCCL_WIN_COLL_SYMMETRIC needs one size on every rank: rank 0 "
+                          "registers %llu bytes, rank %d %llu",
+                          fn, (unsigned long long)parts[0].size, r,
+                          (unsigned long long)parts[r].size);
+  return ncclSuccess;
+}
+
+static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                 int winFlags) {
+  const char* fn = "ncclCommWindowRegister";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  if (win == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
+  *win = NULL;
+  /* Argument errors of this rank alone are returned before the collective
+   * part, as NCCL does: the caller's arguments are wrong on this rank. */
+  if (buff == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: buff is NULL", fn);
+  if (size == 0) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: size is 0", fn);
+  if (winFlags & ~(NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn,
+                      winFlags);
+  if ((uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: buff %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes)", fn,
+                      buff, NCCL_WIN_REQUIRED_ALIGNMENT);
+  mpn_rma_t* rma;
+  MPN_CHECK(mpn_rma_state(comm, &rma));
+  struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
+  mpn_win_part_t* parts = calloc((size_t)comm->nranks, sizeof(*parts));
+  if (w == NULL || parts == NULL) {
+    free(w), free(parts);
+    return mpn_error_set(comm, ncclSystemError, "out of memory");
+  }
+  ncclResult_t mine = describe_part(comm, buff, size, &parts[comm->rank]);
+  parts[comm->rank].error = mine;
+  ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, parts, sizeof(*parts));
+  if (res == ncclSuccess) res = mine != ncclSuccess ? mine : check_parts(comm, parts, winFlags);
+  if (res != ncclSuccess) {
+    free(w), free(parts);
+    return res;
+  }
+  *w = (struct ncclWindow_vidmem){.comm = comm, .base = buff, .size = size, .flags = winFlags,
+                                  .parts = parts};
+  pthread_mutex_lock(&rma->lock);
+  w->next = rma->windows;
+  rma->windows = w;
+  pthread_mutex_unlock(&rma->lock);
+  *win = w;
+  MPN_INFO(MPN_SUBSYS_RMA, "rank %d: window %p of %zu bytes at %p", comm->rank, (void*)w, size, buff);
+  return ncclSuccess;
+}
+
+MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
+        ncclWindow_t* win, int winFlags) {
+  return win_register(comm, buff, size, win, winFlags);
+}
+
+static void win_free(struct ncclWindow_vidmem* w) {
+  free(w->parts);
+  free(w);
+}
+
+MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  const char* fn = "ncclCommWindowDeregister";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  MPN_CHECK(mpn_win_check(comm, win, fn));
+  mpn_rma_t* rma = comm->rma;
+  pthread_mutex_lock(&rma->lock);
+  for (struct ncclWindow_vidmem** p = &rma->windows; *p; p = &(*p)->next)
+    if (*p == win) {
+      *p = win->next;
+      break;
+    }
+  pthread_mutex_unlock(&rma->lock);
+  win_free(win);
+  /* Collective, as in NCCL: no rank leaves while another may still name it. */
+  return mpn_bootstrap_barrier(comm->bootstrap);
+}
+
+MPN_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  const char* fn = "ncclWinGetUserPtr";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  if (outUserPtr == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: outUserPtr is NULL", fn);
+  MPN_CHECK(mpn_win_check(comm, win, fn));
+  *outUserPtr = win->base;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_ref_t* ref,
+                              int* imported) {
+  const mpn_win_part_t* part = &win->parts[peer];
+  *imported = part->proc != mpn_chan_proc_id();
+  if (!*imported) {
+    *out = (void*)(uintptr_t)part->ptr;
+    return ncclSuccess;
+  }
+  /* Cached per allocation: the first put to a peer pays the mapping. */
+  return mpn_ipc_import(part->proc, &part->ipc, out, ref);
+}
+
+void mpn_win_free_all(struct ncclComm* comm) {
+  mpn_rma_t* rma = comm->rma;
+  if (rma == NULL) return;
+  while (rma->windows) {
+    struct ncclWindow_vidmem* w = rma->windows;
+    rma->windows = w->next;
+    win_free(w);
+  }
+}

@@ -1,0 +1,53 @@
+/*
+ * window.h - registered windows: every rank's buffer of one collective
+ * registration, as each rank sees it (ncclWindow_t points to this).
+ */
+#ifndef MPN_RMA_WINDOW_H_
+#define MPN_RMA_WINDOW_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/ipc.h"
+#include "nccl.h"
+
+struct ncclComm;
+
+/** What a rank tells the others about its part of a window (allgathered). */
+typedef struct {
+  uint64_t proc;     /**< the owner's process */
+  uint64_t ptr;      /**< the buffer in the owner's address space */
+  uint64_t size;
+  int32_t error;     /**< ncclResult_t: the owner could not register it */
+  int32_t pad;
+  mpn_ipc_desc_t ipc; /**< for peers in other processes */
+} mpn_win_part_t;
+
+struct ncclWindow_vidmem {
+  struct ncclComm* comm;
+  void* base;        /**< this rank's buffer (ncclWinGetUserPtr) */
+  size_t size;
+  int flags;
+  mpn_win_part_t* parts; /**< nranks */
+  struct ncclWindow_vidmem* next; /**< the communicator's live windows */
+};
+
+/**
+ * Whether win is a live window of comm; otherwise ncclInvalidArgument with a
+ * message naming caller and the value.  Looks win up in comm's list without
+ * reading through it, so a deregistered window is refused, not read.
+ */
+ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller);
+
+/**
+ * Address in this process of peer's part of win: a plain pointer within the
+ * process, else an import through the IPC cache (*imported set; ref must be
+ * marked used once the copies are issued, see mpn_ipc_mark_used).
+ */
+ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_ref_t* ref,
+                              int* imported);
+
+/** Frees the windows a communicator still holds (at destruction; not collective). */
+void mpn_win_free_all(struct ncclComm* comm);
+
+#endif /* MPN_RMA_WINDOW_H_ */

@@ -1,0 +1,376 @@
+/*
+ * test_rma.c - windows and one-sided operations between ranks sharing a GPU
+ * (run under mpirun with 1 to 8 processes) and between ranks of one process:
+ * registration and its refusals, ping-pong, barrier, one-sided all-to-all,
+ * many puts then a signal, signals before their wait, send/receive and RMA
+ * in one group.  Every byte put is checked.  Exits 77 without a GPU.
+ */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpinccl.h"
+#include "pattern.h"
+
+static int rank, nranks, failures;
+static ncclComm_t comm;
+static cudaStream_t stream;
+
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
+              ncclGetLastError(comm)); \
+      failures++; \
+    } \
+  } while (0)
+#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+#define EXPECT_ERR(call, code, text) \
+  do { \
+    EXPECT((call) == (code)); \
+    EXPECT(strstr(ncclGetLastError(comm), (text)) != NULL); \
+  } while (0)
+
+static uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 7); }
+
+static void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
+  unsigned long long bad = pattern_check(buf, bytes, seed, stream);
+  if (bad) {
+    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong\n", rank, what, bad, bytes);
+    failures++;
+  }
+}
+
+static void* dev_alloc(size_t bytes) {
+  void* p = NULL;
+  if (ncclMemAlloc(&p, bytes) != ncclSuccess) {
+    fprintf(stderr, "[rank %d] ncclMemAlloc(%zu) failed\n", rank, bytes);
+    exit(1);
+  }
+  return p;
+}
+
+/* A window of bytes from ncclMemAlloc, cleared. */
+static ncclWindow_t window(size_t bytes, void** buf) {
+  *buf = dev_alloc(bytes);
+  cudaMemset(*buf, 0, bytes);
+  ncclWindow_t w = NULL;
+  EXPECT_OK(ncclCommWindowRegister(comm, *buf, bytes, &w, NCCL_WIN_DEFAULT));
+  EXPECT(w != NULL);
+  return w;
+}
+
+static void window_free(ncclWindow_t w, void* buf) {
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclCommWindowDeregister(comm, w));
+  EXPECT_OK(ncclMemFree(buf));
+}
+
+static void mem_alloc(void) {
+  void* p = NULL;
+  EXPECT_OK(ncclMemAlloc(&p, 1000));
+  EXPECT(p != NULL && (uintptr_t)p % 4096 == 0);
+  EXPECT_OK(ncclMemFree(p));
+  int on_stack;
+  EXPECT_ERR(ncclMemFree(&on_stack), ncclInvalidArgument, "ncclMemFree");
+}
+
+/* ncclMemAlloc and cudaMalloc windows, at an offset, both flags; refusals. */
+static void windows(void) {
+  void *a, *raw = NULL, *user = NULL;
+  ncclWindow_t wa = window(1 << 20, &a);
+  EXPECT_OK(ncclWinGetUserPtr(comm, wa, &user));
+  EXPECT(user == a);
+  EXPECT(cudaMalloc(&raw, 3 << 20) == cudaSuccess);
+  char* inside = (char*)(((uintptr_t)raw + 8192 + 4095) & ~(uintptr_t)4095);
+  ncclWindow_t wb = NULL;
+  EXPECT_OK(ncclCommWindowRegister(comm, inside, 1 << 20, &wb, NCCL_WIN_COLL_SYMMETRIC));
+  EXPECT(wb != NULL);
+  ncclWindow_t bad = NULL;
+  EXPECT_ERR(ncclCommWindowRegister(comm, inside + 1, 4096, &bad, 0), ncclInvalidArgument,
+             "NCCL_WIN_REQUIRED_ALIGNMENT");
+  EXPECT(bad == NULL);
+  if (nranks > 1) { /* symmetric windows of different sizes: refused on every rank */
+    EXPECT_ERR(ncclCommWindowRegister(comm, inside, 4096 * (size_t)(rank + 1), &bad,
+                                      NCCL_WIN_COLL_SYMMETRIC),
+               ncclInvalidArgument, "NCCL_WIN_COLL_SYMMETRIC");
+    EXPECT(bad == NULL);
+  }
+  EXPECT_ERR(ncclCommWindowRegister(comm, inside, 3 << 20, &bad, 0), ncclInvalidArgument,
+             "runs past the end of its allocation");
+  EXPECT(bad == NULL);
+  /* Data through the window at an offset: put to self at the end. */
+  char* src = dev_alloc(4096);
+  pattern_fill(src, 4096, seed_of(rank, rank, 1), stream);
+  EXPECT_OK(ncclPutSignal(src, 4096, ncclInt8, rank, wb, (1 << 20) - 4096, 0, 0, 0, comm, stream));
+  ncclWaitSignalDesc_t d = {1, rank, 0, 0};
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  expect_pattern(inside + (1 << 20) - 4096, 4096, seed_of(rank, rank, 1), "window at an offset");
+  window_free(wa, a);
+  EXPECT_OK(ncclCommWindowDeregister(comm, wb));
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, rank, wb, 0, 0, 0, 0, comm, stream),
+             ncclInvalidArgument, "is not a window of comm");
+  EXPECT_ERR(ncclWinGetUserPtr(comm, wb, &user), ncclInvalidArgument, "is not a window of comm");
+  cudaFree(raw);
+  ncclMemFree(src);
+}
+
+/* Every refusal names its argument. */
+static void refusals(void) {
+  void* buf;
+  ncclWindow_t w = window(1 << 16, &buf);
+  char* src = dev_alloc(1 << 16);
+  int peer = (rank + 1) % nranks;
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, peer, w, 0, 1, 0, 0, comm, stream), ncclInvalidArgument, "sigIdx 1");
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, peer, w, 0, 0, 0, 4, comm, stream), ncclInvalidArgument, "flags 0x4");
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, peer, NULL, 0, 0, 0, 0, comm, stream), ncclInvalidArgument, "peerWin is NULL");
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, nranks, w, 0, 0, 0, 0, comm, stream), ncclInvalidArgument, "peer");
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, peer, w, 0, 0, 1, 0, comm, stream), ncclInvalidArgument, "ctx 1");
+  EXPECT_ERR(ncclPutSignal(src, 16, ncclInt8, peer, w, (1 << 16) - 8, 0, 0, 0, comm, stream),
+             ncclInvalidArgument, "runs past the end");
+  EXPECT_ERR(ncclSignal(peer, 2, 0, 0, comm, stream), ncclInvalidArgument, "sigIdx 2");
+  ncclWaitSignalDesc_t d = {1, peer, 0, 0};
+  EXPECT_ERR(ncclWaitSignal(0, &d, comm, stream), ncclInvalidArgument, "nDesc 0");
+  EXPECT_ERR(ncclWaitSignal(1, NULL, comm, stream), ncclInvalidArgument, "signalDescs is NULL");
+  d.opCnt = 0;
+  EXPECT_ERR(ncclWaitSignal(1, &d, comm, stream), ncclInvalidArgument, "opCnt 0");
+  /* A window of another communicator. */
+  ncclComm_t other;
+  EXPECT_OK(mpincclCommInitMPI(&other, MPI_COMM_WORLD, NULL));
+  ncclWindow_t wo = NULL;
+  EXPECT_OK(ncclCommWindowRegister(other, buf, 1 << 16, &wo, 0));
+  EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, peer, wo, 0, 0, 0, 0, comm, stream), ncclInvalidArgument,
+             "is not a window of comm");
+  EXPECT_OK(ncclCommWindowDeregister(other, wo));
+  EXPECT_OK(ncclCommDestroy(other));
+  window_free(w, buf);
+  ncclMemFree(src);
+}
+
+/* Ranks 0 and 1 bounce a buffer back and forth, checking it every time. */
+static void pingpong(size_t bytes) {
+  if (nranks < 2) return;
+  void* buf;
+  ncclWindow_t w = window(2 * bytes, &buf);
+  char* src = dev_alloc(bytes);
+  for (int k = 0; k < 10 && rank < 2; k++) {
+    if (rank == 0) {
+      pattern_fill(src, bytes, seed_of(0, 1, k), stream);
+      EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, 1, w, 0, 0, 0, 0, comm, stream));
+      ncclWaitSignalDesc_t d = {1, 1, 0, 0};
+      EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+      expect_pattern((char*)buf + bytes, bytes, seed_of(0, 1, k), "ping-pong back");
+    } else {
+      ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+      EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+      expect_pattern(buf, bytes, seed_of(0, 1, k), "ping-pong there");
+      EXPECT_OK(ncclPutSignal(buf, bytes, ncclInt8, 0, w, bytes, 0, 0, 0, comm, stream));
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  window_free(w, buf);
+  ncclMemFree(src);
+}
+
+/* Signal every rank, wait for every rank, ten times, in one group each. */
+static void barrier(void) {
+  ncclWaitSignalDesc_t* d = calloc((size_t)nranks, sizeof(*d));
+  for (int p = 0; p < nranks; p++) d[p] = (ncclWaitSignalDesc_t){1, p, 0, 0};
+  for (int k = 0; k < 10; k++) {
+    EXPECT_OK(ncclGroupStart());
+    for (int p = 0; p < nranks; p++) EXPECT_OK(ncclSignal(p, 0, 0, 0, comm, stream));
+    EXPECT_OK(ncclWaitSignal(nranks, d, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+  }
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  free(d);
+}
+
+/* Each rank puts a block into every rank's window (itself included) at
+ * its own offset, and waits for one signal from each. */
+static void alltoall(size_t block) {
+  void* buf;
+  ncclWindow_t w = window(block * (size_t)nranks, &buf);
+  char* src = dev_alloc(block * (size_t)nranks);
+  for (int p = 0; p < nranks; p++) pattern_fill(src + (size_t)p * block, block, seed_of(rank, p, 3), stream);
+  ncclWaitSignalDesc_t* d = calloc((size_t)nranks, sizeof(*d));
+  EXPECT_OK(ncclGroupStart());
+  for (int p = 0; p < nranks; p++) {
+    EXPECT_OK(ncclPutSignal(src + (size_t)p * block, block, ncclInt8, p, w, (size_t)rank * block, 0, 0, 0, comm, stream));
+    d[p] = (ncclWaitSignalDesc_t){1, p, 0, 0};
+  }
+  EXPECT_OK(ncclWaitSignal(nranks, d, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  for (int p = 0; p < nranks; p++) expect_pattern((char*)buf + (size_t)p * block, block, seed_of(p, rank, 3), "one-sided all-to-all");
+  MPI_Barrier(MPI_COMM_WORLD);
+  window_free(w, buf);
+  ncclMemFree(src);
+  free(d);
+}
+
+/* Many large puts to one peer, then one signal: seeing it, the peer sees
+ * all of them (the puts signal too; the waiter counts them all). */
+static void many_then_signal(void) {
+  enum { K = 16 };
+  size_t block = 4 << 20;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  void* buf;
+  ncclWindow_t w = window(block * K, &buf);
+  char* src = dev_alloc(block * K);
+  for (int k = 0; k < K; k++) pattern_fill(src + k * block, block, seed_of(rank, to, 10 + k), stream);
+  for (int k = 0; k < K; k++)
+    EXPECT_OK(ncclPutSignal(src + k * block, block, ncclInt8, to, w, k * block, 0, 0, 0, comm, stream));
+  EXPECT_OK(ncclSignal(to, 0, 0, 0, comm, stream));
+  ncclWaitSignalDesc_t d = {K + 1, from, 0, 0};
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  for (int k = 0; k < K; k++) expect_pattern((char*)buf + k * block, block, seed_of(from, rank, 10 + k), "many puts");
+  MPI_Barrier(MPI_COMM_WORLD);
+  window_free(w, buf);
+  ncclMemFree(src);
+}
+
+/* Signals that arrive before their wait is enqueued are kept, and counts
+ * add up across waits. */
+static void early_signals(void) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  for (int k = 0; k < 3; k++) EXPECT_OK(ncclSignal(to, 0, 0, 0, comm, stream));
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD); /* every signal has landed */
+  ncclWaitSignalDesc_t d = {2, from, 0, 0};
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  d.opCnt = 1;
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A ring of sends and a ring of puts in one group. */
+static void mixed_group(void) {
+  size_t bytes = 100000;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  void* buf;
+  ncclWindow_t w = window(bytes, &buf);
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes), *p = dev_alloc(bytes);
+  pattern_fill(s, bytes, seed_of(rank, to, 20), stream);
+  pattern_fill(p, bytes, seed_of(rank, to, 21), stream);
+  ncclWaitSignalDesc_t d = {1, from, 0, 0};
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+  EXPECT_OK(ncclPutSignal(p, bytes, ncclInt8, to, w, 0, 0, 0, 0, comm, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  expect_pattern(r, bytes, seed_of(from, rank, 20), "mixed group: send/recv");
+  expect_pattern(buf, bytes, seed_of(from, rank, 21), "mixed group: put");
+  MPI_Barrier(MPI_COMM_WORLD);
+  window_free(w, buf);
+  ncclMemFree(s), ncclMemFree(r), ncclMemFree(p);
+}
+
+/* Several ranks of one process, one thread each: a ring of puts. */
+typedef struct {
+  ncclComm_t comm;
+  int rank, n, bad, failed;
+  pthread_barrier_t* sync;
+} thread_arg_t;
+
+static void* thread_ring(void* v) {
+  thread_arg_t* a = v;
+  size_t bytes = 65536;
+  cudaStream_t st;
+  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  void *buf, *src;
+  ncclWindow_t w = NULL;
+  a->failed |= ncclMemAlloc(&buf, bytes) != ncclSuccess || ncclMemAlloc(&src, bytes) != ncclSuccess;
+  cudaMemset(buf, 0, bytes);
+  pattern_fill(src, bytes, seed_of(a->rank, (a->rank + 1) % a->n, 30), st);
+  cudaStreamSynchronize(st);
+  a->failed |= ncclCommWindowRegister(a->comm, buf, bytes, &w, 0) != ncclSuccess;
+  ncclWaitSignalDesc_t d = {1, (a->rank + a->n - 1) % a->n, 0, 0};
+  a->failed |= ncclPutSignal(src, bytes, ncclInt8, (a->rank + 1) % a->n, w, 0, 0, 0, 0, a->comm, st) != ncclSuccess;
+  a->failed |= ncclWaitSignal(1, &d, a->comm, st) != ncclSuccess;
+  a->bad = pattern_check(buf, bytes, seed_of(d.peer, a->rank, 30), st) != 0;
+  pthread_barrier_wait(a->sync); /* no rank deregisters while another still puts */
+  a->failed |= ncclCommWindowDeregister(a->comm, w) != ncclSuccess;
+  pthread_barrier_wait(a->sync); /* cudaFree may synchronize the device */
+  ncclMemFree(buf);
+  ncclMemFree(src);
+  cudaStreamDestroy(st);
+  return NULL;
+}
+
+static void threads_ring(void) {
+  enum { N = 3 };
+  int dev;
+  cudaGetDevice(&dev);
+  int devs[N] = {dev, dev, dev};
+  ncclComm_t comms[N];
+  EXPECT_OK(ncclCommInitAll(comms, N, devs));
+  pthread_t t[N];
+  thread_arg_t args[N];
+  pthread_barrier_t sync;
+  pthread_barrier_init(&sync, NULL, N);
+  for (int i = 0; i < N; i++) {
+    args[i] = (thread_arg_t){comms[i], i, N, 0, 0, &sync};
+    pthread_create(&t[i], NULL, thread_ring, &args[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    EXPECT(args[i].failed == 0);
+    EXPECT(args[i].bad == 0);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+  pthread_barrier_destroy(&sync);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("1 2 3 4 8");
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
+  int world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    if (world == 0) printf("test_rma: no GPU: SKIP\n");
+    MPI_Finalize();
+    return 77;
+  }
+  cudaSetDevice(world % ndev);
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
+  ncclCommUserRank(comm, &rank);
+  ncclCommCount(comm, &nranks);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char* only = getenv("TEST_RMA_ONLY"); /* runs only the steps whose call contains it */
+#define STEP(call) \
+  do { \
+    if (only && !strstr(#call, only)) break; \
+    call; \
+    MPI_Barrier(MPI_COMM_WORLD); \
+    if (world == 0) printf("test_rma: %s done (%d failures so far)\n", #call, failures); \
+  } while (0)
+  STEP(mem_alloc());
+  STEP(windows());
+  STEP(refusals());
+  STEP(pingpong(8));
+  STEP(pingpong((1 << 20) + 3));
+  STEP(barrier());
+  STEP(alltoall(4096));
+  STEP(alltoall((1 << 20) + 16));
+  STEP(many_then_signal());
+  STEP(early_signals());
+  STEP(mixed_group());
+  STEP(threads_ring());
+  EXPECT_OK(ncclCommDestroy(comm));
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world == 0) printf("test_rma: %d ranks, %d failures\n", nranks, total);
+  cudaStreamDestroy(stream);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

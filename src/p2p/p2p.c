@@ -365,6 +365,10 @@ static void pair_release(mpn_pair_t* pair) {
   if (pair == NULL) return;
   for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)
     __atomic_store_n(&pair->mem->rma_signal[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < MPN_PAIR_RMA_GRAPH; i++) {
+    __atomic_store_n(&pair->mem->rma_graph_signal[i], 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->rma_graph_busy[i], 0, __ATOMIC_RELEASE);
+  }
   if (pair->dflags) {
     pair_release_device(pair);
     return;

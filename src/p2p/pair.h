@@ -25,6 +25,8 @@ enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 
 /** RMA contexts a pair carries signals for (the largest numRmaCtx accepted). */
 #define MPN_PAIR_RMA_CTX 64
+/** Signals of a pair that CUDA graphs may capture, shared out among the contexts. */
+#define MPN_PAIR_RMA_GRAPH 256
 
 /** One side of a message: enough for the other side to reach the buffer. */
 typedef struct {
@@ -72,6 +74,13 @@ typedef struct {
    * context: the sender's running count, written by its streams, waited
    * for by the receiver's (rma.c). */
   uint64_t rma_signal[MPN_PAIR_RMA_CTX] __attribute__((aligned(64)));
+  /** Signals captured in CUDA graphs, one flag pair per captured signal
+   * (rma.c): "signal" goes 0 -> 1 (sender) -> 0 (receiver, having seen it),
+   * "busy" 0 -> 1 (sender, before signalling) -> 0 (receiver, after
+   * clearing "signal"), so that a replay never signals over a signal not
+   * yet seen. */
+  uint64_t rma_graph_signal[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
+  uint64_t rma_graph_busy[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;
@@ -124,9 +133,14 @@ static inline int mpn_pair_peer_posted(const mpn_pair_t* pair, uint64_t seq, int
 /** Second side only: marks the slot consumed once the other descriptor is read. */
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph);
 
+/** Device address of a host variable of the pair's file. */
+static inline CUdeviceptr mpn_pair_dev(const mpn_pair_t* pair, const void* host) {
+  return pair->dev + (CUdeviceptr)((const char*)host - (const char*)pair->mem);
+}
+
 /** Device address of the signal of RMA context ctx. */
 static inline CUdeviceptr mpn_pair_signal(const mpn_pair_t* pair, int ctx) {
-  return pair->dev + (CUdeviceptr)((const char*)&pair->mem->rma_signal[ctx] - (const char*)pair->mem);
+  return mpn_pair_dev(pair, &pair->mem->rma_signal[ctx]);
 }
 
 /** Number of flags of a pair: ready and done for every slot of both rings. */

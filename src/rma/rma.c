@@ -9,6 +9,7 @@
  * share, after the copies in stream order, so a receiver that sees count n
  * sees every put enqueued before the n-th signal on that stream.  Counts
  * only grow, so signals that arrive before their wait is enqueued are kept.
+ * Signals captured in CUDA graphs use flags of their own (graph_slot).
  */
 #include "rma/rma.h"
 
@@ -37,15 +38,16 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
     if (rma == NULL) {
       size_t n = (size_t)comm->nranks * (size_t)comm->config.num_rma_ctx;
       rma = calloc(1, sizeof(*rma));
-      if (rma) {
-        rma->sent = calloc(n, sizeof(uint64_t));
-        rma->expected = calloc(n, sizeof(uint64_t));
-        pthread_mutex_init(&rma->lock, NULL);
-      }
-      if (rma == NULL || rma->sent == NULL || rma->expected == NULL) {
-        if (rma) free(rma->sent), free(rma->expected), free(rma);
+      uint64_t* counts = calloc(4 * n, sizeof(uint64_t));
+      if (rma == NULL || counts == NULL) {
+        free(rma), free(counts);
         rma = NULL;
       } else {
+        pthread_mutex_init(&rma->lock, NULL);
+        rma->sent = counts;
+        rma->expected = counts + n;
+        rma->graph_sent = counts + 2 * n;
+        rma->graph_expected = counts + 3 * n;
         __atomic_store_n(&comm->rma, rma, __ATOMIC_RELEASE);
       }
     }
@@ -60,8 +62,7 @@ void mpn_rma_free(struct ncclComm* comm) {
   if (comm->rma == NULL) return;
   mpn_win_free_all(comm);
   pthread_mutex_destroy(&comm->rma->lock);
-  free(comm->rma->sent);
-  free(comm->rma->expected);
+  free(comm->rma->sent); /* all four counters */
   free(comm->rma);
   comm->rma = NULL;
 }
@@ -91,13 +92,6 @@ static ncclResult_t op_check(const mpn_op_t* op) {
   const char* fn = op_name(op->kind);
   if (comm->cuda_dev < 0)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone)
-    return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "%s: one-sided operations in a CUDA graph capture are not available in "
-                      "this version of mpinccl",
-                      fn);
-  cudaGetLastError();
   if (op->kind == MPN_OP_WAIT_SIGNAL) {
     for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(comm, fn, op->descs[i].peer));
     return ncclSuccess;
@@ -131,7 +125,7 @@ typedef struct {
 } put_t;
 
 /* The puts' copies on stream s, then one event for the imports they used. */
-static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t s) {
+static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t s, int graph) {
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
@@ -144,41 +138,87 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
   cudaEvent_t used = NULL;
   for (int i = 0; i < n; i++) {
     if (ops[i]->stream != s || !puts[i].imported) continue;
-    if (used == NULL && (mpn_event_of_stream(s, ops[i]->comm->cuda_dev, &used) != ncclSuccess ||
+    if (!graph && used == NULL && (mpn_event_of_stream(s, ops[i]->comm->cuda_dev, &used) != ncclSuccess ||
                          cudaEventRecord(used, s) != cudaSuccess)) {
       cudaGetLastError();
       used = NULL; /* the import is pinned instead */
     }
-    mpn_ipc_mark_used(&puts[i].ref, used, 0);
+    mpn_ipc_mark_used(&puts[i].ref, used, graph); /* a graph pins its imports */
     puts[i].imported = 0;
   }
   return ncclSuccess;
 }
 
+/*
+ * Signals captured in a CUDA graph cannot carry a running count (a replay
+ * repeats the same values), so each captured signal from A to B has a flag
+ * pair of its own in their pair file, the n-th captured signal on a context
+ * matching the n-th signal B's captured waits count on it: A waits until
+ * its previous replay's signal was seen ("busy" back to 0), marks "busy",
+ * and sets "signal"; B waits for "signal", clears it, then clears "busy".
+ */
+static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, uint64_t* counter, int ctx,
+                               int* slot) {
+  uint64_t per_ctx = MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;
+  if (*counter >= per_ctx)
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s: more than %llu signals between two ranks on one context captured in "
+                      "CUDA graphs",
+                      fn, (unsigned long long)per_ctx);
+  *slot = (int)((uint64_t)ctx * per_ctx + (*counter)++);
+  return ncclSuccess;
+}
+
+static ncclResult_t add_signal(mpn_memops_t* b, mpn_op_t* op, int graph) {
+  struct ncclComm* comm = op->comm;
+  int nctx = comm->config.num_rma_ctx, slot = 0;
+  mpn_pair_t *to, *from;
+  MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
+  if (!graph) {
+    uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
+    return mpn_memops_add(b, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
+  }
+  MPN_CHECK(graph_slot(comm, op_name(op->kind), &comm->rma->graph_sent[op->peer * nctx + op->ctx],
+                       op->ctx, &slot));
+  CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
+  MPN_CHECK(mpn_memops_add(b, busy, 0, MPN_MEMOP_WAIT_EQ));
+  MPN_CHECK(mpn_memops_add(b, busy, 1, MPN_MEMOP_WRITE));
+  return mpn_memops_add(b, mpn_pair_dev(to, &to->mem->rma_graph_signal[slot]), 1, MPN_MEMOP_WRITE);
+}
+
+static ncclResult_t add_wait(mpn_memops_t* b, struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
+                             int graph) {
+  int nctx = comm->config.num_rma_ctx;
+  mpn_pair_t *to, *from;
+  MPN_CHECK(mpn_p2p_pairs(comm, d->peer, &to, &from));
+  if (!graph) {
+    uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
+    *expected += (uint64_t)d->opCnt;
+    return mpn_memops_add(b, mpn_pair_signal(from, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
+  }
+  for (int k = 0; k < d->opCnt; k++) {
+    int slot = 0;
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[d->peer * nctx + d->ctx],
+                         d->ctx, &slot));
+    CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
+    MPN_CHECK(mpn_memops_add(b, sig, 1, MPN_MEMOP_WAIT_EQ));
+    MPN_CHECK(mpn_memops_add(b, sig, 0, MPN_MEMOP_WRITE));
+    MPN_CHECK(mpn_memops_add(b, mpn_pair_dev(from, &from->mem->rma_graph_busy[slot]), 0, MPN_MEMOP_WRITE));
+  }
+  return ncclSuccess;
+}
+
 /* The signal writes (program order), then the waits, of stream s. */
-static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
+static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
+                                  int graph) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   for (int wait = 0; wait < 2; wait++) {
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-      struct ncclComm* comm = op->comm;
-      int nctx = comm->config.num_rma_ctx;
-      mpn_pair_t *to, *from;
-      if (!wait) {
-        MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
-        uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
-        MPN_CHECK(mpn_memops_add(&b, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE));
-        continue;
-      }
-      for (int d = 0; d < op->ndesc; d++) {
-        const ncclWaitSignalDesc_t* desc = &op->descs[d];
-        MPN_CHECK(mpn_p2p_pairs(comm, desc->peer, &to, &from));
-        uint64_t* expected = &comm->rma->expected[desc->peer * nctx + desc->ctx];
-        *expected += (uint64_t)desc->opCnt;
-        MPN_CHECK(mpn_memops_add(&b, mpn_pair_signal(from, desc->ctx), *expected, MPN_MEMOP_WAIT_GEQ));
-      }
+      if (!wait) MPN_CHECK(add_signal(&b, op, graph));
+      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&b, op->comm, &op->descs[d], graph));
     }
     MPN_CHECK(mpn_memops_flush(&b));
   }
@@ -224,8 +264,11 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
     if (seen) continue;
     cudaSetDevice(ops[i]->comm->cuda_dev);
-    res = issue_puts(ops, puts, n, ops[i]->stream);
-    if (res == ncclSuccess) res = issue_signals(drv, ops, n, ops[i]->stream);
+    cudaStream_t s = ops[i]->stream;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+    res = issue_puts(ops, puts, n, s, graph);
+    if (res == ncclSuccess) res = issue_signals(drv, ops, n, s, graph);
   }
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);

@@ -23,6 +23,8 @@ typedef struct mpn_rma {
   struct ncclWindow_vidmem* windows; /**< live windows */
   uint64_t* sent;     /**< [peer * numRmaCtx + ctx]: signals this rank enqueued to peer */
   uint64_t* expected; /**< [peer * numRmaCtx + ctx]: signals from peer waited for so far */
+  uint64_t* graph_sent;     /**< the same for signals captured in CUDA graphs */
+  uint64_t* graph_expected;
 } mpn_rma_t;
 
 /** The communicator's one-sided state, made on first use. */

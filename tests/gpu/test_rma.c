@@ -3,7 +3,7 @@
  * (run under mpirun with 1 to 8 processes) and between ranks of one process:
  * registration and its refusals, ping-pong, barrier, one-sided all-to-all,
  * many puts then a signal, signals before their wait, send/receive and RMA
- * in one group.  Every byte put is checked.  Exits 77 without a GPU.
+ * in one group, a CUDA graph replayed 100 times.  Every byte put is checked.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -270,6 +270,42 @@ static void mixed_group(void) {
   ncclMemFree(s), ncclMemFree(r), ncclMemFree(p);
 }
 
+/* A ring of put+signal and wait captured in a CUDA graph, replayed 100
+ * times with new data every time. */
+static void graph_replay(void) {
+  size_t bytes = 300000;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  void* buf;
+  ncclWindow_t w = window(bytes, &buf);
+  char* src = dev_alloc(bytes);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ncclWaitSignalDesc_t d = {1, from, 0, 0};
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, to, w, 0, 0, 0, 0, comm, stream));
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  EXPECT(captured);
+  int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  EXPECT(!captured || ready);
+  int bad = 0;
+  for (int k = 0; k < 100 && ready; k++) {
+    pattern_fill(src, bytes, seed_of(rank, to, 100 + k), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    bad += pattern_check(buf, bytes, seed_of(from, rank, 100 + k), stream) != 0;
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody puts again before its peer has checked */
+  }
+  EXPECT(bad == 0);
+  cudaGetLastError();
+  if (ready) cudaGraphExecDestroy(exec);
+  if (captured) cudaGraphDestroy(graph);
+  MPI_Barrier(MPI_COMM_WORLD);
+  window_free(w, buf);
+  ncclMemFree(src);
+}
+
 /* Several ranks of one process, one thread each: a ring of puts. */
 typedef struct {
   ncclComm_t comm;
@@ -365,6 +401,7 @@ int main(int argc, char** argv) {
   STEP(many_then_signal());
   STEP(early_signals());
   STEP(mixed_group());
+  STEP(graph_replay());
   STEP(threads_ring());
   EXPECT_OK(ncclCommDestroy(comm));
   int total = 0;

@@ -52,7 +52,8 @@ static int world_rank, world_size;
 static void usage(FILE* out) {
   fprintf(out,
           "usage: mpirun -np P mpinccl_bench -o OP [options]\n"
-          "  -o, --op OP          sendrecv | alltoall | pingpong | halo\n"
+          "  -o, --op OP          sendrecv | alltoall | pingpong | halo | put | putpingpong |\n"
+          "                       barrier | rmaalltoall\n"
           "  -b, --minbytes N     smallest size (default 8); K, M, G suffixes (x1024)\n"
           "  -e, --maxbytes N     largest size (default 64M)\n"
           "  -f, --stepfactor F   size multiplier between rows (default 2)\n"
@@ -65,8 +66,9 @@ static void usage(FILE* out) {
           "      --json FILE      write the header and all rows to FILE (rank 0)\n"
           "      --floors-only    measure and print the floors, then exit\n"
           "  -h, --help           this text\n"
-          "sizes: sendrecv, pingpong: bytes per message; alltoall: bytes each rank sends\n"
-          "in all (size/P to each rank, itself included); halo: bytes per face.\n");
+          "sizes: sendrecv, pingpong, put, putpingpong: bytes per message; alltoall,\n"
+          "rmaalltoall: bytes each rank sends in all (size/P to each rank, itself\n"
+          "included); halo: bytes per face; barrier: one row, no data.\n");
 }
 
 /* A size with an optional K, M or G suffix (powers of 1024). */
@@ -103,7 +105,7 @@ static int parse_int(const char* s, int lo, int hi, int* out) {
 }
 
 static int parse_op(const char* s, op_t* out) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < OP_COUNT; i++)
     if (strcmp(s, bench_op_name((op_t)i)) == 0) {
       *out = (op_t)i;
       return 0;
@@ -160,7 +162,10 @@ static int options_parse(int argc, char** argv, options_t* o) {
   if (!err && !o->op_set && !o->floors_only) err = "-o OP is required";
   if (!err && (o->minbytes < 1 || o->maxbytes < o->minbytes))
     err = "need 1 <= minbytes <= maxbytes";
-  if (!err && o->op == OP_PINGPONG && world_size < 2) err = "pingpong needs at least 2 ranks";
+  if (!err && (o->op == OP_PINGPONG || o->op == OP_PUT || o->op == OP_PUTPINGPONG) && world_size < 2)
+    err = "this operation needs at least 2 ranks";
+  if (!err && bench_op_rma(o->op) && !BENCH_HAVE_RMA)
+    err = "one-sided operations need NCCL 2.29 or later";
   if (err && world_rank == 0) {
     if (bad || optind < argc)
       fprintf(stderr, "mpinccl_bench: %s near '%s'\n", err, argv[bad ? optind - 1 : optind]);
@@ -236,9 +241,19 @@ static void topo_detect(int ndev, topo_t* t) {
  * engine: the delegated exchange is the floor.  With MPS, or one rank per
  * GPU, nothing switches and the flag-only exchange is. */
 static void floor_choose(bench_t* b) {
-  int delegated = !b->topo.mps && b->topo.ranks_per_gpu > 1;
-  b->floor_name = delegated ? "delegated" : "flag-only";
-  b->floor_us = delegated ? b->floors.delegated_us : b->floors.flag_us;
+  int sliced = !b->topo.mps && b->topo.ranks_per_gpu > 1;
+  op_t op = b->o->op;
+  if (op == OP_BARRIER || !sliced) { /* signals only, or nothing switches */
+    b->floor_name = "flag-only";
+    b->floor_us = b->floors.flag_us;
+  } else if (op == OP_PUTPINGPONG || op == OP_PUT || op == OP_RMAALLTOALL) {
+    /* A put is engine work of the side that puts: both sides do it in turn. */
+    b->floor_name = "engine";
+    b->floor_us = b->floors.engine_us;
+  } else {
+    b->floor_name = "delegated";
+    b->floor_us = b->floors.delegated_us;
+  }
 }
 
 /* ----------------------------------------------------------------- plans -- */
@@ -314,7 +329,8 @@ static int plan_build(bench_t* b, size_t size) {
                                     .send_key = key_of(r, 0),
                                     .recv_key = key_of((r + n - 1) % n, 0)};
       break;
-    case OP_ALLTOALL: {
+    case OP_ALLTOALL:
+    case OP_RMAALLTOALL: {
       size_t chunk = size / (size_t)n;
       if (chunk == 0) return 0;
       b->size = chunk * (size_t)n;
@@ -329,6 +345,19 @@ static int plan_build(bench_t* b, size_t size) {
                                       .recv_key = key_of(p, r)};
       break;
     }
+    case OP_PUT:
+      if (r < 2)
+        b->msgs[b->nmsgs++] = (msg_t){.send_peer = r == 0 ? 1 : -1,
+                                      .recv_peer = r == 1 ? 0 : -1,
+                                      .bytes = size,
+                                      .send_key = key_of(0, 1),
+                                      .recv_key = key_of(0, 1)};
+      break;
+    case OP_BARRIER:
+      b->size = 0;
+      b->rank_bytes = 0;
+      return size == b->o->minbytes; /* one row */
+    case OP_PUTPINGPONG:
     case OP_PINGPONG: /* rank 1 echoes what it receives: both check rank 0's pattern */
       if (r < 2)
         b->msgs[b->nmsgs++] = (msg_t){.send_peer = r == 0 ? 1 : -1,
@@ -338,6 +367,7 @@ static int plan_build(bench_t* b, size_t size) {
                                       .recv_key = key_of(0, 0)};
       break;
     case OP_HALO: plan_halo(b, size); break;
+    case OP_COUNT: break;
   }
   return 1;
 }
@@ -369,6 +399,37 @@ static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
     b->host_s += MPI_Wtime() - t0;
     return res;
   }
+#if BENCH_HAVE_RMA
+  if (bench_op_rma(b->o->op)) {
+    double t0 = MPI_Wtime();
+    op_t op = b->o->op;
+    int n = world_size, r = world_rank;
+    ncclWaitSignalDesc_t one = {1, r ^ 1, 0, 0};
+    if (op == OP_PUT && r == 0) BENCH_TRY(ncclPutSignal(b->sendbuf, b->size, ncclInt8, 1, b->win, 0, 0, 0, 0, c, s));
+    if (op == OP_PUT && r == 1) BENCH_TRY(ncclWaitSignal(1, &one, c, s));
+    if (op == OP_PUTPINGPONG && r == 0) {
+      BENCH_TRY(ncclPutSignal(b->sendbuf, b->size, ncclInt8, 1, b->win, 0, 0, 0, 0, c, s));
+      BENCH_TRY(ncclWaitSignal(1, &one, c, s));
+    }
+    if (op == OP_PUTPINGPONG && r == 1) { /* echo what arrived */
+      BENCH_TRY(ncclWaitSignal(1, &one, c, s));
+      BENCH_TRY(ncclPutSignal(b->recvbuf, b->size, ncclInt8, 0, b->win, 0, 0, 0, 0, c, s));
+    }
+    if (op == OP_BARRIER || op == OP_RMAALLTOALL) {
+      BENCH_TRY(ncclGroupStart());
+      for (int i = 0; i < b->nmsgs; i++) { /* all-to-all: our block lands at r * chunk */
+        const msg_t* m = &b->msgs[i];
+        BENCH_TRY(ncclPutSignal(b->sendbuf + m->send_off, m->bytes, ncclInt8, m->send_peer, b->win,
+                                (size_t)r * m->bytes, 0, 0, 0, c, s));
+      }
+      for (int p = 0; op == OP_BARRIER && p < n; p++) BENCH_TRY(ncclSignal(p, 0, 0, 0, c, s));
+      BENCH_TRY(ncclWaitSignal(n, b->all_peers, c, s));
+      BENCH_TRY(ncclGroupEnd());
+    }
+    b->host_s += MPI_Wtime() - t0;
+    return res;
+  }
+#endif
   double t0 = MPI_Wtime();
   BENCH_TRY(ncclGroupStart());
   if (res != ncclSuccess) return res;
@@ -504,15 +565,17 @@ static int size_run(bench_t* b, result_t* res) {
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (any_failed) return -1;
   double us = ms * 1e3 / o->iters;
-  if (o->op == OP_PINGPONG) us /= 2; /* one way: half a round trip */
+  if (o->op == OP_PINGPONG || o->op == OP_PUTPINGPONG) us /= 2; /* one way: half a round trip */
   double host_us = b->host_s * 1e6 / o->iters, t[2] = {us, host_us}, tmax[2], host_sum = 0;
   MPI_Allreduce(t, tmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&host_us, &host_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   long long wrong = o->check ? data_check(b) : -1;
   double n = world_size, algbw = tmax[0] > 0 ? b->rank_bytes / (tmax[0] * 1e3) : 0;
-  double busbw = o->op == OP_ALLTOALL ? algbw * (n - 1) / n : algbw;
-  /* Bytes moved per second summed over the ranks (pingpong: one message in flight). */
-  double moved = o->op == OP_PINGPONG ? algbw : n * busbw;
+  int all = o->op == OP_ALLTOALL || o->op == OP_RMAALLTOALL;
+  double busbw = all ? algbw * (n - 1) / n : algbw;
+  /* Bytes moved per second summed over the ranks (pingpong, put: one message in flight). */
+  int one = o->op == OP_PINGPONG || o->op == OP_PUTPINGPONG || o->op == OP_PUT;
+  double moved = one ? algbw : n * busbw;
   *res = (result_t){.bytes = b->size,
                     .edge = o->op == OP_HALO ? b->edge : 0,
                     .time_us = tmax[0],
@@ -569,7 +632,16 @@ static void buffers_create(bench_t* b) {
     if (m->recv_off + m->bytes > b->recvcap) b->recvcap = m->recv_off + m->bytes;
   }
   CUDA_CHECK(cudaMalloc((void**)&b->sendbuf, b->sendcap));
-  CUDA_CHECK(cudaMalloc((void**)&b->recvbuf, b->recvcap));
+#if BENCH_HAVE_RMA
+  if (bench_op_rma(b->o->op)) { /* the window: aligned as windows must be */
+    NCCL_CHECK(b->comm, ncclMemAlloc((void**)&b->recvbuf, b->recvcap));
+    NCCL_CHECK(b->comm, ncclCommWindowRegister(b->comm, b->recvbuf, b->recvcap, &b->win, NCCL_WIN_DEFAULT));
+    b->all_peers = calloc((size_t)world_size, sizeof(*b->all_peers));
+    if (b->all_peers == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (int p = 0; p < world_size; p++) b->all_peers[p] = (ncclWaitSignalDesc_t){1, p, 0, 0};
+  } else
+#endif
+    CUDA_CHECK(cudaMalloc((void**)&b->recvbuf, b->recvcap));
   CUDA_CHECK(cudaMalloc((void**)&b->wrong_dev, sizeof(*b->wrong_dev)));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreate(&b->start));
@@ -581,7 +653,15 @@ static void buffers_destroy(bench_t* b) {
   for (int i = 0; i < 2; i++)
     if (b->reg_handles[i]) NCCL_CHECK(b->comm, ncclCommDeregister(b->comm, b->reg_handles[i]));
   CUDA_CHECK(cudaFree(b->sendbuf));
-  CUDA_CHECK(cudaFree(b->recvbuf));
+#if BENCH_HAVE_RMA
+  if (bench_op_rma(b->o->op)) {
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    NCCL_CHECK(b->comm, ncclCommWindowDeregister(b->comm, b->win));
+    NCCL_CHECK(b->comm, ncclMemFree(b->recvbuf));
+    free(b->all_peers);
+  } else
+#endif
+    CUDA_CHECK(cudaFree(b->recvbuf));
   CUDA_CHECK(cudaFree(b->wrong_dev));
   CUDA_CHECK(cudaEventDestroy(b->start));
   CUDA_CHECK(cudaEventDestroy(b->stop));

@@ -23,7 +23,27 @@
 #define HALO_CORNER_BYTES 8
 #define MAX_SIZES 80
 
-typedef enum { OP_SENDRECV, OP_ALLTOALL, OP_PINGPONG, OP_HALO } op_t;
+typedef enum {
+  OP_SENDRECV,
+  OP_ALLTOALL,
+  OP_PINGPONG,
+  OP_HALO,
+  OP_PUT,          /* one-sided: rank 0 puts into rank 1's window */
+  OP_PUTPINGPONG,  /* one-sided ping-pong, ranks 0 and 1 */
+  OP_BARRIER,      /* signals only: every rank signals every rank, waits for all */
+  OP_RMAALLTOALL,  /* one-sided all-to-all */
+  OP_COUNT
+} op_t;
+
+/* The one-sided API: mpinccl, or NVIDIA's NCCL from 2.29 on. */
+#if !defined(BENCH_WITH_NVIDIA_NCCL) || (defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22900)
+#define BENCH_HAVE_RMA 1
+#else
+#define BENCH_HAVE_RMA 0
+#endif
+
+/* Whether op uses windows and signals. */
+static inline int bench_op_rma(op_t op) { return op >= OP_PUT && op < OP_COUNT; }
 
 typedef struct {
   op_t op;
@@ -63,9 +83,13 @@ typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
   cudaEvent_t start, stop;
-  char *sendbuf, *recvbuf;
+  char *sendbuf, *recvbuf; /* one-sided ops: recvbuf is this rank's window */
   size_t sendcap, recvcap;
   void* reg_handles[2];
+#if BENCH_HAVE_RMA
+  ncclWindow_t win;
+  ncclWaitSignalDesc_t* all_peers; /* one signal from every rank */
+#endif
   unsigned long long* wrong_dev;
   int dims[3], nbr[HALO_DIRS]; /* halo */
   msg_t* msgs;                 /* the plan of the current size */

@@ -57,6 +57,8 @@ typedef struct {
   uint64_t seq; /* last flag value; both ranks count alike */
 } pair_t;
 
+static __global__ void copy8_kernel(uint64_t* d, const uint64_t* s) { *d = *s; }
+
 static __global__ void swap8_kernel(uint64_t* d0, const uint64_t* s0, uint64_t* d1,
                                     const uint64_t* s1) {
   *d0 = *s0;
@@ -184,13 +186,18 @@ static void wait_flag(pair_t* p) {
                       CU_STREAM_WAIT_VALUE_GEQ));
 }
 
-/* One exchange; rank 0 is the delegate when delegated. */
-static void exchange(pair_t* p, int delegated, int rank) {
+enum { FLAG_ONLY, DELEGATED, ENGINE };
+
+/* One exchange of the given kind; rank 0 is the delegate when delegated. */
+static void exchange(pair_t* p, int kind, int rank) {
   ++p->seq;
-  if (!delegated) {
+  if (kind == FLAG_ONLY || (kind == DELEGATED && rank == 1)) {
     write_flag(p, p->theirs);
     wait_flag(p);
-  } else if (rank == 1) {
+  } else if (kind == ENGINE) { /* both copy 8 bytes into the peer, then signal */
+    copy8_kernel<<<1, 1, 0, p->stream>>>((uint64_t*)(p->theirs + RECV_OFF),
+                                         (const uint64_t*)(p->mine + SEND_OFF));
+    FLOORS_CUDA(cudaGetLastError());
     write_flag(p, p->theirs);
     wait_flag(p);
   } else {
@@ -204,18 +211,20 @@ static void exchange(pair_t* p, int delegated, int rank) {
 }
 
 /* Microseconds per exchange: the slower rank's, best of EXCHANGE_LOOPS. */
-static double exchange_floor(pair_t* p, int delegated, int rank) {
+static double exchange_floor(pair_t* p, int kind, int rank) {
+  /* The engine exchange switches contexts every time without MPS: fewer. */
+  int iters = kind == ENGINE ? EXCHANGE_ITERS / 5 : EXCHANGE_ITERS;
   double best = -1;
   for (int loop = 0; loop <= EXCHANGE_LOOPS; loop++) { /* loop 0 is untimed */
     FLOORS_CUDA(cudaStreamSynchronize(p->stream));
     MPI_Barrier(p->comm);
     FLOORS_CUDA(cudaEventRecord(p->start, p->stream));
-    for (int i = 0; i < EXCHANGE_ITERS; i++) exchange(p, delegated, rank);
+    for (int i = 0; i < iters; i++) exchange(p, kind, rank);
     FLOORS_CUDA(cudaEventRecord(p->stop, p->stream));
     FLOORS_CUDA(cudaEventSynchronize(p->stop));
     float ms = 0;
     FLOORS_CUDA(cudaEventElapsedTime(&ms, p->start, p->stop));
-    double mine = ms * 1e3 / EXCHANGE_ITERS, theirs = 0;
+    double mine = ms * 1e3 / iters, theirs = 0;
     MPI_Sendrecv(&mine, 1, MPI_DOUBLE, p->peer, 9, &theirs, 1, MPI_DOUBLE, p->peer, 9, p->comm,
                  MPI_STATUS_IGNORE);
     double t = mine > theirs ? mine : theirs;
@@ -241,8 +250,9 @@ static void exchange_floors(MPI_Comm comm, int rank, bench_floors_t* f) {
   p.comm = comm;
   p.peer = rank ^ 1;
   if (pair_open(&p, f->na_reason, sizeof(f->na_reason)) != 0) return;
-  f->flag_us = exchange_floor(&p, 0, rank);
-  f->delegated_us = exchange_floor(&p, 1, rank);
+  f->flag_us = exchange_floor(&p, FLAG_ONLY, rank);
+  f->delegated_us = exchange_floor(&p, DELEGATED, rank);
+  f->engine_us = exchange_floor(&p, ENGINE, rank);
   FLOORS_CUDA(cudaStreamSynchronize(p.stream));
   check_delegated(&p, rank);
   pair_close(&p);
@@ -258,7 +268,7 @@ extern "C" void bench_floors_measure(MPI_Comm comm, size_t copy_bytes, int pair_
   f.copy_bytes = copy_bytes;
   f.copy_reps = COPY_REPS;
   f.exchange_iters = EXCHANGE_ITERS;
-  f.flag_us = f.delegated_us = -1;
+  f.flag_us = f.delegated_us = f.engine_us = -1;
   FLOORS_CUDA(cudaDeviceSynchronize());
   MPI_Barrier(comm);
   if (my_rank == 0) f.copy_gbps = copy_rate(&f.copy_bytes);

@@ -22,6 +22,7 @@ typedef struct {
   int exchange_iters;  /**< exchanges per timed loop of the two latency floors */
   double flag_us;      /**< flag-only exchange, us per exchange; < 0: not measured */
   double delegated_us; /**< delegated 8-byte exchange, us per exchange; < 0: not measured */
+  double engine_us;    /**< engine exchange (both copy 8 bytes), us per exchange; < 0: not measured */
   char na_reason[160]; /**< why the exchange floors were not measured ("" when they were) */
 } bench_floors_t;
 
@@ -47,6 +48,9 @@ typedef struct {
  *    waits for its flag, runs one one-thread kernel that copies 8 bytes in
  *    each direction (its send area into rank 1's receive area and back), and
  *    writes rank 1's flag.  Only rank 0 uses an engine (DESIGN.md).
+ *  - engine: both ranks run a one-thread kernel that copies 8 bytes into the
+ *    peer's receive area, write the peer's flag and wait for their own: both
+ *    processes need an engine in every exchange (exchange_iters / 5 of them).
  * Both are timed with events on each rank's stream around exchange_iters
  * exchanges, after an untimed loop; the figure is the slower rank's time
  * divided by exchange_iters, best of three loops.

@@ -8,7 +8,8 @@
 
 #include "bench.h"
 
-static const char* const op_names[] = {"sendrecv", "alltoall", "pingpong", "halo"};
+static const char* const op_names[] = {"sendrecv", "alltoall", "pingpong", "halo",
+                                       "put",      "putpingpong", "barrier", "rmaalltoall"};
 
 const char* bench_op_name(op_t op) { return op_names[op]; }
 
@@ -55,7 +56,11 @@ static const char* const op_texts[] = {
     "ring: send to rank+1, receive from rank-1, one group; busbw = algbw",
     "all-to-all, itself included, one group; busbw = algbw * (P-1)/P",
     "ping-pong between ranks 0 and 1 (others idle); time = one way = round trip / 2",
-    "3D periodic halo, 26 neighbours, one group; size = face bytes"};
+    "3D periodic halo, 26 neighbours, one group; size = face bytes",
+    "ncclPutSignal from rank 0 into rank 1's window, rank 1 waits; busbw = algbw",
+    "ncclPutSignal ping-pong between ranks 0 and 1; time = one way = round trip / 2",
+    "every rank ncclSignal's every rank and waits for all, one group; no data",
+    "ncclPutSignal to every rank's window, itself included, and one wait for all, one group"};
 
 void bench_report_header(const bench_t* b) {
   if (b->rank != 0) return;
@@ -77,6 +82,8 @@ void bench_report_header(const bench_t* b) {
          f->flag_us > 0 ? fmt_us(f->flag_us, u1, sizeof(u1)) : "n/a");
   printf("#           delegated %s (per exchange, ranks 0-1: rank 0 copies 8 B both ways)\n",
          f->delegated_us > 0 ? fmt_us(f->delegated_us, u2, sizeof(u2)) : "n/a");
+  printf("#           engine    %s (per exchange, ranks 0-1: each copies 8 B into the other)\n",
+         f->engine_us > 0 ? fmt_us(f->engine_us, u2, sizeof(u2)) : "n/a");
   if (f->na_reason[0]) printf("#           exchange floors n/a: %s\n", f->na_reason);
   printf("# vs-copy   bytes moved per second, summed over ranks / copy floor\n");
   printf("# vs-floor  time / %s floor%s\n", b->floor_name,
@@ -204,6 +211,8 @@ void bench_report_json(const bench_t* b) {
   json_num(f, fl->flag_us);
   fprintf(f, ", \"delegated_us\": ");
   json_num(f, fl->delegated_us);
+  fprintf(f, ", \"engine_us\": ");
+  json_num(f, fl->engine_us);
   fprintf(f, ", \"exchange\": \"per exchange\", \"latency_floor\": \"%s\", \"latency_floor_us\": ",
           b->floor_name);
   json_num(f, b->floor_us);

@@ -65,6 +65,7 @@ regime_runs() { # regime
   bench "$r" alltoall 4 -o alltoall -b 1K -e 64M -f 8 -n 10
   bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
   bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
+  rma_runs "$r"
   [ $variants = 1 ] || { halo3d_runs "$r"; return; }
   # The same small-message runs with the copy engine only.
   local saved=$extra
@@ -90,10 +91,17 @@ regime_runs() { # regime
   extra=$saved
   halo3d_runs "$r"
 }
+rma_runs() { # regime: the one-sided operations
+  local r=$1
+  bench "$r" putpingpong 2 -o putpingpong -b 8 -e 64M -f 8 -n 50 -w 10
+  bench "$r" put 2 -o put -b 8 -e 1G -f 8 -n 20 -w 5
+  for np in 2 4 8; do bench "$r" barrier-np$np $np -o barrier -n 100 -w 10; done
+  bench "$r" rmaalltoall 4 -o rmaalltoall -b 1K -e 64M -f 8 -n 10
+}
 halo3d_runs() { # regime
   local r=$1
   step "$r halo3d"
-  for mode in "" --flag-sync; do
+  for mode in "" --put --flag-sync; do
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E 'time/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done

@@ -46,7 +46,7 @@ typedef struct {
   int n[3]; /* global grid, interior cells */
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
-  int periodic, check, flag_sync;
+  int periodic, check, flag_sync, put;
 } options_t;
 
 /* One rank's share of the grid. */
@@ -58,6 +58,7 @@ typedef struct {
 
 typedef enum {
   EXCHANGE_NCCL,      /* ncclSend/ncclRecv with the neighbours */
+  EXCHANGE_PUT,       /* ncclPutSignal into the neighbours' ghost faces (--put) */
   EXCHANGE_FLAG_SYNC, /* no data: cudaStreamSynchronize + MPI_Barrier */
   EXCHANGE_LOCAL      /* one block, periodic wrap by device copies: the reference */
 } exchange_t;
@@ -70,7 +71,13 @@ typedef struct {
   exchange_t exchange;
   ncclComm_t comm;
   cudaStream_t stream;
+  ncclWindow_t win;                /* --put: recv, this rank's window */
+  size_t put_off[HALO_FACES];      /* --put: where face f lands in nbr[f]'s window */
+  ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
+  int ndesc;
 } solver_t;
+
+enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
 
 /* ---------------------------------------------------------------- options -- */
 
@@ -87,6 +94,9 @@ static void usage(FILE* out) {
           "  --no-check       skip the comparison with a one-block reference run\n"
           "  --flag-sync      no exchange: cudaStreamSynchronize + MPI_Barrier each\n"
           "                   iteration, the cost of synchronizing without data\n"
+          "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
+          "                   neighbour's ghost faces (a registered window), then\n"
+          "                   ncclWaitSignal; a signal back says the ghosts were used\n"
           "  -h, --help       this text\n");
 }
 
@@ -125,6 +135,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
   static const struct option longopts[] = {{"periodic", no_argument, NULL, 'P'},
                                            {"no-check", no_argument, NULL, 'C'},
                                            {"flag-sync", no_argument, NULL, 'F'},
+                                           {"put", no_argument, NULL, 'U'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   *o = (options_t){.n = {192, 192, 192}, .iters = 100, .warmup = 10, .check = 1};
@@ -139,6 +150,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'P': o->periodic = 1; break;
       case 'C': o->check = 0; break;
       case 'F': o->flag_sync = 1; break;
+      case 'U': o->put = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
         return -1;
@@ -236,7 +248,13 @@ static void solver_create(solver_t* s, domain_t dom, exchange_t exchange, ncclCo
   CUDA_CHECK(cudaMalloc((void**)&s->u, cells * sizeof(double)));
   CUDA_CHECK(cudaMalloc((void**)&s->unew, cells * sizeof(double)));
   CUDA_CHECK(cudaMalloc((void**)&s->send, face_cells * sizeof(double)));
-  CUDA_CHECK(cudaMalloc((void**)&s->recv, face_cells * sizeof(double)));
+  if (exchange == EXCHANGE_PUT) { /* the ghost faces are this rank's window */
+    NCCL_CHECK(comm, ncclMemAlloc((void**)&s->recv, face_cells * sizeof(double)));
+    NCCL_CHECK(comm, ncclCommWindowRegister(comm, s->recv, face_cells * sizeof(double), &s->win,
+                                            NCCL_WIN_DEFAULT));
+  } else {
+    CUDA_CHECK(cudaMalloc((void**)&s->recv, face_cells * sizeof(double)));
+  }
   /* Deterministic ghosts in --flag-sync mode, where nothing arrives. */
   CUDA_CHECK(cudaMemsetAsync(s->recv, 0, face_cells * sizeof(double), stream));
   CUDA_CHECK(halo_init(s->u, dom.box, dom.place, stream));
@@ -249,7 +267,54 @@ static void solver_destroy(solver_t* s) {
   CUDA_CHECK(cudaFree(s->u));
   CUDA_CHECK(cudaFree(s->unew));
   CUDA_CHECK(cudaFree(s->send));
-  CUDA_CHECK(cudaFree(s->recv));
+  if (s->exchange == EXCHANGE_PUT) {
+    NCCL_CHECK(s->comm, ncclCommWindowDeregister(s->comm, s->win));
+    NCCL_CHECK(s->comm, ncclMemFree(s->recv));
+  } else {
+    CUDA_CHECK(cudaFree(s->recv));
+  }
+}
+
+/*
+ * --put: face f goes into the ghost plane of nbr[f] that faces this rank,
+ * its opposite(f) plane (see exchange_nccl), whose offset depends on the
+ * neighbour's box.  Every rank signals once per face it puts (context
+ * CTX_DATA) and waits for one signal per ghost plane it expects; after
+ * unpacking, it signals each sender once per plane (CTX_ACK), and a rank puts
+ * again only once its neighbours acknowledged the previous faces, so a put
+ * never overwrites ghosts not yet unpacked.  One round of acknowledgements is
+ * sent at the start.
+ */
+static void put_setup(solver_t* s, const options_t* o) {
+  for (int f = 0; f < HALO_FACES; f++) {
+    if (!((s->faces >> f) & 1u)) continue;
+    domain_t nd = domain_of(o, s->dom.nbr[f]);
+    s->put_off[f] = halo_face_offset(nd.box, halo_opposite(f));
+    s->data[s->ndesc] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, CTX_DATA};
+    s->acks[s->ndesc++] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, CTX_ACK};
+  }
+  for (int f = 0; f < HALO_FACES; f++)
+    if ((s->faces >> f) & 1u) NCCL_CHECK(s->comm, ncclSignal(s->dom.nbr[f], 0, CTX_ACK, 0, s->comm, s->stream));
+}
+
+static void exchange_put(solver_t* s) {
+  halo_box_t b = s->dom.box;
+  if (s->ndesc == 0) return;
+  NCCL_CHECK(s->comm, ncclWaitSignal(s->ndesc, s->acks, s->comm, s->stream));
+  NCCL_CHECK(s->comm, ncclGroupStart());
+  for (int f = 0; f < HALO_FACES; f++)
+    if ((s->faces >> f) & 1u)
+      NCCL_CHECK(s->comm, ncclPutSignal(s->send + halo_face_offset(b, f), halo_face_count(b, f),
+                                        ncclDouble, s->dom.nbr[f], s->win,
+                                        s->put_off[f] * sizeof(double), 0, CTX_DATA, 0, s->comm,
+                                        s->stream));
+  NCCL_CHECK(s->comm, ncclWaitSignal(s->ndesc, s->data, s->comm, s->stream));
+  NCCL_CHECK(s->comm, ncclGroupEnd());
+}
+
+static void put_release(solver_t* s) {
+  for (int f = 0; f < HALO_FACES; f++)
+    if ((s->faces >> f) & 1u) NCCL_CHECK(s->comm, ncclSignal(s->dom.nbr[f], 0, CTX_ACK, 0, s->comm, s->stream));
 }
 
 /* NCCL pairs the k-th send from A to B with the k-th receive on B from A,
@@ -301,10 +366,12 @@ static void solver_step(solver_t* s, int sweep) {
   CUDA_CHECK(halo_pack(s->u, s->send, s->dom.box, s->faces, s->stream));
   switch (s->exchange) {
     case EXCHANGE_NCCL: exchange_nccl(s); break;
+    case EXCHANGE_PUT: exchange_put(s); break;
     case EXCHANGE_FLAG_SYNC: exchange_flag_sync(s); break;
     case EXCHANGE_LOCAL: exchange_local(s); break;
   }
   CUDA_CHECK(halo_unpack(s->u, s->recv, s->dom.box, s->faces, s->stream));
+  if (s->exchange == EXCHANGE_PUT) put_release(s);
   if (!sweep) return;
   CUDA_CHECK(halo_jacobi(s->u, s->unew, s->dom.box, s->stream));
   double* t = s->u;
@@ -463,9 +530,9 @@ static void print_header(const options_t* o, int gpus) {
   printf("  processes   %d x %d x %d, %d ranks on %d GPU%s\n", o->p[0], o->p[1], o->p[2],
          world_size, gpus, gpus == 1 ? "" : "s");
   printf("  iterations  %d timed, after %d warm-up\n", o->iters, o->warmup);
-  printf("  exchange    %s\n", o->flag_sync
-                                   ? "none (--flag-sync: cudaStreamSynchronize + MPI_Barrier)"
-                                   : "ncclSend/ncclRecv in one group");
+  printf("  exchange    %s\n", o->flag_sync ? "none (--flag-sync: cudaStreamSynchronize + MPI_Barrier)"
+                               : o->put    ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
+                                           : "ncclSend/ncclRecv in one group");
   fflush(stdout);
 }
 
@@ -495,11 +562,14 @@ static int run(const options_t* o, int gpus) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ncclComm_t comm = NULL;
-  NCCL_CHECK(NULL, mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.numRmaCtx = 2; /* --put: data and acknowledgements */
+  NCCL_CHECK(NULL, mpincclCommInitMPI(&comm, MPI_COMM_WORLD, &config));
   print_header(o, gpus);
   solver_t s;
-  solver_create(&s, domain_of(o, world_rank), o->flag_sync ? EXCHANGE_FLAG_SYNC : EXCHANGE_NCCL,
-                comm, stream);
+  exchange_t ex = o->flag_sync ? EXCHANGE_FLAG_SYNC : o->put ? EXCHANGE_PUT : EXCHANGE_NCCL;
+  solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
+  if (ex == EXCHANGE_PUT) put_setup(&s, o);
   for (int it = 0; it < o->warmup; it++) solver_step(&s, 1);
   double full_ms = solver_time(&s, o->iters, 1);
   /* Leaves the interior as it is: the ghosts it refreshes are those the next

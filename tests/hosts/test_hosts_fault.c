@@ -32,6 +32,23 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: creation failed: %s\n", rank, ncclGetLastError(NULL));
     return 1;
   }
+  /* Connect both ways first, so that the peer dies in the middle of a
+   * transfer, not while UCX is still wiring the endpoints up (UCX 1.13
+   * can abort in wire-up when the other side vanishes: an assertion on a
+   * late REP message). */
+  char small[2][8] = {{0}};
+  uint64_t warm[2] = {0, 0};
+  int werr[2] = {0, 0};
+  for (int k = 0; k < 2; k++) { /* rank 1 to rank 0, then rank 0 to rank 1 */
+    if (rank == 1 - k) mpn_ucx_host_send(comm, k, small[k], 8, &warm[k], 1, &werr[k]);
+    else mpn_ucx_host_recv(comm, 1 - k, small[k], 8, &warm[k], 1, &werr[k]);
+    double t = now();
+    while (__atomic_load_n(&warm[k], __ATOMIC_ACQUIRE) != 1 && now() - t < 20) usleep(100);
+    if (warm[k] != 1 || werr[k] != 0) {
+      fprintf(stderr, "rank %d: the warm-up message %d did not arrive\n", rank, k);
+      return 1;
+    }
+  }
   size_t bytes = (size_t)64 << 20;
   char* buf = calloc(bytes, 1);
   uint64_t flag = 0;

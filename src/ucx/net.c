@@ -12,6 +12,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "transport.h"
+#include "ucx/net_comm.h"
 #include "ucx/proxy.h"
 
 #define MPN_UCX_ADDR_MAX 4096
@@ -84,10 +85,21 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   return res;
 }
 
+int mpn_ucx_comm_ready(const struct ncclComm* comm) { return comm->ucx && comm->ucx->peers; }
+
+mpn_ucx_peer_t* mpn_ucx_comm_peer(struct ncclComm* comm, int peer) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  if (u == NULL || u->peers == NULL || peer < 0 || peer >= comm->nranks || u->peers[peer].address == NULL)
+    return NULL;
+  return &u->peers[peer];
+}
+
+int* mpn_ucx_comm_error(struct ncclComm* comm) { return &comm->ucx->error; }
+
 static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
                             size_t bytes, uint64_t* flag, uint64_t value, int* error) {
   struct mpn_ucx_comm* u = comm->ucx;
-  if (u == NULL || u->peers == NULL || u->peers[peer].address == NULL)
+  if (mpn_ucx_comm_peer(comm, peer) == NULL)
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
   mpn_ucx_cmd_t cmd = {.kind = kind, .owner = u, .peer = &u->peers[peer], .buf = buf,
                        .bytes = bytes, .flag = flag, .value = value, .error = error,

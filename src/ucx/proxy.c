@@ -53,15 +53,24 @@ static void flying_remove(mpn_ucx_cmd_t* cmd) {
 }
 
 /* Completion of any operation: report, then let the request go. */
+static const char* kind_name(mpn_ucx_cmd_kind_t kind) {
+  switch (kind) {
+    case MPN_UCX_SEND: return "send";
+    case MPN_UCX_RECV: return "receive";
+    case MPN_UCX_PUT_SIGNAL: return "put with signal";
+    default: return "call";
+  }
+}
+
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (cmd->request) flying_remove(cmd);
-  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", cmd->kind == MPN_UCX_SEND ? "send" : "receive",
+  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
   if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, (int)ncclRemoteError, __ATOMIC_RELEASE);
   if (status != UCS_OK && cmd->owner_error)
     __atomic_store_n(cmd->owner_error, (int)ncclRemoteError, __ATOMIC_RELEASE);
-  if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", cmd->kind == MPN_UCX_SEND ? "send" : "receive", ucs_status_string(status));
+  if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
   __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
   px.in_flight--;
   free(cmd);
@@ -107,22 +116,62 @@ static ucs_status_t ep_connect(mpn_ucx_peer_t* peer) {
   return ucp_ep_create(px.worker, &params, &peer->ep);
 }
 
+/* A request of UCX that nobody waits for: released when it completes. */
+static ucs_status_t let_go(ucs_status_ptr_t req) {
+  if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+  if (req) ucp_request_free(req);
+  return UCS_OK;
+}
+
+/*
+ * Put with signal: the data, a fence, then an atomic add of 1 to the peer's
+ * counter, so the peer sees the count change only after the data; then a
+ * flush of the endpoint, whose completion (everything remotely done) is the
+ * command's.  The peer's keys are unpacked on first use.
+ */
+static ucs_status_ptr_t put_signal(mpn_ucx_cmd_t* cmd, const ucp_request_param_t* done) {
+  ucp_ep_h ep = cmd->peer->ep;
+  ucs_status_t st = UCS_OK;
+  if (cmd->dst->rkey == NULL) st = ucp_ep_rkey_unpack(ep, cmd->dst->packed, &cmd->dst->rkey);
+  if (st == UCS_OK && cmd->signal->rkey == NULL)
+    st = ucp_ep_rkey_unpack(ep, cmd->signal->packed, &cmd->signal->rkey);
+  ucp_request_param_t plain = {.op_attr_mask = 0};
+  if (st == UCS_OK && cmd->bytes > 0)
+    st = let_go(ucp_put_nbx(ep, cmd->buf, cmd->bytes, cmd->dst->addr + cmd->dst_offset, cmd->dst->rkey, &plain));
+  if (st == UCS_OK) st = ucp_worker_fence(px.worker);
+  ucp_request_param_t amo = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE, .datatype = ucp_dt_make_contig(8)};
+  cmd->one = 1;
+  if (st == UCS_OK)
+    st = let_go(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &cmd->one, 1,
+                                  cmd->signal->addr + cmd->signal_offset, cmd->signal->rkey, &amo));
+  if (st != UCS_OK) return UCS_STATUS_PTR(st);
+  return ucp_ep_flush_nbx(ep, done);
+}
+
 /* Posts one command.  Receives also connect to their peer, so that a peer
  * that dies while we wait for it is noticed through its endpoint. */
 static void execute(mpn_ucx_cmd_t* cmd) {
-  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s of %zu bytes, tag %016llx", cmd->kind == MPN_UCX_SEND ? "send" : "receive",
-            cmd->bytes, (unsigned long long)cmd->tag);
+  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s of %zu bytes, tag %016llx", kind_name(cmd->kind), cmd->bytes,
+            (unsigned long long)cmd->tag);
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
                                .user_data = cmd};
   ucs_status_ptr_t req;
   cmd->request = NULL;
   px.in_flight++;
+  if (cmd->kind == MPN_UCX_CALL) {
+    cmd->fn(cmd->arg);
+    complete(NULL, UCS_OK, cmd);
+    return;
+  }
   ucs_status_t st = ep_connect(cmd->peer);
   if (st != UCS_OK) {
     complete(NULL, st, cmd);
     return;
   }
-  if (cmd->kind == MPN_UCX_SEND) {
+  if (cmd->kind == MPN_UCX_PUT_SIGNAL) {
+    param.cb.send = send_done;
+    req = put_signal(cmd, &param);
+  } else if (cmd->kind == MPN_UCX_SEND) {
     param.cb.send = send_done;
     req = ucp_tag_send_nbx(cmd->peer->ep, cmd->buf, cmd->bytes, cmd->tag, &param);
   } else {
@@ -229,6 +278,8 @@ ncclResult_t mpn_ucx_proxy_start(const char* near_pci, const void** address, siz
   *len = px.address_len;
   return ncclSuccess;
 }
+
+ucp_context_h mpn_ucx_proxy_context(void) { return px.context; }
 
 ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
   mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));

@@ -21,7 +21,19 @@ typedef struct {
   int failed;         /**< UCX reported the peer unreachable (proxy thread) */
 } mpn_ucx_peer_t;
 
-typedef enum { MPN_UCX_SEND, MPN_UCX_RECV } mpn_ucx_cmd_kind_t;
+typedef enum {
+  MPN_UCX_SEND,
+  MPN_UCX_RECV,
+  MPN_UCX_PUT_SIGNAL, /**< put, fence, atomic add of 1 to a remote counter, flush */
+  MPN_UCX_CALL        /**< run fn(arg) on the proxy thread (context-level UCX calls) */
+} mpn_ucx_cmd_kind_t;
+
+/** A remote region as a peer sees it: address and packed key, unpacked on first use. */
+typedef struct {
+  uint64_t addr;
+  const void* packed; /**< the owner's packed rkey */
+  ucp_rkey_h rkey;    /**< unpacked on the proxy thread with the peer's endpoint */
+} mpn_ucx_remote_t;
 
 /** One operation for the proxy. */
 typedef struct mpn_ucx_cmd {
@@ -35,6 +47,13 @@ typedef struct mpn_ucx_cmd {
   uint64_t value;
   int* error;           /**< set to an ncclResult_t when the operation fails */
   int* owner_error;     /**< the same, for the communicator */
+  mpn_ucx_remote_t* dst;    /**< put: the peer's region, at dst_offset */
+  size_t dst_offset;
+  mpn_ucx_remote_t* signal; /**< put: the peer's counter region, at signal_offset */
+  size_t signal_offset;
+  uint64_t one;             /**< put: the operand of the atomic add */
+  void (*fn)(void*);        /**< call */
+  void* arg;
   void* request;        /**< UCX request while in flight (proxy thread) */
   struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;
@@ -45,6 +64,9 @@ typedef struct mpn_ucx_cmd {
  * is bound to the CPUs nearest it.
  */
 ncclResult_t mpn_ucx_proxy_start(const char* near_pci, const void** address, size_t* len);
+
+/** The process's UCX context (for mapping memory; use it on the proxy thread, see MPN_UCX_CALL). */
+ucp_context_h mpn_ucx_proxy_context(void);
 
 /** Queues a command (copied); returns at once. */
 ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);

@@ -3,7 +3,8 @@
  * test hosts: communicators from a unique id and from MPI_COMM_WORLD must
  * see two hosts of two ranks each, choose UCX between hosts and never
  * between ranks of one host (IPC there when there are GPUs), split by host,
- * and move host memory around the ring through UCX from host to host.
+ * and move host memory around the ring through UCX from host to host, with
+ * tagged messages and with one-sided puts whose signals follow the data.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 
 #include "ucx/net.h"
+#include "ucx/rma.h"
 #endif
 
 static int world_rank, failures;
@@ -72,6 +74,35 @@ static void ucx_ring(ncclComm_t comm) {
   free(s);
   free(r);
 }
+
+/* The same ring one-sided: a put into the next rank's region whose signal,
+ * a counter in another region, must come after the data. */
+static void ucx_put_ring(ncclComm_t comm) {
+  enum { BYTES = 1 << 20 };
+  int n = comm->nranks, to = (comm->rank + 1) % n, from = (comm->rank + n - 1) % n;
+  unsigned char *s = malloc(BYTES), *r = calloc(BYTES, 1);
+  uint64_t counter = 0, flag = 0;
+  int error = 0;
+  for (int i = 0; i < BYTES; i++) s[i] = (unsigned char)(comm->rank * 29 + i * 7);
+  mpn_ucx_region_t *data = NULL, *sig = NULL;
+  EXPECT(mpn_ucx_region_register(comm, r, BYTES, &data) == ncclSuccess);
+  EXPECT(mpn_ucx_region_register(comm, &counter, sizeof(counter), &sig) == ncclSuccess);
+  if (data && sig && comm->transport[to] == MPN_TRANSPORT_UCX && comm->transport[from] == MPN_TRANSPORT_UCX) {
+    EXPECT(mpn_ucx_host_put_signal(comm, to, s, BYTES, data, 0, sig, 0, &flag, 1, &error) == ncclSuccess);
+    time_t end = time(NULL) + 30;
+    while ((__atomic_load_n(&counter, __ATOMIC_ACQUIRE) != 1 || __atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 1) &&
+           time(NULL) < end) {
+    }
+    EXPECT(counter == 1 && flag == 1 && error == 0);
+    int bad = 0;
+    for (int i = 0; i < BYTES; i++) bad += r[i] != (unsigned char)(from * 29 + i * 7);
+    EXPECT(bad == 0);
+  }
+  if (data) EXPECT(mpn_ucx_region_deregister(comm, data) == ncclSuccess);
+  if (sig) EXPECT(mpn_ucx_region_deregister(comm, sig) == ncclSuccess);
+  free(s);
+  free(r);
+}
 #endif
 
 int main(int argc, char** argv) {
@@ -90,6 +121,8 @@ int main(int argc, char** argv) {
     check_hosts(world);
 #ifdef HAVE_UCX
     ucx_ring(world);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ucx_put_ring(world);
     MPI_Barrier(MPI_COMM_WORLD);
 #endif
     /* Split by host: colour = the lowest rank on my host. */

@@ -1,8 +1,8 @@
 /*
  * test_ucx_host.c - the UCX layer moving host memory between processes
  * (MPINCCL_TRANSPORT=ucx puts every other-process peer on UCX): a ring of
- * sizes from 1 byte to 16 MiB, an all-to-all, and several messages to one
- * peer arriving in order.  Completion flags are polled with a deadline, so a
+ * sizes from 1 byte to 16 MiB, an all-to-all, several messages to one peer
+ * arriving in order, and one-sided puts whose signals follow their data.  Completion flags are polled with a deadline, so a
  * lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
@@ -14,6 +14,7 @@
 #include "core/param.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
+#include "ucx/rma.h"
 
 static int rank, nranks, failures;
 
@@ -93,6 +94,62 @@ static void all_to_all(ncclComm_t comm) {
   free(flags);
 }
 
+/* One-sided: every rank puts a block into every other rank's region at its
+ * own offset, each put adding 1 to the receiver's counter for this sender.
+ * When a counter reaches the round, that sender's block of the round must
+ * be there.  Three rounds; then the refusals. */
+static void put_signal(ncclComm_t comm) {
+  enum { BYTES = 100000, ROUNDS = 3 };
+  unsigned char* region = calloc((size_t)nranks * BYTES, 1);
+  unsigned char* src = malloc((size_t)nranks * BYTES);
+  uint64_t* counters = calloc((size_t)nranks, sizeof(uint64_t));
+  uint64_t* flags = calloc((size_t)nranks, sizeof(uint64_t));
+  mpn_ucx_region_t *data = NULL, *sig = NULL;
+  EXPECT(mpn_ucx_region_register(comm, region, (size_t)nranks * BYTES, &data) == ncclSuccess);
+  EXPECT(mpn_ucx_region_register(comm, counters, (size_t)nranks * sizeof(uint64_t), &sig) == ncclSuccess);
+  int error = 0;
+  for (int k = 1; data && sig && k <= ROUNDS; k++) {
+    for (int p = 0; p < nranks; p++) {
+      if (p == rank) continue;
+      unsigned char* b = src + (size_t)p * BYTES;
+      for (size_t i = 0; i < BYTES; i++) b[i] = byte_of(rank, p, i, 20 + k);
+      EXPECT(mpn_ucx_host_put_signal(comm, p, b, BYTES, data, (size_t)rank * BYTES, sig,
+                                     (size_t)rank * sizeof(uint64_t), &flags[p], (uint64_t)k,
+                                     &error) == ncclSuccess);
+    }
+    time_t end = time(NULL) + 30;
+    for (int p = 0; p < nranks; p++) {
+      if (p == rank) continue;
+      while (__atomic_load_n(&counters[p], __ATOMIC_ACQUIRE) < (uint64_t)k && time(NULL) <= end) {
+      }
+      EXPECT(__atomic_load_n(&counters[p], __ATOMIC_ACQUIRE) == (uint64_t)k);
+      size_t bad = 0;
+      for (size_t i = 0; i < BYTES; i++) bad += region[(size_t)p * BYTES + i] != byte_of(p, rank, i, 20 + k);
+      if (bad) fprintf(stderr, "[rank %d] put from %d, round %d: %zu wrong\n", rank, p, k, bad);
+      failures += bad != 0;
+    }
+    for (int p = 0; p < nranks; p++) {
+      if (p == rank) continue;
+      while (__atomic_load_n(&flags[p], __ATOMIC_ACQUIRE) != (uint64_t)k && time(NULL) <= end) {
+      }
+      EXPECT(flags[p] == (uint64_t)k);
+    }
+    EXPECT(error == 0);
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody puts again before the others checked */
+  }
+  if (data && sig) {
+    int to = (rank + 1) % nranks;
+    uint64_t flag = 0;
+    EXPECT(mpn_ucx_host_put_signal(comm, to, src, BYTES + 1, data, (size_t)(nranks - 1) * BYTES, sig, 0,
+                                   &flag, 1, &error) == ncclInvalidArgument);
+    EXPECT(mpn_ucx_host_put_signal(comm, to, src, 8, data, 0, sig, 4, &flag, 1, &error) == ncclInvalidArgument);
+    EXPECT(mpn_ucx_host_put_signal(comm, rank, src, 8, data, 0, sig, 0, &flag, 1, &error) == ncclInvalidUsage);
+  }
+  if (data) EXPECT(mpn_ucx_region_deregister(comm, data) == ncclSuccess);
+  if (sig) EXPECT(mpn_ucx_region_deregister(comm, sig) == ncclSuccess);
+  free(region), free(src), free(counters), free(flags);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3 4");
@@ -107,6 +164,7 @@ int main(int argc, char** argv) {
   if (comm) {
     for (size_t bytes = 1, k = 0; bytes <= (16u << 20); bytes *= 8, k++) ring(comm, bytes, (int)k);
     all_to_all(comm);
+    put_signal(comm);
     int bogus = 0;
     uint64_t flag = 0;
     EXPECT(mpn_ucx_host_send(comm, rank, &bogus, 4, &flag, 1, &bogus) == ncclInvalidUsage);

@@ -1,0 +1,167 @@
+/*
+ * rma.c - one-sided transfers of host memory over UCX: regions mapped with
+ * ucp_mem_map whose keys every rank of the communicator receives when the
+ * region is registered (collectively), and a put whose signal, an atomic add
+ * on a counter in another region of the peer, becomes visible only after
+ * the data (put, fence, add).  Context-level UCX calls run on the proxy
+ * thread, like every other UCX call.  Device windows will be staged through
+ * such regions where UCX cannot reach device memory (issue 5).
+ */
+#include "ucx/rma.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/channel.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "transport.h"
+#include "ucx/net_comm.h"
+#include "ucx/proxy.h"
+
+#define MPN_UCX_RKEY_MAX 2048
+
+struct mpn_ucx_region {
+  void* base;
+  size_t bytes;
+  ucp_mem_h memh;
+  void* packed; /* this rank's packed key */
+  size_t packed_len;
+  int nranks;
+  mpn_ucx_remote_t* remote; /* per peer; addr 0 for peers not on UCX */
+  uint64_t* remote_bytes;
+  char* keys;               /* the peers' packed keys, backing remote[].packed */
+  ucs_status_t status;      /* of the last call on the proxy thread */
+};
+
+/* Runs fn(arg) on the proxy thread and waits for it (registration only). */
+static ncclResult_t proxy_call(void (*fn)(void*), void* arg) {
+  uint64_t done = 0;
+  int error = 0;
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = fn, .arg = arg, .flag = &done, .value = 1,
+                       .error = &error};
+  MPN_CHECK(mpn_ucx_proxy_post(&cmd));
+  uint64_t deadline = mpn_chan_deadline();
+  while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) != 1) {
+    if (mpn_chan_now_ns() > deadline)
+      return mpn_error_set(NULL, ncclInternalError, "the UCX proxy thread does not answer");
+    usleep(20);
+  }
+  return ncclSuccess;
+}
+
+static void map_on_proxy(void* arg) {
+  mpn_ucx_region_t* r = arg;
+  ucp_mem_map_params_t params = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                                               UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+                                 .address = r->base,
+                                 .length = r->bytes};
+  ucp_context_h ctx = mpn_ucx_proxy_context();
+  r->status = ucp_mem_map(ctx, &params, &r->memh);
+  if (r->status == UCS_OK) r->status = ucp_rkey_pack(ctx, r->memh, &r->packed, &r->packed_len);
+}
+
+static void unmap_on_proxy(void* arg) {
+  mpn_ucx_region_t* r = arg;
+  for (int p = 0; r->remote && p < r->nranks; p++)
+    if (r->remote[p].rkey) ucp_rkey_destroy(r->remote[p].rkey);
+  if (r->packed) ucp_rkey_buffer_release(r->packed);
+  if (r->memh) ucp_mem_unmap(mpn_ucx_proxy_context(), r->memh);
+}
+
+typedef struct {
+  uint64_t addr, bytes;
+  uint32_t len;
+  char key[MPN_UCX_RKEY_MAX];
+} key_slot_t;
+
+static void region_free(mpn_ucx_region_t* r) {
+  proxy_call(unmap_on_proxy, r);
+  free(r->remote);
+  free(r->remote_bytes);
+  free(r->keys);
+  free(r);
+}
+
+ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t bytes,
+                                     mpn_ucx_region_t** out) {
+  *out = NULL;
+  if (!mpn_ucx_comm_ready(comm))
+    return mpn_error_set(comm, ncclInvalidUsage, "communicator %p has no UCX peers", (void*)comm);
+  mpn_ucx_region_t* r = calloc(1, sizeof(*r));
+  key_slot_t* slots = calloc((size_t)comm->nranks, sizeof(*slots));
+  ncclResult_t res = r && slots ? ncclSuccess : mpn_error_set(comm, ncclSystemError, "out of memory");
+  if (res == ncclSuccess) {
+    *r = (mpn_ucx_region_t){.base = base, .bytes = bytes, .nranks = comm->nranks};
+    res = proxy_call(map_on_proxy, r);
+  }
+  if (res == ncclSuccess && r->status != UCS_OK)
+    res = mpn_error_set(comm, ncclSystemError, "UCX could not map %zu bytes at %p: %s", bytes, base,
+                        ucs_status_string(r->status));
+  if (res == ncclSuccess && r->packed_len > MPN_UCX_RKEY_MAX)
+    res = mpn_error_set(comm, ncclInternalError, "UCX key of %zu bytes is too long", r->packed_len);
+  key_slot_t* mine = slots ? &slots[comm->rank] : NULL;
+  if (res == ncclSuccess) {
+    *mine = (key_slot_t){.addr = (uint64_t)(uintptr_t)base, .bytes = bytes, .len = (uint32_t)r->packed_len};
+    memcpy(mine->key, r->packed, r->packed_len);
+  }
+  /* Every rank takes part, failed or not: a zero length says "failed". */
+  ncclResult_t gathered = slots ? mpn_bootstrap_allgather(comm->bootstrap, slots, sizeof(*slots)) : res;
+  if (res == ncclSuccess) res = gathered;
+  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++)
+    if (slots[p].len == 0)
+      res = mpn_error_set(comm, ncclSystemError, "rank %d could not map its UCX region", p);
+  if (res == ncclSuccess) {
+    r->remote = calloc((size_t)comm->nranks, sizeof(*r->remote));
+    r->remote_bytes = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    r->keys = malloc((size_t)comm->nranks * MPN_UCX_RKEY_MAX);
+    if (!r->remote || !r->remote_bytes || !r->keys) res = mpn_error_set(comm, ncclSystemError, "out of memory");
+  }
+  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
+    char* key = r->keys + (size_t)p * MPN_UCX_RKEY_MAX;
+    memcpy(key, slots[p].key, slots[p].len);
+    r->remote[p] = (mpn_ucx_remote_t){.addr = slots[p].addr, .packed = key};
+    r->remote_bytes[p] = slots[p].bytes;
+  }
+  free(slots);
+  if (res != ncclSuccess) {
+    if (r) region_free(r);
+    return res;
+  }
+  *out = r;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_ucx_region_deregister(struct ncclComm* comm, mpn_ucx_region_t* r) {
+  /* Collective: no peer may still put into it. */
+  ncclResult_t res = mpn_bootstrap_barrier(comm->bootstrap);
+  region_free(r);
+  return res;
+}
+
+ncclResult_t mpn_ucx_host_put_signal(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
+                                     mpn_ucx_region_t* dst, size_t dst_offset,
+                                     mpn_ucx_region_t* signal, size_t signal_offset,
+                                     uint64_t* flag, uint64_t value, int* error) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  if (p == NULL)
+    return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
+  if (dst_offset > dst->remote_bytes[peer] || bytes > dst->remote_bytes[peer] - dst_offset)
+    return mpn_error_set(comm, ncclInvalidArgument,
+                         "put of %zu bytes at offset %zu runs past the end of rank %d's region "
+                         "(%llu bytes)",
+                         bytes, dst_offset, peer, (unsigned long long)dst->remote_bytes[peer]);
+  if (signal_offset % 8 || signal_offset + 8 > signal->remote_bytes[peer])
+    return mpn_error_set(comm, ncclInvalidArgument,
+                         "signal offset %zu is not an aligned counter inside rank %d's region "
+                         "(%llu bytes)",
+                         signal_offset, peer, (unsigned long long)signal->remote_bytes[peer]);
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx, .peer = p, .buf = (void*)buf,
+                       .bytes = bytes, .flag = flag, .value = value, .error = error,
+                       .owner_error = mpn_ucx_comm_error(comm), .dst = &dst->remote[peer],
+                       .dst_offset = dst_offset, .signal = &signal->remote[peer],
+                       .signal_offset = signal_offset};
+  return mpn_ucx_proxy_post(&cmd);
+}

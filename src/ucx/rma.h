@@ -1,0 +1,38 @@
+/*
+ * rma.h - one-sided transfers of host memory over UCX (see rma.c).
+ */
+#ifndef MPN_UCX_RMA_H_
+#define MPN_UCX_RMA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+typedef struct mpn_ucx_region mpn_ucx_region_t;
+
+/**
+ * Maps bytes of host memory at base for remote access by the communicator's
+ * UCX peers and hands every rank the others' keys.  Collective over comm;
+ * fails on every rank if it fails on one.
+ */
+ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t bytes,
+                                     mpn_ucx_region_t** out);
+
+/** Collective: unmaps the region once no peer uses it any more. */
+ncclResult_t mpn_ucx_region_deregister(struct ncclComm* comm, mpn_ucx_region_t* region);
+
+/**
+ * Puts bytes from buf into peer's part of dst at dst_offset, then adds 1 to
+ * the 64-bit counter at signal_offset in peer's part of signal, which the
+ * peer sees change only after the data.  Returns at once; *flag becomes
+ * value once both are remotely complete (buf may be reused), *error an
+ * ncclResult_t if the peer cannot be reached.
+ */
+ncclResult_t mpn_ucx_host_put_signal(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
+                                     mpn_ucx_region_t* dst, size_t dst_offset,
+                                     mpn_ucx_region_t* signal, size_t signal_offset,
+                                     uint64_t* flag, uint64_t value, int* error);
+
+#endif /* MPN_UCX_RMA_H_ */

@@ -97,26 +97,40 @@ mpn_ucx_peer_t* mpn_ucx_comm_peer(struct ncclComm* comm, int peer) {
 int* mpn_ucx_comm_error(struct ncclComm* comm) { return &comm->ucx->error; }
 
 static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
-                            size_t bytes, uint64_t* flag, uint64_t value, int* error) {
+                            size_t bytes, const mpn_ucx_trigger_t* when, uint64_t* flag,
+                            uint64_t value, int* error) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (mpn_ucx_comm_peer(comm, peer) == NULL)
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
   mpn_ucx_cmd_t cmd = {.kind = kind, .owner = u, .peer = &u->peers[peer], .buf = buf,
                        .bytes = bytes, .flag = flag, .value = value, .error = error,
-                       .owner_error = &u->error};
+                       .owner_error = &u->error, .trigger = when ? when->word : NULL,
+                       .trigger_value = when ? when->value : 0};
   cmd.tag = kind == MPN_UCX_SEND ? make_tag(comm, comm->rank, ++u->send_seq[peer])
                                  : make_tag(comm, peer, ++u->recv_seq[peer]);
   return mpn_ucx_proxy_post(&cmd);
 }
 
+ncclResult_t mpn_ucx_host_send_on(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
+                                  const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
+                                  int* error) {
+  return host_op(comm, MPN_UCX_SEND, peer, (void*)buf, bytes, when, flag, value, error);
+}
+
+ncclResult_t mpn_ucx_host_recv_on(struct ncclComm* comm, int peer, void* buf, size_t bytes,
+                                  const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
+                                  int* error) {
+  return host_op(comm, MPN_UCX_RECV, peer, buf, bytes, when, flag, value, error);
+}
+
 ncclResult_t mpn_ucx_host_send(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
                                uint64_t* flag, uint64_t value, int* error) {
-  return host_op(comm, MPN_UCX_SEND, peer, (void*)buf, bytes, flag, value, error);
+  return mpn_ucx_host_send_on(comm, peer, buf, bytes, NULL, flag, value, error);
 }
 
 ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_t bytes,
                                uint64_t* flag, uint64_t value, int* error) {
-  return host_op(comm, MPN_UCX_RECV, peer, buf, bytes, flag, value, error);
+  return mpn_ucx_host_recv_on(comm, peer, buf, bytes, NULL, flag, value, error);
 }
 
 void mpn_ucx_comm_free(struct ncclComm* comm) {

@@ -31,6 +31,27 @@ ncclResult_t mpn_ucx_host_send(struct ncclComm* comm, int peer, const void* buf,
 ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_t bytes,
                                uint64_t* flag, uint64_t value, int* error);
 
+/**
+ * When an operation may start: once *word >= value.  A stream writes word
+ * (a stream memory write into host-mapped memory) when it reaches the
+ * operation, so the proxy starts it in stream order without the API thread
+ * waiting; NULL: at once.  Operations armed on one word start in post order.
+ */
+typedef struct {
+  const volatile uint64_t* word;
+  uint64_t value;
+} mpn_ucx_trigger_t;
+
+/** mpn_ucx_host_send, started when the trigger comes. */
+ncclResult_t mpn_ucx_host_send_on(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
+                                  const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
+                                  int* error);
+
+/** mpn_ucx_host_recv, posted when the trigger comes. */
+ncclResult_t mpn_ucx_host_recv_on(struct ncclComm* comm, int peer, void* buf, size_t bytes,
+                                  const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
+                                  int* error);
+
 /** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 

@@ -29,6 +29,7 @@ static struct {
   pthread_mutex_t lock;
   pthread_cond_t closed;
   mpn_ucx_cmd_t *head, *tail;
+  mpn_ucx_cmd_t *armed, *armed_tail; /* waiting for their trigger, proxy thread only */
   long in_flight;  /* proxy thread only */
   mpn_ucx_cmd_t* flying;   /* operations in flight, proxy thread only */
   const void* closing_owner;
@@ -188,7 +189,45 @@ static void execute(mpn_ucx_cmd_t* cmd) {
   }
 }
 
+static int triggered(const mpn_ucx_cmd_t* cmd) {
+  return cmd->trigger == NULL || __atomic_load_n(cmd->trigger, __ATOMIC_ACQUIRE) >= cmd->trigger_value;
+}
+
+/* Commands whose trigger has not come wait in post order; those that are
+ * due start in that order, so operations armed on one word keep theirs. */
+static void arm(mpn_ucx_cmd_t* cmd) {
+  cmd->next = NULL;
+  if (px.armed_tail) px.armed_tail->next = cmd;
+  else px.armed = cmd;
+  px.armed_tail = cmd;
+}
+
+/* Walks the armed commands in order: starts those that are due, or, when
+ * closing names an owner, fails that owner's (their trigger will never come). */
+static void armed_sweep(const void* closing) {
+  mpn_ucx_cmd_t *keep = NULL, *keep_tail = NULL;
+  for (mpn_ucx_cmd_t *c = px.armed, *next; c; c = next) {
+    next = c->next;
+    if (closing ? c->owner == closing : triggered(c)) {
+      if (closing) {
+        px.in_flight++;
+        complete(NULL, UCS_ERR_CANCELED, c);
+      } else {
+        execute(c);
+      }
+      continue;
+    }
+    c->next = NULL;
+    if (keep_tail) keep_tail->next = c;
+    else keep = c;
+    keep_tail = c;
+  }
+  px.armed = keep;
+  px.armed_tail = keep_tail;
+}
+
 static void close_endpoints(void) {
+  armed_sweep(px.closing_owner);
   cancel_matching(px.closing_owner, NULL);
   for (int i = 0; i < px.n_closing; i++) {
     mpn_ucx_peer_t* p = &px.closing[i];
@@ -223,11 +262,13 @@ static void* proxy_main(void* arg) {
     pthread_mutex_unlock(&px.lock);
     while (cmds) {
       mpn_ucx_cmd_t* next = cmds->next;
-      execute(cmds);
+      if (px.armed == NULL && triggered(cmds)) execute(cmds);
+      else arm(cmds); /* behind earlier armed ones, to keep the order */
       cmds = next;
     }
+    if (px.armed) armed_sweep(NULL);
     unsigned events = ucp_worker_progress(px.worker);
-    if (!events && px.in_flight == 0) usleep(50);
+    if (!events && px.in_flight == 0 && px.armed == NULL) usleep(50);
   }
   return NULL;
 }

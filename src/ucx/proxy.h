@@ -54,6 +54,10 @@ typedef struct mpn_ucx_cmd {
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call */
   void* arg;
+  /** When set, the proxy starts the operation only once *trigger >= trigger_value
+   * (a word that a stream writes when it reaches the operation). */
+  const volatile uint64_t* trigger;
+  uint64_t trigger_value;
   void* request;        /**< UCX request while in flight (proxy thread) */
   struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;

@@ -145,6 +145,15 @@ ncclResult_t mpn_ucx_host_put_signal(struct ncclComm* comm, int peer, const void
                                      mpn_ucx_region_t* dst, size_t dst_offset,
                                      mpn_ucx_region_t* signal, size_t signal_offset,
                                      uint64_t* flag, uint64_t value, int* error) {
+  return mpn_ucx_host_put_signal_on(comm, peer, buf, bytes, dst, dst_offset, signal, signal_offset,
+                                    NULL, flag, value, error);
+}
+
+ncclResult_t mpn_ucx_host_put_signal_on(struct ncclComm* comm, int peer, const void* buf,
+                                        size_t bytes, mpn_ucx_region_t* dst, size_t dst_offset,
+                                        mpn_ucx_region_t* signal, size_t signal_offset,
+                                        const mpn_ucx_trigger_t* when, uint64_t* flag,
+                                        uint64_t value, int* error) {
   mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
   if (p == NULL)
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
@@ -162,6 +171,7 @@ ncclResult_t mpn_ucx_host_put_signal(struct ncclComm* comm, int peer, const void
                        .bytes = bytes, .flag = flag, .value = value, .error = error,
                        .owner_error = mpn_ucx_comm_error(comm), .dst = &dst->remote[peer],
                        .dst_offset = dst_offset, .signal = &signal->remote[peer],
-                       .signal_offset = signal_offset};
+                       .signal_offset = signal_offset, .trigger = when ? when->word : NULL,
+                       .trigger_value = when ? when->value : 0};
   return mpn_ucx_proxy_post(&cmd);
 }

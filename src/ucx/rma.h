@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "ucx/net.h"
 
 struct ncclComm;
 typedef struct mpn_ucx_region mpn_ucx_region_t;
@@ -34,5 +35,12 @@ ncclResult_t mpn_ucx_host_put_signal(struct ncclComm* comm, int peer, const void
                                      mpn_ucx_region_t* dst, size_t dst_offset,
                                      mpn_ucx_region_t* signal, size_t signal_offset,
                                      uint64_t* flag, uint64_t value, int* error);
+
+/** mpn_ucx_host_put_signal, started when the trigger comes (see mpn_ucx_trigger_t). */
+ncclResult_t mpn_ucx_host_put_signal_on(struct ncclComm* comm, int peer, const void* buf,
+                                        size_t bytes, mpn_ucx_region_t* dst, size_t dst_offset,
+                                        mpn_ucx_region_t* signal, size_t signal_offset,
+                                        const mpn_ucx_trigger_t* when, uint64_t* flag,
+                                        uint64_t value, int* error);
 
 #endif /* MPN_UCX_RMA_H_ */

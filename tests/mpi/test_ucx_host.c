@@ -2,13 +2,15 @@
  * test_ucx_host.c - the UCX layer moving host memory between processes
  * (MPINCCL_TRANSPORT=ucx puts every other-process peer on UCX): a ring of
  * sizes from 1 byte to 16 MiB, an all-to-all, several messages to one peer
- * arriving in order, and one-sided puts whose signals follow their data.  Completion flags are polled with a deadline, so a
+ * arriving in order, one-sided puts whose signals follow their data, and
+ * operations that start only when a trigger word says so.  Completion flags are polled with a deadline, so a
  * lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/comm.h"
 #include "core/param.h"
@@ -150,6 +152,47 @@ static void put_signal(ncclComm_t comm) {
   free(region), free(src), free(counters), free(flags);
 }
 
+/* Operations armed on a trigger word start only when it comes, and in post
+ * order: each rank arms two sends to the next rank on its word (values 1
+ * and 2); nothing may move while the word is 0, only the first once it is
+ * 1, both once it is 2.  (On the GPU a stream writes the word.) */
+static void triggered(ncclComm_t comm) {
+  enum { BYTES = 4096 };
+  if (nranks < 2) return;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  static unsigned char s[2][BYTES], r[2][BYTES];
+  uint64_t word = 0, sent[2] = {0, 0}, got[2] = {0, 0};
+  int error = 0;
+  for (int k = 0; k < 2; k++) {
+    for (size_t i = 0; i < BYTES; i++) s[k][i] = byte_of(rank, to, i, 30 + k);
+    memset(r[k], 0, BYTES);
+    EXPECT(mpn_ucx_host_recv(comm, from, r[k], BYTES, &got[k], 1, &error) == ncclSuccess);
+  }
+  for (int k = 0; k < 2; k++) {
+    mpn_ucx_trigger_t when = {&word, (uint64_t)k + 1};
+    EXPECT(mpn_ucx_host_send_on(comm, to, s[k], BYTES, &when, &sent[k], 1, &error) == ncclSuccess);
+  }
+  usleep(100000);
+  EXPECT(__atomic_load_n(&sent[0], __ATOMIC_ACQUIRE) == 0 && __atomic_load_n(&got[0], __ATOMIC_ACQUIRE) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
+  EXPECT(wait_flags(&sent[0], 1, 1) == 0);
+  usleep(50000);
+  EXPECT(__atomic_load_n(&sent[1], __ATOMIC_ACQUIRE) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  __atomic_store_n(&word, 2, __ATOMIC_RELEASE);
+  EXPECT(wait_flags(sent, 2, 1) == 0);
+  EXPECT(wait_flags(got, 2, 1) == 0);
+  EXPECT(error == 0);
+  for (int k = 0; k < 2; k++) {
+    size_t bad = 0;
+    for (size_t i = 0; i < BYTES; i++) bad += r[k][i] != byte_of(from, rank, i, 30 + k);
+    if (bad) fprintf(stderr, "[rank %d] triggered message %d: %zu wrong\n", rank, k, bad);
+    failures += bad != 0;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3 4");
@@ -165,6 +208,7 @@ int main(int argc, char** argv) {
     for (size_t bytes = 1, k = 0; bytes <= (16u << 20); bytes *= 8, k++) ring(comm, bytes, (int)k);
     all_to_all(comm);
     put_signal(comm);
+    triggered(comm);
     int bogus = 0;
     uint64_t flag = 0;
     EXPECT(mpn_ucx_host_send(comm, rank, &bogus, 4, &flag, 1, &bogus) == ncclInvalidUsage);

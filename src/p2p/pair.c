@@ -163,6 +163,7 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
       cudaHostUnregister(m->pair.mem);
       cudaGetLastError();
       munmap(m->pair.mem, sizeof(mpn_pair_mem_t));
+      free(m->pair.rma_rings);
       if (m->pair.created) shm_unlink(m->pair.name);
       free(m);
     }

@@ -9,7 +9,9 @@
  * share, after the copies in stream order, so a receiver that sees count n
  * sees every put enqueued before the n-th signal on that stream.  Counts
  * only grow, so signals that arrive before their wait is enqueued are kept.
- * Signals captured in CUDA graphs use flags of their own (graph_slot).
+ * Signals captured in CUDA graphs use flags of their own (graph_slot);
+ * between ranks of one process under MPS, events order the streams
+ * (local.c).
  */
 #include "rma/rma.h"
 
@@ -25,6 +27,7 @@
 #include "cuda/memop.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
+#include "rma/local.h"
 #include "rma/window.h"
 #include "transport.h"
 
@@ -169,13 +172,14 @@ static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, uint64_t* 
   return ncclSuccess;
 }
 
-static ncclResult_t add_signal(mpn_memops_t* b, mpn_op_t* op, int graph) {
+static ncclResult_t add_signal(mpn_memops_t* b, mpn_op_t* op, cudaStream_t s, int graph) {
   struct ncclComm* comm = op->comm;
   int nctx = comm->config.num_rma_ctx, slot = 0;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
   if (!graph) {
     uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
+    if (mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
     return mpn_memops_add(b, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
   MPN_CHECK(graph_slot(comm, op_name(op->kind), &comm->rma->graph_sent[op->peer * nctx + op->ctx],
@@ -187,13 +191,15 @@ static ncclResult_t add_signal(mpn_memops_t* b, mpn_op_t* op, int graph) {
 }
 
 static ncclResult_t add_wait(mpn_memops_t* b, struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
-                             int graph) {
+                             cudaStream_t s, int graph) {
   int nctx = comm->config.num_rma_ctx;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, d->peer, &to, &from));
   if (!graph) {
     uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
     *expected += (uint64_t)d->opCnt;
+    if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))
+      return ncclSuccess;
     return mpn_memops_add(b, mpn_pair_signal(from, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
   for (int k = 0; k < d->opCnt; k++) {
@@ -208,21 +214,18 @@ static ncclResult_t add_wait(mpn_memops_t* b, struct ncclComm* comm, const ncclW
   return ncclSuccess;
 }
 
-/* The signal writes (program order), then the waits, of stream s. */
+/* The signal writes (program order) of stream s, or (wait) its waits. */
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
-                                  int graph) {
+                                  int graph, int wait) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
-  for (int wait = 0; wait < 2; wait++) {
-    for (int i = 0; i < n; i++) {
-      mpn_op_t* op = ops[i];
-      if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-      if (!wait) MPN_CHECK(add_signal(&b, op, graph));
-      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&b, op->comm, &op->descs[d], graph));
-    }
-    MPN_CHECK(mpn_memops_flush(&b));
+  for (int i = 0; i < n; i++) {
+    mpn_op_t* op = ops[i];
+    if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
+    if (!wait) MPN_CHECK(add_signal(&b, op, s, graph));
+    for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&b, op->comm, &op->descs[d], s, graph));
   }
-  return ncclSuccess;
+  return mpn_memops_flush(&b);
 }
 
 ncclResult_t mpn_rma_launch(mpn_op_t* list) {
@@ -259,17 +262,20 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
-  for (i = 0; i < n && res == ncclSuccess; i++) {
-    int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
-    if (seen) continue;
-    cudaSetDevice(ops[i]->comm->cuda_dev);
-    cudaStream_t s = ops[i]->stream;
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
-    res = issue_puts(ops, puts, n, s, graph);
-    if (res == ncclSuccess) res = issue_signals(drv, ops, n, s, graph);
-  }
+  /* Every stream's puts and signals, then every stream's waits: a thread
+   * driving several ranks never waits (on the host, rma/local.c) for itself. */
+  for (int wait = 0; wait < 2; wait++)
+    for (i = 0; i < n && res == ncclSuccess; i++) {
+      int seen = 0;
+      for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
+      if (seen) continue;
+      cudaSetDevice(ops[i]->comm->cuda_dev);
+      cudaStream_t s = ops[i]->stream;
+      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+      if (!wait) res = issue_puts(ops, puts, n, s, graph);
+      if (res == ncclSuccess) res = issue_signals(drv, ops, n, s, graph, wait);
+    }
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
   if (saved >= 0) cudaSetDevice(saved);

@@ -117,10 +117,12 @@ if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
     sleep 1
     extra="-x CUDA_MPS_PIPE_DIRECTORY"
     if [ $check = 1 ]; then
-      step "test_p2p under MPS"
-      MPINCCL_TEST_NP="2 4" MPINCCL_MPIRUN_FLAGS="$flags $extra" \
-        tests/run-test ./tests/gpu/test_p2p >"$out/p2p-mps.log" 2>&1
-      grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-mps.log"
+      for t in p2p rma; do
+        step "test_$t under MPS"
+        MPINCCL_TEST_NP="2 4" MPINCCL_MPIRUN_FLAGS="$flags $extra" \
+          tests/run-test ./tests/gpu/test_$t >"$out/$t-mps.log" 2>&1
+        grep -E 'failures|np=.*(PASS|FAIL)' "$out/$t-mps.log"
+      done
     fi
     regime_runs mps-on
     echo quit | nvidia-cuda-mps-control

@@ -377,13 +377,13 @@ static int plan_build(bench_t* b, size_t size) {
 /* Enqueues one iteration; returns the first failure and names its call in
  * *what.  A group once started is always ended. */
 static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
-  ncclResult_t res = ncclSuccess, r;
-#define BENCH_TRY(call)                                      \
-  do {                                                       \
-    if (res == ncclSuccess && (r = (call)) != ncclSuccess) { \
-      res = r;                                               \
-      *what = #call;                                         \
-    }                                                        \
+  ncclResult_t res = ncclSuccess, got;
+#define BENCH_TRY(call)                                        \
+  do {                                                         \
+    if (res == ncclSuccess && (got = (call)) != ncclSuccess) { \
+      res = got;                                               \
+      *what = #call;                                           \
+    }                                                          \
   } while (0)
   ncclComm_t c = b->comm;
   cudaStream_t s = b->stream;

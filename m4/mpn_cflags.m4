@@ -38,6 +38,9 @@ _Static_assert(sizeof(int) >= 2, "int");]], [])],
   MPN_WARN_CFLAGS=
   _MPN_ADD_CFLAG([MPN_WARN_CFLAGS], [-Wall])
   _MPN_ADD_CFLAG([MPN_WARN_CFLAGS], [-Wextra])
+  dnl A local that hides another (a macro's temporary named like a loop
+  dnl variable once sent every one-sided put of a benchmark to offset 0).
+  _MPN_ADD_CFLAG([MPN_WARN_CFLAGS], [-Wshadow])
   AS_IF([test "x$enable_werror" = xyes], [MPN_WARN_CFLAGS="$MPN_WARN_CFLAGS -Werror"])
   MPN_LIB_CFLAGS=
   _MPN_ADD_CFLAG([MPN_LIB_CFLAGS], [-fvisibility=hidden])

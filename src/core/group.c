@@ -60,8 +60,15 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     **tail = op;
     *tail = &op->next;
   }
-  ncclResult_t res = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
-  if (res == ncclSuccess && rma) res = mpn_rma_launch(rma);
+  ncclResult_t res = p2p ? mpn_p2p_check(p2p) : ncclSuccess;
+  if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
+  if (res == ncclSuccess) {
+    /* Both always run once checked: send/receive may report an error after
+     * posting everything, and a signal left out would leave its peer behind. */
+    ncclResult_t sent = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
+    ncclResult_t put = rma ? mpn_rma_launch(rma) : ncclSuccess;
+    res = sent != ncclSuccess ? sent : put;
+  }
   ops_free(p2p);
   ops_free(rma);
   return res;

@@ -21,7 +21,7 @@ typedef struct {
   uint64_t size;       /* the allocation's size */
   void* mapping;       /* imported: what cudaIpcOpenMemHandle returned, shared by borrowers */
   int opened;          /* imported: this entry opened mapping and closes it */
-  int pending;         /* imported: handed out, its copies not yet issued */
+  int pending;         /* imported: handed out this many times, copies not yet issued */
   int pinned;          /* imported: baked into a CUDA graph, never closed */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
   cudaEvent_t used;    /* imported: an event recorded after the last copies that used it
@@ -307,7 +307,7 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
   }
   if (res == ncclSuccess) {
     *ptr = (char*)e->base + desc->offset;
-    e->pending = 1;
+    e->pending++;
     *ref = (mpn_ipc_ref_t){owner, desc->buffer_id, dev};
   }
   pthread_mutex_unlock(&ipc_lock);
@@ -318,8 +318,10 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph) {
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
   if (e != NULL) {
-    e->pending = 0;
-    if (graph || used == NULL) e->pinned = 1; /* never known idle */
+    if (e->pending > 0) e->pending--;
+    /* One event tells when the last copies are done only if they were all
+     * on one stream: used from two, the import is never known idle. */
+    if (graph || used == NULL || (e->used != NULL && e->used != used)) e->pinned = 1;
     else e->used = used;
   }
   pthread_mutex_unlock(&ipc_lock);

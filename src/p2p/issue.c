@@ -37,7 +37,10 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
  * kernel launch per MPN_COPY_BATCH of them, the others each through the copy
  * engine.
  */
+static void keep(ncclResult_t* first, ncclResult_t res);
+
 static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
+  ncclResult_t first = ncclSuccess;
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
@@ -46,9 +49,9 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
     /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
     struct ncclComm* comm = p->op->comm;
     int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
-    MPN_CHECK(mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
+    keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
   }
-  MPN_CHECK(mpn_copies_flush(&copies));
+  keep(&first, mpn_copies_flush(&copies));
   /* Imports used here are idle again once the stream passes this point: one
    * event record for all of them (none while capturing: graphs pin them). */
   cudaEvent_t used = NULL;
@@ -62,7 +65,7 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
     }
     mpn_ipc_mark_used(&p->ref, used, p->graph);
   }
-  return ncclSuccess;
+  return first;
 }
 
 /*
@@ -110,50 +113,71 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
 }
 
 /*
+ * Issuing goes on past a failure: the first error is kept and returned, but
+ * every posted plan still gets its flag writes and waits, so that no peer
+ * waits for a flag this rank never writes (only copies are lost).
+ */
+static void keep(ncclResult_t* first, ncclResult_t res) {
+  if (res != ncclSuccess && *first == ncclSuccess) *first = res;
+}
+
+static ncclResult_t cuda_result(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return ncclSuccess;
+  cudaGetLastError();
+  ncclResult_t res = mpn_error_set(NULL, ncclUnhandledCudaError, "%s failed: %s", what,
+                                   cudaGetErrorString(err));
+  MPN_WARN("%s", mpn_error_last(NULL));
+  return res;
+}
+
+/*
  * First half of the plans that use stream s: a memory-pool send buffer goes
  * to its stage; one batch with the "ready" writes (first side) and the waits
  * for the peers' "ready" (second side); the copies; one batch with the
  * "done" writes (second side).  Within a batch the operations run in order.
  */
 static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  ncclResult_t first = ncclSuccess;
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
-      MPN_CUDA_CHECK(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
-                                     cudaMemcpyDeviceToDevice, s));
+      keep(&first, cuda_result(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
+                                               cudaMemcpyDeviceToDevice, s),
+                               "copying a send buffer to its stage"));
   }
   for (int i = 0; i < n; i++) { /* ready writes */
     plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
-      MPN_CHECK(plan_flag(&b, p, 0, 0));
+    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST) keep(&first, plan_flag(&b, p, 0, 0));
   }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
     if (p->ev) {
-      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, p->ev, 0));
+      keep(&first, cuda_result(cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
       mpn_event_put(p->ev_dev, p->ev);
       p->ev = NULL;
     } else {
-      MPN_CHECK(plan_flag(&b, p, 0, 1));
+      keep(&first, plan_flag(&b, p, 0, 1));
     }
   }
-  MPN_CHECK(mpn_memops_flush(&b));
-  MPN_CHECK(issue_copies(plans, n, s));
+  keep(&first, mpn_memops_flush(&b));
+  keep(&first, issue_copies(plans, n, s));
   for (int i = 0; i < n; i++) { /* done writes (and events) */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
     if (p->local) publish_done(p, s);
-    MPN_CHECK(plan_flag(&b, p, 1, 0));
+    keep(&first, plan_flag(&b, p, 1, 0));
   }
-  return mpn_memops_flush(&b);
+  keep(&first, mpn_memops_flush(&b));
+  return first;
 }
 
 /* Second half: the waits for "done" (first side), then a memory-pool
  * receive buffer's data comes out of its stage. */
 static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+  ncclResult_t first = ncclSuccess;
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
@@ -161,27 +185,27 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
     int dev = -1;
     cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
-    if (done) {
-      MPN_CUDA_CHECK(cudaStreamWaitEvent(s, done, 0));
-      mpn_event_put(dev, done);
-    } else {
-      MPN_CHECK(plan_flag(&b, p, 1, 1));
-    }
+    ncclResult_t waited = done ? cuda_result(cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent")
+                               : ncclInvalidUsage;
+    if (done) mpn_event_put(dev, done);
+    if (waited != ncclSuccess) keep(&first, plan_flag(&b, p, 1, 1)); /* the flag, then */
   }
-  MPN_CHECK(mpn_memops_flush(&b));
+  keep(&first, mpn_memops_flush(&b));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->stage || !p->posted || p->op->stream != s) continue;
     if (p->op->kind == MPN_OP_RECV)
-      MPN_CUDA_CHECK(cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
-                                     cudaMemcpyDeviceToDevice, s));
+      keep(&first, cuda_result(cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
+                                               cudaMemcpyDeviceToDevice, s),
+                               "copying a stage to its receive buffer"));
     mpn_stage_put(p->stage, s, p->graph);
     p->stage = NULL;
   }
-  return ncclSuccess;
+  return first;
 }
 
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
+  ncclResult_t first = ncclSuccess;
   for (int half = 0; half < 2; half++)
     for (int i = 0; i < n; i++) {
       int seen = 0;
@@ -189,7 +213,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       if (seen) continue;
       cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      MPN_CHECK(half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+      keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }
-  return ncclSuccess;
+  return first;
 }

@@ -127,8 +127,8 @@ static void report_failed_move(plan_t* p, ncclResult_t res) {
   int send = op->kind == MPN_OP_SEND;
   char text[256];
   snprintf(text, sizeof(text),
-           "message %llu from rank %d to rank %d: rank %d could not reach the other buffer "
-           "and moved no data (%s)",
+           "message %llu from rank %d to rank %d: rank %d could not use the buffers and "
+           "moved no data (%s)",
            (unsigned long long)p->seq, send ? op->comm->rank : op->peer,
            send ? op->peer : op->comm->rank, op->comm->rank, ncclGetErrorString(res));
   pair_report(p->pair, ncclRemoteError, text);
@@ -258,7 +258,11 @@ static ncclResult_t plan_post(plan_t* p) {
                   (unsigned long long)p->seq, op->peer);
     mpn_comm_set_async(comm, ncclInvalidUsage);
   }
-  if (bad != ncclSuccess || other.exported < 0) return bad;
+  if (bad != ncclSuccess) { /* own buffer unusable: the peer's message completes empty */
+    report_failed_move(p, bad);
+    return bad;
+  }
+  if (other.exported < 0) return ncclSuccess;
   if (other.count != mine.count || other.dtype != mine.dtype) {
     report_mismatch(p, &mine, &other);
     return ncclSuccess;
@@ -287,6 +291,11 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
                          "MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) is not available in this "
                          "version of mpinccl",
                          fn, op->peer);
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_p2p_check(mpn_op_t* ops) {
+  for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_precheck(op));
   return ncclSuccess;
 }
 

@@ -9,6 +9,9 @@
 
 struct ncclComm;
 
+/** The checks of a group's sends and receives that precede posting any. */
+ncclResult_t mpn_p2p_check(mpn_op_t* ops);
+
 /**
  * Schedules a group's sends and receives (any communicators; program order;
  * every op already checked).  Returns once the work is enqueued on the

@@ -73,7 +73,11 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES). */
     size_t bytes = MPN_PAIR_FLAGS * sizeof(uint64_t);
     cudaError_t err = cudaMalloc(&d, bytes < MPN_IPC_BLOCK_BYTES ? MPN_IPC_BLOCK_BYTES : bytes);
-    if (err == cudaSuccess) err = cudaMemset(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t));
+    cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
+    if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t), s);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+    if (s) cudaStreamDestroy(s);
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (d) cudaFree(d);
@@ -119,7 +123,19 @@ static ncclResult_t flags_adopt(mpn_pair_t* p) {
   return ncclSuccess;
 }
 
+static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out);
+
+/* Pairs are mapped on first use, maybe while the caller's stream captures a
+ * graph: registering memory with CUDA is not part of it (relaxed mode). */
 ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  ncclResult_t res = pair_map(key, sender, receiver, out);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return res;
+}
+
+static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
   char name[96];
   snprintf(name, sizeof(name), "/mpinccl-%016llx-%d-%d", (unsigned long long)key, sender, receiver);
   ncclResult_t res = ncclSuccess;
@@ -163,7 +179,7 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
       cudaHostUnregister(m->pair.mem);
       cudaGetLastError();
       munmap(m->pair.mem, sizeof(mpn_pair_mem_t));
-      free(m->pair.rma_rings);
+      if (m->pair.rma_rings) m->pair.rma_rings_free(m->pair.rma_rings);
       if (m->pair.created) shm_unlink(m->pair.name);
       free(m);
     }

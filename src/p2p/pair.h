@@ -91,6 +91,7 @@ typedef struct mpn_pair {
   CUdeviceptr dev;       /**< device view of the same memory (for memops) */
   CUdeviceptr dflags;    /**< flags in device memory (MPINCCL_FLAGS=device), else 0 */
   void* rma_rings;       /**< one-sided event rings of ranks of this process (rma/local.c) */
+  void (*rma_rings_free)(void*); /**< how to free them */
   mpn_ipc_ref_t dflags_import; /**< the other side's import of the creator's dflags */
   char name[96];
   int created;           /**< this process made the file (unlinks it) */

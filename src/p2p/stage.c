@@ -33,7 +33,19 @@ static int stage_idle(struct mpn_stage* st) {
   return err == cudaSuccess;
 }
 
+static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out);
+
+/* The caller's stream may be capturing a graph: event queries and
+ * allocations here are not part of it (relaxed capture mode). */
 ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  ncclResult_t res = stage_get(bytes, out);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return res;
+}
+
+static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&stage_lock);
@@ -48,18 +60,14 @@ ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out) {
     *out = best;
     return ncclSuccess;
   }
-  /* A new one, whole blocks (see MPN_IPC_BLOCK_BYTES).  The driver calls run
-   * outside a capture the caller's stream may be in. */
+  /* A new one, whole blocks (see MPN_IPC_BLOCK_BYTES). */
   struct mpn_stage* st = calloc(1, sizeof(*st));
   if (st == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   st->bytes = (bytes + MPN_IPC_BLOCK_BYTES - 1) / MPN_IPC_BLOCK_BYTES * MPN_IPC_BLOCK_BYTES;
   st->dev = dev;
   st->busy = 1;
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
   cudaError_t err = cudaMalloc(&st->ptr, st->bytes);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&st->freed, cudaEventDisableTiming);
-  cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
     if (st->ptr) cudaFree(st->ptr);

@@ -27,7 +27,7 @@
 #include "p2p/pair.h"
 #include "transport.h"
 
-#define RING 64
+#define RING 1024
 
 typedef struct {
   uint64_t count;
@@ -43,6 +43,22 @@ typedef struct {
 
 static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The rings of a pair: one per context, each made on first use. */
+typedef struct {
+  ring_t* ctx[MPN_PAIR_RMA_CTX];
+} rings_t;
+
+static void rings_free(void* v) {
+  rings_t* r = v;
+  for (int c = 0; c < MPN_PAIR_RMA_CTX; c++) {
+    if (r->ctx[c] == NULL) continue;
+    for (uint64_t t = r->ctx[c]->tail; t < r->ctx[c]->head; t++)
+      mpn_event_put(r->ctx[c]->e[t % RING].dev, r->ctx[c]->e[t % RING].ev);
+    free(r->ctx[c]);
+  }
+  free(r);
+}
+
 int mpn_rma_local(const struct ncclComm* comm, int peer, int graph) {
   int kind = comm->transport[peer];
   const mpn_topo_t* t = &comm->topo;
@@ -50,17 +66,21 @@ int mpn_rma_local(const struct ncclComm* comm, int peer, int graph) {
          (t->ranks[comm->rank].mps || t->ranks[peer].mps);
 }
 
-/* The pair's rings (process memory: both ranks are in this process). */
+/* The pair's ring of ctx (process memory: both ranks are in this process). */
 static ring_t* ring_of(mpn_pair_t* pair, int ctx) {
-  ring_t* rings = __atomic_load_n((ring_t**)&pair->rma_rings, __ATOMIC_ACQUIRE);
-  if (rings == NULL) {
-    pthread_mutex_lock(&rings_lock);
-    rings = pair->rma_rings;
-    if (rings == NULL && (rings = calloc(MPN_PAIR_RMA_CTX, sizeof(ring_t))) != NULL)
-      __atomic_store_n((ring_t**)&pair->rma_rings, rings, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&rings_lock);
+  rings_t* rings = __atomic_load_n((rings_t**)&pair->rma_rings, __ATOMIC_ACQUIRE);
+  ring_t* r = rings ? __atomic_load_n(&rings->ctx[ctx], __ATOMIC_ACQUIRE) : NULL;
+  if (r != NULL) return r;
+  pthread_mutex_lock(&rings_lock);
+  rings = pair->rma_rings;
+  if (rings == NULL && (rings = calloc(1, sizeof(*rings))) != NULL) {
+    pair->rma_rings_free = rings_free;
+    __atomic_store_n((rings_t**)&pair->rma_rings, rings, __ATOMIC_RELEASE);
   }
-  return rings ? &rings[ctx] : NULL;
+  if (rings && (r = rings->ctx[ctx]) == NULL && (r = calloc(1, sizeof(*r))) != NULL)
+    __atomic_store_n(&rings->ctx[ctx], r, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rings_lock);
+  return r;
 }
 
 void mpn_rma_local_publish(mpn_pair_t* pair, int ctx, uint64_t count, cudaStream_t s, int dev) {

@@ -228,6 +228,11 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   return mpn_memops_flush(&b);
 }
 
+ncclResult_t mpn_rma_check(mpn_op_t* ops) {
+  for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_check(op));
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   int n = 0;
   for (mpn_op_t* op = list; op; op = op->next) n++;

@@ -31,6 +31,13 @@ typedef struct mpn_rma {
 ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out);
 
 /**
+ * The checks of a group's one-sided operations that need windows and
+ * devices, so that a group with a bad one enqueues nothing (send/receive
+ * included): call before launching anything.
+ */
+ncclResult_t mpn_rma_check(mpn_op_t* ops);
+
+/**
  * Schedules a group's one-sided operations (any communicators; program
  * order; arguments already checked).  Returns once the work is enqueued on
  * the streams.

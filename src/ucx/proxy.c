@@ -65,6 +65,11 @@ static const char* kind_name(mpn_ucx_cmd_kind_t kind) {
 
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
+  if (cmd->posting) { /* UCX completed it inside the *_nbx call: execute() finishes it */
+    cmd->early_done = 1;
+    cmd->early_status = status;
+    return;
+  }
   if (cmd->request) flying_remove(cmd);
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
@@ -83,7 +88,9 @@ static void send_done(void* request, ucs_status_t status, void* user_data) {
 }
 
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
-  (void)info;
+  const mpn_ucx_cmd_t* cmd = user_data;
+  /* A shorter message than the receive expects is an error, not data. */
+  if (status == UCS_OK && info != NULL && info->length != cmd->bytes) status = UCS_ERR_MESSAGE_TRUNCATED;
   complete(request, status, user_data);
 }
 
@@ -169,6 +176,8 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     complete(NULL, st, cmd);
     return;
   }
+  cmd->posting = 1;
+  cmd->early_done = 0;
   if (cmd->kind == MPN_UCX_PUT_SIGNAL) {
     param.cb.send = send_done;
     req = put_signal(cmd, &param);
@@ -179,7 +188,10 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     param.cb.recv = recv_done;
     req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)0, &param);
   }
-  if (req == NULL) {
+  cmd->posting = 0;
+  if (cmd->early_done) {
+    complete(req, (ucs_status_t)cmd->early_status, cmd);
+  } else if (req == NULL) {
     complete(NULL, UCS_OK, cmd);
   } else if (UCS_PTR_IS_ERR(req)) {
     complete(NULL, UCS_PTR_STATUS(req), cmd);
@@ -254,17 +266,20 @@ static void* proxy_main(void* arg) {
     pthread_mutex_lock(&px.lock);
     mpn_ucx_cmd_t* cmds = px.head;
     px.head = px.tail = NULL;
-    if (px.close_gen != px.closed_gen) {
-      close_endpoints();
-      px.closed_gen = px.close_gen;
-      pthread_cond_broadcast(&px.closed);
-    }
+    int closing = px.close_gen != px.closed_gen;
     pthread_mutex_unlock(&px.lock);
     while (cmds) {
       mpn_ucx_cmd_t* next = cmds->next;
       if (px.armed == NULL && triggered(cmds)) execute(cmds);
       else arm(cmds); /* behind earlier armed ones, to keep the order */
       cmds = next;
+    }
+    if (closing) { /* the closer's commands were all in this batch: now armed or flying */
+      pthread_mutex_lock(&px.lock);
+      close_endpoints();
+      px.closed_gen = px.close_gen;
+      pthread_cond_broadcast(&px.closed);
+      pthread_mutex_unlock(&px.lock);
     }
     if (px.armed) armed_sweep(NULL);
     unsigned events = ucp_worker_progress(px.worker);

@@ -59,6 +59,8 @@ typedef struct mpn_ucx_cmd {
   const volatile uint64_t* trigger;
   uint64_t trigger_value;
   void* request;        /**< UCX request while in flight (proxy thread) */
+  int posting, early_done; /**< completion seen inside the posting call (proxy thread) */
+  int early_status;
   struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;
 

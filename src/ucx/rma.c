@@ -90,9 +90,13 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
   *out = NULL;
   if (!mpn_ucx_comm_ready(comm))
     return mpn_error_set(comm, ncclInvalidUsage, "communicator %p has no UCX peers", (void*)comm);
+  /* This rank may have no UCX peer of its own: the proxy must run anyway. */
+  const void* addr;
+  size_t addr_len;
+  ncclResult_t started = mpn_ucx_proxy_start(NULL, &addr, &addr_len);
   mpn_ucx_region_t* r = calloc(1, sizeof(*r));
   key_slot_t* slots = calloc((size_t)comm->nranks, sizeof(*slots));
-  ncclResult_t res = r && slots ? ncclSuccess : mpn_error_set(comm, ncclSystemError, "out of memory");
+  ncclResult_t res = r && slots ? started : mpn_error_set(comm, ncclSystemError, "out of memory");
   if (res == ncclSuccess) {
     *r = (mpn_ucx_region_t){.base = base, .bytes = bytes, .nranks = comm->nranks};
     res = proxy_call(map_on_proxy, r);

@@ -21,7 +21,10 @@ typedef struct mpn_ucx_region mpn_ucx_region_t;
 ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t bytes,
                                      mpn_ucx_region_t** out);
 
-/** Collective: unmaps the region once no peer uses it any more. */
+/**
+ * Collective: unmaps the region.  Every put of this rank into or with it
+ * must have completed (its flag set) before: the keys go with it.
+ */
 ncclResult_t mpn_ucx_region_deregister(struct ncclComm* comm, mpn_ucx_region_t* region);
 
 /**

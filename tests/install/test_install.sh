@@ -32,7 +32,9 @@ cuda=$(sed -n 's/^CUDA_DIR = //p' "$top/Makefile")
 mpicc -Wall -Wextra -Werror -I"$root/include" -I"$cuda/include" "$src/tests/install/nccl_program.c" \
   -L"$root/lib" -lnccl -L"$cuda/lib64" -lcudart -o "$work/nccl_program"
 export LD_LIBRARY_PATH=$root/lib:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-ldd "$work/nccl_program" | grep -q "$root/lib/libmpinccl.so.0" || { ldd "$work/nccl_program"; exit 1; }
+# Not `ldd | grep -q`: with pipefail, grep's early exit can fail ldd (SIGPIPE).
+ldd "$work/nccl_program" >"$work/ldd.txt"
+grep -q "$root/lib/libmpinccl.so.0" "$work/ldd.txt" || { cat "$work/ldd.txt"; exit 1; }
 mpirun=${MPINCCL_MPIRUN:-mpirun}
 # shellcheck disable=SC2046 # flags are words
 "$mpirun" -np 4 $("$src/tests/run-test" --mpirun-flags) -x LD_LIBRARY_PATH "$work/nccl_program"

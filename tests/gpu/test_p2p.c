@@ -13,24 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "mpinccl.h"
 #include "pattern.h"
-
-static int rank, nranks, failures;
-static ncclComm_t comm;
-static cudaStream_t stream;
-
-#define EXPECT(cond) \
-  do { \
-    if (!(cond)) { \
-      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
-              ncclGetLastError(comm)); \
-      failures++; \
-    } \
-  } while (0)
-#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
-
-static uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 1); }
 
 static void* dev_alloc(size_t bytes) {
   void* p = NULL;
@@ -39,14 +24,6 @@ static void* dev_alloc(size_t bytes) {
     exit(1);
   }
   return p;
-}
-
-static void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
-  unsigned long long bad = pattern_check(buf, bytes, seed, stream);
-  if (bad) {
-    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong\n", rank, what, bad, bytes);
-    failures++;
-  }
 }
 
 /* Each rank sends to rank+shift and receives from rank-shift, in one group. */
@@ -450,33 +427,8 @@ static void mismatch(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
-    puts("1 2 3 4 8");
-    return 0;
-  }
-  MPI_Init(&argc, &argv);
-  int world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world);
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    if (world == 0) printf("test_p2p: no GPU: SKIP\n");
-    MPI_Finalize();
-    return 77;
-  }
-  cudaSetDevice(world % ndev);
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
-  ncclCommUserRank(comm, &rank);
-  ncclCommCount(comm, &nranks);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  /* TEST_P2P_ONLY=text runs only the steps whose call contains text. */
-  const char* only = getenv("TEST_P2P_ONLY");
-#define STEP(call) \
-  do { \
-    if (only && !strstr(#call, only)) break; \
-    call; \
-    if (world == 0) printf("test_p2p: %s done (%d failures so far)\n", #call, failures); \
-  } while (0)
+  int started = harness_start(argc, argv, "test_p2p", "1 2 3 4 8", "TEST_P2P_ONLY", 0);
+  if (started >= 0) return started;
   static const size_t sizes[] = {1, 7, 4099, (1 << 20) + 5, 64 << 20};
   STEP(for (int i = 0; i < 5; i++) ring(sizes[i], 1, ncclInt8, 0));
   STEP(for (int t = 0; t < ncclNumTypes; t++) ring(1001 * 8, 1, (ncclDataType_t)t, (size_t)t * 3));
@@ -493,11 +445,5 @@ int main(int argc, char** argv) {
   STEP(halo26());
   STEP(graph_replay());
   STEP(mismatch());
-  EXPECT_OK(ncclCommDestroy(comm));
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world == 0) printf("test_p2p: %d ranks, %d failures\n", nranks, total);
-  cudaStreamDestroy(stream);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return harness_finish();
 }

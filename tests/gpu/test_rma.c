@@ -12,37 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "mpinccl.h"
 #include "pattern.h"
 
-static int rank, nranks, failures;
-static ncclComm_t comm;
-static cudaStream_t stream;
-
-#define EXPECT(cond) \
-  do { \
-    if (!(cond)) { \
-      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
-              ncclGetLastError(comm)); \
-      failures++; \
-    } \
-  } while (0)
-#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
 #define EXPECT_ERR(call, code, text) \
   do { \
     EXPECT((call) == (code)); \
     EXPECT(strstr(ncclGetLastError(comm), (text)) != NULL); \
   } while (0)
-
-static uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 7); }
-
-static void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
-  unsigned long long bad = pattern_check(buf, bytes, seed, stream);
-  if (bad) {
-    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong\n", rank, what, bad, bytes);
-    failures++;
-  }
-}
 
 static void* dev_alloc(size_t bytes) {
   void* p = NULL;
@@ -365,33 +343,8 @@ static void threads_ring(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
-    puts("1 2 3 4 8");
-    return 0;
-  }
-  MPI_Init(&argc, &argv);
-  int world;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world);
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    if (world == 0) printf("test_rma: no GPU: SKIP\n");
-    MPI_Finalize();
-    return 77;
-  }
-  cudaSetDevice(world % ndev);
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
-  ncclCommUserRank(comm, &rank);
-  ncclCommCount(comm, &nranks);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  const char* only = getenv("TEST_RMA_ONLY"); /* runs only the steps whose call contains it */
-#define STEP(call) \
-  do { \
-    if (only && !strstr(#call, only)) break; \
-    call; \
-    MPI_Barrier(MPI_COMM_WORLD); \
-    if (world == 0) printf("test_rma: %s done (%d failures so far)\n", #call, failures); \
-  } while (0)
+  int started = harness_start(argc, argv, "test_rma", "1 2 3 4 8", "TEST_RMA_ONLY", 1);
+  if (started >= 0) return started;
   STEP(mem_alloc());
   STEP(windows());
   STEP(refusals());
@@ -405,11 +358,5 @@ int main(int argc, char** argv) {
   STEP(mixed_group());
   STEP(graph_replay());
   STEP(threads_ring());
-  EXPECT_OK(ncclCommDestroy(comm));
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world == 0) printf("test_rma: %d ranks, %d failures\n", nranks, total);
-  cudaStreamDestroy(stream);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return harness_finish();
 }

@@ -1,0 +1,70 @@
+/*
+ * harness.c - the shared part of the multi-rank GPU tests (harness.h).
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pattern.h"
+
+int rank, nranks, failures;
+ncclComm_t comm;
+cudaStream_t stream;
+
+static const char* test_name;
+static const char* only;
+static int step_barrier;
+
+uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 1); }
+
+void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
+  unsigned long long bad = pattern_check(buf, bytes, seed, stream);
+  if (bad) {
+    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong\n", rank, what, bad, bytes);
+    failures++;
+  }
+}
+
+int harness_start(int argc, char** argv, const char* name, const char* np_list,
+                  const char* only_env, int barrier) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts(np_list);
+    return 0;
+  }
+  test_name = name;
+  step_barrier = barrier;
+  MPI_Init(&argc, &argv);
+  int world, ndev = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    if (world == 0) printf("%s: no GPU: SKIP\n", name);
+    MPI_Finalize();
+    return 77;
+  }
+  cudaSetDevice(world % ndev);
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
+  ncclCommUserRank(comm, &rank);
+  ncclCommCount(comm, &nranks);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  only = getenv(only_env);
+  return -1;
+}
+
+int harness_selected(const char* text) { return only == NULL || strstr(text, only) != NULL; }
+
+void harness_step_done(const char* text) {
+  if (step_barrier) MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) printf("%s: %s done (%d failures so far)\n", test_name, text, failures);
+}
+
+int harness_finish(void) {
+  EXPECT_OK(ncclCommDestroy(comm));
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("%s: %d ranks, %d failures\n", test_name, nranks, total);
+  cudaStreamDestroy(stream);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

@@ -1,0 +1,64 @@
+/*
+ * harness.h - what the GPU tests run under mpirun share (test_p2p,
+ * test_rma): one communicator over MPI_COMM_WORLD and a stream, failures
+ * counted with the rank and the communicator's last error, checks of the
+ * pattern of pattern.h, steps that can be selected from the environment,
+ * and SKIP (exit 77) without a GPU.
+ */
+#ifndef MPN_TESTS_HARNESS_H_
+#define MPN_TESTS_HARNESS_H_
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mpinccl.h"
+
+extern int rank, nranks, failures;
+extern ncclComm_t comm;
+extern cudaStream_t stream;
+
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
+              ncclGetLastError(comm)); \
+      failures++; \
+    } \
+  } while (0)
+#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+
+/** The pattern seed of the k-th message from src to dst. */
+uint32_t seed_of(int src, int dst, int k);
+
+/** Counts a failure when bytes at buf differ from the pattern of seed (synchronizes stream). */
+void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what);
+
+/**
+ * With --np-list prints np_list and returns 0 (the caller exits with it);
+ * without a GPU returns 77; else sets up MPI, the device, the stream and
+ * comm and returns -1.  only_env names the variable selecting steps (see
+ * STEP); barrier: every rank waits for all after each step.
+ */
+int harness_start(int argc, char** argv, const char* name, const char* np_list,
+                  const char* only_env, int barrier);
+
+/** Whether the step whose call reads text is selected. */
+int harness_selected(const char* text);
+
+/** After a step: the barrier if asked for, and a line on rank 0. */
+void harness_step_done(const char* text);
+
+/** Destroys comm, sums the failures over the ranks and says so; the exit code. */
+int harness_finish(void);
+
+/* Runs call unless the environment selects other steps. */
+#define STEP(call) \
+  do { \
+    if (!harness_selected(#call)) break; \
+    call; \
+    harness_step_done(#call); \
+  } while (0)
+
+#endif /* MPN_TESTS_HARNESS_H_ */

@@ -301,10 +301,7 @@ ncclResult_t mpn_p2p_check(mpn_op_t* ops) {
 
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int n = 0;
-  for (mpn_op_t* op = ops; op; op = op->next) {
-    MPN_CHECK(op_precheck(op));
-    n++;
-  }
+  for (mpn_op_t* op = ops; op; op = op->next) n++; /* checked by mpn_p2p_check */
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
   plan_t* plans = calloc((size_t)n, sizeof(*plans));

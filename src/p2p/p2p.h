@@ -13,9 +13,9 @@ struct ncclComm;
 ncclResult_t mpn_p2p_check(mpn_op_t* ops);
 
 /**
- * Schedules a group's sends and receives (any communicators; program order;
- * every op already checked).  Returns once the work is enqueued on the
- * streams; never waits for a peer.
+ * Schedules a group's sends and receives (any communicators; program
+ * order; every op already passed mpn_p2p_check).  Returns once the work is
+ * enqueued on the streams; never waits for a peer.
  */
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops);
 

@@ -248,9 +248,8 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   int i = 0;
   for (mpn_op_t* op = list; op && res == ncclSuccess; op = op->next, i++) {
     ops[i] = op;
-    mpn_rma_t* rma;
-    res = op_check(op);
-    if (res == ncclSuccess) res = mpn_rma_state(op->comm, &rma);
+    mpn_rma_t* rma; /* the ops passed mpn_rma_check */
+    res = mpn_rma_state(op->comm, &rma);
   }
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];

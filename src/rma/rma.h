@@ -39,8 +39,8 @@ ncclResult_t mpn_rma_check(mpn_op_t* ops);
 
 /**
  * Schedules a group's one-sided operations (any communicators; program
- * order; arguments already checked).  Returns once the work is enqueued on
- * the streams.
+ * order; every op already passed mpn_rma_check).  Returns once the work is
+ * enqueued on the streams.
  */
 ncclResult_t mpn_rma_launch(mpn_op_t* ops);
 

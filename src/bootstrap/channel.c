@@ -86,14 +86,27 @@ mpn_endpoint_t mpn_chan_self(void) {
   return ep;
 }
 
-int mpn_chan_launcher_rank(void) {
+/* Read once: getenv is not safe beside a setenv of another thread (drivers and
+ * MPI libraries call setenv while they start), so creation threads never read
+ * the environment themselves; mpn_env_read_early() runs this first. */
+static int launcher_rank = -1;
+static pthread_once_t launcher_once = PTHREAD_ONCE_INIT;
+
+static void launcher_read(void) {
   static const char* vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
                                "MV2_COMM_WORLD_RANK"};
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
     const char* v = getenv(vars[i]);
-    if (v && *v) return atoi(v);
+    if (v && *v) {
+      launcher_rank = atoi(v);
+      return;
+    }
   }
-  return -1;
+}
+
+int mpn_chan_launcher_rank(void) {
+  pthread_once(&launcher_once, launcher_read);
+  return launcher_rank;
 }
 
 int mpn_chan_mpi_ready(void) {

@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/channel.h"
 #include "core/api.h"
 #include "core/comm.h"
+#include "core/debug.h"
 #include "core/error.h"
 #include "core/group.h"
 #include "core/param.h"
@@ -198,6 +200,11 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
     const mpn_config_t* cfg = job->comm ? &job->comm->config : &job->parent->config;
     background |= !cfg->blocking;
   }
+  /* Creation threads must not read the environment (see channel.c): read
+   * what they need here, on the calling thread, before any starts. */
+  mpn_log_init();
+  (void)mpn_params_load();
+  (void)mpn_chan_launcher_rank();
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

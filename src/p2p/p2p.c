@@ -41,6 +41,8 @@ typedef struct {
 
 struct mpn_p2p {
   peer_state_t* peers; /* nranks, filled on first use */
+  /* How messages went (logged at destroy, NCCL_DEBUG=INFO, subsystem P2P). */
+  uint64_t posted, moved, delegate_timeouts;
 };
 
 
@@ -225,7 +227,10 @@ static void delegate_wait(const plan_t* plans, int n) {
     int side = p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV;
     if (deadline == 0) deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
     while (!mpn_pair_peer_posted(p->pair, p->seq, p->graph, side))
-      if (mpn_chan_now_ns() > deadline) return;
+      if (mpn_chan_now_ns() > deadline) {
+        p->op->comm->p2p->delegate_timeouts++;
+        return;
+      }
   }
 }
 
@@ -322,6 +327,9 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     cudaSetDevice(plans[i].op->comm->cuda_dev);
     ncclResult_t res = plan_post(&plans[i]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
+    struct mpn_p2p* stats = plans[i].op->comm->p2p;
+    stats->posted += plans[i].posted;
+    stats->moved += plans[i].posted && plans[i].role == MPN_POST_SECOND;
   }
   ncclResult_t res = mpn_p2p_issue(drv, plans, n);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
@@ -400,6 +408,9 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
 
 void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
+  MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
+           "ran out", comm->rank, (unsigned long long)comm->p2p->posted,
+           (unsigned long long)comm->p2p->moved, (unsigned long long)comm->p2p->delegate_timeouts);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);

@@ -301,6 +301,16 @@ static void proxy_init(void) {
     if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval) != UCS_OK)
       MPN_INFO(MPN_SUBSYS_NET, "UCX does not take KEEPALIVE_INTERVAL; peers fail at its own pace");
   }
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (st == UCS_OK && major == 1 && minor < 15) {
+    /* Before 1.15 the newer protocol selection (UCX_PROTO_ENABLE=y, which an
+     * environment or a system's ucx.conf may set) has no atomic operation
+     * between processes of one host ("cannot find remote protocol ...
+     * amo_post"), so signals never arrive; the older selection has them. */
+    if (ucp_config_modify(config, "PROTO_ENABLE", "n") != UCS_OK)
+      MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u does not take PROTO_ENABLE", major, minor);
+  }
   if (st == UCS_OK) st = ucp_init(&params, config, &px.context);
   if (config) ucp_config_release(config);
   ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,

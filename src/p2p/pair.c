@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
 
@@ -65,8 +66,10 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
 static ncclResult_t flags_publish(mpn_pair_t* p) {
   mpn_pair_mem_t* mem = p->mem;
   int dev = -1;
-  int device = strcasecmp(mpn_param_str(MPN_PARAM_FLAGS), "device") == 0 &&
-               cudaGetDevice(&dev) == cudaSuccess;
+  const char* choice = mpn_param_str(MPN_PARAM_FLAGS);
+  int forced = strcasecmp(choice, "device") == 0;
+  int device = (forced || strcasecmp(choice, "auto") == 0) && cudaGetDevice(&dev) == cudaSuccess;
+  if (!device) cudaGetLastError();
   uint32_t where = MPN_FLAGS_HOST;
   if (device) {
     void* d = NULL;
@@ -78,21 +81,22 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t), s);
     if (err == cudaSuccess) err = cudaStreamSynchronize(s);
     if (s) cudaStreamDestroy(s);
+    int pool = 0;
+    ncclResult_t res = err == cudaSuccess ? mpn_ipc_export(d, "device flags", &mem->flags_desc, &pool)
+                                          : ncclUnhandledCudaError;
     if (err != cudaSuccess) {
       cudaGetLastError();
-      if (d) cudaFree(d);
-      return mpn_error_set(NULL, ncclUnhandledCudaError, "device flags for %s: %s", p->name,
-                           cudaGetErrorString(err));
+      mpn_error_set(NULL, res, "device flags for %s: %s", p->name, cudaGetErrorString(err));
     }
-    int pool = 0;
-    ncclResult_t res = mpn_ipc_export(d, "device flags", &mem->flags_desc, &pool);
     if (res != ncclSuccess) {
-      cudaFree(d);
-      return res;
+      if (d) cudaFree(d);
+      if (forced) return res;
+      MPN_INFO(MPN_SUBSYS_P2P, "%s: flags in host memory (%s)", p->name, mpn_error_last(NULL));
+    } else {
+      mem->flags_owner = mpn_chan_proc_id();
+      p->dflags = (CUdeviceptr)d;
+      where = MPN_FLAGS_DEVICE;
     }
-    mem->flags_owner = mpn_chan_proc_id();
-    p->dflags = (CUdeviceptr)d;
-    where = MPN_FLAGS_DEVICE;
   }
   __atomic_store_n(&mem->flags_where, where, __ATOMIC_RELEASE);
   return ncclSuccess;

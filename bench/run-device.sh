@@ -6,8 +6,8 @@
 # ./device-results): check.log, *.json, *.txt, perf.png.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
-# half, --no-variants the runs with the non-default options (copy engine only,
-# device flags); all of it takes several minutes, so split it over calls if
+# half, --no-variants the runs with the non-default options (copy engine only, host flags,
+# stream memory operations instead of the flag kernel); all of it takes several minutes, so split it over calls if
 # needed.  The variants also include runs without delegation
 # (MPINCCL_DELEGATE_WAIT_US=0).  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
 # same benchmark built against it runs too, as far as NCCL can run.
@@ -42,11 +42,11 @@ if [ $check = 1 ] && [ $variants = 1 ]; then
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_COPY_KERNEL_MAX" \
     tests/run-test ./tests/gpu/test_p2p >"$out/p2p-engine.log" 2>&1
   grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-engine.log"
-  step "test_p2p with device flags"
-  MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4" \
+  step "test_p2p with host flags"
+  MPINCCL_FLAGS=host MPINCCL_TEST_NP="2 4" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
-    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-dflags.log" 2>&1
-  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-dflags.log"
+    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-hflags.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-hflags.log"
 fi
 
 flags=$(tests/run-test --mpirun-flags)
@@ -60,8 +60,8 @@ bench() { # regime name np args...
 }
 regime_runs() { # regime
   local r=$1
-  bench "$r" sendrecv 2 -o sendrecv -b 8 -e 1G -f 8 -n 10 -w 3
-  bench "$r" pingpong 2 -o pingpong -b 8 -e 64M -f 8 -n 20
+  bench "$r" sendrecv 2 -o sendrecv -b 8 -e 1G -f 8 -n 100 -w 10
+  bench "$r" pingpong 2 -o pingpong -b 8 -e 64M -f 8 -n 100 -w 10
   bench "$r" alltoall 4 -o alltoall -b 1K -e 64M -f 8 -n 10
   bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
   bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
@@ -71,22 +71,31 @@ regime_runs() { # regime
   local saved=$extra
   export MPINCCL_COPY_KERNEL_MAX=0
   extra="$extra -x MPINCCL_COPY_KERNEL_MAX"
-  bench "$r" sendrecv-engine 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
+  bench "$r" sendrecv-engine 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
   bench "$r" halo-engine 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_COPY_KERNEL_MAX
+  # Flags polled by stream memory operations only (no flag kernel; it is
+  # used only where kernels of different processes run at once: MPS).
+  export MPINCCL_KERNEL_SYNC=0
+  extra="$saved -x MPINCCL_KERNEL_SYNC"
+  bench "$r" sendrecv-memops 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" halo-memops 8 -o halo -b 64K -e 64K -n 20
+  bench "$r" putpingpong-memops 2 -o putpingpong -b 8 -e 1M -f 8 -n 50 -w 10
+  bench "$r" barrier-np8-memops 8 -o barrier -n 100 -w 10
+  unset MPINCCL_KERNEL_SYNC
   # Without delegation (whichever side posts second copies).
   export MPINCCL_DELEGATE_WAIT_US=0
   extra="$saved -x MPINCCL_DELEGATE_WAIT_US"
-  bench "$r" sendrecv-nodelegate 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
+  bench "$r" sendrecv-nodelegate 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
   bench "$r" pingpong-nodelegate 2 -o pingpong -b 8 -e 1M -f 8 -n 20
   bench "$r" halo-nodelegate 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_DELEGATE_WAIT_US
-  # And with the pair flags in device memory.
-  export MPINCCL_FLAGS=device
+  # And with the pair flags in host memory (the default is device memory).
+  export MPINCCL_FLAGS=host
   extra="$saved -x MPINCCL_FLAGS"
-  bench "$r" sendrecv-dflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 10
-  bench "$r" pingpong-dflags 2 -o pingpong -b 8 -e 1M -f 8 -n 20
-  bench "$r" halo-dflags 8 -o halo -b 64K -e 64K -n 20
+  bench "$r" sendrecv-hflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" pingpong-hflags 2 -o pingpong -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" halo-hflags 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_FLAGS
   extra=$saved
   halo3d_runs "$r"
@@ -119,9 +128,15 @@ if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
     if [ $check = 1 ]; then
       for t in p2p rma; do
         step "test_$t under MPS"
-        MPINCCL_TEST_NP="2 4" MPINCCL_MPIRUN_FLAGS="$flags $extra" \
+        MPINCCL_TEST_NP="1 2 3 4 8" MPINCCL_MPIRUN_FLAGS="$flags $extra" \
           tests/run-test ./tests/gpu/test_$t >"$out/$t-mps.log" 2>&1
         grep -E 'failures|np=.*(PASS|FAIL)' "$out/$t-mps.log"
+      done
+      step "test_p2p and test_rma under MPS, stream memory operations only"
+      for t in p2p rma; do
+        MPINCCL_KERNEL_SYNC=0 MPINCCL_TEST_NP="2 4" MPINCCL_MPIRUN_FLAGS="$flags $extra -x MPINCCL_KERNEL_SYNC" \
+          tests/run-test ./tests/gpu/test_$t >"$out/$t-mps-memops.log" 2>&1
+        grep -E 'failures|np=.*(PASS|FAIL)' "$out/$t-mps-memops.log"
       done
     fi
     regime_runs mps-on

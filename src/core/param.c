@@ -37,6 +37,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "Milliseconds between checks that the processes of peers on this "
                             "host are alive; a peer found gone sets ncclRemoteError on the "
                             "communicator and releases the streams waiting for it. 0 disables."},
+    [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "65536", NULL, 0, 1 << 30,
+                               "Between processes whose kernels run at the same time (MPS, or "
+                               "one process per GPU), a stream's flag writes and waits of one "
+                               "group and its copies, when they total at most this many bytes, "
+                               "run as one kernel that polls the flags instead of stream memory "
+                               "operations around a copy kernel; 0: always memory operations."},
     [MPN_PARAM_COPY_KERNEL_MAX] = {"MPINCCL_COPY_KERNEL_MAX", MPN_PARAM_INT, "65536", NULL, 0,
                                    1 << 30,
                                    "Messages of at most this many bytes between ranks of one GPU "

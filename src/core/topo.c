@@ -75,6 +75,7 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm) {
   int n = comm->nranks, me = comm->rank;
   MPN_CALLOC(t->ranks, n);
   MPN_CALLOC(t->gpu_leader, n);
+  MPN_CALLOC(t->gpu_sliced, n);
   MPN_CHECK(mpn_topo_describe_self(comm->cuda_dev, &t->ranks[me]));
   MPN_CHECK(mpn_bootstrap_allgather(comm->bootstrap, t->ranks, sizeof(*t->ranks)));
   t->n_same_host = t->n_same_process = t->n_same_gpu = 0;
@@ -88,6 +89,10 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm) {
         t->shared_gpu_no_mps = 1;
       break;
     }
+    for (int j = 0; j < i; j++)
+      if (mpn_topo_same_gpu(t, i, j) && t->ranks[i].proc != t->ranks[j].proc &&
+          !(t->ranks[i].mps && t->ranks[j].mps))
+        t->gpu_sliced[i] = t->gpu_sliced[j] = 1;
     t->n_same_host += mpn_topo_same_host(t, i, me);
     t->n_same_process += t->ranks[i].proc == t->ranks[me].proc;
     t->n_same_gpu += mpn_topo_same_gpu(t, i, me);
@@ -98,8 +103,10 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm) {
 void mpn_topo_free(mpn_topo_t* t) {
   free(t->ranks);
   free(t->gpu_leader);
+  free(t->gpu_sliced);
   t->ranks = NULL;
   t->gpu_leader = NULL;
+  t->gpu_sliced = NULL;
 }
 
 /* Lists the ranks on the GPU whose leader is lead, as "0,1,4". */

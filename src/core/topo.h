@@ -31,6 +31,7 @@ typedef struct {
 typedef struct {
   mpn_rank_info_t* ranks; /**< nranks entries */
   int* gpu_leader;        /**< per rank: lowest rank on the same GPU, or itself */
+  int* gpu_sliced;        /**< per rank: its GPU is shared with another process without MPS */
   int n_same_host;        /**< ranks on my host, me included */
   int n_same_process;     /**< ranks in my process, me included */
   int n_same_gpu;         /**< ranks on my GPU, me included (0 without a GPU) */
@@ -45,6 +46,17 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm);
 
 /** True when ranks a and b use the same physical GPU. */
 int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b);
+
+/**
+ * True when a kernel of rank a may poll for what rank b writes: both have a
+ * GPU, on one host, in different processes, and neither GPU is time-sliced
+ * between processes of this communicator (MPS or one process per GPU), so
+ * the kernels of both run at once.
+ */
+static inline int mpn_topo_kernels_concurrent(const mpn_topo_t* t, int a, int b) {
+  return t->ranks[a].cuda_dev >= 0 && t->ranks[b].cuda_dev >= 0 && t->ranks[a].proc != t->ranks[b].proc &&
+         t->ranks[a].host_hash == t->ranks[b].host_hash && !t->gpu_sliced[a] && !t->gpu_sliced[b];
+}
 
 /** True when ranks a and b are on the same host. */
 static inline int mpn_topo_same_host(const mpn_topo_t* t, int a, int b) {

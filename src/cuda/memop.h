@@ -12,7 +12,7 @@
 #include "cuda/driver.h"
 #include "nccl.h"
 
-enum { MPN_MEMOP_WRITE = 0, MPN_MEMOP_WAIT_GEQ = 1, MPN_MEMOP_WAIT_EQ = 2 };
+#include "cuda/flagop.h"
 
 typedef struct {
   CUstreamBatchMemOpParams ops[128];

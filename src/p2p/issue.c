@@ -14,6 +14,7 @@
 #include "core/param.h"
 #include "cuda/copies.h"
 #include "cuda/memop.h"
+#include "cuda/sync.h"
 #include "cuda/event.h"
 #include "p2p/plan.h"
 
@@ -29,6 +30,22 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
   if (!p->graph) return mpn_memops_add(b, flag, p->seq, wait ? MPN_MEMOP_WAIT_GEQ : MPN_MEMOP_WRITE);
   MPN_CHECK(mpn_memops_add(b, flag, 1, wait ? MPN_MEMOP_WAIT_EQ : MPN_MEMOP_WRITE));
   return wait ? mpn_memops_add(b, flag, 0, MPN_MEMOP_WRITE) : ncclSuccess;
+}
+
+/* Imports used on stream s are idle again once it passes this point: one
+ * event record for all of them (none while capturing: graphs pin them). */
+static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
+  cudaEvent_t used = NULL;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->imported || p->op->stream != s) continue;
+    if (!p->graph && used == NULL && mpn_event_of_stream(s, p->op->comm->cuda_dev, &used) == ncclSuccess &&
+        cudaEventRecord(used, s) != cudaSuccess) {
+      cudaGetLastError();
+      used = NULL;
+    }
+    mpn_ipc_mark_used(&p->ref, used, p->graph);
+  }
 }
 
 /*
@@ -52,19 +69,7 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
     keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
   }
   keep(&first, mpn_copies_flush(&copies));
-  /* Imports used here are idle again once the stream passes this point: one
-   * event record for all of them (none while capturing: graphs pin them). */
-  cudaEvent_t used = NULL;
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (!p->imported || p->op->stream != s) continue;
-    if (!p->graph && used == NULL && mpn_event_of_stream(s, p->op->comm->cuda_dev, &used) == ncclSuccess &&
-        cudaEventRecord(used, s) != cudaSuccess) {
-      cudaGetLastError();
-      used = NULL;
-    }
-    mpn_ipc_mark_used(&p->ref, used, p->graph);
-  }
+  mark_imports_used(plans, n, s);
   return first;
 }
 
@@ -204,6 +209,67 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
   return first;
 }
 
+/*
+ * Streams whose every message is with a rank whose kernels run beside ours
+ * (plan.spin) do each half as one kernel (cuda/sync.h) when its flags and
+ * copies fit: the front writes "ready", polls the peers' "ready", copies and
+ * writes "done"; the back polls "done".  Same order as the memory
+ * operations, one stream item instead of three.
+ */
+static int stream_syncs(const plan_t* plans, int n, cudaStream_t s) {
+  size_t bytes = 0;
+  int front = 0, back = 0, copies = 0, any = 0;
+  for (int i = 0; i < n; i++) {
+    const plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s) continue;
+    if (!p->spin || p->stage) return 0;
+    any = 1;
+    if (p->role == MPN_POST_FIRST) {
+      front++, back++;
+      continue;
+    }
+    front += 2;
+    if (!p->move || p->op->bytes == 0) continue;
+    struct ncclComm* comm = p->op->comm;
+    if (!mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)) return 0; /* the engine's */
+    bytes += p->op->bytes;
+    copies++;
+  }
+  return any && bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC) && front <= MPN_SYNC_FLAGS &&
+         back <= MPN_SYNC_FLAGS && copies <= MPN_SYNC_COPIES;
+}
+
+static void sync_flag(mpn_sync_t* k, const plan_t* p, int done, int kind) {
+  k->flags[k->nfirst + k->nwait + k->nlast] =
+      (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 0, done), p->seq, (uint32_t)kind, 0};
+}
+
+static ncclResult_t issue_sync(plan_t* plans, int n, cudaStream_t s, int half) {
+  mpn_sync_t k;
+  k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
+  for (int i = 0; i < n; i++) { /* front: "ready" writes; back: nothing first */
+    plan_t* p = &plans[i];
+    if (half == 0 && p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
+      sync_flag(&k, p, 0, MPN_MEMOP_WRITE), k.nfirst++;
+  }
+  for (int i = 0; i < n; i++) { /* front: peers' "ready"; back: peers' "done" */
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != (half == 0 ? MPN_POST_SECOND : MPN_POST_FIRST))
+      continue;
+    sync_flag(&k, p, half, MPN_MEMOP_WAIT_GEQ), k.nwait++;
+  }
+  for (int i = 0; half == 0 && i < n; i++) { /* front: copies, "done" writes */
+    plan_t* p = &plans[i];
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (p->move && p->op->bytes) k.copies[k.ncopy++] = (mpn_copy_t){p->src, p->dst, p->op->bytes};
+    sync_flag(&k, p, 1, MPN_MEMOP_WRITE), k.nlast++;
+  }
+  if (k.nfirst + k.nwait + k.nlast == 0) return ncclSuccess;
+  ncclResult_t res = cuda_result(mpn_sync_launch(&k, s), "launching the flag kernel");
+  if (half == 0) mark_imports_used(plans, n, s);
+  return res;
+}
+
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
   ncclResult_t first = ncclSuccess;
   for (int half = 0; half < 2; half++)
@@ -213,7 +279,10 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       if (seen) continue;
       cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+      if (stream_syncs(plans, n, s))
+        keep(&first, issue_sync(plans, n, s, half));
+      else
+        keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }
   return first;
 }

@@ -198,6 +198,9 @@ static ncclResult_t plan_prepare(plan_t* p) {
   mpn_transport_kind_t kind = op->comm->transport[op->peer];
   p->local = !p->graph && (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&
              (t->ranks[op->comm->rank].mps || t->ranks[op->peer].mps);
+  p->spin = !p->graph && !p->local && kind == MPN_TRANSPORT_IPC &&
+            mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
+            mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
   p->prepared = 1;
   return ncclSuccess;
 }

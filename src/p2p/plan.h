@@ -30,6 +30,7 @@ typedef struct {
   mpn_ipc_ref_t ref;
   mpn_stage_t* stage; /* own buffer from a memory pool: the peer sees this instead */
   int local;          /* same process under MPS: streams ordered by events (issue.c) */
+  int spin;           /* the peer's kernels run beside ours: flags may be polled by a kernel */
   cudaEvent_t ev;     /* local, second side: the first side's "posted" event to wait for */
   int ev_dev;
 } plan_t;

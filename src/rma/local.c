@@ -124,3 +124,11 @@ int mpn_rma_local_wait(mpn_pair_t* pair, int ctx, uint64_t expected, cudaStream_
     }
   }
 }
+
+void mpn_rma_local_drop(mpn_pair_t* pair, int ctx, uint64_t expected) {
+  ring_t* r = ring_of(pair, ctx);
+  if (r == NULL) return;
+  uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), t = r->tail;
+  for (; t < h && r->e[t % RING].count <= expected; t++) mpn_event_put(r->e[t % RING].dev, r->e[t % RING].ev);
+  __atomic_store_n(&r->tail, t, __ATOMIC_RELEASE);
+}

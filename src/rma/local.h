@@ -23,4 +23,7 @@ void mpn_rma_local_publish(struct mpn_pair* pair, int ctx, uint64_t count, cudaS
  */
 int mpn_rma_local_wait(struct mpn_pair* pair, int ctx, uint64_t expected, cudaStream_t s);
 
+/** Waiter that polls the counter instead: gives back the entries up to expected. */
+void mpn_rma_local_drop(struct mpn_pair* pair, int ctx, uint64_t expected);
+
 #endif /* MPN_RMA_LOCAL_H_ */

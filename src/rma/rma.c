@@ -21,10 +21,12 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/param.h"
 #include "cuda/copies.h"
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "cuda/memop.h"
+#include "cuda/sync.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
 #include "rma/local.h"
@@ -228,6 +230,112 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   return mpn_memops_flush(&b);
 }
 
+/*
+ * A stream whose signals and waits are all with ranks whose kernels run
+ * beside ours (or itself) writes and polls them in one kernel
+ * (cuda/sync.h): a barrier's waits then cost one stream item, not one
+ * hand-over per peer.  Not while capturing (the counts are running ones).
+ */
+static int peer_syncs(struct ncclComm* comm, int peer) {
+  if (peer == comm->rank) return comm->cuda_dev >= 0;
+  return comm->transport[peer] == MPN_TRANSPORT_IPC &&
+         mpn_topo_kernels_concurrent(&comm->topo, comm->rank, peer);
+}
+
+/* Signals of stream s from comm's rank to itself on ctx in this launch. */
+static uint64_t self_signals(mpn_op_t** ops, int n, cudaStream_t s, const struct ncclComm* comm, int ctx) {
+  uint64_t k = 0;
+  for (int i = 0; i < n; i++)
+    k += ops[i]->stream == s && ops[i]->comm == comm && ops[i]->kind != MPN_OP_WAIT_SIGNAL &&
+         ops[i]->peer == comm->rank && ops[i]->ctx == ctx;
+  return k;
+}
+
+/*
+ * A rank's signals to itself under MPS are ordered by events (local.c), as
+ * they may come from another of its streams, one that could sit behind a
+ * polling kernel.  A kernel may poll for them when every signal its waits
+ * need is enqueued already or comes from the kernel itself.
+ */
+static int self_wait_syncs(mpn_op_t** ops, int n, cudaStream_t s, const mpn_op_t* op, int d) {
+  const struct ncclComm* comm = op->comm;
+  int ctx = op->descs[d].ctx, nctx = comm->config.num_rma_ctx;
+  uint64_t waited = 0;
+  for (int i = 0; i < n; i++)
+    for (int e = 0; ops[i]->stream == s && ops[i]->comm == comm && ops[i]->kind == MPN_OP_WAIT_SIGNAL &&
+                    e < ops[i]->ndesc;
+         e++)
+      if (ops[i]->descs[e].peer == comm->rank && ops[i]->descs[e].ctx == ctx) waited += (uint64_t)ops[i]->descs[e].opCnt;
+  uint64_t sent = comm->rma->sent[comm->rank * nctx + ctx] + self_signals(ops, n, s, comm, ctx);
+  return sent >= comm->rma->expected[comm->rank * nctx + ctx] + waited;
+}
+
+static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
+  int flags = 0, any = 0;
+  if (graph || mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0) return 0;
+  for (int i = 0; i < n; i++) {
+    mpn_op_t* op = ops[i];
+    if (op->stream != s) continue;
+    any = 1;
+    if (op->kind != MPN_OP_WAIT_SIGNAL && !peer_syncs(op->comm, op->peer)) return 0;
+    flags += op->kind == MPN_OP_WAIT_SIGNAL ? 0 : 1;
+    for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++, flags++) {
+      int peer = op->descs[d].peer;
+      if (!peer_syncs(op->comm, peer)) return 0;
+      if (peer == op->comm->rank && mpn_rma_local(op->comm, peer, 0) && !self_wait_syncs(ops, n, s, op, d))
+        return 0;
+    }
+  }
+  return any && flags <= MPN_SYNC_FLAGS;
+}
+
+/* Stream s's signals (program order), then its waits, as one kernel; a
+ * rank's own signals under MPS also publish their events (local.c) after it. */
+static ncclResult_t issue_sync(mpn_op_t** ops, int n, cudaStream_t s) {
+  mpn_sync_t k;
+  k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
+  struct {
+    mpn_pair_t* pair;
+    int ctx, dev;
+    uint64_t count;
+  } publish[MPN_SYNC_FLAGS];
+  int npublish = 0;
+  for (int wait = 0; wait < 2; wait++)
+    for (int i = 0; i < n; i++) {
+      mpn_op_t* op = ops[i];
+      if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
+      struct ncclComm* comm = op->comm;
+      int nctx = comm->config.num_rma_ctx;
+      mpn_pair_t *to, *from;
+      if (!wait) {
+        MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
+        uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
+        k.flags[k.nfirst++] = (mpn_sync_flag_t){mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE, 0};
+        if (mpn_rma_local(comm, op->peer, 0))
+          publish[npublish++] = (typeof(publish[0])){to, op->ctx, comm->cuda_dev, count};
+      }
+      for (int d = 0; wait && d < op->ndesc; d++) {
+        const ncclWaitSignalDesc_t* w = &op->descs[d];
+        MPN_CHECK(mpn_p2p_pairs(comm, w->peer, &to, &from));
+        uint64_t* expected = &comm->rma->expected[w->peer * nctx + w->ctx];
+        *expected += (uint64_t)w->opCnt;
+        k.flags[k.nfirst + k.nwait++] =
+            (mpn_sync_flag_t){mpn_pair_signal(from, w->ctx), *expected, MPN_MEMOP_WAIT_GEQ, 0};
+        if (mpn_rma_local(comm, w->peer, 0)) mpn_rma_local_drop(from, w->ctx, *expected);
+      }
+    }
+  if (k.nfirst + k.nwait == 0) return ncclSuccess;
+  cudaError_t err = mpn_sync_launch(&k, s);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return mpn_error_set(NULL, ncclUnhandledCudaError, "launching the signal kernel failed: %s",
+                         cudaGetErrorString(err));
+  }
+  for (int i = 0; i < npublish; i++)
+    mpn_rma_local_publish(publish[i].pair, publish[i].ctx, publish[i].count, s, publish[i].dev);
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_rma_check(mpn_op_t* ops) {
   for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_check(op));
   return ncclSuccess;
@@ -277,8 +385,11 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       cudaStream_t s = ops[i]->stream;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+      /* With a kernel, signals wait for the second pass: it writes them first. */
+      int sync = stream_syncs(ops, n, s, graph);
       if (!wait) res = issue_puts(ops, puts, n, s, graph);
-      if (res == ncclSuccess) res = issue_signals(drv, ops, n, s, graph, wait);
+      if (res == ncclSuccess && sync && wait) res = issue_sync(ops, n, s);
+      else if (res == ncclSuccess && !sync) res = issue_signals(drv, ops, n, s, graph, wait);
     }
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);

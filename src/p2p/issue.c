@@ -214,16 +214,17 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
  * (plan.spin) do each half as one kernel (cuda/sync.h) when its flags and
  * copies fit: the front writes "ready", polls the peers' "ready", copies and
  * writes "done"; the back polls "done".  Same order as the memory
- * operations, one stream item instead of three.
+ * operations, one stream item instead of three.  Each half decides for
+ * itself: the kernel pays only with several waits (MPN_SYNC_MIN_WAITS).
  */
-static int stream_syncs(const plan_t* plans, int n, cudaStream_t s) {
+static int stream_syncs(const plan_t* plans, int n, cudaStream_t s, int half) {
   size_t bytes = 0;
-  int front = 0, back = 0, copies = 0, any = 0;
+  int front = 0, back = 0, copies = 0, waits = 0;
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
     if (!p->spin || p->stage) return 0;
-    any = 1;
+    waits += (p->role == MPN_POST_SECOND) == (half == 0);
     if (p->role == MPN_POST_FIRST) {
       front++, back++;
       continue;
@@ -235,8 +236,8 @@ static int stream_syncs(const plan_t* plans, int n, cudaStream_t s) {
     bytes += p->op->bytes;
     copies++;
   }
-  return any && bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC) && front <= MPN_SYNC_FLAGS &&
-         back <= MPN_SYNC_FLAGS && copies <= MPN_SYNC_COPIES;
+  return waits >= MPN_SYNC_MIN_WAITS && bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC) &&
+         front <= MPN_SYNC_FLAGS && back <= MPN_SYNC_FLAGS && copies <= MPN_SYNC_COPIES;
 }
 
 static void sync_flag(mpn_sync_t* k, const plan_t* p, int done, int kind) {
@@ -279,7 +280,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       if (seen) continue;
       cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      if (stream_syncs(plans, n, s))
+      if (stream_syncs(plans, n, s, half))
         keep(&first, issue_sync(plans, n, s, half));
       else
         keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));

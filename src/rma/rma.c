@@ -271,22 +271,21 @@ static int self_wait_syncs(mpn_op_t** ops, int n, cudaStream_t s, const mpn_op_t
 }
 
 static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
-  int flags = 0, any = 0;
+  int flags = 0, waits = 0;
   if (graph || mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0) return 0;
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s) continue;
-    any = 1;
     if (op->kind != MPN_OP_WAIT_SIGNAL && !peer_syncs(op->comm, op->peer)) return 0;
     flags += op->kind == MPN_OP_WAIT_SIGNAL ? 0 : 1;
-    for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++, flags++) {
+    for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++, flags++, waits++) {
       int peer = op->descs[d].peer;
       if (!peer_syncs(op->comm, peer)) return 0;
       if (peer == op->comm->rank && mpn_rma_local(op->comm, peer, 0) && !self_wait_syncs(ops, n, s, op, d))
         return 0;
     }
   }
-  return any && flags <= MPN_SYNC_FLAGS;
+  return waits >= MPN_SYNC_MIN_WAITS && flags <= MPN_SYNC_FLAGS;
 }
 
 /* Stream s's signals (program order), then its waits, as one kernel; a

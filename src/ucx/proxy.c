@@ -303,13 +303,13 @@ static void proxy_init(void) {
   }
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
-  if (st == UCS_OK && major == 1 && minor < 15) {
-    /* Before 1.15 the newer protocol selection (UCX_PROTO_ENABLE=y, which an
-     * environment or a system's ucx.conf may set) has no atomic operation
-     * between processes of one host ("cannot find remote protocol ...
-     * amo_post"), so signals never arrive; the older selection has them. */
+  if (st == UCS_OK && getenv("UCX_PROTO_ENABLE") == NULL) {
+    /* The newer protocol selection (the default from UCX 1.15) found no
+     * atomic operation between processes of one host on the GPU machine
+     * ("cannot find remote protocol ... amo_post"): signals never arrived.
+     * The older one has them; UCX_PROTO_ENABLE chooses otherwise. */
     if (ucp_config_modify(config, "PROTO_ENABLE", "n") != UCS_OK)
-      MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u does not take PROTO_ENABLE", major, minor);
+      MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u does not take PROTO_ENABLE", major, minor, release);
   }
   if (st == UCS_OK) st = ucp_init(&params, config, &px.context);
   if (config) ucp_config_release(config);

@@ -365,9 +365,8 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
 /* Device flags are written with a copy on a stream of the caller's own, which
  * depends on no stream that may be waiting. */
 static void pair_release_device(mpn_pair_t* pair) {
-  static uint64_t values[MPN_PAIR_DFLAG_WORDS]; /* eager flags and signals "at least", graph flags 1 */
-  for (int i = 0; i < MPN_PAIR_DFLAG_WORDS; i++)
-    values[i] = i < 2 * MPN_PAIR_SLOTS || i >= MPN_PAIR_FLAGS ? UINT64_MAX >> 1 : 1;
+  static uint64_t values[MPN_PAIR_FLAGS];
+  for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
     cudaGetLastError();

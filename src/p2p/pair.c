@@ -74,11 +74,11 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   if (device) {
     void* d = NULL;
     /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES). */
-    size_t bytes = MPN_PAIR_DFLAG_WORDS * sizeof(uint64_t);
+    size_t bytes = MPN_PAIR_FLAGS * sizeof(uint64_t);
     cudaError_t err = cudaMalloc(&d, bytes < MPN_IPC_BLOCK_BYTES ? MPN_IPC_BLOCK_BYTES : bytes);
     cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
     if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_DFLAG_WORDS * sizeof(uint64_t), s);
+    if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t), s);
     if (err == cudaSuccess) err = cudaStreamSynchronize(s);
     if (s) cudaStreamDestroy(s);
     int pool = 0;

@@ -141,17 +141,12 @@ static inline CUdeviceptr mpn_pair_dev(const mpn_pair_t* pair, const void* host)
 }
 
 /** Device address of the signal of RMA context ctx. */
-/** Number of flags of a pair: ready and done for every slot of both rings. */
-#define MPN_PAIR_FLAGS (2 * (MPN_PAIR_SLOTS + MPN_PAIR_GRAPH_SLOTS))
-
-/** Words of the device flags: the slot flags, then one signal per RMA context. */
-#define MPN_PAIR_DFLAG_WORDS (MPN_PAIR_FLAGS + MPN_PAIR_RMA_CTX)
-
-/** Device address of the signal of RMA context ctx (with the slot flags). */
 static inline CUdeviceptr mpn_pair_signal(const mpn_pair_t* pair, int ctx) {
-  if (pair->dflags) return pair->dflags + (CUdeviceptr)((MPN_PAIR_FLAGS + ctx) * sizeof(uint64_t));
   return mpn_pair_dev(pair, &pair->mem->rma_signal[ctx]);
 }
+
+/** Number of flags of a pair: ready and done for every slot of both rings. */
+#define MPN_PAIR_FLAGS (2 * (MPN_PAIR_SLOTS + MPN_PAIR_GRAPH_SLOTS))
 
 /** Device addresses of a slot's stream flags. */
 static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int graph, int done) {

@@ -200,11 +200,14 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
     const mpn_config_t* cfg = job->comm ? &job->comm->config : &job->parent->config;
     background |= !cfg->blocking;
   }
-  /* Creation threads must not read the environment (see channel.c): read
-   * what they need here, on the calling thread, before any starts. */
+  /* Creation threads must not read the environment (see channel.c), nor
+   * start what writes it: both here, on the calling thread, before any starts. */
   mpn_log_init();
   (void)mpn_params_load();
   (void)mpn_chan_launcher_rank();
+  /* The CUDA driver sets environment variables while it starts: start it
+   * here (test_comm_local crashed in getenv on the GPU machine otherwise). */
+  (void)mpn_cuda_device_count();
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

@@ -345,8 +345,9 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   for (mpn_op_t* op = list; op; op = op->next) n++;
   mpn_op_t** ops = calloc((size_t)n, sizeof(*ops));
   put_t* puts = calloc((size_t)n, sizeof(*puts));
-  if (ops == NULL || puts == NULL) {
-    free(ops), free(puts);
+  char* sync = calloc((size_t)n, 1); /* per first op of a stream: signals and waits in a kernel */
+  if (ops == NULL || puts == NULL || sync == NULL) {
+    free(ops), free(puts), free(sync);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
   int saved = -1;
@@ -384,16 +385,19 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       cudaStream_t s = ops[i]->stream;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
-      /* With a kernel, signals wait for the second pass: it writes them first. */
-      int sync = stream_syncs(ops, n, s, graph);
+      /* With a kernel, signals wait for the second pass: it writes them first.
+       * Decided once per stream, in the first pass: the counts it reads change
+       * as signals are issued, and both passes must agree. */
+      if (!wait) sync[i] = stream_syncs(ops, n, s, graph);
       if (!wait) res = issue_puts(ops, puts, n, s, graph);
-      if (res == ncclSuccess && sync && wait) res = issue_sync(ops, n, s);
-      else if (res == ncclSuccess && !sync) res = issue_signals(drv, ops, n, s, graph, wait);
+      if (res == ncclSuccess && sync[i] && wait) res = issue_sync(ops, n, s);
+      else if (res == ncclSuccess && !sync[i]) res = issue_signals(drv, ops, n, s, graph, wait);
     }
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
   if (saved >= 0) cudaSetDevice(saved);
   free(ops);
   free(puts);
+  free(sync);
   return res;
 }

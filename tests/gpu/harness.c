@@ -21,7 +21,11 @@ uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + ds
 void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
   unsigned long long bad = pattern_check(buf, bytes, seed, stream);
   if (bad) {
-    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong\n", rank, what, bad, bytes);
+    /* What the communicator knows then tells a lost transfer from a released one. */
+    ncclResult_t async = ncclSuccess;
+    if (comm) ncclCommGetAsyncError(comm, &async);
+    fprintf(stderr, "[rank %d] %s: %llu of %zu bytes wrong (async state %s; last error: %s)\n", rank,
+            what, bad, bytes, ncclGetErrorString(async), comm ? ncclGetLastError(comm) : "-");
     failures++;
   }
 }

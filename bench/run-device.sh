@@ -118,6 +118,14 @@ halo3d_runs() { # regime
 
 extra=""
 regime_runs mps-off
+# The UCX path forced between the processes (device data staged through
+# pinned host memory, src/ucx/staged.c): no floors of its own yet.
+export MPINCCL_TRANSPORT=ucx
+extra="-x MPINCCL_TRANSPORT"
+bench mps-off sendrecv-ucx 2 -o sendrecv -b 8 -e 256M -f 8 -n 20 -w 3
+bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5
+unset MPINCCL_TRANSPORT
+extra=""
 if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mpinccl-mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpinccl-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"

@@ -14,6 +14,7 @@
 #include "rma/rma.h"
 #ifdef HAVE_UCX
 #include "ucx/net.h"
+#include "ucx/staged.h"
 #endif
 #include "transport.h"
 
@@ -101,7 +102,8 @@ void mpn_comm_free(struct ncclComm* comm) {
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX
-  mpn_ucx_comm_free(comm);
+  mpn_ucx_comm_free(comm); /* cancels what the proxy holds of comm, staged chunks too */
+  mpn_ucx_staged_free(comm);
 #endif
   mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);

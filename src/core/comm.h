@@ -50,6 +50,7 @@ struct ncclComm {
   struct mpn_rma* rma; /**< one-sided state and windows, made on first use (rma.c) */
   uint8_t* peer_gone;  /**< per peer: its process was found gone (watchdog.c) */
   struct mpn_ucx_comm* ucx; /**< UCX peers' addresses and endpoints (ucx/net.c) */
+  struct mpn_ucx_staged* staged; /**< staging lanes of device data over UCX (ucx/staged.c) */
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;

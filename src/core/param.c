@@ -70,6 +70,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "declared failed: its pending transfers fail and the "
                                "communicator reports ncclRemoteError (UCX keepalive at a third "
                                "of it, unless UCX_KEEPALIVE_INTERVAL is set)."},
+    [MPN_PARAM_UCX_CHUNK] = {"MPINCCL_UCX_CHUNK", MPN_PARAM_INT, "1048576", NULL, 4096, 1 << 30,
+                             "Device data sent to or received from a peer over UCX (without "
+                             "CUDA support in UCX) moves through pinned host buffers in chunks "
+                             "of this many bytes: copy to the host, transfer and copy to the "
+                             "device overlap chunk by chunk."},
+    [MPN_PARAM_UCX_DEPTH] = {"MPINCCL_UCX_DEPTH", MPN_PARAM_INT, "4", NULL, 1, 64,
+                             "Staged chunks in flight per UCX peer and direction (pinned host "
+                             "memory: depth x chunk bytes per peer and direction in use)."},
     [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "host", "auto|host|device", 0, 0,
                          "Where the stream flags of two ranks' message slots live: host "
                          "(shared memory registered with CUDA), device (GPU memory shared "

@@ -22,6 +22,8 @@ typedef enum {
   MPN_PARAM_DELEGATE_WAIT,     /* host wait for a peer's post to copy both directions */
   MPN_PARAM_LOCAL_WAIT,        /* host wait for a same-process peer's "done" event */
   MPN_PARAM_NET_TIMEOUT,       /* seconds before an unreachable UCX peer fails */
+  MPN_PARAM_UCX_CHUNK,         /* bytes of one staged chunk over UCX */
+  MPN_PARAM_UCX_DEPTH,         /* staged chunks in flight per peer and direction */
   MPN_PARAM_FLAGS,             /* host | device: where pair flags live */
   MPN_PARAM_DEBUG,             /* NCCL_DEBUG */
   MPN_PARAM_DEBUG_SUBSYS,      /* NCCL_DEBUG_SUBSYS */

@@ -31,6 +31,9 @@
 #include "p2p/plan.h"
 #include "p2p/stage.h"
 #include "transport.h"
+#ifdef HAVE_UCX
+#include "ucx/staged.h"
+#endif
 
 typedef struct {
   mpn_pair_t *send, *recv; /* me -> peer, peer -> me */
@@ -295,12 +298,17 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
   const char* fn = op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv";
   if (comm->cuda_dev < 0)
     return mpn_error_set(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
-  if (comm->transport[op->peer] == MPN_TRANSPORT_UCX)
+  if (comm->transport[op->peer] == MPN_TRANSPORT_UCX) {
+#ifdef HAVE_UCX
+    return mpn_ucx_staged_check(op);
+#else
     return mpn_error_set(comm, ncclInvalidUsage,
                          "%s with peer %d: the UCX transport (other hosts, or forced by "
-                         "MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) is not available in this "
-                         "version of mpinccl",
+                         "MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) is not in this build "
+                         "of mpinccl",
                          fn, op->peer);
+#endif
+  }
   return ncclSuccess;
 }
 
@@ -309,21 +317,43 @@ ncclResult_t mpn_p2p_check(mpn_op_t* ops) {
   return ncclSuccess;
 }
 
+/* Messages with peers over UCX go through host staging (ucx/staged.c),
+ * after every message within the host is issued: those never wait for them. */
+static ncclResult_t launch_ucx(mpn_op_t* ops) {
+  int n = 0;
+  for (mpn_op_t* op = ops; op; op = op->next) n += op->comm->transport[op->peer] == MPN_TRANSPORT_UCX;
+  if (n == 0) return ncclSuccess;
+#ifdef HAVE_UCX
+  mpn_op_t** net = calloc((size_t)n, sizeof(*net));
+  if (net == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  int k = 0;
+  for (mpn_op_t* op = ops; op; op = op->next)
+    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) net[k++] = op;
+  ncclResult_t res = mpn_ucx_staged_launch(net, n);
+  free(net);
+  return res;
+#else
+  return mpn_error_set(NULL, ncclInvalidUsage, "UCX is not in this build"); /* refused before */
+#endif
+}
+
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int n = 0;
-  for (mpn_op_t* op = ops; op; op = op->next) n++; /* checked by mpn_p2p_check */
+  for (mpn_op_t* op = ops; op; op = op->next) /* checked by mpn_p2p_check */
+    n += op->comm->transport[op->peer] != MPN_TRANSPORT_UCX;
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
-  plan_t* plans = calloc((size_t)n, sizeof(*plans));
+  plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
   if (plans == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   int saved = -1;
   cudaGetDevice(&saved);
   ncclResult_t first_error = ncclSuccess;
   int i = 0;
-  for (mpn_op_t* op = ops; op; op = op->next, i++) {
+  for (mpn_op_t* op = ops; op; op = op->next) {
+    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
     plans[i].op = op;
     cudaSetDevice(op->comm->cuda_dev);
-    ncclResult_t res = plan_prepare(&plans[i]);
+    ncclResult_t res = plan_prepare(&plans[i++]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   delegate_wait(plans, n);
@@ -339,9 +369,10 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   ncclResult_t res = mpn_p2p_issue(drv, plans, n);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
+  ncclResult_t net = launch_ucx(ops);
   if (saved >= 0) cudaSetDevice(saved);
   free(plans);
-  return res != ncclSuccess ? res : first_error;
+  return res != ncclSuccess ? res : first_error != ncclSuccess ? first_error : net;
 }
 
 void mpn_p2p_poll_errors(struct ncclComm* comm) {

@@ -24,9 +24,21 @@ struct mpn_ucx_comm {
   int reported;           /* error already folded into the async error */
 };
 
+/* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
+ * the source rank and 20 of a message number, or (bit 39 set, staged device
+ * data) 15 bits of the source, 12 of the message and 12 of the chunk.
+ * Equal tags (numbers wrapped) still match in posting order. */
+static uint64_t comm_tag(const struct ncclComm* comm) {
+  return ((comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff) << 40;
+}
+
 static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
-  uint64_t id = (comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff;
-  return id << 40 | ((uint64_t)src & 0xfffff) << 20 | (seq & 0xfffff);
+  return comm_tag(comm) | ((uint64_t)src & 0x7ffff) << 20 | (seq & 0xfffff);
+}
+
+uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, uint64_t msg, uint64_t chunk) {
+  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x7fff) << 24 | (msg & 0xfff) << 12 |
+         (chunk & 0xfff);
 }
 
 typedef struct {
@@ -96,19 +108,37 @@ mpn_ucx_peer_t* mpn_ucx_comm_peer(struct ncclComm* comm, int peer) {
 
 int* mpn_ucx_comm_error(struct ncclComm* comm) { return &comm->ucx->error; }
 
+static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
+                              size_t bytes, uint64_t tag, const mpn_ucx_trigger_t* when,
+                              uint64_t* flag, uint64_t value, int* error, uint64_t* release,
+                              int nrelease) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  mpn_ucx_cmd_t cmd = {.kind = kind, .owner = u, .peer = &u->peers[peer], .buf = buf,
+                       .bytes = bytes, .tag = tag, .flag = flag, .value = value, .error = error,
+                       .owner_error = &u->error, .trigger = when ? when->word : NULL,
+                       .trigger_value = when ? when->value : 0, .release = release,
+                       .nrelease = nrelease};
+  return mpn_ucx_proxy_post(&cmd);
+}
+
 static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
                             size_t bytes, const mpn_ucx_trigger_t* when, uint64_t* flag,
                             uint64_t value, int* error) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (mpn_ucx_comm_peer(comm, peer) == NULL)
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
-  mpn_ucx_cmd_t cmd = {.kind = kind, .owner = u, .peer = &u->peers[peer], .buf = buf,
-                       .bytes = bytes, .flag = flag, .value = value, .error = error,
-                       .owner_error = &u->error, .trigger = when ? when->word : NULL,
-                       .trigger_value = when ? when->value : 0};
-  cmd.tag = kind == MPN_UCX_SEND ? make_tag(comm, comm->rank, ++u->send_seq[peer])
-                                 : make_tag(comm, peer, ++u->recv_seq[peer]);
-  return mpn_ucx_proxy_post(&cmd);
+  uint64_t tag = kind == MPN_UCX_SEND ? make_tag(comm, comm->rank, ++u->send_seq[peer])
+                                      : make_tag(comm, peer, ++u->recv_seq[peer]);
+  return tagged_op(comm, kind, peer, buf, bytes, tag, when, flag, value, error, NULL, 0);
+}
+
+ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* buf, size_t bytes,
+                               uint64_t tag, const mpn_ucx_trigger_t* when, uint64_t* flag,
+                               uint64_t value, int* error, uint64_t* release, int nrelease) {
+  if (mpn_ucx_comm_peer(comm, peer) == NULL)
+    return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
+  return tagged_op(comm, send ? MPN_UCX_SEND : MPN_UCX_RECV, peer, buf, bytes, tag, when, flag,
+                   value, error, release, nrelease);
 }
 
 ncclResult_t mpn_ucx_host_send_on(struct ncclComm* comm, int peer, const void* buf, size_t bytes,

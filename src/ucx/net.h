@@ -52,6 +52,22 @@ ncclResult_t mpn_ucx_host_recv_on(struct ncclComm* comm, int peer, void* buf, si
                                   const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
                                   int* error);
 
+/**
+ * A tagged send (send != 0) or receive of host memory with an explicit tag
+ * (mpn_ucx_stage_tag), started when the trigger comes (when may be NULL);
+ * when it fails, release[0..nrelease) are set too (see mpn_ucx_cmd_t).
+ */
+ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* buf, size_t bytes,
+                               uint64_t tag, const mpn_ucx_trigger_t* when, uint64_t* flag,
+                               uint64_t value, int* error, uint64_t* release, int nrelease);
+
+/**
+ * The tag of chunk chunk of the msg-th staged message from rank src (its
+ * own tag space, apart from mpn_ucx_host_send's): both sides number their
+ * messages with a peer in program order and cut them into the same chunks.
+ */
+uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, uint64_t msg, uint64_t chunk);
+
 /** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 

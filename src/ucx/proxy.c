@@ -77,6 +77,8 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   if (status != UCS_OK && cmd->owner_error)
     __atomic_store_n(cmd->owner_error, (int)ncclRemoteError, __ATOMIC_RELEASE);
   if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
+  for (int i = 0; status != UCS_OK && i < cmd->nrelease; i++)
+    __atomic_store_n(&cmd->release[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
   __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
   px.in_flight--;
   free(cmd);

@@ -29,6 +29,13 @@ extern cudaStream_t stream;
   } while (0)
 #define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
 
+/* A refusal: its code, and text in the message of the harness's comm. */
+#define EXPECT_ERR(call, code, text) \
+  do { \
+    EXPECT((call) == (code)); \
+    EXPECT(strstr(ncclGetLastError(comm), (text)) != NULL); \
+  } while (0)
+
 /** The pattern seed of the k-th message from src to dst. */
 uint32_t seed_of(int src, int dst, int k);
 

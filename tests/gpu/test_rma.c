@@ -16,12 +16,6 @@
 #include "mpinccl.h"
 #include "pattern.h"
 
-#define EXPECT_ERR(call, code, text) \
-  do { \
-    EXPECT((call) == (code)); \
-    EXPECT(strstr(ncclGetLastError(comm), (text)) != NULL); \
-  } while (0)
-
 static void* dev_alloc(size_t bytes) {
   void* p = NULL;
   if (ncclMemAlloc(&p, bytes) != ncclSuccess) {

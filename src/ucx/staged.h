@@ -1,0 +1,26 @@
+/*
+ * staged.h - ncclSend/ncclRecv of device memory with a peer reached over UCX
+ * (UCX without CUDA support): stream-ordered, staged through pinned host
+ * buffers in a pipeline, triggered by the stream (see staged.c).
+ */
+#ifndef MPN_UCX_STAGED_H_
+#define MPN_UCX_STAGED_H_
+
+#include "core/enqueue.h"
+#include "nccl.h"
+
+struct ncclComm;
+
+/** Refusals that must come before anything of a group is launched. */
+ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op);
+
+/**
+ * Enqueues the n sends and receives of ops (all with UCX peers) on their
+ * streams; the API thread never waits for the network or a peer.
+ */
+ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
+
+/** Frees comm's staging buffers (after its UCX operations were closed). */
+void mpn_ucx_staged_free(struct ncclComm* comm);
+
+#endif /* MPN_UCX_STAGED_H_ */

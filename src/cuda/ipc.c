@@ -333,3 +333,37 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref) {
   if (e != NULL) close_mapping(e->mapping, "released");
   pthread_mutex_unlock(&ipc_lock);
 }
+
+/* Whether the import mapping is closable: nothing pinned or pending on it and,
+ * with wait, every copy issued with it complete (events to wait for go to ev). */
+static int mapping_idle(void* mapping, cudaEvent_t* ev, int* nev, int cap) {
+  for (int i = 0; i < imported.n; i++) {
+    ipc_entry_t* b = &imported.entries[i];
+    if (b->mapping != mapping) continue;
+    if (b->pinned || b->pending) return 0;
+    if (b->used == NULL || cudaEventQuery(b->used) == cudaSuccess) continue;
+    cudaGetLastError();
+    if (ev == NULL || *nev == cap) return 0;
+    ev[(*nev)++] = b->used;
+  }
+  return 1;
+}
+
+void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {
+  cudaEvent_t ev[8];
+  int nev = 0;
+  pthread_mutex_lock(&ipc_lock);
+  ipc_entry_t* e = cache_find(&imported, owner, buffer_id, dev);
+  void* mapping = e ? e->mapping : NULL;
+  int idle = mapping && mapping_idle(mapping, ev, &nev, 8);
+  pthread_mutex_unlock(&ipc_lock);
+  if (!idle) return; /* not imported, or held by a graph or a copy being issued */
+  /* Not under the lock: the stream may wait for a peer that imports first. */
+  for (int i = 0; i < nev; i++)
+    if (cudaEventSynchronize(ev[i]) != cudaSuccess) cudaGetLastError();
+  pthread_mutex_lock(&ipc_lock);
+  e = cache_find(&imported, owner, buffer_id, dev);
+  nev = 0;
+  if (e && e->mapping == mapping && mapping_idle(mapping, NULL, &nev, 0)) close_mapping(mapping, "forgotten");
+  pthread_mutex_unlock(&ipc_lock);
+}

@@ -70,4 +70,14 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph);
 /** Closes an import pinned with mpn_ipc_mark_used(graph = 1) for good. */
 void mpn_ipc_release(const mpn_ipc_ref_t* ref);
 
+/**
+ * The caller is done with owner's buffer (a window being deregistered):
+ * closes its import on device dev, if any, once the copies issued with it
+ * completed (waits for them), unless a graph holds it or a copy is being
+ * issued with it (or with another buffer of the same mapping); then it stays.
+ * A freed buffer's import kept open holds the owner's memory and can stand
+ * in the way of the owner's next allocation at that address.
+ */
+void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev);
+
 #endif /* MPN_CUDA_IPC_H_ */

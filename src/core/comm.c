@@ -102,7 +102,7 @@ void mpn_comm_free(struct ncclComm* comm) {
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX
-  mpn_ucx_comm_free(comm); /* cancels what the proxy holds of comm, staged chunks too */
+  mpn_ucx_comm_free(comm); /* the proxy cancels what it still holds of comm */
   mpn_ucx_staged_free(comm);
 #endif
   mpn_comm_free_registrations(comm);
@@ -184,8 +184,9 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
 
 MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
-  /* Work is stream-ordered and no operation is pending inside the library,
-   * so finalizing only closes the communicator to new work. */
+  /* Work is stream-ordered (over UCX too: the proxy's operations are
+   * triggered by the streams, and ncclCommDestroy waits for the lanes), so
+   * finalizing only closes the communicator to new work. */
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
   return ncclSuccess;
@@ -195,6 +196,11 @@ MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
   MPN_CHECK(mpn_comm_check(comm, "ncclCommDestroy", 0));
   comm_join_init(comm, 0);
+#ifdef HAVE_UCX
+  /* Destroy lets the UCX lanes finish what the streams gave them; abort
+   * does not wait. */
+  mpn_ucx_staged_quiesce(comm);
+#endif
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d destroyed", (void*)comm, comm->rank,
            comm->nranks);
   mpn_comm_free(comm);

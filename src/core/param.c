@@ -74,8 +74,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "Device data sent to or received from a peer over UCX (without "
                              "CUDA support in UCX) moves through pinned host buffers in chunks "
                              "of this many bytes: copy to the host, transfer and copy to the "
-                             "device overlap chunk by chunk."},
-    [MPN_PARAM_UCX_DEPTH] = {"MPINCCL_UCX_DEPTH", MPN_PARAM_INT, "4", NULL, 1, 64,
+                             "device overlap chunk by chunk. Must be the same on every rank."},
+    [MPN_PARAM_UCX_DEPTH] = {"MPINCCL_UCX_DEPTH", MPN_PARAM_INT, "4", NULL, 1, 32,
                              "Staged chunks in flight per UCX peer and direction (pinned host "
                              "memory: depth x chunk bytes per peer and direction in use)."},
     [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "host", "auto|host|device", 0, 0,

@@ -1,8 +1,11 @@
 /*
- * net.c - per-communicator UCX state.  Tags carry the communicator (24 bits
- * of its key), the sending rank (20 bits) and a per-pair sequence number
- * (20 bits), so messages of different communicators and senders never match
- * each other and those of one pair match in order.
+ * net.c - per-communicator UCX state and tagged transfers of host memory.
+ * Tags (see comm_tag below) carry the communicator (24 bits of its key) and
+ * the sender, so messages of different communicators and senders never
+ * match each other and those of one pair match in order.  The host-memory
+ * tags do not carry the receiver: two ranks of one process (one worker)
+ * receiving from one sender on one communicator could take each other's
+ * messages; the staged tags of device data carry it.
  */
 #include "ucx/net.h"
 
@@ -26,8 +29,10 @@ struct mpn_ucx_comm {
 
 /* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
  * the source rank and 20 of a message number, or (bit 39 set, staged device
- * data) 15 bits of the source, 12 of the message and 12 of the chunk.
- * Equal tags (numbers wrapped) still match in posting order. */
+ * data, ucx/staged.c) 13 bits of the source, 13 of the destination, 6 of
+ * the message and 7 of the chunk.  Numbers that wrapped give equal tags,
+ * which still match in posting order: a staged lane has at most 32 chunks
+ * in flight (MPINCCL_UCX_DEPTH), fewer than either field wraps at. */
 static uint64_t comm_tag(const struct ncclComm* comm) {
   return ((comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff) << 40;
 }
@@ -36,9 +41,10 @@ static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
   return comm_tag(comm) | ((uint64_t)src & 0x7ffff) << 20 | (seq & 0xfffff);
 }
 
-uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, uint64_t msg, uint64_t chunk) {
-  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x7fff) << 24 | (msg & 0xfff) << 12 |
-         (chunk & 0xfff);
+uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
+                           uint64_t chunk) {
+  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x1fff) << 26 |
+         ((uint64_t)dst & 0x1fff) << 13 | (msg & 0x3f) << 7 | (chunk & 0x7f);
 }
 
 typedef struct {

@@ -62,11 +62,13 @@ ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* 
                                uint64_t value, int* error, uint64_t* release, int nrelease);
 
 /**
- * The tag of chunk chunk of the msg-th staged message from rank src (its
- * own tag space, apart from mpn_ucx_host_send's): both sides number their
- * messages with a peer in program order and cut them into the same chunks.
+ * The tag of chunk chunk of the msg-th staged message from rank src to rank
+ * dst (its own tag space, apart from mpn_ucx_host_send's; dst because ranks
+ * of one process share its worker): both sides number their messages with a
+ * peer in program order and cut them into the same chunks.
  */
-uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, uint64_t msg, uint64_t chunk);
+uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
+                           uint64_t chunk);
 
 /** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
 void mpn_ucx_poll_errors(struct ncclComm* comm);

@@ -77,9 +77,16 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   if (status != UCS_OK && cmd->owner_error)
     __atomic_store_n(cmd->owner_error, (int)ncclRemoteError, __ATOMIC_RELEASE);
   if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
-  for (int i = 0; status != UCS_OK && i < cmd->nrelease; i++)
-    __atomic_store_n(&cmd->release[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
-  __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
+  if (cmd->release == NULL) {
+    __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
+  } else { /* a pipeline's words only grow: a late completion must not undo a release */
+    uint64_t seen = __atomic_load_n(cmd->flag, __ATOMIC_ACQUIRE);
+    while (seen < cmd->value &&
+           !__atomic_compare_exchange_n(cmd->flag, &seen, cmd->value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+    }
+    for (int i = 0; status != UCS_OK && i < cmd->nrelease; i++)
+      __atomic_store_n(&cmd->release[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  }
   px.in_flight--;
   free(cmd);
   if (request) ucp_request_free(request);

@@ -58,8 +58,10 @@ typedef struct mpn_ucx_cmd {
    * (a word that a stream writes when it reaches the operation). */
   const volatile uint64_t* trigger;
   uint64_t trigger_value;
-  /** When it fails, these words are set to UINT64_MAX >> 1 too: the waits of
-   * later operations of the same pipeline pass instead of hanging. */
+  /** Set for a pipeline's operations (ucx/staged.c): *flag only grows (the
+   * value is stored only if larger), and when the operation fails these
+   * words are set to UINT64_MAX >> 1, so that the waits of later operations
+   * of the pipeline pass instead of hanging. */
   uint64_t* release;
   int nrelease;
   void* request;        /**< UCX request while in flight (proxy thread) */

@@ -2,31 +2,34 @@
  * staged.c - ncclSend/ncclRecv of device memory with peers over UCX, through
  * pinned host buffers (UCX here has no CUDA support).
  *
- * Each (peer, direction) is a lane: MPINCCL_UCX_DEPTH slots of
- * MPINCCL_UCX_CHUNK bytes of pinned host memory, and per slot two host
- * words mapped for the GPU, "ready" (written by the stream) and "done"
- * (written by the proxy).  Messages are cut into chunks; the n-th chunk of a
- * lane uses slot n % depth and both words carry n + 1:
- *   send: the stream waits until the slot's previous chunk was sent
- *         ("done" >= n + 1 - depth), copies the chunk device-to-host, writes
- *         "ready" = n + 1; the proxy, armed on that word, sends the chunk and
- *         writes "done" = n + 1 when UCX has it.
- *   recv: the proxy, armed on "ready" >= n + 1 - depth (the stream copied the
+ * Each (peer, direction) is a lane: a CUDA stream of its own,
+ * MPINCCL_UCX_DEPTH slots of MPINCCL_UCX_CHUNK bytes of pinned host memory,
+ * and per slot two host words mapped for the GPU, "ready" (written by the
+ * lane's stream) and "done" (written by the proxy).  Messages are cut into
+ * chunks; the n-th chunk of a lane uses slot n % depth and both words carry
+ * n + 1:
+ *   send: the lane waits until the slot's previous chunk was sent ("done" >=
+ *         n + 1 - depth), copies the chunk device-to-host, writes "ready" =
+ *         n + 1; the proxy, armed on that word, sends the chunk and writes
+ *         "done" = n + 1 when UCX has it.
+ *   recv: the proxy, armed on "ready" >= n + 1 - depth (the lane copied the
  *         slot's previous chunk out), posts the receive and writes "done" =
- *         n + 1 when the data is there; the stream waits for it, copies the
+ *         n + 1 when the data is there; the lane waits for it, copies the
  *         chunk host-to-device and writes "ready" = n + 1.
  * So the copies of one chunk overlap the transfer of the next ones, and the
  * API thread only arms operations and enqueues stream work: it never waits.
- * Chunks are matched by tag (message number with the peer, chunk number), so
- * the two sides may group their calls differently.
  *
- * A stream's sends and receives of one group advance in rounds: round r
- * issues the r-th chunk of every lane the stream uses, sends before
- * receives.  A chunk then waits only for chunks of earlier rounds (or for a
- * send of the same round of the peer, which waits for nothing of this
- * round), so two ranks that send each other messages of any length in one
- * group both progress.  Not capturable in CUDA graphs yet: the armed
- * operations are host work a replay would not repeat.
+ * A group forks every lane it uses from the caller's stream (an event
+ * recorded before any of the group's work) and joins them back at the end
+ * of its sends and receives.  A lane is then a pipeline that depends only on
+ * the peer's matching lane: messages of one group never wait for each
+ * other, whatever the peer's grouping, and work within the host in the same
+ * group neither waits for them nor they for it.  Messages of a lane are
+ * numbered in program order, the n-th send matching the peer's n-th
+ * receive; chunks are matched by tag (destination, message, chunk), and both
+ * sides must cut them alike (the same MPINCCL_UCX_CHUNK).  Not capturable in
+ * CUDA graphs yet: the armed operations are host work a replay would not
+ * repeat.
  */
 #include "ucx/staged.h"
 
@@ -41,17 +44,23 @@
 #include "cuda/driver.h"
 #include "cuda/memop.h"
 #include "transport.h"
+#include "cuda/event.h"
 #include "ucx/net.h"
+#include "ucx/net_comm.h"
 
 typedef struct {
   char* buf;          /* depth * chunk bytes, pinned */
   uint64_t* words;    /* pinned, mapped: [slot] "ready", [depth + slot] "done" */
   CUdeviceptr dwords; /* the words as the GPU sees them */
+  cudaStream_t stream;
+  cudaEvent_t joined; /* recorded on stream where a group's work on the lane ends */
+  int dev;
   size_t chunk;
   int depth;
   uint64_t chunks;    /* chunks enqueued so far */
   uint64_t messages;  /* messages enqueued so far (tags) */
   int error;          /* an ncclResult_t, set by the proxy */
+  int forked;         /* the launch under way made the lane wait for its fork */
 } lane_t;
 
 struct mpn_ucx_staged {
@@ -59,12 +68,16 @@ struct mpn_ucx_staged {
 };
 
 static void lane_free(lane_t* l) {
+  if (l->stream) cudaStreamDestroy(l->stream);
+  if (l->joined) cudaEventDestroy(l->joined);
   if (l->buf) cudaFreeHost(l->buf);
   if (l->words) cudaFreeHost(l->words);
   cudaGetLastError();
   memset(l, 0, sizeof(*l));
 }
 
+/* The lane of comm with peer (recv: receives from it), made on first use:
+ * its stream on comm's device, buffers and words. */
 static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t** out) {
   if (comm->staged == NULL) {
     struct mpn_ucx_staged* st = calloc(1, sizeof(*st));
@@ -81,9 +94,14 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   if (l->buf != NULL) return ncclSuccess;
   l->chunk = (size_t)mpn_param_int(MPN_PARAM_UCX_CHUNK);
   l->depth = (int)mpn_param_int(MPN_PARAM_UCX_DEPTH);
+  l->dev = comm->cuda_dev;
   size_t words = 2 * (size_t)l->depth * sizeof(uint64_t);
   void* d = NULL;
-  cudaError_t err = cudaHostAlloc((void**)&l->buf, (size_t)l->depth * l->chunk, cudaHostAllocPortable);
+  cudaError_t err = cudaSetDevice(comm->cuda_dev);
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&l->joined, cudaEventDisableTiming);
+  if (err == cudaSuccess)
+    err = cudaHostAlloc((void**)&l->buf, (size_t)l->depth * l->chunk, cudaHostAllocPortable);
   if (err == cudaSuccess)
     err = cudaHostAlloc((void**)&l->words, words, cudaHostAllocPortable | cudaHostAllocMapped);
   if (err == cudaSuccess) {
@@ -91,12 +109,12 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
     err = cudaHostGetDevicePointer(&d, l->words, 0);
   }
   if (err != cudaSuccess) {
+    ncclResult_t res = mpn_error_set(comm, ncclUnhandledCudaError,
+                                     "staging for rank %d over UCX (a stream, %d x %zu bytes: "
+                                     "MPINCCL_UCX_DEPTH x MPINCCL_UCX_CHUNK): %s",
+                                     peer, l->depth, l->chunk, cudaGetErrorString(err));
     lane_free(l);
-    return mpn_error_set(comm, ncclUnhandledCudaError,
-                         "staging buffers for rank %d over UCX (%d x %lld bytes, "
-                         "MPINCCL_UCX_DEPTH x MPINCCL_UCX_CHUNK): %s",
-                         peer, (int)mpn_param_int(MPN_PARAM_UCX_DEPTH),
-                         (long long)mpn_param_int(MPN_PARAM_UCX_CHUNK), cudaGetErrorString(err));
+    return res;
   }
   l->dwords = (CUdeviceptr)d;
   return ncclSuccess;
@@ -112,17 +130,17 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                          "%s with peer %d: transfers over UCX cannot be captured in a CUDA graph "
                          "in this version of mpinccl",
                          fn, op->peer);
-  return ncclSuccess;
+  if (mpn_ucx_comm_peer(comm, op->peer) == NULL)
+    return mpn_error_set(comm, ncclInternalError, "%s: rank %d has no UCX address of rank %d", fn,
+                         comm->rank, op->peer);
+  if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess)
+    return mpn_error_set(comm, ncclRemoteError,
+                         "%s with peer %d: an earlier transfer over UCX of this communicator "
+                         "failed (ncclCommGetAsyncError); abort it",
+                         fn, op->peer);
+  lane_t* l;
+  return op->bytes ? lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l) : ncclSuccess;
 }
-
-/* One message of a stream's launch: its lane and how far it has come. */
-typedef struct {
-  mpn_op_t* op;
-  lane_t* lane;
-  uint64_t msg;   /* the message's number on its lane (tags) */
-  size_t chunks;  /* how many */
-  size_t issued;  /* chunks enqueued so far */
-} msg_t;
 
 static ncclResult_t cuda_result(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return ncclSuccess;
@@ -134,129 +152,109 @@ static void keep(ncclResult_t* first, ncclResult_t res) {
   if (res != ncclSuccess && *first == ncclSuccess) *first = res;
 }
 
-/* The message of m's lane whose turn it is in this round: the first one of
- * that lane with chunks left (a lane's messages go one after the other). */
-static int lane_turn(const msg_t* m, int n, int i) {
-  for (int j = 0; j < n; j++)
-    if (m[j].lane == m[i].lane && m[j].issued < m[j].chunks) return j == i;
-  return 0;
-}
-
 /*
- * One half of a round on stream s: the next chunk of every lane whose
- * messages go the way recv says: the waits (one batch), the copies, the
- * writes (one batch); then the proxy operations are armed.
+ * One chunk of op (bytes [off, off + len)) on its lane: the lane's waits,
+ * copy and "ready" write, then the proxy's operation armed on "ready".  Goes
+ * on past failures, so that what the peer expects still happens; a chunk
+ * the proxy could not take gets its "done" from here.
  */
-static ncclResult_t round_half(const mpn_driver_t* drv, msg_t* m, int n, int* turn, cudaStream_t s,
-                               int recv) {
+static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l, uint64_t msg,
+                                uint64_t k, size_t off, size_t len) {
   ncclResult_t first = ncclSuccess;
-  int k = 0; /* turn[0..k): the messages that move a chunk now, one per lane */
-  for (int i = 0; i < n; i++)
-    if ((m[i].op->kind == MPN_OP_RECV) == recv && lane_turn(m, n, i)) turn[k++] = i;
-  if (k == 0) return ncclSuccess;
+  int recv = op->kind == MPN_OP_RECV;
+  uint64_t g = l->chunks++, d = (uint64_t)l->depth, slot = g % d;
+  CUdeviceptr ready = l->dwords + (CUdeviceptr)(slot * sizeof(uint64_t));
+  CUdeviceptr done = l->dwords + (CUdeviceptr)((d + slot) * sizeof(uint64_t));
+  char* stage = l->buf + slot * l->chunk;
+  char* dev = (char*)op->buf + off;
   mpn_memops_t b;
-  mpn_memops_init(&b, drv, s);
-  for (int t = 0; t < k; t++) { /* waits: a free slot (send), the data (receive) */
-    lane_t* l = m[turn[t]].lane;
-    uint64_t g = l->chunks, slot = g % (uint64_t)l->depth;
-    CUdeviceptr done = l->dwords + (CUdeviceptr)((l->depth + slot) * sizeof(uint64_t));
-    if (recv) keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ));
-    else if (g >= (uint64_t)l->depth)
-      keep(&first, mpn_memops_add(&b, done, g + 1 - (uint64_t)l->depth, MPN_MEMOP_WAIT_GEQ));
-  }
+  mpn_memops_init(&b, drv, l->stream);
+  if (recv) keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ)); /* the data */
+  else if (g >= d) keep(&first, mpn_memops_add(&b, done, g + 1 - d, MPN_MEMOP_WAIT_GEQ)); /* the slot */
   keep(&first, mpn_memops_flush(&b));
-  for (int t = 0; t < k; t++) { /* copies */
-    msg_t* x = &m[turn[t]];
-    lane_t* l = x->lane;
-    uint64_t g = l->chunks;
-    size_t off = x->issued * l->chunk, len = x->op->bytes - off < l->chunk ? x->op->bytes - off : l->chunk;
-    char* stage = l->buf + (g % (uint64_t)l->depth) * l->chunk;
-    char* dev = (char*)x->op->buf + off;
-    keep(&first, cuda_result(recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, s)
-                                  : cudaMemcpyAsync(stage, dev, len, cudaMemcpyDeviceToHost, s),
-                             recv ? "copying a staged chunk to the device" : "staging a chunk"));
-  }
-  for (int t = 0; t < k; t++) { /* writes: "ready" */
-    lane_t* l = m[turn[t]].lane;
-    uint64_t g = l->chunks, slot = g % (uint64_t)l->depth;
-    keep(&first, mpn_memops_add(&b, l->dwords + (CUdeviceptr)(slot * sizeof(uint64_t)), g + 1,
-                                MPN_MEMOP_WRITE));
-  }
+  keep(&first, cuda_result(recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, l->stream)
+                                : cudaMemcpyAsync(stage, dev, len, cudaMemcpyDeviceToHost, l->stream),
+                           recv ? "copying a staged chunk to the device" : "staging a chunk"));
+  keep(&first, mpn_memops_add(&b, ready, g + 1, MPN_MEMOP_WRITE));
   keep(&first, mpn_memops_flush(&b));
-  for (int t = 0; t < k; t++) { /* the proxy's part, armed on "ready" */
-    msg_t* x = &m[turn[t]];
-    lane_t* l = x->lane;
-    struct ncclComm* comm = x->op->comm;
-    uint64_t g = l->chunks++, slot = g % (uint64_t)l->depth, d = (uint64_t)l->depth;
-    size_t off = x->issued * l->chunk, len = x->op->bytes - off < l->chunk ? x->op->bytes - off : l->chunk;
-    int src = recv ? x->op->peer : comm->rank;
-    uint64_t tag = mpn_ucx_stage_tag(comm, src, x->msg, x->issued);
-    mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1};
-    keep(&first, mpn_ucx_tagged_on(comm, !recv, x->op->peer, l->buf + slot * l->chunk, len, tag,
-                                   recv && g < d ? NULL : &when, &l->words[d + slot], g + 1,
-                                   &l->error, &l->words[d], l->depth));
-    x->issued++;
-  }
+  struct ncclComm* comm = op->comm;
+  int src = recv ? op->peer : comm->rank, dst = recv ? comm->rank : op->peer;
+  uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k);
+  mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1};
+  ncclResult_t posted = mpn_ucx_tagged_on(comm, !recv, op->peer, stage, len, tag,
+                                          recv && g < d ? NULL : &when, &l->words[d + slot], g + 1,
+                                          &l->error, &l->words[d], l->depth);
+  if (posted != ncclSuccess) /* the lane must not wait for it */
+    __atomic_store_n(&l->words[d + slot], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  keep(&first, posted);
   return first;
 }
 
-/* Stream s's messages of the launch (m, n in all), chunk by chunk in rounds. */
-static ncclResult_t stream_launch(const mpn_driver_t* drv, const msg_t* all, int n, cudaStream_t s) {
-  msg_t* m = calloc((size_t)n, sizeof(*m));
-  int* turn = calloc((size_t)n, sizeof(*turn));
-  if (m == NULL || turn == NULL) {
-    free(m), free(turn);
-    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+/* Makes lane l wait for the group's fork point on user stream s. */
+static ncclResult_t lane_fork(lane_t* l, cudaStream_t s, cudaEvent_t* fork) {
+  if (*fork == NULL) {
+    MPN_CHECK(mpn_event_of_stream(s, l->dev, fork));
+    MPN_CHECK(cuda_result(cudaEventRecord(*fork, s), "recording where a group starts"));
   }
-  int k = 0;
-  for (int i = 0; i < n; i++)
-    if (all[i].op->stream == s) m[k++] = all[i];
-  ncclResult_t first = ncclSuccess;
-  for (int more = k > 0; more;) {
-    keep(&first, round_half(drv, m, k, turn, s, 0));
-    keep(&first, round_half(drv, m, k, turn, s, 1));
-    more = 0;
-    for (int i = 0; i < k; i++) more |= m[i].issued < m[i].chunks;
-  }
-  free(m);
-  free(turn);
-  return first;
+  l->forked = 1;
+  return cuda_result(cudaStreamWaitEvent(l->stream, *fork, 0), "forking a UCX lane");
 }
 
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
-  msg_t* all = calloc((size_t)(n ? n : 1), sizeof(*all));
-  if (all == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   int saved = -1;
   cudaGetDevice(&saved);
   ncclResult_t first = ncclSuccess;
-  /* Messages are numbered per lane in program order, whatever their stream:
-   * the peer numbers its side the same way (the n-th send matches the n-th
-   * receive), and the tags carry the numbers. */
-  int k = 0;
+  /* Every user stream's fork, before anything of the group is enqueued on a
+   * lane (a lane may serve several user streams). */
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
+    if (seen) continue;
+    cudaSetDevice(ops[i]->comm->cuda_dev);
+    cudaEvent_t fork = NULL;
+    for (int j = i; j < n; j++) {
+      if (ops[j]->stream != ops[i]->stream || ops[j]->bytes == 0) continue;
+      lane_t* l = NULL; /* made by mpn_ucx_staged_check */
+      keep(&first, lane_get(ops[j]->comm, ops[j]->peer, ops[j]->kind == MPN_OP_RECV, &l));
+      if (l && l->buf) keep(&first, lane_fork(l, ops[i]->stream, &fork)); /* again per stream */
+    }
+  }
+  /* The messages in program order: each lane numbers its own. */
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
-    if (op->bytes == 0) continue;
     lane_t* l = NULL;
-    cudaSetDevice(op->comm->cuda_dev);
-    ncclResult_t res = lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l);
-    if (res != ncclSuccess) {
-      keep(&first, res);
+    if (op->bytes == 0 || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
       continue;
-    }
-    all[k++] = (msg_t){op, l, l->messages++, (op->bytes + l->chunk - 1) / l->chunk, 0};
+    cudaSetDevice(op->comm->cuda_dev);
+    uint64_t msg = l->messages++;
+    for (size_t off = 0, k = 0; off < op->bytes; off += l->chunk, k++)
+      keep(&first, chunk_issue(drv, op, l, msg, k, off,
+                               op->bytes - off < l->chunk ? op->bytes - off : l->chunk));
   }
-  for (int i = 0; i < k; i++) {
-    int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = all[j].op->stream == all[i].op->stream;
-    if (seen) continue;
-    cudaSetDevice(all[i].op->comm->cuda_dev);
-    keep(&first, stream_launch(drv, all, k, all[i].op->stream));
+  /* Joins: each user stream waits for the lanes its messages used. */
+  for (int i = 0; i < n; i++) {
+    mpn_op_t* op = ops[i];
+    lane_t* l = NULL;
+    if (op->bytes == 0 || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
+      continue;
+    cudaSetDevice(op->comm->cuda_dev);
+    if (l->forked) { /* the first message of the lane records its end, once */
+      keep(&first, cuda_result(cudaEventRecord(l->joined, l->stream), "recording a UCX lane's end"));
+      l->forked = 0;
+    }
+    keep(&first, cuda_result(cudaStreamWaitEvent(op->stream, l->joined, 0), "joining a UCX lane"));
   }
   if (saved >= 0) cudaSetDevice(saved);
-  free(all);
   return first;
+}
+
+void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
+  if (comm->staged == NULL) return;
+  for (int i = 0; i < 2 * comm->nranks; i++)
+    if (comm->staged->lanes[i].stream && cudaStreamSynchronize(comm->staged->lanes[i].stream) != cudaSuccess)
+      cudaGetLastError();
 }
 
 void mpn_ucx_staged_free(struct ncclComm* comm) {

@@ -11,7 +11,8 @@
 
 struct ncclComm;
 
-/** Refusals that must come before anything of a group is launched. */
+/** Refusals that must come before anything of a group is launched; makes
+ * the message's lane (stream, pinned buffers) if it is its first. */
 ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op);
 
 /**
@@ -19,6 +20,9 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op);
  * streams; the API thread never waits for the network or a peer.
  */
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
+
+/** Waits until comm's lanes have done the work enqueued on them (destroy, not abort). */
+void mpn_ucx_staged_quiesce(struct ncclComm* comm);
 
 /** Frees comm's staging buffers (after its UCX operations were closed). */
 void mpn_ucx_staged_free(struct ncclComm* comm);

@@ -65,6 +65,8 @@ static void usage(FILE* out) {
           "  -R, --register 0|1   ncclCommRegister the buffers (default 0)\n"
           "      --json FILE      write the header and all rows to FILE (rank 0)\n"
           "      --floors-only    measure and print the floors, then exit\n"
+          "      --net            the UCX path's floors too (pinned copies, UCX bandwidth and\n"
+          "                       put latency); vs-copy and vs-floor then use them\n"
           "  -h, --help           this text\n"
           "sizes: sendrecv, pingpong, put, putpingpong: bytes per message; alltoall,\n"
           "rmaalltoall: bytes each rank sends in all (size/P to each rank, itself\n"
@@ -127,6 +129,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
                                            {"register", required_argument, NULL, 'R'},
                                            {"json", required_argument, NULL, 'J'},
                                            {"floors-only", no_argument, NULL, 'F'},
+                                           {"net", no_argument, NULL, 'N'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   *o = (options_t){.op = OP_SENDRECV,
@@ -151,6 +154,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'R': bad = parse_int(optarg, 0, 1, &o->reg); break;
       case 'J': o->json = optarg; break;
       case 'F': o->floors_only = 1; break;
+      case 'N': o->net = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
         return -1;
@@ -243,7 +247,10 @@ static void topo_detect(int ndev, topo_t* t) {
 static void floor_choose(bench_t* b) {
   int sliced = !b->topo.mps && b->topo.ranks_per_gpu > 1;
   op_t op = b->o->op;
-  if (op == OP_BARRIER || !sliced) { /* signals only, or nothing switches */
+  if (b->o->net) { /* the UCX path: UCX's own put latency */
+    b->floor_name = "UCX put";
+    b->floor_us = b->net.measured ? b->net.put_us : -1;
+  } else if (op == OP_BARRIER || !sliced) { /* signals only, or nothing switches */
     b->floor_name = "flag-only";
     b->floor_us = b->floors.flag_us;
   } else if (op == OP_PUTPINGPONG || op == OP_PUT || op == OP_RMAALLTOALL) {
@@ -581,7 +588,8 @@ static int size_run(bench_t* b, result_t* res) {
                     .time_us = tmax[0],
                     .algbw = algbw,
                     .busbw = busbw,
-                    .vs_copy = b->floors.copy_gbps > 0 ? moved / b->floors.copy_gbps : -1,
+                    .vs_copy = b->o->net ? (b->net.slowest_gbps > 0 ? moved / b->net.slowest_gbps : -1)
+                                         : b->floors.copy_gbps > 0 ? moved / b->floors.copy_gbps : -1,
                     .vs_floor = b->floor_us > 0 ? tmax[0] / b->floor_us : -1,
                     .host_us = host_sum / n,
                     .host_us_max = tmax[1],
@@ -702,6 +710,7 @@ static int run(const options_t* o, int ndev) {
   size_t copy_bytes = (size_t)1 << 30;
   if (o->maxbytes < copy_bytes) copy_bytes = o->maxbytes;
   bench_floors_measure(MPI_COMM_WORLD, copy_bytes, b->topo.pair_same_node, &b->floors);
+  if (o->net) bench_net_measure(MPI_COMM_WORLD, copy_bytes < ((size_t)256 << 20) ? copy_bytes : (size_t)256 << 20, &b->net);
   floor_choose(b);
   if (o->op == OP_HALO) halo_setup(b);
   bench_report_header(b);

@@ -17,6 +17,7 @@
 #endif
 
 #include "bench_floors.h"
+#include "bench_net.h"
 
 #define HALO_DIRS 27 /* 3 x 3 x 3 offsets; index 13 is the rank itself */
 #define HALO_SELF 13
@@ -50,7 +51,7 @@ typedef struct {
   int op_set;
   size_t minbytes, maxbytes;
   long stepfactor;
-  int iters, warmup, graph, check, reg, floors_only;
+  int iters, warmup, graph, check, reg, floors_only, net;
   const char* json;
 } options_t;
 
@@ -78,6 +79,7 @@ typedef struct {
   int rank, nranks; /* in MPI_COMM_WORLD */
   topo_t topo;
   bench_floors_t floors;
+  bench_net_t net; /* --net: the UCX path's floors */
   double floor_us; /* the latency floor vs-floor divides by; < 0: n/a */
   const char* floor_name;
   ncclComm_t comm;

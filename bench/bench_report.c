@@ -85,7 +85,21 @@ void bench_report_header(const bench_t* b) {
   printf("#           engine    %s (per exchange, ranks 0-1: each copies 8 B into the other)\n",
          f->engine_us > 0 ? fmt_us(f->engine_us, u2, sizeof(u2)) : "n/a");
   if (f->na_reason[0]) printf("#           exchange floors n/a: %s\n", f->na_reason);
-  printf("# vs-copy   bytes moved per second, summed over ranks / copy floor\n");
+  const bench_net_t* net = &b->net;
+  if (o->net) {
+    printf("# net       d2h %.1f GB/s, h2d %.1f GB/s (pinned cudaMemcpyAsync of %zu B, one stream, rank 0)\n",
+           net->d2h_gbps, net->h2d_gbps, net->bytes);
+    if (net->measured)
+      printf("#           UCX %.2f GB/s (tagged %zu B of host memory, rank 0 to 1), UCX put %s (8 B one way)\n",
+             net->ucx_gbps, net->bytes, fmt_us(net->put_us, u1, sizeof(u1)));
+    else
+      printf("#           UCX floors n/a: %s\n", net->reason);
+  }
+  if (o->net)
+    printf("# vs-copy   bytes moved per second, summed over ranks / slowest stage (%.2f GB/s)\n",
+           net->slowest_gbps);
+  else
+    printf("# vs-copy   bytes moved per second, summed over ranks / copy floor\n");
   printf("# vs-floor  time / %s floor%s\n", b->floor_name,
          b->floor_us > 0 ? "" : " (n/a: not measured)");
   if (o->op == OP_HALO) {
@@ -221,7 +235,27 @@ void bench_report_json(const bench_t* b) {
     json_str(f, fl->na_reason);
   else
     fputs("null", f);
-  fprintf(f, "},\n  \"error\": ");
+  fprintf(f, "},\n");
+  if (o->net) {
+    const bench_net_t* net = &b->net;
+    fprintf(f, "  \"net\": {\"bytes\": %zu, \"d2h_gbps\": ", net->bytes);
+    json_num(f, net->d2h_gbps);
+    fprintf(f, ", \"h2d_gbps\": ");
+    json_num(f, net->h2d_gbps);
+    fprintf(f, ", \"ucx_gbps\": ");
+    json_num(f, net->measured ? net->ucx_gbps : -1);
+    fprintf(f, ", \"ucx_put_us\": ");
+    json_num(f, net->measured ? net->put_us : -1);
+    fprintf(f, ", \"slowest_gbps\": ");
+    json_num(f, net->slowest_gbps);
+    fprintf(f, ", \"na\": ");
+    if (net->reason[0])
+      json_str(f, net->reason);
+    else
+      fputs("null", f);
+    fprintf(f, "},\n");
+  }
+  fprintf(f, "  \"error\": ");
   if (b->error[0])
     json_str(f, b->error);
   else

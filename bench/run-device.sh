@@ -119,11 +119,11 @@ halo3d_runs() { # regime
 extra=""
 regime_runs mps-off
 # The UCX path forced between the processes (device data staged through
-# pinned host memory, src/ucx/staged.c): no floors of its own yet.
+# pinned host memory, src/ucx/staged.c), against its own floors (--net).
 export MPINCCL_TRANSPORT=ucx
 extra="-x MPINCCL_TRANSPORT"
-bench mps-off sendrecv-ucx 2 -o sendrecv -b 8 -e 256M -f 8 -n 20 -w 3
-bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5
+bench mps-off sendrecv-ucx 2 -o sendrecv -b 8 -e 256M -f 8 -n 20 -w 3 --net
+bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
 unset MPINCCL_TRANSPORT
 extra=""
 if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then

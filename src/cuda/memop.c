@@ -15,8 +15,9 @@ void mpn_memops_init(mpn_memops_t* b, const mpn_driver_t* drv, cudaStream_t stre
 
 ncclResult_t mpn_memops_flush(mpn_memops_t* b) {
   const mpn_driver_t* drv = b->drv;
-  if (b->n) MPN_CU_CHECK(drv, stream_batch_mem_op(b->stream, b->n, b->ops, 0));
-  b->n = 0;
+  unsigned n = b->n;
+  b->n = 0; /* a failed batch is not issued again by the next flush */
+  if (n) MPN_CU_CHECK(drv, stream_batch_mem_op(b->stream, n, b->ops, 0));
   return ncclSuccess;
 }
 

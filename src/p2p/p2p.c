@@ -317,24 +317,18 @@ ncclResult_t mpn_p2p_check(mpn_op_t* ops) {
   return ncclSuccess;
 }
 
-/* Messages with peers over UCX go through host staging (ucx/staged.c),
- * after every message within the host is issued: those never wait for them. */
-static ncclResult_t launch_ucx(mpn_op_t* ops) {
+/* Messages with peers over UCX go through host staging (ucx/staged.c) on
+ * lanes of their own: forked from the streams before anything else of the
+ * group is enqueued, so that they wait for none of it, and issued after. */
+static int ucx_ops(mpn_op_t* ops, mpn_op_t*** out) {
   int n = 0;
   for (mpn_op_t* op = ops; op; op = op->next) n += op->comm->transport[op->peer] == MPN_TRANSPORT_UCX;
-  if (n == 0) return ncclSuccess;
-#ifdef HAVE_UCX
-  mpn_op_t** net = calloc((size_t)n, sizeof(*net));
-  if (net == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *out = NULL;
+  if (n == 0 || (*out = calloc((size_t)n, sizeof(**out))) == NULL) return n ? -1 : 0;
   int k = 0;
   for (mpn_op_t* op = ops; op; op = op->next)
-    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) net[k++] = op;
-  ncclResult_t res = mpn_ucx_staged_launch(net, n);
-  free(net);
-  return res;
-#else
-  return mpn_error_set(NULL, ncclInvalidUsage, "UCX is not in this build"); /* refused before */
-#endif
+    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) (*out)[k++] = op;
+  return n;
 }
 
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
@@ -343,8 +337,19 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     n += op->comm->transport[op->peer] != MPN_TRANSPORT_UCX;
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
+  mpn_op_t** net = NULL;
+  int nnet = ucx_ops(ops, &net);
+  if (nnet < 0) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+#ifdef HAVE_UCX
+  ncclResult_t forked = nnet ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
+#else
+  ncclResult_t forked = ncclSuccess; /* refused by the checks */
+#endif
   plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
-  if (plans == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  if (plans == NULL) {
+    free(net);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
   int saved = -1;
   cudaGetDevice(&saved);
   ncclResult_t first_error = ncclSuccess;
@@ -369,10 +374,17 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   ncclResult_t res = mpn_p2p_issue(drv, plans, n);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
-  ncclResult_t net = launch_ucx(ops);
+#ifdef HAVE_UCX
+  ncclResult_t staged = nnet ? mpn_ucx_staged_launch(net, nnet) : ncclSuccess;
+#else
+  ncclResult_t staged = ncclSuccess;
+#endif
   if (saved >= 0) cudaSetDevice(saved);
   free(plans);
-  return res != ncclSuccess ? res : first_error != ncclSuccess ? first_error : net;
+  free(net);
+  if (res == ncclSuccess) res = first_error;
+  if (res == ncclSuccess) res = forked;
+  return res != ncclSuccess ? res : staged;
 }
 
 void mpn_p2p_poll_errors(struct ncclComm* comm) {

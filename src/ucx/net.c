@@ -29,10 +29,13 @@ struct mpn_ucx_comm {
 
 /* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
  * the source rank and 20 of a message number, or (bit 39 set, staged device
- * data, ucx/staged.c) 13 bits of the source, 13 of the destination, 6 of
- * the message and 7 of the chunk.  Numbers that wrapped give equal tags,
- * which still match in posting order: a staged lane has at most 32 chunks
- * in flight (MPINCCL_UCX_DEPTH), fewer than either field wraps at. */
+ * data, ucx/staged.c) 13 bits of the source, 13 of the destination (more
+ * than 8192 ranks alias), 6 of the message and 7 of the chunk.  A lane
+ * posts at most 32 receives at once (MPINCCL_UCX_DEPTH), whose tags differ
+ * (fewer than either field wraps at); a sender may run ahead (eager sends
+ * complete locally) so equal tags can wait together among the unexpected
+ * messages, and they still pair correctly because UCX matches the messages
+ * of one endpoint in order and both sides post in the same order. */
 static uint64_t comm_tag(const struct ncclComm* comm) {
   return ((comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff) << 40;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "core/topo.h"
@@ -367,6 +368,35 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
   px.tail = copy;
   pthread_mutex_unlock(&px.lock);
   return ncclSuccess;
+}
+
+ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
+  uint64_t done = 0;
+  int error = 0;
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = fn, .arg = arg, .flag = &done, .value = 1,
+                       .error = &error};
+  MPN_CHECK(mpn_ucx_proxy_post(&cmd));
+  uint64_t deadline = mpn_chan_deadline();
+  while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) != 1) {
+    if (mpn_chan_now_ns() > deadline)
+      return mpn_error_set(NULL, ncclInternalError, "the UCX proxy thread does not answer");
+    usleep(20);
+  }
+  return ncclSuccess;
+}
+
+/* On the proxy thread: until everything posted has reached its peers. */
+static void flush_on_proxy(void* arg) {
+  (void)arg;
+  ucp_request_param_t param = {.op_attr_mask = 0};
+  ucs_status_ptr_t req = ucp_worker_flush_nbx(px.worker, &param);
+  while (req && !UCS_PTR_IS_ERR(req) && ucp_request_check_status(req) == UCS_INPROGRESS)
+    ucp_worker_progress(px.worker);
+  if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+}
+
+ncclResult_t mpn_ucx_proxy_flush(void) {
+  return px.worker ? mpn_ucx_proxy_call(flush_on_proxy, NULL) : ncclSuccess;
 }
 
 void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {

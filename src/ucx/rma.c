@@ -36,22 +36,6 @@ struct mpn_ucx_region {
   ucs_status_t status;      /* of the last call on the proxy thread */
 };
 
-/* Runs fn(arg) on the proxy thread and waits for it (registration only). */
-static ncclResult_t proxy_call(void (*fn)(void*), void* arg) {
-  uint64_t done = 0;
-  int error = 0;
-  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = fn, .arg = arg, .flag = &done, .value = 1,
-                       .error = &error};
-  MPN_CHECK(mpn_ucx_proxy_post(&cmd));
-  uint64_t deadline = mpn_chan_deadline();
-  while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) != 1) {
-    if (mpn_chan_now_ns() > deadline)
-      return mpn_error_set(NULL, ncclInternalError, "the UCX proxy thread does not answer");
-    usleep(20);
-  }
-  return ncclSuccess;
-}
-
 static void map_on_proxy(void* arg) {
   mpn_ucx_region_t* r = arg;
   ucp_mem_map_params_t params = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
@@ -78,7 +62,7 @@ typedef struct {
 } key_slot_t;
 
 static void region_free(mpn_ucx_region_t* r) {
-  proxy_call(unmap_on_proxy, r);
+  mpn_ucx_proxy_call(unmap_on_proxy, r);
   free(r->remote);
   free(r->remote_bytes);
   free(r->keys);
@@ -99,7 +83,7 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
   ncclResult_t res = r && slots ? started : mpn_error_set(comm, ncclSystemError, "out of memory");
   if (res == ncclSuccess) {
     *r = (mpn_ucx_region_t){.base = base, .bytes = bytes, .nranks = comm->nranks};
-    res = proxy_call(map_on_proxy, r);
+    res = mpn_ucx_proxy_call(map_on_proxy, r);
   }
   if (res == ncclSuccess && r->status != UCS_OK)
     res = mpn_error_set(comm, ncclSystemError, "UCX could not map %zu bytes at %p: %s", bytes, base,

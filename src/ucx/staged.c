@@ -18,10 +18,11 @@
  *         chunk host-to-device and writes "ready" = n + 1.
  * So the copies of one chunk overlap the transfer of the next ones, and the
  * API thread only arms operations and enqueues stream work: it never waits.
+ * A failure while issuing a chunk fails the communicator (lane_fail).
  *
  * A group forks every lane it uses from the caller's stream (an event
- * recorded before any of the group's work) and joins them back at the end
- * of its sends and receives.  A lane is then a pipeline that depends only on
+ * recorded before any of the group's other work is enqueued) and joins them
+ * back after its sends and receives within the host.  A lane is then a pipeline that depends only on
  * the peer's matching lane: messages of one group never wait for each
  * other, whatever the peer's grouping, and work within the host in the same
  * group neither waits for them nor they for it.  Messages of a lane are
@@ -37,7 +38,9 @@
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -47,6 +50,7 @@
 #include "cuda/event.h"
 #include "ucx/net.h"
 #include "ucx/net_comm.h"
+#include "ucx/proxy.h"
 
 typedef struct {
   char* buf;          /* depth * chunk bytes, pinned */
@@ -152,6 +156,16 @@ static void keep(ncclResult_t* first, ncclResult_t res) {
   if (res != ncclSuccess && *first == ncclSuccess) *first = res;
 }
 
+/* A chunk that could not be issued whole fails the communicator (later
+ * transfers are refused) and releases every word of its lane, so that
+ * neither the lane nor the proxy waits for what will not come. */
+static void lane_fail(struct ncclComm* comm, lane_t* l, ncclResult_t res) {
+  int ok = ncclSuccess;
+  __atomic_compare_exchange_n(mpn_ucx_comm_error(comm), &ok, (int)res, 0, __ATOMIC_RELEASE,
+                              __ATOMIC_RELAXED);
+  for (int i = 0; i < 2 * l->depth; i++) __atomic_store_n(&l->words[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+}
+
 /*
  * One chunk of op (bytes [off, off + len)) on its lane: the lane's waits,
  * copy and "ready" write, then the proxy's operation armed on "ready".  Goes
@@ -184,9 +198,8 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
   ncclResult_t posted = mpn_ucx_tagged_on(comm, !recv, op->peer, stage, len, tag,
                                           recv && g < d ? NULL : &when, &l->words[d + slot], g + 1,
                                           &l->error, &l->words[d], l->depth);
-  if (posted != ncclSuccess) /* the lane must not wait for it */
-    __atomic_store_n(&l->words[d + slot], UINT64_MAX >> 1, __ATOMIC_RELEASE);
   keep(&first, posted);
+  if (first != ncclSuccess) lane_fail(comm, l, first);
   return first;
 }
 
@@ -200,28 +213,42 @@ static ncclResult_t lane_fork(lane_t* l, cudaStream_t s, cudaEvent_t* fork) {
   return cuda_result(cudaStreamWaitEvent(l->stream, *fork, 0), "forking a UCX lane");
 }
 
-ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
-  const mpn_driver_t* drv;
-  MPN_CHECK(mpn_driver_get(&drv));
+/* Whether ops i and j are on one stream of one device (stream handles such
+ * as the legacy stream are per device). */
+static int same_stream(const mpn_op_t* a, const mpn_op_t* b) {
+  return a->stream == b->stream && a->comm->cuda_dev == b->comm->cuda_dev;
+}
+
+ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
   int saved = -1;
   cudaGetDevice(&saved);
   ncclResult_t first = ncclSuccess;
-  /* Every user stream's fork, before anything of the group is enqueued on a
-   * lane (a lane may serve several user streams). */
   for (int i = 0; i < n; i++) {
     int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
+    for (int j = 0; j < i && !seen; j++) seen = same_stream(ops[j], ops[i]);
     if (seen) continue;
     cudaSetDevice(ops[i]->comm->cuda_dev);
     cudaEvent_t fork = NULL;
     for (int j = i; j < n; j++) {
-      if (ops[j]->stream != ops[i]->stream || ops[j]->bytes == 0) continue;
+      if (!same_stream(ops[j], ops[i]) || ops[j]->bytes == 0) continue;
       lane_t* l = NULL; /* made by mpn_ucx_staged_check */
       keep(&first, lane_get(ops[j]->comm, ops[j]->peer, ops[j]->kind == MPN_OP_RECV, &l));
       if (l && l->buf) keep(&first, lane_fork(l, ops[i]->stream, &fork)); /* again per stream */
+      if (l && l->buf) l->forked = 1;
     }
   }
-  /* The messages in program order: each lane numbers its own. */
+  if (saved >= 0) cudaSetDevice(saved);
+  return first;
+}
+
+ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
+  const mpn_driver_t* drv;
+  MPN_CHECK(mpn_driver_get(&drv));
+  ncclResult_t first = ncclSuccess;
+  int saved = -1;
+  cudaGetDevice(&saved);
+  /* The messages in program order: each lane numbers its own.  Past a
+   * failure too: the peers' lanes expect the other messages. */
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
     lane_t* l = NULL;
@@ -252,9 +279,26 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
 
 void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
   if (comm->staged == NULL) return;
+  lane_t* lanes = comm->staged->lanes;
   for (int i = 0; i < 2 * comm->nranks; i++)
-    if (comm->staged->lanes[i].stream && cudaStreamSynchronize(comm->staged->lanes[i].stream) != cudaSuccess)
-      cudaGetLastError();
+    if (lanes[i].stream && cudaStreamSynchronize(lanes[i].stream) != cudaSuccess) cudaGetLastError();
+  /* A send lane's stream ends with its "ready" writes: its last chunks may
+   * still be with the proxy.  Wait for them (a failed communicator or a
+   * peer that stays silent past MPINCCL_NET_TIMEOUT ends the wait), then
+   * until UCX has delivered what it took. */
+  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
+  for (int p = 0; p < comm->nranks; p++) {
+    lane_t* l = &lanes[2 * p];
+    uint64_t d = (uint64_t)l->depth;
+    for (uint64_t g = l->chunks > d ? l->chunks - d : 0; l->buf && g < l->chunks; g++)
+      while (__atomic_load_n(&l->words[d + g % d], __ATOMIC_ACQUIRE) < g + 1) {
+        if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
+            mpn_chan_now_ns() > deadline)
+          return;
+        usleep(20);
+      }
+  }
+  (void)mpn_ucx_proxy_flush();
 }
 
 void mpn_ucx_staged_free(struct ncclComm* comm) {

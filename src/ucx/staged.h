@@ -16,12 +16,20 @@ struct ncclComm;
 ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op);
 
 /**
- * Enqueues the n sends and receives of ops (all with UCX peers) on their
- * streams; the API thread never waits for the network or a peer.
+ * First step of a group's launch, before any of its other work is enqueued:
+ * every lane the n ops (all with UCX peers) use waits for an event recorded
+ * now on the ops' streams.
+ */
+ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n);
+
+/**
+ * Enqueues the ops' chunks on their lanes and makes the ops' streams wait
+ * for the lanes' ends; the API thread never waits for the network or a peer.
  */
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
 
-/** Waits until comm's lanes have done the work enqueued on them (destroy, not abort). */
+/** Waits until comm's lanes did their work and the proxy delivered their sends
+ * (destroy, not abort; bounded by MPINCCL_NET_TIMEOUT). */
 void mpn_ucx_staged_quiesce(struct ncclComm* comm);
 
 /** Frees comm's staging buffers (after its UCX operations were closed). */

@@ -195,13 +195,18 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     param.cb.send = send_done;
     req = ucp_tag_send_nbx(cmd->peer->ep, cmd->buf, cmd->bytes, cmd->tag, &param);
   } else {
+    /* A message that arrived before its receive would complete the receive
+     * inside the call without the callback, and nothing would say how long
+     * it was (UCX 1.13 leaves recv_info alone there): no immediate
+     * completion, so recv_done always checks the length. */
     param.cb.recv = recv_done;
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)0, &param);
   }
   cmd->posting = 0;
   if (cmd->early_done) {
     complete(req, (ucs_status_t)cmd->early_status, cmd);
-  } else if (req == NULL) {
+  } else if (req == NULL) { /* sends and puts only (receives: see above) */
     complete(NULL, UCS_OK, cmd);
   } else if (UCS_PTR_IS_ERR(req)) {
     complete(NULL, UCS_PTR_STATUS(req), cmd);

@@ -2,8 +2,9 @@
  * test_ucx_host.c - the UCX layer moving host memory between processes
  * (MPINCCL_TRANSPORT=ucx puts every other-process peer on UCX): a ring of
  * sizes from 1 byte to 16 MiB, an all-to-all, several messages to one peer
- * arriving in order, one-sided puts whose signals follow their data, and
- * operations that start only when a trigger word says so.  Completion flags are polled with a deadline, so a
+ * arriving in order, one-sided puts whose signals follow their data,
+ * operations that start only when a trigger word says so, and the proxy's
+ * side of the staged path (explicit tags, growing flags, released words).  Completion flags are polled with a deadline, so a
  * lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
@@ -193,6 +194,64 @@ static void triggered(ncclComm_t comm) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/*
+ * The proxy's side of the staged path (ucx/staged.c), on host memory:
+ * chunks matched by explicit tags whatever order the receives are posted
+ * in, completion flags that only grow, and a failed chunk releasing its
+ * pipeline's words.  Last step: it leaves the communicator failed.
+ */
+static void pipeline(ncclComm_t comm) {
+  if (nranks < 2) return;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  enum { CH = 4096, N = 4 };
+  unsigned char *s = malloc(N * CH), *r = calloc(N * CH, 1);
+  for (size_t i = 0; i < N * CH; i++) s[i] = byte_of(rank, to, i, 9);
+  uint64_t flags[2 * N], release[2] = {0, 0};
+  int error = 0;
+  for (int c = 0; c < N; c++) flags[c] = flags[N + c] = 0;
+  flags[N] = 1000; /* a receive flag above its value stays there */
+  /* Receives posted last chunk first; sends in order: tags pair them. */
+  for (int c = N - 1; c >= 0; c--)
+    EXPECT(mpn_ucx_tagged_on(comm, 0, from, r + c * CH, CH, mpn_ucx_stage_tag(comm, from, rank, 0, c),
+                             NULL, &flags[N + c], (uint64_t)c + 1, &error, release, 2) == ncclSuccess);
+  for (int c = 0; c < N; c++)
+    EXPECT(mpn_ucx_tagged_on(comm, 1, to, s + c * CH, CH, mpn_ucx_stage_tag(comm, rank, to, 0, c), NULL,
+                             &flags[c], (uint64_t)c + 1, &error, release, 2) == ncclSuccess);
+  time_t end = time(NULL) + 30;
+  int done = 0;
+  while (done < 2 * N && time(NULL) <= end) {
+    done = 0;
+    for (int c = 0; c < N; c++)
+      done += (__atomic_load_n(&flags[c], __ATOMIC_ACQUIRE) >= (uint64_t)c + 1) +
+              (__atomic_load_n(&flags[N + c], __ATOMIC_ACQUIRE) >= (uint64_t)c + 1);
+  }
+  EXPECT(done == 2 * N);
+  EXPECT(error == 0 && release[0] == 0);
+  EXPECT(flags[N] == 1000);
+  size_t bad = 0;
+  for (size_t i = 0; i < N * CH; i++) bad += r[i] != byte_of(from, rank, i, 9);
+  EXPECT(bad == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* A chunk shorter than its receive fails: its words are released. */
+  uint64_t flag = 0;
+  EXPECT(mpn_ucx_tagged_on(comm, 0, from, r, 16, mpn_ucx_stage_tag(comm, from, rank, 1, 0), NULL, &flag, 7,
+                           &error, release, 2) == ncclSuccess);
+  uint64_t sent = 0;
+  int serr = 0;
+  EXPECT(mpn_ucx_tagged_on(comm, 1, to, s, 8, mpn_ucx_stage_tag(comm, rank, to, 1, 0), NULL, &sent, 1,
+                           &serr, NULL, 0) == ncclSuccess);
+  end = time(NULL) + 30;
+  while ((__atomic_load_n(&flag, __ATOMIC_ACQUIRE) < 7 || __atomic_load_n(&sent, __ATOMIC_ACQUIRE) < 1) &&
+         time(NULL) <= end) {
+  }
+  EXPECT(flag == 7);
+  EXPECT(error == ncclRemoteError);
+  EXPECT(release[0] == UINT64_MAX >> 1 && release[1] == UINT64_MAX >> 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  free(s);
+  free(r);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3 4");
@@ -209,6 +268,7 @@ int main(int argc, char** argv) {
     all_to_all(comm);
     put_signal(comm);
     triggered(comm);
+    pipeline(comm); /* leaves comm failed: last */
     int bogus = 0;
     uint64_t flag = 0;
     EXPECT(mpn_ucx_host_send(comm, rank, &bogus, 4, &flag, 1, &bogus) == ncclInvalidUsage);

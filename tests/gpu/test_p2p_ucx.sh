@@ -9,4 +9,8 @@ if [ "${1:-}" = --np-list ]; then
 fi
 MPINCCL_TRANSPORT=ucx
 export MPINCCL_TRANSPORT
-exec "$(dirname "$0")/test_p2p" "$@"
+# The program is in the build tree (make check exports its top), which is
+# this script's directory unless the build is out of the source tree.
+bin=${MPINCCL_TOP_BUILDDIR:+$MPINCCL_TOP_BUILDDIR/tests/gpu/test_p2p}
+[ -n "$bin" ] && [ -x "$bin" ] || bin=$(dirname "$0")/test_p2p
+exec "$bin" "$@"

@@ -24,6 +24,7 @@ typedef struct {
   int pending;         /* imported: handed out this many times, copies not yet issued */
   int pinned;          /* imported: baked into a CUDA graph, never closed */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
+  int forget;          /* imported: to be closed once idle (mpn_ipc_forget) */
   cudaEvent_t used;    /* imported: an event recorded after the last copies that used it
                           (the caller's, recorded again later: a later record only makes
                           the import look busy longer) */
@@ -274,12 +275,15 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
   return err;
 }
 
+static void sweep_forgotten(void);
+
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
                             mpn_ipc_ref_t* ref) {
   ncclResult_t res = ncclSuccess;
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&ipc_lock);
+  sweep_forgotten();
   ipc_entry_t* e = cache_find(&imported, owner, desc->buffer_id, dev);
   if (e == NULL) {
     ipc_entry_t fresh = {.owner = owner, .buffer_id = desc->buffer_id, .dev = dev,
@@ -323,6 +327,7 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph) {
      * on one stream: used from two, the import is never known idle. */
     if (graph || used == NULL || (e->used != NULL && e->used != used)) e->pinned = 1;
     else e->used = used;
+    e->forget = 0; /* used again: imported again, in effect */
   }
   pthread_mutex_unlock(&ipc_lock);
 }
@@ -334,36 +339,49 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref) {
   pthread_mutex_unlock(&ipc_lock);
 }
 
-/* Whether the import mapping is closable: nothing pinned or pending on it and,
- * with wait, every copy issued with it complete (events to wait for go to ev). */
-static int mapping_idle(void* mapping, cudaEvent_t* ev, int* nev, int cap) {
+/* Whether the import mapping is closable now: nothing pinned or pending on
+ * it, and every copy issued with it complete. */
+static int mapping_idle(void* mapping) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* b = &imported.entries[i];
     if (b->mapping != mapping) continue;
     if (b->pinned || b->pending) return 0;
-    if (b->used == NULL || cudaEventQuery(b->used) == cudaSuccess) continue;
-    cudaGetLastError();
-    if (ev == NULL || *nev == cap) return 0;
-    ev[(*nev)++] = b->used;
+    if (b->used != NULL && cudaEventQuery(b->used) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
   }
   return 1;
 }
 
+/* Closes a mapping in the context of the device that opened it. */
+static void close_on_device(void* mapping, int dev, const char* why) {
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) cudaGetLastError();
+  if (saved != dev) cudaSetDevice(dev);
+  close_mapping(mapping, why);
+  if (saved >= 0 && saved != dev) cudaSetDevice(saved);
+}
+
+/* Closes the forgotten imports that became idle (under ipc_lock). */
+static void sweep_forgotten(void) {
+  for (int i = 0; i < imported.n; i++) {
+    ipc_entry_t* e = &imported.entries[i];
+    if (!e->forget || !mapping_idle(e->mapping)) continue;
+    close_on_device(e->mapping, e->dev, "forgotten");
+    i = -1; /* the array was compacted: scan again */
+  }
+}
+
 void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {
-  cudaEvent_t ev[8];
-  int nev = 0;
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&imported, owner, buffer_id, dev);
-  void* mapping = e ? e->mapping : NULL;
-  int idle = mapping && mapping_idle(mapping, ev, &nev, 8);
-  pthread_mutex_unlock(&ipc_lock);
-  if (!idle) return; /* not imported, or held by a graph or a copy being issued */
-  /* Not under the lock: the stream may wait for a peer that imports first. */
-  for (int i = 0; i < nev; i++)
-    if (cudaEventSynchronize(ev[i]) != cudaSuccess) cudaGetLastError();
-  pthread_mutex_lock(&ipc_lock);
-  e = cache_find(&imported, owner, buffer_id, dev);
-  nev = 0;
-  if (e && e->mapping == mapping && mapping_idle(mapping, NULL, &nev, 0)) close_mapping(mapping, "forgotten");
+  if (e != NULL) {
+    /* Never waits: a busy mapping is closed by a later import or report. */
+    void* mapping = e->mapping;
+    for (int i = 0; i < imported.n; i++)
+      if (imported.entries[i].mapping == mapping) imported.entries[i].forget = 1;
+    sweep_forgotten();
+  }
   pthread_mutex_unlock(&ipc_lock);
 }

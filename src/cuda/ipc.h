@@ -72,9 +72,10 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref);
 
 /**
  * The caller is done with owner's buffer (a window being deregistered):
- * closes its import on device dev, if any, once the copies issued with it
- * completed (waits for them), unless a graph holds it or a copy is being
- * issued with it (or with another buffer of the same mapping); then it stays.
+ * its import on device dev, if any, is closed as soon as nothing uses its
+ * mapping (no copy issued with it still running, none being issued, no
+ * graph holding it): now, or at a later import or report of use.  Never
+ * waits (the stream may be waiting for the peer that is deregistering).
  * A freed buffer's import kept open holds the owner's memory and can stand
  * in the way of the owner's next allocation at that address.
  */

@@ -37,15 +37,26 @@ __device__ void copy_one(const mpn_copy_t& c) {
 
 __global__ void sync_kernel(const mpn_sync_t s) {
   const int t = threadIdx.x;
-  // Whatever the stream did before is complete; the first writes say so.
-  if (t < s.nfirst) flag_write(s.flags[t]);
+  // Whatever the stream did before is complete; the first writes say so
+  // (fenced, as a stream memory write is, after the stream's earlier work).
+  if (t < s.nfirst) {
+    __threadfence_system();
+    flag_write(s.flags[t]);
+  }
+  // Each poller fences before the barrier: what the peers wrote before
+  // their flags is seen by every thread's copies after it.
   if (t < s.nwait) flag_wait(s.flags[s.nfirst + t]);
+  __threadfence_system();
   __syncthreads();
-  __threadfence_system();  // what the peers wrote before their flags is seen
   for (int i = 0; i < s.ncopy; i++) copy_one(s.copies[i]);
-  __threadfence_system();  // the copies are visible before any last write
+  __threadfence_system();
   __syncthreads();
-  if (t < s.nlast) flag_write(s.flags[s.nfirst + s.nwait + t]);
+  // Every thread's copies are fenced before the barrier; the writers fence
+  // again before they write, so the peers see the data before the flags.
+  if (t < s.nlast) {
+    __threadfence_system();
+    flag_write(s.flags[s.nfirst + s.nwait + t]);
+  }
 }
 
 }  // namespace

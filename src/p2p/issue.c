@@ -14,7 +14,7 @@
 #include "core/param.h"
 #include "cuda/copies.h"
 #include "cuda/memop.h"
-#include "cuda/sync.h"
+#include "cuda/syncs.h"
 #include "cuda/event.h"
 #include "p2p/plan.h"
 
@@ -245,7 +245,7 @@ static void sync_flag(mpn_sync_t* k, const plan_t* p, int done, int kind) {
       (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 0, done), p->seq, (uint32_t)kind, 0};
 }
 
-static ncclResult_t issue_sync(plan_t* plans, int n, cudaStream_t s, int half) {
+static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half) {
   mpn_sync_t k;
   k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
   for (int i = 0; i < n; i++) { /* front: "ready" writes; back: nothing first */
@@ -266,7 +266,7 @@ static ncclResult_t issue_sync(plan_t* plans, int n, cudaStream_t s, int half) {
     sync_flag(&k, p, 1, MPN_MEMOP_WRITE), k.nlast++;
   }
   if (k.nfirst + k.nwait + k.nlast == 0) return ncclSuccess;
-  ncclResult_t res = cuda_result(mpn_sync_launch(&k, s), "launching the flag kernel");
+  ncclResult_t res = mpn_sync_issue(drv, &k, s);
   if (half == 0) mark_imports_used(plans, n, s);
   return res;
 }
@@ -281,7 +281,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       if (stream_syncs(plans, n, s, half))
-        keep(&first, issue_sync(plans, n, s, half));
+        keep(&first, issue_sync(drv, plans, n, s, half));
       else
         keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }

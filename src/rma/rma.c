@@ -26,7 +26,7 @@
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "cuda/memop.h"
-#include "cuda/sync.h"
+#include "cuda/syncs.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
 #include "rma/local.h"
@@ -288,17 +288,16 @@ static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
   return waits >= MPN_SYNC_MIN_WAITS && flags <= MPN_SYNC_FLAGS;
 }
 
-/* Stream s's signals (program order), then its waits, as one kernel; a
- * rank's own signals under MPS also publish their events (local.c) after it. */
-static ncclResult_t issue_sync(mpn_op_t** ops, int n, cudaStream_t s) {
+/* A signal to the signaller itself, ordered by events under MPS (local.c). */
+static int local_self(const mpn_op_t* op) {
+  return op->peer == op->comm->rank && mpn_rma_local(op->comm, op->peer, 0);
+}
+
+/* Stream s's signals (program order; not its own under MPS, see
+ * issue_self), then its waits, as one kernel. */
+static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
   mpn_sync_t k;
   k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
-  struct {
-    mpn_pair_t* pair;
-    int ctx, dev;
-    uint64_t count;
-  } publish[MPN_SYNC_FLAGS];
-  int npublish = 0;
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
@@ -306,12 +305,10 @@ static ncclResult_t issue_sync(mpn_op_t** ops, int n, cudaStream_t s) {
       struct ncclComm* comm = op->comm;
       int nctx = comm->config.num_rma_ctx;
       mpn_pair_t *to, *from;
-      if (!wait) {
+      if (!wait && !local_self(op)) { /* a rank's own, under MPS: issued before (issue_self) */
         MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
         uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
         k.flags[k.nfirst++] = (mpn_sync_flag_t){mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE, 0};
-        if (mpn_rma_local(comm, op->peer, 0))
-          publish[npublish++] = (typeof(publish[0])){to, op->ctx, comm->cuda_dev, count};
       }
       for (int d = 0; wait && d < op->ndesc; d++) {
         const ncclWaitSignalDesc_t* w = &op->descs[d];
@@ -323,16 +320,19 @@ static ncclResult_t issue_sync(mpn_op_t** ops, int n, cudaStream_t s) {
         if (mpn_rma_local(comm, w->peer, 0)) mpn_rma_local_drop(from, w->ctx, *expected);
       }
     }
-  if (k.nfirst + k.nwait == 0) return ncclSuccess;
-  cudaError_t err = mpn_sync_launch(&k, s);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return mpn_error_set(NULL, ncclUnhandledCudaError, "launching the signal kernel failed: %s",
-                         cudaGetErrorString(err));
-  }
-  for (int i = 0; i < npublish; i++)
-    mpn_rma_local_publish(publish[i].pair, publish[i].ctx, publish[i].count, s, publish[i].dev);
-  return ncclSuccess;
+  return k.nfirst + k.nwait ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
+}
+
+/* A sync stream's signals to its own rank under MPS, with the first pass's
+ * other signals: memory writes whose events are published right there
+ * (local.c), as the memop path does, not after the kernel's waits. */
+static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, s);
+  for (int i = 0; i < n; i++)
+    if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
+      MPN_CHECK(add_signal(&b, ops[i], s, 0));
+  return mpn_memops_flush(&b);
 }
 
 ncclResult_t mpn_rma_check(mpn_op_t* ops) {
@@ -374,9 +374,11 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
-  /* Every stream's puts and signals, then every stream's waits: a thread
-   * driving several ranks never waits (on the host, rma/local.c) for itself. */
-  for (int wait = 0; wait < 2; wait++)
+  /* Every stream's puts and signals, then the kernels of the streams that
+   * have one (signals and waits), then every other stream's waits: a thread
+   * driving several ranks never waits (on the host, rma/local.c) for
+   * itself, and no kernel's signals queue behind another stream's waits. */
+  for (int pass = 0; pass < 3; pass++)
     for (i = 0; i < n && res == ncclSuccess; i++) {
       int seen = 0;
       for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
@@ -385,13 +387,14 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       cudaStream_t s = ops[i]->stream;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
-      /* With a kernel, signals wait for the second pass: it writes them first.
-       * Decided once per stream, in the first pass: the counts it reads change
-       * as signals are issued, and both passes must agree. */
-      if (!wait) sync[i] = stream_syncs(ops, n, s, graph);
-      if (!wait) res = issue_puts(ops, puts, n, s, graph);
-      if (res == ncclSuccess && sync[i] && wait) res = issue_sync(ops, n, s);
-      else if (res == ncclSuccess && !sync[i]) res = issue_signals(drv, ops, n, s, graph, wait);
+      /* Decided once per stream, in the first pass: the counts it reads
+       * change as signals are issued, and the passes must agree. */
+      if (pass == 0) sync[i] = stream_syncs(ops, n, s, graph);
+      if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
+      if (res != ncclSuccess) break;
+      if (pass == 0) res = sync[i] ? issue_self(drv, ops, n, s) : issue_signals(drv, ops, n, s, graph, 0);
+      else if (pass == 1 && sync[i]) res = issue_sync(drv, ops, n, s);
+      else if (pass == 2 && !sync[i]) res = issue_signals(drv, ops, n, s, graph, 1);
     }
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);

@@ -151,8 +151,8 @@ MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t wi
       break;
     }
   pthread_mutex_unlock(&rma->lock);
-  /* The peers' buffers this rank mapped for its puts are closed (after the
-   * puts issued into them completed): kept open, a freed window's mapping
+  /* The peers' buffers this rank mapped for its puts are closed once the
+   * puts issued into them completed: kept open, a freed window's mapping
    * holds the owner's memory and may stand in the way of its next one. */
   uint64_t me = mpn_chan_proc_id();
   for (int peer = 0; peer < comm->nranks && comm->cuda_dev >= 0; peer++)

@@ -337,19 +337,20 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     n += op->comm->transport[op->peer] != MPN_TRANSPORT_UCX;
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
+  /* Everything that can fail for want of memory before anything is enqueued. */
   mpn_op_t** net = NULL;
   int nnet = ucx_ops(ops, &net);
-  if (nnet < 0) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
+  if (nnet < 0 || plans == NULL) {
+    free(net);
+    free(plans);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
 #ifdef HAVE_UCX
   ncclResult_t forked = nnet ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
 #else
   ncclResult_t forked = ncclSuccess; /* refused by the checks */
 #endif
-  plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
-  if (plans == NULL) {
-    free(net);
-    return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  }
   int saved = -1;
   cudaGetDevice(&saved);
   ncclResult_t first_error = ncclSuccess;

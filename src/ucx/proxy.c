@@ -75,8 +75,10 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
   if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+  int ok = ncclSuccess; /* the communicator keeps its first error */
   if (status != UCS_OK && cmd->owner_error)
-    __atomic_store_n(cmd->owner_error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+    __atomic_compare_exchange_n(cmd->owner_error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
   if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
   if (cmd->release == NULL) {
     __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
@@ -376,32 +378,24 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
 }
 
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
-  uint64_t done = 0;
-  int error = 0;
-  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = fn, .arg = arg, .flag = &done, .value = 1,
-                       .error = &error};
-  MPN_CHECK(mpn_ucx_proxy_post(&cmd));
+  /* On the heap: a call that times out is left to the proxy, which may still
+   * write its flag; then it is leaked rather than freed under it. */
+  struct {
+    uint64_t done;
+    int error;
+  }* st = calloc(1, sizeof(*st));
+  if (st == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = fn, .arg = arg, .flag = &st->done, .value = 1,
+                       .error = &st->error};
+  ncclResult_t res = mpn_ucx_proxy_post(&cmd);
   uint64_t deadline = mpn_chan_deadline();
-  while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) != 1) {
+  while (res == ncclSuccess && __atomic_load_n(&st->done, __ATOMIC_ACQUIRE) != 1) {
     if (mpn_chan_now_ns() > deadline)
       return mpn_error_set(NULL, ncclInternalError, "the UCX proxy thread does not answer");
     usleep(20);
   }
-  return ncclSuccess;
-}
-
-/* On the proxy thread: until everything posted has reached its peers. */
-static void flush_on_proxy(void* arg) {
-  (void)arg;
-  ucp_request_param_t param = {.op_attr_mask = 0};
-  ucs_status_ptr_t req = ucp_worker_flush_nbx(px.worker, &param);
-  while (req && !UCS_PTR_IS_ERR(req) && ucp_request_check_status(req) == UCS_INPROGRESS)
-    ucp_worker_progress(px.worker);
-  if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
-}
-
-ncclResult_t mpn_ucx_proxy_flush(void) {
-  return px.worker ? mpn_ucx_proxy_call(flush_on_proxy, NULL) : ncclSuccess;
+  free(st);
+  return res;
 }
 
 void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {

@@ -86,9 +86,6 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
 /** Runs fn(arg) on the proxy thread and waits for it (set-up and teardown only). */
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 
-/** Waits until everything posted so far has reached its peers (ucp_worker_flush). */
-ncclResult_t mpn_ucx_proxy_flush(void);
-
 /**
  * Cancels the operations of owner still in flight and tears its endpoints
  * down, on the proxy thread; returns when that is done.

@@ -69,6 +69,7 @@ typedef struct {
 
 struct mpn_ucx_staged {
   lane_t* lanes; /* 2 * nranks: [2 * peer] sends to peer, [2 * peer + 1] receives */
+  int clean;     /* destroy found every lane done (mpn_ucx_staged_quiesce) */
 };
 
 static void lane_free(lane_t* l) {
@@ -157,13 +158,19 @@ static void keep(ncclResult_t* first, ncclResult_t res) {
 }
 
 /* A chunk that could not be issued whole fails the communicator (later
- * transfers are refused) and releases every word of its lane, so that
- * neither the lane nor the proxy waits for what will not come. */
+ * transfers are refused) and releases the lane's "done" words, so that the
+ * lane waits for nothing that will not come.  Not the "ready" words: they
+ * would start armed operations on slots whose copies have not run. */
+static void lane_release(lane_t* l) {
+  for (int i = l->depth; i < 2 * l->depth; i++)
+    __atomic_store_n(&l->words[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+}
+
 static void lane_fail(struct ncclComm* comm, lane_t* l, ncclResult_t res) {
   int ok = ncclSuccess;
   __atomic_compare_exchange_n(mpn_ucx_comm_error(comm), &ok, (int)res, 0, __ATOMIC_RELEASE,
                               __ATOMIC_RELAXED);
-  for (int i = 0; i < 2 * l->depth; i++) __atomic_store_n(&l->words[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  lane_release(l);
 }
 
 /*
@@ -233,8 +240,12 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
       if (!same_stream(ops[j], ops[i]) || ops[j]->bytes == 0) continue;
       lane_t* l = NULL; /* made by mpn_ucx_staged_check */
       keep(&first, lane_get(ops[j]->comm, ops[j]->peer, ops[j]->kind == MPN_OP_RECV, &l));
-      if (l && l->buf) keep(&first, lane_fork(l, ops[i]->stream, &fork)); /* again per stream */
-      if (l && l->buf) l->forked = 1;
+      ncclResult_t res = l && l->buf ? lane_fork(l, ops[i]->stream, &fork) : ncclSuccess;
+      if (res != ncclSuccess && cudaStreamSynchronize(ops[i]->stream) != cudaSuccess) {
+        cudaGetLastError(); /* the lane can start only after the stream's work: wait here */
+        lane_fail(ops[j]->comm, l, res);
+      }
+      keep(&first, res);
     }
   }
   if (saved >= 0) cudaSetDevice(saved);
@@ -280,30 +291,50 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
 void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
   if (comm->staged == NULL) return;
   lane_t* lanes = comm->staged->lanes;
-  for (int i = 0; i < 2 * comm->nranks; i++)
-    if (lanes[i].stream && cudaStreamSynchronize(lanes[i].stream) != cudaSuccess) cudaGetLastError();
-  /* A send lane's stream ends with its "ready" writes: its last chunks may
-   * still be with the proxy.  Wait for them (a failed communicator or a
-   * peer that stays silent past MPINCCL_NET_TIMEOUT ends the wait), then
-   * until UCX has delivered what it took. */
+  int n = 2 * comm->nranks;
+  /* The lanes' streams, then (a send lane's stream ends with its "ready"
+   * writes) the proxy's last sends; a failed communicator, or a peer silent
+   * past MPINCCL_NET_TIMEOUT, ends the wait and releases what still waits. */
   uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
-  for (int p = 0; p < comm->nranks; p++) {
-    lane_t* l = &lanes[2 * p];
+  int clean = 1;
+  for (int i = 0; i < n; i++) {
+    lane_t* l = &lanes[i];
+    while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady) {
+      if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
+          mpn_chan_now_ns() > deadline) {
+        lane_release(l);
+        clean = 0;
+      }
+      usleep(20);
+    }
+    cudaGetLastError();
     uint64_t d = (uint64_t)l->depth;
-    for (uint64_t g = l->chunks > d ? l->chunks - d : 0; l->buf && g < l->chunks; g++)
+    for (uint64_t g = l->chunks > d ? l->chunks - d : 0; i % 2 == 0 && l->buf && clean && g < l->chunks; g++)
       while (__atomic_load_n(&l->words[d + g % d], __ATOMIC_ACQUIRE) < g + 1) {
         if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
-            mpn_chan_now_ns() > deadline)
-          return;
+            mpn_chan_now_ns() > deadline) {
+          clean = 0;
+          break;
+        }
         usleep(20);
       }
   }
-  (void)mpn_ucx_proxy_flush();
+  comm->staged->clean = clean;
 }
 
 void mpn_ucx_staged_free(struct ncclComm* comm) {
   if (comm->staged == NULL) return;
-  for (int i = 0; i < 2 * comm->nranks; i++) lane_free(&comm->staged->lanes[i]);
+  for (int i = 0; i < 2 * comm->nranks; i++) {
+    lane_t* l = &comm->staged->lanes[i];
+    if (!comm->staged->clean && l->buf) {
+      /* Aborted, or a peer that did not finish: UCX may still hold an
+       * operation on these buffers that its cancel did not end.  Leaked,
+       * so that it writes into memory nobody else has. */
+      l->buf = NULL;
+      l->words = NULL;
+    }
+    lane_free(l);
+  }
   free(comm->staged->lanes);
   free(comm->staged);
   comm->staged = NULL;

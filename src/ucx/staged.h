@@ -28,8 +28,9 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n);
  */
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
 
-/** Waits until comm's lanes did their work and the proxy delivered their sends
- * (destroy, not abort; bounded by MPINCCL_NET_TIMEOUT). */
+/** Waits until comm's lanes did their work and the proxy finished their sends
+ * (destroy, not abort; bounded by MPINCCL_NET_TIMEOUT, after which what still
+ * waits is released and the lanes' buffers are leaked, not freed). */
 void mpn_ucx_staged_quiesce(struct ncclComm* comm);
 
 /** Frees comm's staging buffers (after its UCX operations were closed). */

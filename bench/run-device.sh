@@ -6,7 +6,7 @@
 # ./device-results): check.log, *.json, *.txt, perf.png.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
-# half, --no-variants the runs with the non-default options (copy engine only, host flags,
+# half, --no-variants the runs with the non-default options (copy engine only, device flags,
 # stream memory operations instead of the flag kernel); all of it takes several minutes, so split it over calls if
 # needed.  The variants also include runs without delegation
 # (MPINCCL_DELEGATE_WAIT_US=0).  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
@@ -47,11 +47,15 @@ if [ $check = 1 ] && [ $variants = 1 ]; then
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x CUDA_DEVICE_MAX_CONNECTIONS" \
     tests/run-test ./tests/gpu/test_p2p_ucx.sh >"$out/p2p-ucx-1queue.log" 2>&1
   grep -E 'failures|np=.*(PASS|FAIL|timed)' "$out/p2p-ucx-1queue.log"
-  step "test_p2p with host flags"
-  MPINCCL_FLAGS=host MPINCCL_TEST_NP="2 4" \
+  step "test_p2p and test_rma with device flags"
+  MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
-    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-hflags.log" 2>&1
-  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-hflags.log"
+    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-dflags.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-dflags.log"
+  MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4 8" \
+    MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
+    tests/run-test ./tests/gpu/test_rma >"$out/rma-dflags.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/rma-dflags.log"
 fi
 
 flags=$(tests/run-test --mpirun-flags)
@@ -95,12 +99,12 @@ regime_runs() { # regime
   bench "$r" pingpong-nodelegate 2 -o pingpong -b 8 -e 1M -f 8 -n 20
   bench "$r" halo-nodelegate 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_DELEGATE_WAIT_US
-  # And with the pair flags in host memory (the default is device memory).
-  export MPINCCL_FLAGS=host
+  # And with the pair flags in device memory (the default is host memory).
+  export MPINCCL_FLAGS=device
   extra="$saved -x MPINCCL_FLAGS"
-  bench "$r" sendrecv-hflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
-  bench "$r" pingpong-hflags 2 -o pingpong -b 8 -e 1M -f 8 -n 100 -w 10
-  bench "$r" halo-hflags 8 -o halo -b 64K -e 64K -n 20
+  bench "$r" sendrecv-dflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" pingpong-dflags 2 -o pingpong -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" halo-dflags 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_FLAGS
   extra=$saved
   halo3d_runs "$r"

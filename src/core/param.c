@@ -40,9 +40,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "65536", NULL, 0, 1 << 30,
                                "Between processes whose kernels run at the same time (MPS, or "
                                "one process per GPU), a stream's flag writes and waits of one "
-                               "group and its copies, when they total at most this many bytes, "
-                               "run as one kernel that polls the flags instead of stream memory "
-                               "operations around a copy kernel; 0: always memory operations."},
+                               "group (three waits or more) and its copies between ranks of one "
+                               "GPU, when they total at most this many bytes, run as one kernel "
+                               "that polls the flags instead of stream memory operations around a "
+                               "copy kernel; 0: always memory operations."},
     [MPN_PARAM_COPY_KERNEL_MAX] = {"MPINCCL_COPY_KERNEL_MAX", MPN_PARAM_INT, "65536", NULL, 0,
                                    1 << 30,
                                    "Messages of at most this many bytes between ranks of one GPU "

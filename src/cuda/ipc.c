@@ -329,6 +329,7 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph) {
     else e->used = used;
     e->forget = 0; /* used again: imported again, in effect */
   }
+  sweep_forgotten();
   pthread_mutex_unlock(&ipc_lock);
 }
 

@@ -299,10 +299,15 @@ void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
   int clean = 1;
   for (int i = 0; i < n; i++) {
     lane_t* l = &lanes[i];
+    uint64_t released = 0;
     while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady) {
-      if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
-          mpn_chan_now_ns() > deadline) {
+      uint64_t now = mpn_chan_now_ns();
+      if (released && now > released + 1000000000ull)
+        break; /* still held (by the stream it forked from): given up, leaked */
+      if (!released && (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
+                        now > deadline)) {
         lane_release(l);
+        released = now;
         clean = 0;
       }
       usleep(20);

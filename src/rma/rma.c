@@ -174,7 +174,26 @@ static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, uint64_t* 
   return ncclSuccess;
 }
 
-static ncclResult_t add_signal(mpn_memops_t* b, mpn_op_t* op, cudaStream_t s, int graph) {
+/* Where a stream's flag operations go: a memop batch, or the flag kernel's
+ * table (its writes come before its waits: signals are added first). */
+typedef struct {
+  mpn_memops_t* b;
+  mpn_sync_t* k;
+} sink_t;
+
+static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
+  if (to->b) return mpn_memops_add(to->b, addr, value, kind);
+  mpn_sync_t* k = to->k;
+  if (kind == MPN_MEMOP_WRITE && k->nwait == 0)
+    k->flags[k->nfirst++] = (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0};
+  else if (kind != MPN_MEMOP_WRITE)
+    k->flags[k->nfirst + k->nwait++] = (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0};
+  else
+    return mpn_error_set(NULL, ncclInternalError, "a signal after a wait in one flag kernel");
+  return ncclSuccess;
+}
+
+static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, int graph) {
   struct ncclComm* comm = op->comm;
   int nctx = comm->config.num_rma_ctx, slot = 0;
   mpn_pair_t *to, *from;
@@ -182,17 +201,20 @@ static ncclResult_t add_signal(mpn_memops_t* b, mpn_op_t* op, cudaStream_t s, in
   if (!graph) {
     uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
     if (mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
-    return mpn_memops_add(b, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
+    return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
   MPN_CHECK(graph_slot(comm, op_name(op->kind), &comm->rma->graph_sent[op->peer * nctx + op->ctx],
                        op->ctx, &slot));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
-  MPN_CHECK(mpn_memops_add(b, busy, 0, MPN_MEMOP_WAIT_EQ));
-  MPN_CHECK(mpn_memops_add(b, busy, 1, MPN_MEMOP_WRITE));
-  return mpn_memops_add(b, mpn_pair_dev(to, &to->mem->rma_graph_signal[slot]), 1, MPN_MEMOP_WRITE);
+  MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
+  MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
+  return sink_add(to_sink, mpn_pair_dev(to, &to->mem->rma_graph_signal[slot]), 1, MPN_MEMOP_WRITE);
 }
 
-static ncclResult_t add_wait(mpn_memops_t* b, struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
+/* A wait for a rank of this process under MPS takes the sender's event
+ * (local.c); a flag kernel polls the counter instead and gives the events
+ * up to it back. */
+static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
                              cudaStream_t s, int graph) {
   int nctx = comm->config.num_rma_ctx;
   mpn_pair_t *to, *from;
@@ -200,18 +222,19 @@ static ncclResult_t add_wait(mpn_memops_t* b, struct ncclComm* comm, const ncclW
   if (!graph) {
     uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
     *expected += (uint64_t)d->opCnt;
-    if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))
+    if (mpn_rma_local(comm, d->peer, graph) && to_sink->k) mpn_rma_local_drop(from, d->ctx, *expected);
+    else if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))
       return ncclSuccess;
-    return mpn_memops_add(b, mpn_pair_signal(from, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
+    return sink_add(to_sink, mpn_pair_signal(from, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
     MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[d->peer * nctx + d->ctx],
                          d->ctx, &slot));
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
-    MPN_CHECK(mpn_memops_add(b, sig, 1, MPN_MEMOP_WAIT_EQ));
-    MPN_CHECK(mpn_memops_add(b, sig, 0, MPN_MEMOP_WRITE));
-    MPN_CHECK(mpn_memops_add(b, mpn_pair_dev(from, &from->mem->rma_graph_busy[slot]), 0, MPN_MEMOP_WRITE));
+    MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
+    MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
+    MPN_CHECK(sink_add(to_sink, mpn_pair_dev(from, &from->mem->rma_graph_busy[slot]), 0, MPN_MEMOP_WRITE));
   }
   return ncclSuccess;
 }
@@ -221,11 +244,12 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
                                   int graph, int wait) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
+  sink_t to = {&b, NULL};
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-    if (!wait) MPN_CHECK(add_signal(&b, op, s, graph));
-    for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&b, op->comm, &op->descs[d], s, graph));
+    if (!wait) MPN_CHECK(add_signal(&to, op, s, graph));
+    for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, graph));
   }
   return mpn_memops_flush(&b);
 }
@@ -298,27 +322,14 @@ static int local_self(const mpn_op_t* op) {
 static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
   mpn_sync_t k;
   k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
+  sink_t to = {NULL, &k};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-      struct ncclComm* comm = op->comm;
-      int nctx = comm->config.num_rma_ctx;
-      mpn_pair_t *to, *from;
-      if (!wait && !local_self(op)) { /* a rank's own, under MPS: issued before (issue_self) */
-        MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
-        uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
-        k.flags[k.nfirst++] = (mpn_sync_flag_t){mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE, 0};
-      }
-      for (int d = 0; wait && d < op->ndesc; d++) {
-        const ncclWaitSignalDesc_t* w = &op->descs[d];
-        MPN_CHECK(mpn_p2p_pairs(comm, w->peer, &to, &from));
-        uint64_t* expected = &comm->rma->expected[w->peer * nctx + w->ctx];
-        *expected += (uint64_t)w->opCnt;
-        k.flags[k.nfirst + k.nwait++] =
-            (mpn_sync_flag_t){mpn_pair_signal(from, w->ctx), *expected, MPN_MEMOP_WAIT_GEQ, 0};
-        if (mpn_rma_local(comm, w->peer, 0)) mpn_rma_local_drop(from, w->ctx, *expected);
-      }
+      if (!wait && !local_self(op)) /* a rank's own, under MPS: issued before (issue_self) */
+        MPN_CHECK(add_signal(&to, op, s, 0));
+      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, 0));
     }
   return k.nfirst + k.nwait ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
 }
@@ -329,9 +340,10 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
 static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
+  sink_t to = {&b, NULL};
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
-      MPN_CHECK(add_signal(&b, ops[i], s, 0));
+      MPN_CHECK(add_signal(&to, ops[i], s, 0));
   return mpn_memops_flush(&b);
 }
 

@@ -125,6 +125,14 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   return ncclSuccess;
 }
 
+/* The lane of op's message, or NULL for a message of no bytes (none moves)
+ * or one whose lane could not be made (mpn_ucx_staged_check refused it). */
+static lane_t* op_lane(mpn_op_t* op) {
+  lane_t* l = NULL;
+  if (op->bytes == 0 || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess) return NULL;
+  return l;
+}
+
 ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   const char* fn = op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv";
@@ -237,10 +245,8 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
     cudaSetDevice(ops[i]->comm->cuda_dev);
     cudaEvent_t fork = NULL;
     for (int j = i; j < n; j++) {
-      if (!same_stream(ops[j], ops[i]) || ops[j]->bytes == 0) continue;
-      lane_t* l = NULL; /* made by mpn_ucx_staged_check */
-      keep(&first, lane_get(ops[j]->comm, ops[j]->peer, ops[j]->kind == MPN_OP_RECV, &l));
-      ncclResult_t res = l && l->buf ? lane_fork(l, ops[i]->stream, &fork) : ncclSuccess;
+      lane_t* l = same_stream(ops[j], ops[i]) ? op_lane(ops[j]) : NULL;
+      ncclResult_t res = l ? lane_fork(l, ops[i]->stream, &fork) : ncclSuccess;
       if (res != ncclSuccess && cudaStreamSynchronize(ops[i]->stream) != cudaSuccess) {
         cudaGetLastError(); /* the lane can start only after the stream's work: wait here */
         lane_fail(ops[j]->comm, l, res);
@@ -262,9 +268,8 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
    * failure too: the peers' lanes expect the other messages. */
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
-    lane_t* l = NULL;
-    if (op->bytes == 0 || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
-      continue;
+    lane_t* l = op_lane(op);
+    if (l == NULL) continue;
     cudaSetDevice(op->comm->cuda_dev);
     uint64_t msg = l->messages++;
     for (size_t off = 0, k = 0; off < op->bytes; off += l->chunk, k++)
@@ -274,9 +279,8 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
   /* Joins: each user stream waits for the lanes its messages used. */
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
-    lane_t* l = NULL;
-    if (op->bytes == 0 || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
-      continue;
+    lane_t* l = op_lane(op);
+    if (l == NULL) continue;
     cudaSetDevice(op->comm->cuda_dev);
     if (l->forked) { /* the first message of the lane records its end, once */
       keep(&first, cuda_result(cudaEventRecord(l->joined, l->stream), "recording a UCX lane's end"));

@@ -52,8 +52,20 @@
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
 
+/* A message is cut into at most MAX_CHUNKS chunks, each MPINCCL_UCX_CHUNK
+ * times a power of two up to 2^MAX_GROWTH: a lane's stream holds three
+ * operations per chunk, and a long stream queue blocks the thread that
+ * enqueues (a lane of 1 GiB in 1 MiB chunks did, and its peer, blocked
+ * the same way before posting its receives, deadlocked with it).  The
+ * slots grow to the largest cut a lane has met; both sides cut a message
+ * alike from its size. */
+enum { MAX_CHUNKS = 8, MAX_GROWTH = 6 };
+
 typedef struct {
-  char* buf;          /* depth * chunk bytes, pinned */
+  char* buf;          /* depth * size bytes, pinned */
+  char* retired[MAX_GROWTH]; /* smaller buffers earlier chunks may still use */
+  int nretired;
+  size_t size;        /* bytes of a slot */
   uint64_t* words;    /* pinned, mapped: [slot] "ready", [depth + slot] "done" */
   CUdeviceptr dwords; /* the words as the GPU sees them */
   cudaStream_t stream;
@@ -76,6 +88,8 @@ static void lane_free(lane_t* l) {
   if (l->stream) cudaStreamDestroy(l->stream);
   if (l->joined) cudaEventDestroy(l->joined);
   if (l->buf) cudaFreeHost(l->buf);
+  for (int i = 0; i < l->nretired; i++)
+    if (l->retired[i]) cudaFreeHost(l->retired[i]);
   if (l->words) cudaFreeHost(l->words);
   cudaGetLastError();
   memset(l, 0, sizeof(*l));
@@ -107,6 +121,7 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&l->joined, cudaEventDisableTiming);
   if (err == cudaSuccess)
     err = cudaHostAlloc((void**)&l->buf, (size_t)l->depth * l->chunk, cudaHostAllocPortable);
+  l->size = l->chunk;
   if (err == cudaSuccess)
     err = cudaHostAlloc((void**)&l->words, words, cudaHostAllocPortable | cudaHostAllocMapped);
   if (err == cudaSuccess) {
@@ -133,6 +148,33 @@ static lane_t* op_lane(mpn_op_t* op) {
   return l;
 }
 
+/* The chunk size a message of bytes is cut into (the same on both sides). */
+static size_t chunk_of(const lane_t* l, size_t bytes) {
+  size_t c = l->chunk;
+  for (int j = 0; j < MAX_GROWTH && bytes > (size_t)MAX_CHUNKS * c; j++) c *= 2;
+  return c;
+}
+
+/* Grows l's slots to hold chunks of a message of bytes; the old buffer is
+ * kept until the lane goes, as chunks already enqueued use it. */
+static ncclResult_t lane_fit(struct ncclComm* comm, lane_t* l, size_t bytes) {
+  size_t c = chunk_of(l, bytes);
+  if (c <= l->size) return ncclSuccess;
+  char* grown = NULL;
+  cudaError_t err = cudaHostAlloc((void**)&grown, (size_t)l->depth * c, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return mpn_error_set(comm, ncclUnhandledCudaError,
+                         "staging a message of %zu bytes over UCX needs %d x %zu bytes of pinned "
+                         "memory (MPINCCL_UCX_DEPTH x chunk): %s",
+                         bytes, l->depth, c, cudaGetErrorString(err));
+  }
+  l->retired[l->nretired++] = l->buf;
+  l->buf = grown;
+  l->size = c;
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   const char* fn = op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv";
@@ -152,7 +194,9 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                          "failed (ncclCommGetAsyncError); abort it",
                          fn, op->peer);
   lane_t* l;
-  return op->bytes ? lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l) : ncclSuccess;
+  if (op->bytes == 0) return ncclSuccess;
+  MPN_CHECK(lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l));
+  return lane_fit(comm, l, op->bytes);
 }
 
 static ncclResult_t cuda_result(cudaError_t err, const char* what) {
@@ -194,7 +238,7 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
   uint64_t g = l->chunks++, d = (uint64_t)l->depth, slot = g % d;
   CUdeviceptr ready = l->dwords + (CUdeviceptr)(slot * sizeof(uint64_t));
   CUdeviceptr done = l->dwords + (CUdeviceptr)((d + slot) * sizeof(uint64_t));
-  char* stage = l->buf + slot * l->chunk;
+  char* stage = l->buf + slot * l->size;
   char* dev = (char*)op->buf + off;
   mpn_memops_t b;
   mpn_memops_init(&b, drv, l->stream);
@@ -272,9 +316,9 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     if (l == NULL) continue;
     cudaSetDevice(op->comm->cuda_dev);
     uint64_t msg = l->messages++;
-    for (size_t off = 0, k = 0; off < op->bytes; off += l->chunk, k++)
-      keep(&first, chunk_issue(drv, op, l, msg, k, off,
-                               op->bytes - off < l->chunk ? op->bytes - off : l->chunk));
+    size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
+    for (size_t off = 0, k = 0; off < op->bytes; off += c, k++)
+      keep(&first, chunk_issue(drv, op, l, msg, k, off, op->bytes - off < c ? op->bytes - off : c));
   }
   /* Joins: each user stream waits for the lanes its messages used. */
   for (int i = 0; i < n; i++) {
@@ -340,6 +384,7 @@ void mpn_ucx_staged_free(struct ncclComm* comm) {
        * operation on these buffers that its cancel did not end.  Leaked,
        * so that it writes into memory nobody else has. */
       l->buf = NULL;
+      l->nretired = 0;
       l->words = NULL;
     }
     lane_free(l);

@@ -6,7 +6,7 @@
 # ./device-results): check.log, *.json, *.txt, perf.png.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
-# half, --no-variants the runs with the non-default options (copy engine only, device flags,
+# half, --no-variants the runs with the non-default options (copy engine only, host-memory flags,
 # stream memory operations instead of the flag kernel); all of it takes several minutes, so split it over calls if
 # needed.  The variants also include runs without delegation
 # (MPINCCL_DELEGATE_WAIT_US=0).  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
@@ -46,16 +46,17 @@ if [ $check = 1 ] && [ $variants = 1 ]; then
   CUDA_DEVICE_MAX_CONNECTIONS=1 MPINCCL_TEST_TIMEOUT=90 MPINCCL_TEST_NP="2" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x CUDA_DEVICE_MAX_CONNECTIONS" \
     tests/run-test ./tests/gpu/test_p2p_ucx.sh >"$out/p2p-ucx-1queue.log" 2>&1
+  echo "   (known: threads_ring hangs with one queue, docs/UCX.md)"
   grep -E 'failures|np=.*(PASS|FAIL|timed)' "$out/p2p-ucx-1queue.log"
-  step "test_p2p and test_rma with device flags"
-  MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4" \
+  step "test_p2p and test_rma with host-memory flags"
+  MPINCCL_FLAGS=host MPINCCL_TEST_NP="2 4" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
-    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-dflags.log" 2>&1
-  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-dflags.log"
-  MPINCCL_FLAGS=device MPINCCL_TEST_NP="2 4 8" \
+    tests/run-test ./tests/gpu/test_p2p >"$out/p2p-hflags.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-hflags.log"
+  MPINCCL_FLAGS=host MPINCCL_TEST_NP="2 4 8" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x MPINCCL_FLAGS" \
-    tests/run-test ./tests/gpu/test_rma >"$out/rma-dflags.log" 2>&1
-  grep -E 'failures|np=.*(PASS|FAIL)' "$out/rma-dflags.log"
+    tests/run-test ./tests/gpu/test_rma >"$out/rma-hflags.log" 2>&1
+  grep -E 'failures|np=.*(PASS|FAIL)' "$out/rma-hflags.log"
 fi
 
 flags=$(tests/run-test --mpirun-flags)
@@ -99,12 +100,13 @@ regime_runs() { # regime
   bench "$r" pingpong-nodelegate 2 -o pingpong -b 8 -e 1M -f 8 -n 20
   bench "$r" halo-nodelegate 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_DELEGATE_WAIT_US
-  # And with the pair flags in device memory (the default is host memory).
-  export MPINCCL_FLAGS=device
+  # And with the pair flags in host memory (the default, auto, puts them in
+  # device memory on a GPU).
+  export MPINCCL_FLAGS=host
   extra="$saved -x MPINCCL_FLAGS"
-  bench "$r" sendrecv-dflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
-  bench "$r" pingpong-dflags 2 -o pingpong -b 8 -e 1M -f 8 -n 100 -w 10
-  bench "$r" halo-dflags 8 -o halo -b 64K -e 64K -n 20
+  bench "$r" sendrecv-hflags 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" pingpong-hflags 2 -o pingpong -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" halo-hflags 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_FLAGS
   extra=$saved
   halo3d_runs "$r"
@@ -131,7 +133,7 @@ regime_runs mps-off
 # pinned host memory, src/ucx/staged.c), against its own floors (--net).
 export MPINCCL_TRANSPORT=ucx
 extra="-x MPINCCL_TRANSPORT"
-bench mps-off sendrecv-ucx 2 -o sendrecv -b 8 -e 256M -f 8 -n 20 -w 3 --net
+bench mps-off sendrecv-ucx 2 -o sendrecv -b 4 -e 256M -f 4 -n 20 -w 3 --net
 bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
 unset MPINCCL_TRANSPORT
 extra=""

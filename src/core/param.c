@@ -79,14 +79,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_UCX_DEPTH] = {"MPINCCL_UCX_DEPTH", MPN_PARAM_INT, "4", NULL, 1, 32,
                              "Staged chunks in flight per UCX peer and direction (pinned host "
                              "memory: depth x chunk bytes per peer and direction in use)."},
-    [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "host", "auto|host|device", 0, 0,
+    [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "auto", "auto|host|device", 0, 0,
                          "Where the stream flags of two ranks' message slots live: host "
                          "(shared memory registered with CUDA), device (GPU memory shared "
                          "through CUDA IPC; waits poll the GPU's own memory: faster on the GPU "
-                         "machine, but test_rma failed now and then under make check with it, "
-                         "see docs/P2P.md), or auto: device when the rank that sets the pair up "
-                         "has a GPU and the memory can be had, else host. That rank decides for "
-                         "both."},
+                         "machine), or auto: device when the rank that sets the pair up has a "
+                         "GPU and the memory can be had, else host. That rank decides for both."},
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE",
                          0, 0, "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters."},
     [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,

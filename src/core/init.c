@@ -206,8 +206,12 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   (void)mpn_params_load();
   (void)mpn_chan_launcher_rank();
   /* The CUDA driver sets environment variables while it starts: start it
-   * here (test_comm_local crashed in getenv on the GPU machine otherwise). */
-  (void)mpn_cuda_device_count();
+   * here (test_comm_local crashed in getenv on the GPU machine otherwise),
+   * with the current device's context (it crashed once more, rarely, after
+   * the driver alone was started here). */
+  if (mpn_cuda_device_count() > 0)
+    for (mpn_init_job_t* job = jobs; job; job = job->next)
+      if (job->device >= 0) mpn_cuda_context_start(job->device);
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

@@ -36,6 +36,12 @@ ncclResult_t mpn_cuda_set_device(int dev) {
   return ncclSuccess;
 }
 
+void mpn_cuda_context_start(int dev) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == dev) cudaFree(NULL);
+  cudaGetLastError(); /* a device that fails here fails again, reported, in its creation */
+}
+
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {
   struct cudaDeviceProp prop;
   mpn_cuda_info_t info;

@@ -24,6 +24,11 @@ int mpn_cuda_current_device(void);
 /** Makes dev the calling thread's current device. */
 ncclResult_t mpn_cuda_set_device(int dev);
 
+/** Creates dev's primary context now if dev is the calling thread's current
+ * device (switching devices could create another context): the driver may
+ * write the environment while it does. */
+void mpn_cuda_context_start(int dev);
+
 /** Describes device dev. */
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out);
 

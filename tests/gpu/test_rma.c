@@ -25,10 +25,14 @@ static void* dev_alloc(size_t bytes) {
   return p;
 }
 
-/* A window of bytes from ncclMemAlloc, cleared. */
+/* A window of bytes from ncclMemAlloc, cleared before any peer can put into
+ * it: cudaMemset would queue the clear on the legacy stream, which the
+ * test's non-blocking stream does not wait for, and under load it ran after
+ * a peer's first put and wiped it (test_rma failed under make check). */
 static ncclWindow_t window(size_t bytes, void** buf) {
   *buf = dev_alloc(bytes);
-  cudaMemset(*buf, 0, bytes);
+  EXPECT(cudaMemsetAsync(*buf, 0, bytes, stream) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
   ncclWindow_t w = NULL;
   EXPECT_OK(ncclCommWindowRegister(comm, *buf, bytes, &w, NCCL_WIN_DEFAULT));
   EXPECT(w != NULL);
@@ -295,7 +299,7 @@ static void* thread_ring(void* v) {
   void *buf, *src;
   ncclWindow_t w = NULL;
   a->failed |= ncclMemAlloc(&buf, bytes) != ncclSuccess || ncclMemAlloc(&src, bytes) != ncclSuccess;
-  cudaMemset(buf, 0, bytes);
+  cudaMemsetAsync(buf, 0, bytes, st); /* on st: see window() */
   pattern_fill(src, bytes, seed_of(a->rank, (a->rank + 1) % a->n, 30), st);
   cudaStreamSynchronize(st);
   a->failed |= ncclCommWindowRegister(a->comm, buf, bytes, &w, 0) != ncclSuccess;

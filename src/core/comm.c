@@ -15,6 +15,7 @@
 #ifdef HAVE_UCX
 #include "ucx/net.h"
 #include "ucx/staged.h"
+#include "ucx/winstage.h"
 #endif
 #include "transport.h"
 
@@ -104,6 +105,7 @@ void mpn_comm_free(struct ncclComm* comm) {
 #ifdef HAVE_UCX
   mpn_ucx_comm_free(comm); /* the proxy cancels what it still holds of comm */
   mpn_ucx_staged_free(comm);
+  mpn_ucx_rma_free(comm);
 #endif
   mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
@@ -176,6 +178,7 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
     mpn_p2p_poll_errors(comm);
 #ifdef HAVE_UCX
     mpn_ucx_poll_errors(comm);
+    mpn_ucx_rma_poll_errors(comm);
 #endif
   }
   *asyncError = mpn_comm_async(comm);

@@ -51,6 +51,7 @@ struct ncclComm {
   uint8_t* peer_gone;  /**< per peer: its process was found gone (watchdog.c) */
   struct mpn_ucx_comm* ucx; /**< UCX peers' addresses and endpoints (ucx/net.c) */
   struct mpn_ucx_staged* staged; /**< staging lanes of device data over UCX (ucx/staged.c) */
+  struct mpn_ucx_rma* ucx_rma; /**< one-sided operations over UCX (ucx/winstage.c) */
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;

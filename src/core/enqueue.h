@@ -32,6 +32,7 @@ typedef struct mpn_op {
   ncclWindow_t win;     /**< put: the peer's window */
   size_t offset;        /**< put: offset in the peer's window */
   int ctx;
+  uint64_t seq;         /**< put/signal: the signal's running count to peer on ctx (rma.c) */
   int ndesc;                   /**< wait: number of descriptors */
   ncclWaitSignalDesc_t* descs; /**< wait: a copy owned by the op */
   struct mpn_op* next;

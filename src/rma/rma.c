@@ -11,7 +11,9 @@
  * only grow, so signals that arrive before their wait is enqueued are kept.
  * Signals captured in CUDA graphs use flags of their own (graph_slot);
  * between ranks of one process under MPS, events order the streams
- * (local.c).
+ * (local.c).  With peers over UCX, puts and signals go through the staging
+ * lanes and waits are followed by the kernel that lands the puts
+ * (ucx/winstage.c).
  */
 #include "rma/rma.h"
 
@@ -32,6 +34,10 @@
 #include "rma/local.h"
 #include "rma/window.h"
 #include "transport.h"
+#ifdef HAVE_UCX
+#include "ucx/staged.h"
+#include "ucx/winstage.h"
+#endif
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -80,14 +86,44 @@ static const char* op_name(mpn_op_kind_t kind) {
   }
 }
 
-/* A peer the one-sided path reaches: this host (UCX is not built for it). */
-static ncclResult_t peer_check(struct ncclComm* comm, const char* fn, int peer) {
-  if (comm->transport[peer] == MPN_TRANSPORT_UCX)
+static int over_ucx(const struct ncclComm* comm, int peer) {
+  return comm->transport[peer] == MPN_TRANSPORT_UCX;
+}
+
+/* A peer over UCX: not while capturing, and only once a window gave the
+ * communicator its signal area. */
+static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
+  struct ncclComm* comm = op->comm;
+  if (!over_ucx(comm, peer)) return ncclSuccess;
+#ifdef HAVE_UCX
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+  if (cap != cudaStreamCaptureStatusNone)
     return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "%s with peer %d: one-sided operations over the UCX transport (other "
-                      "hosts, or forced by MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) are not "
-                      "available in this version of mpinccl",
+                      "%s with peer %d: transfers over UCX cannot be captured in a CUDA graph in "
+                      "this version of mpinccl",
                       fn, peer);
+  if (!mpn_ucx_rma_ready(comm))
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s with peer %d: one-sided operations over UCX need a window registered "
+                      "first (ncclCommWindowRegister)",
+                      fn, peer);
+  return ncclSuccess;
+#else
+  return MPN_REFUSE(comm, ncclInvalidUsage,
+                    "%s with peer %d: the UCX transport (other hosts, or forced by "
+                    "MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) is not in this build of mpinccl",
+                    fn, peer);
+#endif
+}
+
+/* A put or signal over UCX: its lane made (and fitted) before anything is enqueued. */
+static ncclResult_t ucx_check(const mpn_op_t* op) {
+#ifdef HAVE_UCX
+  if (over_ucx(op->comm, op->peer)) return mpn_ucx_staged_check(op);
+#else
+  (void)op;
+#endif
   return ncclSuccess;
 }
 
@@ -98,11 +134,11 @@ static ncclResult_t op_check(const mpn_op_t* op) {
   if (comm->cuda_dev < 0)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
   if (op->kind == MPN_OP_WAIT_SIGNAL) {
-    for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(comm, fn, op->descs[i].peer));
+    for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(op, fn, op->descs[i].peer));
     return ncclSuccess;
   }
-  MPN_CHECK(peer_check(comm, fn, op->peer));
-  if (op->kind != MPN_OP_PUT_SIGNAL) return ncclSuccess;
+  MPN_CHECK(peer_check(op, fn, op->peer));
+  if (op->kind != MPN_OP_PUT_SIGNAL) return ucx_check(op);
   MPN_CHECK(mpn_win_check(comm, op->win, fn));
   uint64_t size = op->win->parts[op->peer].size;
   if (op->offset > size || op->bytes > size - op->offset)
@@ -119,7 +155,7 @@ static ncclResult_t op_check(const mpn_op_t* op) {
                         op->buf);
     }
   }
-  return ncclSuccess;
+  return ucx_check(op);
 }
 
 /* One put's destination, resolved before anything is issued. */
@@ -135,7 +171,7 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
-    if (op->stream != s || op->kind != MPN_OP_PUT_SIGNAL) continue;
+    if (op->stream != s || op->kind != MPN_OP_PUT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
     int same_gpu = mpn_topo_same_gpu(&op->comm->topo, op->comm->rank, op->peer);
     MPN_CHECK(mpn_copies_add(&copies, puts[i].dst, op->buf, op->bytes, same_gpu));
   }
@@ -217,6 +253,13 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, in
 static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
                              cudaStream_t s, int graph) {
   int nctx = comm->config.num_rma_ctx;
+#ifdef HAVE_UCX
+  if (over_ucx(comm, d->peer)) { /* the counter the peer's atomic adds reach (checked: not a graph) */
+    uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
+    *expected += (uint64_t)d->opCnt;
+    return sink_add(to_sink, mpn_ucx_rma_counter(comm, d->peer, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
+  }
+#endif
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, d->peer, &to, &from));
   if (!graph) {
@@ -239,19 +282,62 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   return ncclSuccess;
 }
 
-/* The signal writes (program order) of stream s, or (wait) its waits. */
+/* After the waits of stream s: the kernel that lands the puts signalled by
+ * UCX peers, per wait op, from the counts its waits reached (ex[], in the
+ * order the waits were added). */
+static ncclResult_t land_ucx(mpn_op_t** ops, int n, cudaStream_t s, const uint64_t* ex) {
+#ifdef HAVE_UCX
+  int j = 0;
+  for (int i = 0; i < n; i++) {
+    mpn_op_t* op = ops[i];
+    if (op->stream != s || op->kind != MPN_OP_WAIT_SIGNAL) continue;
+    int k = 0, *peer = calloc((size_t)op->ndesc, sizeof(int)), *ctx = calloc((size_t)op->ndesc, sizeof(int)),
+        *cnt = calloc((size_t)op->ndesc, sizeof(int));
+    uint64_t* expected = calloc((size_t)op->ndesc, sizeof(uint64_t));
+    ncclResult_t res = peer && ctx && cnt && expected ? ncclSuccess
+                                                      : mpn_error_set(op->comm, ncclSystemError, "out of memory");
+    for (int d = 0; d < op->ndesc; d++, j++)
+      if (res == ncclSuccess && over_ucx(op->comm, op->descs[d].peer)) {
+        peer[k] = op->descs[d].peer, ctx[k] = op->descs[d].ctx, cnt[k] = op->descs[d].opCnt;
+        expected[k++] = ex[j];
+      }
+    if (res == ncclSuccess && k) res = mpn_ucx_rma_apply(op->comm, peer, ctx, expected, cnt, k, s);
+    free(peer), free(ctx), free(cnt), free(expected);
+    MPN_CHECK(res);
+  }
+#else
+  (void)ops, (void)n, (void)s, (void)ex;
+#endif
+  return ncclSuccess;
+}
+
+/* The signal writes (program order) of stream s, or (wait) its waits and
+ * then the landing of puts from UCX peers.  Puts and signals over UCX are
+ * not here (ucx/staged.c). */
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
                                   int graph, int wait) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
-  for (int i = 0; i < n; i++) {
+  int ndesc = 0;
+  for (int i = 0; wait && i < n; i++)
+    if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
+  uint64_t* ex = calloc((size_t)ndesc + 1, sizeof(uint64_t));
+  if (ex == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-    if (!wait) MPN_CHECK(add_signal(&to, op, s, graph));
-    for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, graph));
+    if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, graph);
+    for (int d = 0; wait && d < op->ndesc && res == ncclSuccess; d++, j++) {
+      res = add_wait(&to, op->comm, &op->descs[d], s, graph);
+      ex[j] = op->comm->rma->expected[op->descs[d].peer * op->comm->config.num_rma_ctx + op->descs[d].ctx];
+    }
   }
-  return mpn_memops_flush(&b);
+  if (res == ncclSuccess) res = mpn_memops_flush(&b);
+  if (res == ncclSuccess && wait && !graph) res = land_ucx(ops, n, s, ex);
+  free(ex);
+  return res;
 }
 
 /*
@@ -373,7 +459,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
-    if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0) continue;
+    if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0 || over_ucx(op->comm, op->peer)) continue;
     cudaSetDevice(op->comm->cuda_dev);
     void* base = NULL;
     res = mpn_win_peer_base(op->win, op->peer, &base, &puts[i].ref, &puts[i].imported);
@@ -386,6 +472,20 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
+  int nnet = 0; /* puts and signals over UCX, numbered in program order */
+  mpn_op_t** net = calloc((size_t)n + 1, sizeof(*net));
+  if (net == NULL && res == ncclSuccess) res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+  for (i = 0; i < n && res == ncclSuccess; i++) {
+    mpn_op_t* op = ops[i];
+    if (op->kind == MPN_OP_WAIT_SIGNAL || !over_ucx(op->comm, op->peer)) continue;
+    op->seq = ++op->comm->rma->sent[op->peer * op->comm->config.num_rma_ctx + op->ctx];
+    net[nnet++] = op;
+  }
+#ifdef HAVE_UCX
+  ncclResult_t forked = nnet && res == ncclSuccess ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
+#else
+  ncclResult_t forked = ncclSuccess; /* refused by the checks */
+#endif
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
    * driving several ranks never waits (on the host, rma/local.c) for
@@ -408,6 +508,14 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       else if (pass == 1 && sync[i]) res = issue_sync(drv, ops, n, s);
       else if (pass == 2 && !sync[i]) res = issue_signals(drv, ops, n, s, graph, 1);
     }
+#ifdef HAVE_UCX
+  if (nnet) { /* past a failure too: the peers expect the numbered signals */
+    ncclResult_t staged = mpn_ucx_staged_launch(net, nnet);
+    if (res == ncclSuccess) res = staged;
+  }
+#endif
+  if (res == ncclSuccess) res = forked;
+  free(net);
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
   if (saved >= 0) cudaSetDevice(saved);

@@ -18,6 +18,10 @@
 #include "core/error.h"
 #include "rma/rma.h"
 #include "transport.h"
+#ifdef HAVE_UCX
+#include "ucx/net_comm.h"
+#include "ucx/winstage.h"
+#endif
 
 ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller) {
   mpn_rma_t* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
@@ -120,6 +124,14 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
   }
   *w = (struct ncclWindow_vidmem){.comm = comm, .base = buff, .size = size, .flags = winFlags,
                                   .parts = parts};
+#ifdef HAVE_UCX
+  /* Collective too: every rank of a communicator with UCX peers mirrors its part. */
+  if (mpn_ucx_comm_ready(comm)) res = mpn_ucx_win_register(comm, buff, size, &w->ucx);
+  if (res != ncclSuccess) {
+    free(w), free(parts);
+    return res;
+  }
+#endif
   pthread_mutex_lock(&rma->lock);
   w->next = rma->windows;
   rma->windows = w;
@@ -158,9 +170,14 @@ MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t wi
   for (int peer = 0; peer < comm->nranks && comm->cuda_dev >= 0; peer++)
     if (win->parts[peer].proc != me && comm->transport[peer] != MPN_TRANSPORT_UCX)
       mpn_ipc_forget(win->parts[peer].proc, win->parts[peer].ipc.buffer_id, comm->cuda_dev);
+  ncclResult_t res = ncclSuccess;
+#ifdef HAVE_UCX
+  if (win->ucx) res = mpn_ucx_win_deregister(comm, win->ucx); /* collective */
+#endif
   win_free(win);
   /* Collective, as in NCCL: no rank leaves while another may still name it. */
-  return mpn_bootstrap_barrier(comm->bootstrap);
+  ncclResult_t barrier = mpn_bootstrap_barrier(comm->bootstrap);
+  return res != ncclSuccess ? res : barrier;
 }
 
 MPN_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
@@ -190,6 +207,9 @@ void mpn_win_free_all(struct ncclComm* comm) {
   while (rma->windows) {
     struct ncclWindow_vidmem* w = rma->windows;
     rma->windows = w->next;
+#ifdef HAVE_UCX
+    if (w->ucx) mpn_ucx_win_retire(comm, w->ucx); /* freed once the proxy let go of comm */
+#endif
     win_free(w);
   }
 }

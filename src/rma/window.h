@@ -29,6 +29,7 @@ struct ncclWindow_vidmem {
   size_t size;
   int flags;
   mpn_win_part_t* parts; /**< nranks */
+  struct mpn_ucx_win* ucx; /**< the host mirror UCX peers put into (ucx/winstage.c), or NULL */
   struct ncclWindow_vidmem* next; /**< the communicator's live windows */
 };
 

@@ -143,25 +143,36 @@ static ucs_status_t let_go(ucs_status_ptr_t req) {
   return UCS_OK;
 }
 
+static ucs_status_t key_of(ucp_ep_h ep, mpn_ucx_remote_t* r) {
+  return r->rkey ? UCS_OK : ucp_ep_rkey_unpack(ep, r->packed, &r->rkey);
+}
+
 /*
- * Put with signal: the data, a fence, then an atomic add of 1 to the peer's
- * counter, so the peer sees the count change only after the data; then a
+ * Put with signal: the data; then, with a signal, a fence, the descriptor
+ * (if any) and a fence, and an atomic add of 1 to the peer's counter, so the
+ * peer sees the count change only after the data and the descriptor; then a
  * flush of the endpoint, whose completion (everything remotely done) is the
  * command's.  The peer's keys are unpacked on first use.
  */
 static ucs_status_ptr_t put_signal(mpn_ucx_cmd_t* cmd, const ucp_request_param_t* done) {
   ucp_ep_h ep = cmd->peer->ep;
-  ucs_status_t st = UCS_OK;
-  if (cmd->dst->rkey == NULL) st = ucp_ep_rkey_unpack(ep, cmd->dst->packed, &cmd->dst->rkey);
-  if (st == UCS_OK && cmd->signal->rkey == NULL)
-    st = ucp_ep_rkey_unpack(ep, cmd->signal->packed, &cmd->signal->rkey);
   ucp_request_param_t plain = {.op_attr_mask = 0};
+  ucs_status_t st = UCS_OK;
+  if (cmd->bytes > 0) st = key_of(ep, cmd->dst);
   if (st == UCS_OK && cmd->bytes > 0)
     st = let_go(ucp_put_nbx(ep, cmd->buf, cmd->bytes, cmd->dst->addr + cmd->dst_offset, cmd->dst->rkey, &plain));
-  if (st == UCS_OK) st = ucp_worker_fence(px.worker);
+  if (st == UCS_OK && cmd->signal) st = ucp_worker_fence(px.worker);
+  if (st == UCS_OK && cmd->signal && cmd->desc) {
+    st = key_of(ep, cmd->desc);
+    if (st == UCS_OK)
+      st = let_go(ucp_put_nbx(ep, cmd->desc_bytes, sizeof(cmd->desc_bytes), cmd->desc->addr + cmd->desc_offset,
+                              cmd->desc->rkey, &plain));
+    if (st == UCS_OK) st = ucp_worker_fence(px.worker);
+  }
   ucp_request_param_t amo = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE, .datatype = ucp_dt_make_contig(8)};
   cmd->one = 1;
-  if (st == UCS_OK)
+  if (st == UCS_OK && cmd->signal) st = key_of(ep, cmd->signal);
+  if (st == UCS_OK && cmd->signal)
     st = let_go(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &cmd->one, 1,
                                   cmd->signal->addr + cmd->signal_offset, cmd->signal->rkey, &amo));
   if (st != UCS_OK) return UCS_STATUS_PTR(st);

@@ -24,7 +24,8 @@ typedef struct {
 typedef enum {
   MPN_UCX_SEND,
   MPN_UCX_RECV,
-  MPN_UCX_PUT_SIGNAL, /**< put, fence, atomic add of 1 to a remote counter, flush */
+  MPN_UCX_PUT_SIGNAL, /**< put; with a signal: fence, [descriptor put, fence,] atomic add of 1 to a
+                           remote counter; then flush */
   MPN_UCX_CALL        /**< run fn(arg) on the proxy thread (context-level UCX calls) */
 } mpn_ucx_cmd_kind_t;
 
@@ -49,8 +50,11 @@ typedef struct mpn_ucx_cmd {
   int* owner_error;     /**< the same, for the communicator */
   mpn_ucx_remote_t* dst;    /**< put: the peer's region, at dst_offset */
   size_t dst_offset;
-  mpn_ucx_remote_t* signal; /**< put: the peer's counter region, at signal_offset */
+  mpn_ucx_remote_t* signal; /**< put: the peer's counter region, at signal_offset (NULL: no signal) */
   size_t signal_offset;
+  mpn_ucx_remote_t* desc;   /**< put: where desc_bytes go before the signal (NULL: nowhere) */
+  size_t desc_offset;
+  uint64_t desc_bytes[4];   /**< put: a descriptor of the put for the peer (inline) */
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call */
   void* arg;

@@ -4,8 +4,8 @@
  * region is registered (collectively), and a put whose signal, an atomic add
  * on a counter in another region of the peer, becomes visible only after
  * the data (put, fence, add).  Context-level UCX calls run on the proxy
- * thread, like every other UCX call.  Device windows will be staged through
- * such regions where UCX cannot reach device memory (issue 5).
+ * thread, like every other UCX call.  Device windows are mirrored in such
+ * regions where UCX cannot reach device memory (winstage.c).
  */
 #include "ucx/rma.h"
 
@@ -61,7 +61,7 @@ typedef struct {
   char key[MPN_UCX_RKEY_MAX];
 } key_slot_t;
 
-static void region_free(mpn_ucx_region_t* r) {
+void mpn_ucx_region_free(mpn_ucx_region_t* r) {
   mpn_ucx_proxy_call(unmap_on_proxy, r);
   free(r->remote);
   free(r->remote_bytes);
@@ -81,6 +81,7 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
   mpn_ucx_region_t* r = calloc(1, sizeof(*r));
   key_slot_t* slots = calloc((size_t)comm->nranks, sizeof(*slots));
   ncclResult_t res = r && slots ? started : mpn_error_set(comm, ncclSystemError, "out of memory");
+  if (res == ncclSuccess && base == NULL) res = ncclInternalError; /* reported by the caller */
   if (res == ncclSuccess) {
     *r = (mpn_ucx_region_t){.base = base, .bytes = bytes, .nranks = comm->nranks};
     res = mpn_ucx_proxy_call(map_on_proxy, r);
@@ -115,17 +116,21 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
   }
   free(slots);
   if (res != ncclSuccess) {
-    if (r) region_free(r);
+    if (r) mpn_ucx_region_free(r);
     return res;
   }
   *out = r;
   return ncclSuccess;
 }
 
+mpn_ucx_remote_t* mpn_ucx_region_remote(mpn_ucx_region_t* region, int peer) {
+  return &region->remote[peer];
+}
+
 ncclResult_t mpn_ucx_region_deregister(struct ncclComm* comm, mpn_ucx_region_t* r) {
   /* Collective: no peer may still put into it. */
   ncclResult_t res = mpn_bootstrap_barrier(comm->bootstrap);
-  region_free(r);
+  mpn_ucx_region_free(r);
   return res;
 }
 

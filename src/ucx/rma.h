@@ -9,6 +9,7 @@
 
 #include "nccl.h"
 #include "ucx/net.h"
+#include "ucx/proxy.h"
 
 struct ncclComm;
 typedef struct mpn_ucx_region mpn_ucx_region_t;
@@ -16,10 +17,18 @@ typedef struct mpn_ucx_region mpn_ucx_region_t;
 /**
  * Maps bytes of host memory at base for remote access by the communicator's
  * UCX peers and hands every rank the others' keys.  Collective over comm;
- * fails on every rank if it fails on one.
+ * fails on every rank if it fails on one (base NULL: this rank failed
+ * before, and takes part only to tell the others).
  */
 ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t bytes,
                                      mpn_ucx_region_t** out);
+
+/** Not collective: unmaps and frees the region at once (the communicator
+ * is going away and its UCX work was closed). */
+void mpn_ucx_region_free(mpn_ucx_region_t* region);
+
+/** peer's part of the region, as a put names it. */
+mpn_ucx_remote_t* mpn_ucx_region_remote(mpn_ucx_region_t* region, int peer);
 
 /**
  * Collective: unmaps the region.  Every put of this rank into or with it

@@ -51,6 +51,7 @@
 #include "ucx/net.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
+#include "ucx/winstage.h"
 
 /* A message is cut into at most MAX_CHUNKS chunks, each MPINCCL_UCX_CHUNK
  * times a power of two up to 2^MAX_GROWTH: a lane's stream holds three
@@ -142,9 +143,16 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
 
 /* The lane of op's message, or NULL for a message of no bytes (none moves)
  * or one whose lane could not be made (mpn_ucx_staged_check refused it). */
+static int is_put(const mpn_op_t* op) {
+  return op->kind == MPN_OP_PUT_SIGNAL || op->kind == MPN_OP_SIGNAL;
+}
+
+/* A put or signal always has one (its signal is a chunk of its own). */
 static lane_t* op_lane(mpn_op_t* op) {
   lane_t* l = NULL;
-  if (op->bytes == 0 || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess) return NULL;
+  if ((op->bytes == 0 && !is_put(op)) ||
+      lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
+    return NULL;
   return l;
 }
 
@@ -177,7 +185,10 @@ static ncclResult_t lane_fit(struct ncclComm* comm, lane_t* l, size_t bytes) {
 
 ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
-  const char* fn = op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv";
+  const char* fn = op->kind == MPN_OP_SEND   ? "ncclSend"
+                   : op->kind == MPN_OP_RECV ? "ncclRecv"
+                   : op->kind == MPN_OP_SIGNAL ? "ncclSignal"
+                                               : "ncclPutSignal";
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
   if (cap != cudaStreamCaptureStatusNone)
@@ -193,8 +204,13 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                          "%s with peer %d: an earlier transfer over UCX of this communicator "
                          "failed (ncclCommGetAsyncError); abort it",
                          fn, op->peer);
+  if (is_put(op) && !mpn_ucx_rma_ready(comm))
+    return mpn_error_set(comm, ncclInvalidUsage,
+                         "%s with peer %d: one-sided operations over UCX need a window "
+                         "registered first (ncclCommWindowRegister)",
+                         fn, op->peer);
   lane_t* l;
-  if (op->bytes == 0) return ncclSuccess;
+  if (op->bytes == 0 && !is_put(op)) return ncclSuccess;
   MPN_CHECK(lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l));
   return lane_fit(comm, l, op->bytes);
 }
@@ -232,7 +248,7 @@ static void lane_fail(struct ncclComm* comm, lane_t* l, ncclResult_t res) {
  * the proxy could not take gets its "done" from here.
  */
 static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l, uint64_t msg,
-                                uint64_t k, size_t off, size_t len) {
+                                uint64_t k, size_t off, size_t len, int last) {
   ncclResult_t first = ncclSuccess;
   int recv = op->kind == MPN_OP_RECV;
   uint64_t g = l->chunks++, d = (uint64_t)l->depth, slot = g % d;
@@ -245,18 +261,21 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
   if (recv) keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ)); /* the data */
   else if (g >= d) keep(&first, mpn_memops_add(&b, done, g + 1 - d, MPN_MEMOP_WAIT_GEQ)); /* the slot */
   keep(&first, mpn_memops_flush(&b));
-  keep(&first, cuda_result(recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, l->stream)
-                                : cudaMemcpyAsync(stage, dev, len, cudaMemcpyDeviceToHost, l->stream),
-                           recv ? "copying a staged chunk to the device" : "staging a chunk"));
+  if (len > 0)
+    keep(&first, cuda_result(recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, l->stream)
+                                  : cudaMemcpyAsync(stage, dev, len, cudaMemcpyDeviceToHost, l->stream),
+                             recv ? "copying a staged chunk to the device" : "staging a chunk"));
   keep(&first, mpn_memops_add(&b, ready, g + 1, MPN_MEMOP_WRITE));
   keep(&first, mpn_memops_flush(&b));
   struct ncclComm* comm = op->comm;
   int src = recv ? op->peer : comm->rank, dst = recv ? comm->rank : op->peer;
   uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k);
   mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1};
-  ncclResult_t posted = mpn_ucx_tagged_on(comm, !recv, op->peer, stage, len, tag,
-                                          recv && g < d ? NULL : &when, &l->words[d + slot], g + 1,
-                                          &l->error, &l->words[d], l->depth);
+  ncclResult_t posted =
+      is_put(op) ? mpn_ucx_rma_post(op, stage, off, len, last, &when, &l->words[d + slot], g + 1, &l->error,
+                                    &l->words[d], l->depth)
+                 : mpn_ucx_tagged_on(comm, !recv, op->peer, stage, len, tag, recv && g < d ? NULL : &when,
+                                     &l->words[d + slot], g + 1, &l->error, &l->words[d], l->depth);
   keep(&first, posted);
   if (first != ncclSuccess) lane_fail(comm, l, first);
   return first;
@@ -315,10 +334,14 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     lane_t* l = op_lane(op);
     if (l == NULL) continue;
     cudaSetDevice(op->comm->cuda_dev);
-    uint64_t msg = l->messages++;
+    uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
     size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
-    for (size_t off = 0, k = 0; off < op->bytes; off += c, k++)
-      keep(&first, chunk_issue(drv, op, l, msg, k, off, op->bytes - off < c ? op->bytes - off : c));
+    if (op->bytes == 0) /* a signal, or a put of nothing: its signal alone */
+      keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1));
+    for (size_t off = 0, k = 0; off < op->bytes; off += c, k++) {
+      size_t len = op->bytes - off < c ? op->bytes - off : c;
+      keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes));
+    }
   }
   /* Joins: each user stream waits for the lanes its messages used. */
   for (int i = 0; i < n; i++) {
@@ -336,14 +359,33 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
   return first;
 }
 
+/* Waits until send lane l's last chunks were taken by UCX (its stream ends
+ * with their "ready" writes); 0 when the communicator failed or the deadline
+ * passed first. */
+static int sends_done(struct ncclComm* comm, lane_t* l, uint64_t deadline) {
+  uint64_t d = (uint64_t)l->depth;
+  for (uint64_t g = l->chunks > d ? l->chunks - d : 0; l->buf && g < l->chunks; g++)
+    while (__atomic_load_n(&l->words[d + g % d], __ATOMIC_ACQUIRE) < g + 1) {
+      if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
+          mpn_chan_now_ns() > deadline)
+        return 0;
+      usleep(20);
+    }
+  return 1;
+}
+
+static uint64_t net_deadline(void) {
+  return mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
+}
+
 void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
   if (comm->staged == NULL) return;
   lane_t* lanes = comm->staged->lanes;
   int n = 2 * comm->nranks;
-  /* The lanes' streams, then (a send lane's stream ends with its "ready"
-   * writes) the proxy's last sends; a failed communicator, or a peer silent
-   * past MPINCCL_NET_TIMEOUT, ends the wait and releases what still waits. */
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
+  /* The lanes' streams, then the proxy's last sends; a failed
+   * communicator, or a peer silent past MPINCCL_NET_TIMEOUT, ends the wait
+   * and releases what still waits. */
+  uint64_t deadline = net_deadline();
   int clean = 1;
   for (int i = 0; i < n; i++) {
     lane_t* l = &lanes[i];
@@ -361,18 +403,26 @@ void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
       usleep(20);
     }
     cudaGetLastError();
-    uint64_t d = (uint64_t)l->depth;
-    for (uint64_t g = l->chunks > d ? l->chunks - d : 0; i % 2 == 0 && l->buf && clean && g < l->chunks; g++)
-      while (__atomic_load_n(&l->words[d + g % d], __ATOMIC_ACQUIRE) < g + 1) {
-        if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
-            mpn_chan_now_ns() > deadline) {
-          clean = 0;
-          break;
-        }
-        usleep(20);
-      }
+    if (i % 2 == 0 && clean) clean = sends_done(comm, l, deadline);
   }
   comm->staged->clean = clean;
+}
+
+ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {
+  if (comm->staged == NULL) return ncclSuccess;
+  uint64_t deadline = net_deadline();
+  for (int i = 0; i < 2 * comm->nranks; i += 2) {
+    lane_t* l = &comm->staged->lanes[i];
+    while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady && mpn_chan_now_ns() < deadline)
+      usleep(20);
+    cudaGetLastError();
+    if (!sends_done(comm, l, deadline))
+      return mpn_error_set(comm, ncclRemoteError,
+                           "transfers to rank %d over UCX did not complete within "
+                           "MPINCCL_NET_TIMEOUT (%lld s)",
+                           i / 2, (long long)mpn_param_int(MPN_PARAM_NET_TIMEOUT));
+  }
+  return ncclSuccess;
 }
 
 void mpn_ucx_staged_free(struct ncclComm* comm) {

@@ -33,6 +33,10 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
  * waits is released and the lanes' buffers are leaked, not freed). */
 void mpn_ucx_staged_quiesce(struct ncclComm* comm);
 
+/** Waits until comm's sends and puts over UCX were taken by UCX (a window
+ * going away; bounded by MPINCCL_NET_TIMEOUT, ncclRemoteError past it). */
+ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm);
+
 /** Frees comm's staging buffers (after its UCX operations were closed). */
 void mpn_ucx_staged_free(struct ncclComm* comm);
 

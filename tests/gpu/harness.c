@@ -56,6 +56,12 @@ int harness_start(int argc, char** argv, const char* name, const char* np_list,
   return -1;
 }
 
+int harness_over_ucx(void) {
+  const char* t = getenv("MPINCCL_TRANSPORT");
+  const char* d = getenv("NCCL_P2P_DISABLE");
+  return nranks > 1 && ((t && strcmp(t, "ucx") == 0) || (d && strcmp(d, "1") == 0));
+}
+
 int harness_selected(const char* text) { return only == NULL || strstr(text, only) != NULL; }
 
 void harness_step_done(const char* text) {

@@ -54,6 +54,10 @@ int harness_start(int argc, char** argv, const char* name, const char* np_list,
 /** Whether the step whose call reads text is selected. */
 int harness_selected(const char* text);
 
+/** Whether the peers in other processes are reached over UCX
+ * (MPINCCL_TRANSPORT=ucx or NCCL_P2P_DISABLE=1). */
+int harness_over_ucx(void);
+
 /** After a step: the barrier if asked for, and a line on rank 0. */
 void harness_step_done(const char* text);
 

@@ -224,13 +224,6 @@ static void init_all_ring(void) {
 }
 
 /* A ring captured in a CUDA graph, replayed 100 times with new data each time. */
-/* Peers of other processes over UCX (MPINCCL_TRANSPORT=ucx or NCCL_P2P_DISABLE=1). */
-static int over_ucx(void) {
-  const char* t = getenv("MPINCCL_TRANSPORT");
-  const char* d = getenv("NCCL_P2P_DISABLE");
-  return nranks > 1 && ((t && strcmp(t, "ucx") == 0) || (d && strcmp(d, "1") == 0));
-}
-
 static void graph_replay(void) {
   size_t bytes = 300000;
   int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
@@ -241,7 +234,7 @@ static void graph_replay(void) {
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
   EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
-  if (over_ucx()) { /* not capturable over UCX yet: refused, nothing enqueued */
+  if (harness_over_ucx()) { /* not capturable over UCX yet: refused, nothing enqueued */
     EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "cannot be captured in a CUDA graph");
     if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
     cudaGetLastError();
@@ -436,7 +429,7 @@ static void mismatch(void) {
   MPI_Barrier(two);
   ncclResult_t async = ncclSuccess;
   EXPECT_OK(ncclCommGetAsyncError(pair, &async));
-  if (over_ucx()) { /* over UCX only the receiving side learns of it (a short message) */
+  if (harness_over_ucx()) { /* over UCX only the receiving side learns of it (a short message) */
     EXPECT(rank == 0 || async == ncclRemoteError);
   } else {
     EXPECT(async == ncclInvalidUsage);

@@ -1,0 +1,249 @@
+/*
+ * winstage.c - one-sided operations with peers over UCX, whose UCX cannot
+ * reach device memory.
+ *
+ * Each rank keeps, per window, a host mirror of its part (pinned, mapped
+ * for the GPU, and mapped with ucp_mem_map for the peers), and per
+ * communicator a signal area: a counter and a ring of MPN_APPLY_RING
+ * descriptors per (source rank, context).  A put is staged like a send
+ * (ucx/staged.c: the lane copies the source to a pinned slot) and the proxy
+ * puts it into the peer's mirror at the same offset.  Its signal is the
+ * descriptor {number, window, offset, bytes} put into the peer's ring, then
+ * an atomic add on the peer's counter, each fenced after what came before
+ * (cuda/apply.h).  The peer's ncclWaitSignal waits (stream memory wait) for
+ * the counter, then a kernel copies each signalled put from the mirror into
+ * the window: when the wait is over on the stream, the data is on the
+ * device.  A signal alone carries a descriptor of no bytes.  More than
+ * MPN_APPLY_RING signals outstanding between two ranks on one context
+ * overwrite descriptors: the kernel notices and the communicator reports
+ * ncclInvalidUsage.
+ */
+#include "ucx/winstage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "cuda/apply.h"
+#include "rma/window.h"
+#include "ucx/net_comm.h"
+#include "ucx/proxy.h"
+#include "ucx/rma.h"
+#include "ucx/staged.h"
+
+struct mpn_ucx_win {
+  int slot;                    /* in the kernel's window table */
+  char* mirror;                /* pinned, mapped */
+  size_t bytes;
+  mpn_ucx_region_t* region;
+  struct mpn_ucx_win* next;    /* retired windows */
+};
+
+struct mpn_ucx_rma {
+  int nctx;
+  char* area;                  /* pinned, mapped: counters, rings, then the error word */
+  CUdeviceptr darea;
+  size_t rings_at, error_at, bytes;
+  mpn_ucx_region_t* region;
+  mpn_apply_win_t* wins;       /* pinned, mapped: the kernel's window table */
+  CUdeviceptr dwins;
+  mpn_ucx_win_t* slots[MPN_APPLY_WINDOWS];
+  mpn_ucx_win_t* retired;
+  int reported;
+};
+
+static ncclResult_t cuda_fail(struct ncclComm* comm, cudaError_t err, const char* what) {
+  cudaGetLastError();
+  return mpn_error_set(comm, ncclUnhandledCudaError, "%s failed: %s", what, cudaGetErrorString(err));
+}
+
+/* Pinned host memory mapped for the GPU, zeroed. */
+static cudaError_t mapped_alloc(size_t bytes, void** host, CUdeviceptr* dev) {
+  void* d = NULL;
+  cudaError_t err = cudaHostAlloc(host, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (err == cudaSuccess) {
+    memset(*host, 0, bytes);
+    err = cudaHostGetDevicePointer(&d, *host, 0);
+  }
+  if (err != cudaSuccess && *host) {
+    cudaFreeHost(*host);
+    *host = NULL;
+  }
+  *dev = (CUdeviceptr)d;
+  return err;
+}
+
+static void state_free(struct mpn_ucx_rma* r) {
+  if (r->region) mpn_ucx_region_free(r->region);
+  if (r->area) cudaFreeHost(r->area);
+  if (r->wins) cudaFreeHost(r->wins);
+  cudaGetLastError();
+  free(r);
+}
+
+/* Collective: the communicator's signal area and window table. */
+static ncclResult_t state_make(struct ncclComm* comm) {
+  struct mpn_ucx_rma* r = calloc(1, sizeof(*r));
+  if (r == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  r->nctx = comm->config.num_rma_ctx;
+  size_t pairs = (size_t)comm->nranks * (size_t)r->nctx;
+  r->rings_at = pairs * sizeof(uint64_t);
+  r->error_at = r->rings_at + pairs * MPN_APPLY_RING * sizeof(mpn_apply_desc_t);
+  r->bytes = r->error_at + 64;
+  cudaError_t err = mapped_alloc(r->bytes, (void**)&r->area, &r->darea);
+  if (err == cudaSuccess) err = mapped_alloc(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
+  ncclResult_t mine = err == cudaSuccess ? ncclSuccess : cuda_fail(comm, err, "allocating the UCX signal area");
+  /* Every rank joins the exchange; one that failed maps nothing and all fail. */
+  ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? r->area : NULL, r->bytes, &r->region);
+  if (mine != ncclSuccess) res = mine;
+  if (res != ncclSuccess) {
+    state_free(r);
+    return res;
+  }
+  comm->ucx_rma = r;
+  return ncclSuccess;
+}
+
+int mpn_ucx_rma_ready(const struct ncclComm* comm) { return comm->ucx_rma != NULL; }
+
+ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t bytes, mpn_ucx_win_t** out) {
+  *out = NULL;
+  if (comm->ucx_rma == NULL) MPN_CHECK(state_make(comm));
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  mpn_ucx_win_t* w = calloc(1, sizeof(*w));
+  CUdeviceptr dmirror = 0;
+  ncclResult_t mine = w ? ncclSuccess : mpn_error_set(comm, ncclSystemError, "out of memory");
+  int slot = 0; /* every rank has the same windows: the same free slot */
+  while (slot < MPN_APPLY_WINDOWS && r->slots[slot]) slot++;
+  if (mine == ncclSuccess && slot == MPN_APPLY_WINDOWS)
+    mine = mpn_error_set(comm, ncclInvalidUsage,
+                         "ncclCommWindowRegister: more than %d windows at once with peers over UCX",
+                         MPN_APPLY_WINDOWS);
+  if (mine == ncclSuccess) {
+    cudaError_t err = mapped_alloc(bytes, (void**)&w->mirror, &dmirror);
+    if (err != cudaSuccess) mine = cuda_fail(comm, err, "allocating a window's host mirror for UCX peers");
+  }
+  mpn_ucx_region_t* region = NULL;
+  ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? w->mirror : NULL, bytes, &region);
+  if (mine != ncclSuccess) res = mine;
+  if (res != ncclSuccess) {
+    if (region) mpn_ucx_region_free(region);
+    if (w && w->mirror) cudaFreeHost(w->mirror);
+    free(w);
+    return res;
+  }
+  *w = (mpn_ucx_win_t){.slot = slot, .mirror = w->mirror, .bytes = bytes, .region = region};
+  r->wins[slot] = (mpn_apply_win_t){(uint64_t)dmirror, (uint64_t)(uintptr_t)base, bytes};
+  r->slots[slot] = w;
+  *out = w;
+  return ncclSuccess;
+}
+
+static void win_free(mpn_ucx_win_t* w) {
+  if (w->region) mpn_ucx_region_free(w->region);
+  if (w->mirror) cudaFreeHost(w->mirror);
+  cudaGetLastError();
+  free(w);
+}
+
+static void slot_release(struct ncclComm* comm, mpn_ucx_win_t* w) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  r->slots[w->slot] = NULL;
+  r->wins[w->slot] = (mpn_apply_win_t){0, 0, 0};
+}
+
+ncclResult_t mpn_ucx_win_deregister(struct ncclComm* comm, mpn_ucx_win_t* w) {
+  /* Puts into the peers' mirrors still in flight name their keys. */
+  ncclResult_t drained = mpn_ucx_staged_drain(comm);
+  slot_release(comm, w);
+  mpn_ucx_region_t* region = w->region;
+  w->region = NULL;
+  ncclResult_t res = mpn_ucx_region_deregister(comm, region); /* barrier, then unmapped */
+  win_free(w);
+  return res != ncclSuccess ? res : drained;
+}
+
+void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w) {
+  slot_release(comm, w);
+  w->next = comm->ucx_rma->retired;
+  comm->ucx_rma->retired = w;
+}
+
+void mpn_ucx_rma_free(struct ncclComm* comm) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  if (r == NULL) return;
+  for (mpn_ucx_win_t *w = r->retired, *next; w; w = next) {
+    next = w->next;
+    win_free(w);
+  }
+  for (int i = 0; i < MPN_APPLY_WINDOWS; i++)
+    if (r->slots[i]) win_free(r->slots[i]);
+  state_free(r);
+  comm->ucx_rma = NULL;
+}
+
+ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t len, int last,
+                              const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
+                              int* error, uint64_t* release, int nrelease) {
+  struct ncclComm* comm = op->comm;
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx,
+                       .peer = mpn_ucx_comm_peer(comm, op->peer), .buf = buf, .bytes = len,
+                       .flag = flag, .value = value, .error = error,
+                       .owner_error = mpn_ucx_comm_error(comm), .trigger = when ? when->word : NULL,
+                       .trigger_value = when ? when->value : 0, .release = release,
+                       .nrelease = nrelease};
+  const mpn_ucx_win_t* w = op->kind == MPN_OP_PUT_SIGNAL && op->bytes ? op->win->ucx : NULL;
+  if (len > 0) {
+    cmd.dst = mpn_ucx_region_remote(w->region, op->peer);
+    cmd.dst_offset = op->offset + off;
+  }
+  if (last) { /* into the peer's area: this rank's counter and ring on ctx */
+    size_t pair = (size_t)comm->rank * (size_t)r->nctx + (size_t)op->ctx;
+    mpn_apply_desc_t d = {.count = op->seq, .slot = w ? (uint32_t)w->slot : MPN_APPLY_NO_WINDOW,
+                          .offset = op->offset, .bytes = w ? op->bytes : 0};
+    cmd.signal = cmd.desc = mpn_ucx_region_remote(r->region, op->peer);
+    cmd.signal_offset = pair * sizeof(uint64_t);
+    cmd.desc_offset = r->rings_at + (pair * MPN_APPLY_RING + (op->seq - 1) % MPN_APPLY_RING) * sizeof(d);
+    memcpy(cmd.desc_bytes, &d, sizeof(d));
+  }
+  return mpn_ucx_proxy_post(&cmd);
+}
+
+CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  return r->darea + ((CUdeviceptr)peer * (CUdeviceptr)r->nctx + (CUdeviceptr)ctx) * sizeof(uint64_t);
+}
+
+ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int* ctx,
+                               const uint64_t* expected, const int* n, int count, cudaStream_t stream) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  mpn_apply_range_t ranges[MPN_APPLY_RANGES];
+  int k = 0;
+  for (int i = 0; i <= count; i++) {
+    if (k == MPN_APPLY_RANGES || (i == count && k > 0)) {
+      cudaError_t err = mpn_apply_launch((uint64_t)r->dwins, ranges, k, (uint64_t)(r->darea + r->error_at), stream);
+      if (err != cudaSuccess) return cuda_fail(comm, err, "launching the kernel that lands puts over UCX");
+      k = 0;
+    }
+    if (i == count || n[i] <= 0) continue;
+    size_t pair = (size_t)peer[i] * (size_t)r->nctx + (size_t)ctx[i];
+    ranges[k++] = (mpn_apply_range_t){
+        .ring = (uint64_t)(r->darea + r->rings_at + pair * MPN_APPLY_RING * sizeof(mpn_apply_desc_t)),
+        .first = expected[i] - (uint64_t)n[i] + 1, .n = (uint32_t)n[i]};
+  }
+  return ncclSuccess;
+}
+
+void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  if (r == NULL || r->reported || __atomic_load_n((int*)(r->area + r->error_at), __ATOMIC_ACQUIRE) == 0)
+    return;
+  r->reported = 1;
+  mpn_error_set(comm, ncclInvalidUsage,
+                "a one-sided put over UCX was lost: more than %d signals between two ranks on one "
+                "context were outstanding (signalled, not yet waited for)",
+                MPN_APPLY_RING);
+  mpn_comm_set_async(comm, ncclInvalidUsage);
+}

@@ -1,0 +1,71 @@
+/*
+ * winstage.h - one-sided operations with peers over UCX (UCX without CUDA
+ * support): windows mirrored in host memory, puts staged like sends, and
+ * signals carrying a descriptor of their put (see winstage.c).
+ */
+#ifndef MPN_UCX_WINSTAGE_H_
+#define MPN_UCX_WINSTAGE_H_
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/enqueue.h"
+#include "nccl.h"
+#include "ucx/net.h"
+
+struct ncclComm;
+typedef struct mpn_ucx_win mpn_ucx_win_t;
+
+/**
+ * Collective over comm (which has UCX state): makes the communicator's
+ * signal area on first use, then a host mirror of this rank's window part
+ * (bytes at base on the device) that the UCX peers can put into.
+ */
+ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t bytes,
+                                  mpn_ucx_win_t** out);
+
+/**
+ * Collective: waits until this rank's puts over UCX are done (bounded by
+ * MPINCCL_NET_TIMEOUT), then unmaps and frees the mirror once every rank
+ * got there.
+ */
+ncclResult_t mpn_ucx_win_deregister(struct ncclComm* comm, mpn_ucx_win_t* w);
+
+/** Not collective (communicator going away): w is freed with the
+ * communicator's UCX one-sided state, after the proxy closed its work. */
+void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w);
+
+/**
+ * Posts to the proxy the UCX part of one chunk of op (a put or a signal
+ * with a UCX peer): bytes [off, off + len) of the put, staged at buf, into
+ * the peer's mirror; with last, the signal (numbered op->seq) and its
+ * descriptor.  Started when the trigger comes; see mpn_ucx_cmd_t for flag,
+ * error and release.
+ */
+ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t len, int last,
+                              const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
+                              int* error, uint64_t* release, int nrelease);
+
+/** Device address of the counter of signals from peer on ctx (a stream waits on it). */
+CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx);
+
+/**
+ * Enqueues on stream, after its waits, the kernel that lands the puts of
+ * the signals expected - n + 1 .. expected from peer on ctx, for n[i],
+ * peer[i], ctx[i], expected[i] (i < count).
+ */
+ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int* ctx,
+                               const uint64_t* expected, const int* n, int count, cudaStream_t stream);
+
+/** Whether comm can take one-sided operations over UCX (a window was registered). */
+int mpn_ucx_rma_ready(const struct ncclComm* comm);
+
+/** Folds a descriptor found overwritten into the communicator's async error. */
+void mpn_ucx_rma_poll_errors(struct ncclComm* comm);
+
+/** Frees comm's one-sided UCX state and retired windows (after its UCX work was closed). */
+void mpn_ucx_rma_free(struct ncclComm* comm);
+
+#endif /* MPN_UCX_WINSTAGE_H_ */

@@ -244,11 +244,20 @@ static void arm(mpn_ucx_cmd_t* cmd) {
 
 /* Walks the armed commands in order: starts those that are due, or, when
  * closing names an owner, fails that owner's (their trigger will never come). */
+/* Whether an earlier command of c's staging lane (the same release words)
+ * still waits: a lane's commands start in order, as a put's signal must
+ * follow its earlier chunks (both words may come between two checks). */
+static int lane_blocked(const mpn_ucx_cmd_t* kept, const mpn_ucx_cmd_t* c) {
+  for (; c->release && kept; kept = kept->next)
+    if (kept->release == c->release) return 1;
+  return 0;
+}
+
 static void armed_sweep(const void* closing) {
   mpn_ucx_cmd_t *keep = NULL, *keep_tail = NULL;
   for (mpn_ucx_cmd_t *c = px.armed, *next; c; c = next) {
     next = c->next;
-    if (closing ? c->owner == closing : triggered(c)) {
+    if (closing ? c->owner == closing : triggered(c) && !lane_blocked(keep, c)) {
       if (closing) {
         px.in_flight++;
         complete(NULL, UCS_ERR_CANCELED, c);

@@ -364,6 +364,9 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
  * passed first. */
 static int sends_done(struct ncclComm* comm, lane_t* l, uint64_t deadline) {
   uint64_t d = (uint64_t)l->depth;
+  if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
+      __atomic_load_n(&l->error, __ATOMIC_ACQUIRE) != ncclSuccess)
+    return 0; /* released words say nothing of what the proxy still holds */
   for (uint64_t g = l->chunks > d ? l->chunks - d : 0; l->buf && g < l->chunks; g++)
     while (__atomic_load_n(&l->words[d + g % d], __ATOMIC_ACQUIRE) < g + 1) {
       if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
@@ -406,6 +409,10 @@ void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
     if (i % 2 == 0 && clean) clean = sends_done(comm, l, deadline);
   }
   comm->staged->clean = clean;
+}
+
+int mpn_ucx_staged_clean(const struct ncclComm* comm) {
+  return comm->staged == NULL || comm->staged->clean;
 }
 
 ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {

@@ -37,6 +37,10 @@ void mpn_ucx_staged_quiesce(struct ncclComm* comm);
  * going away; bounded by MPINCCL_NET_TIMEOUT, ncclRemoteError past it). */
 ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm);
 
+/** Whether comm's lanes were found done (mpn_ucx_staged_quiesce; false after
+ * an abort or a failure): else memory peers or streams may still use is leaked. */
+int mpn_ucx_staged_clean(const struct ncclComm* comm);
+
 /** Frees comm's staging buffers (after its UCX operations were closed). */
 void mpn_ucx_staged_free(struct ncclComm* comm);
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "cuda/apply.h"
@@ -74,10 +75,10 @@ static cudaError_t mapped_alloc(size_t bytes, void** host, CUdeviceptr* dev) {
   return err;
 }
 
-static void state_free(struct mpn_ucx_rma* r) {
+static void state_free(struct mpn_ucx_rma* r, int leak) {
   if (r->region) mpn_ucx_region_free(r->region);
-  if (r->area) cudaFreeHost(r->area);
-  if (r->wins) cudaFreeHost(r->wins);
+  if (r->area && !leak) cudaFreeHost(r->area);
+  if (r->wins && !leak) cudaFreeHost(r->wins);
   cudaGetLastError();
   free(r);
 }
@@ -98,7 +99,7 @@ static ncclResult_t state_make(struct ncclComm* comm) {
   ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? r->area : NULL, r->bytes, &r->region);
   if (mine != ncclSuccess) res = mine;
   if (res != ncclSuccess) {
-    state_free(r);
+    state_free(r, 0);
     return res;
   }
   comm->ucx_rma = r;
@@ -140,9 +141,11 @@ ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t byte
   return ncclSuccess;
 }
 
-static void win_free(mpn_ucx_win_t* w) {
+/* leak: a peer may still put into the mirror (the communicator failed or
+ * was aborted); it is unmapped, not freed. */
+static void win_free(mpn_ucx_win_t* w, int leak) {
   if (w->region) mpn_ucx_region_free(w->region);
-  if (w->mirror) cudaFreeHost(w->mirror);
+  if (w->mirror && !leak) cudaFreeHost(w->mirror);
   cudaGetLastError();
   free(w);
 }
@@ -154,14 +157,17 @@ static void slot_release(struct ncclComm* comm, mpn_ucx_win_t* w) {
 }
 
 ncclResult_t mpn_ucx_win_deregister(struct ncclComm* comm, mpn_ucx_win_t* w) {
-  /* Puts into the peers' mirrors still in flight name their keys. */
+  /* Puts into the peers' mirrors still in flight name their keys: when they
+   * did not all finish, the window goes with the communicator instead. */
   ncclResult_t drained = mpn_ucx_staged_drain(comm);
+  ncclResult_t res = mpn_bootstrap_barrier(comm->bootstrap); /* every rank, either way */
+  if (drained != ncclSuccess) {
+    mpn_ucx_win_retire(comm, w);
+    return drained;
+  }
   slot_release(comm, w);
-  mpn_ucx_region_t* region = w->region;
-  w->region = NULL;
-  ncclResult_t res = mpn_ucx_region_deregister(comm, region); /* barrier, then unmapped */
-  win_free(w);
-  return res != ncclSuccess ? res : drained;
+  win_free(w, 0);
+  return res;
 }
 
 void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w) {
@@ -173,13 +179,18 @@ void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w) {
 void mpn_ucx_rma_free(struct ncclComm* comm) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
   if (r == NULL) return;
+  /* Not found done (aborted, failed): streams may still wait on the
+   * counters (let them go) and peers may still put here (leaked). */
+  int leak = !mpn_ucx_staged_clean(comm);
+  for (size_t i = 0; leak && i < r->rings_at / sizeof(uint64_t); i++)
+    __atomic_store_n((uint64_t*)r->area + i, UINT64_MAX >> 1, __ATOMIC_RELEASE);
   for (mpn_ucx_win_t *w = r->retired, *next; w; w = next) {
     next = w->next;
-    win_free(w);
+    win_free(w, leak);
   }
   for (int i = 0; i < MPN_APPLY_WINDOWS; i++)
-    if (r->slots[i]) win_free(r->slots[i]);
-  state_free(r);
+    if (r->slots[i]) win_free(r->slots[i], leak);
+  state_free(r, leak);
   comm->ucx_rma = NULL;
 }
 

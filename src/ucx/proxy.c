@@ -348,6 +348,12 @@ static void proxy_init(void) {
     if (ucp_config_modify(config, "PROTO_ENABLE", "n") != UCS_OK)
       MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u does not take PROTO_ENABLE", major, minor, release);
   }
+  if (st == UCS_OK && getenv("UCX_FENCE_MODE") == NULL &&
+      ucp_config_modify(config, "FENCE_MODE", "strong") != UCS_OK)
+    /* A weak fence may not order a put before an atomic that travels
+     * another way; signals over UCX rely on that order (winstage.c). */
+    MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u takes no FENCE_MODE: its default fence is used",
+             major, minor, release);
   if (st == UCS_OK) st = ucp_init(&params, config, &px.context);
   if (config) ucp_config_release(config);
   ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,

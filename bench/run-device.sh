@@ -131,10 +131,14 @@ extra=""
 regime_runs mps-off
 # The UCX path forced between the processes (device data staged through
 # pinned host memory, src/ucx/staged.c), against its own floors (--net).
+# (test_p2p_ucx.sh and test_rma_ucx.sh ran in make check.)
 export MPINCCL_TRANSPORT=ucx
 extra="-x MPINCCL_TRANSPORT"
 bench mps-off sendrecv-ucx 2 -o sendrecv -b 4 -e 256M -f 4 -n 20 -w 3 --net
 bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
+# One-sided over UCX (windows mirrored in host memory, src/ucx/winstage.c).
+bench mps-off putpingpong-ucx 2 -o putpingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
+bench mps-off put-ucx 2 -o put -b 4K -e 256M -f 16 -n 10 -w 2 --net
 unset MPINCCL_TRANSPORT
 extra=""
 if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then

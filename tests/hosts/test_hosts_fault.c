@@ -14,14 +14,9 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "../fault.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -42,8 +37,8 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 2; k++) { /* rank 1 to rank 0, then rank 0 to rank 1 */
     if (rank == 1 - k) mpn_ucx_host_send(comm, k, small[k], 8, &warm[k], 1, &werr[k]);
     else mpn_ucx_host_recv(comm, 1 - k, small[k], 8, &warm[k], 1, &werr[k]);
-    double t = now();
-    while (__atomic_load_n(&warm[k], __ATOMIC_ACQUIRE) != 1 && now() - t < 20) usleep(100);
+    double t = fault_now();
+    while (__atomic_load_n(&warm[k], __ATOMIC_ACQUIRE) != 1 && fault_now() - t < 20) usleep(100);
     if (warm[k] != 1 || werr[k] != 0) {
       fprintf(stderr, "rank %d: the warm-up message %d did not arrive\n", rank, k);
       return 1;
@@ -60,18 +55,12 @@ int main(int argc, char** argv) {
     raise(SIGKILL);
   }
   mpn_ucx_host_recv(comm, 1, buf, bytes, &flag, 1, &error);
-  double start = now(), limit = 30;
-  ncclResult_t async = ncclSuccess;
-  while (now() - start < limit) {
-    ncclCommGetAsyncError(comm, &async);
-    if (async != ncclSuccess) break;
-    usleep(10000);
-  }
-  double seen = now() - start;
+  double seen = 0;
+  ncclResult_t async = fault_wait_async(comm, 30, &seen);
   int released = __atomic_load_n(&flag, __ATOMIC_ACQUIRE) == 1;
-  double t0 = now();
+  double t0 = fault_now();
   ncclResult_t aborted = ncclCommAbort(comm);
-  double abort_s = now() - t0;
+  double abort_s = fault_now() - t0;
   int ok = async == ncclRemoteError && released && error == ncclRemoteError && aborted == ncclSuccess &&
            abort_s < 5;
   printf("test_hosts_fault: rank 0 saw %s after %.1f s (%s), receive %s, abort took %.2f s: %s\n",

@@ -30,6 +30,11 @@ void mpn_error_clear(void);
 /** Refuses a caller's argument: logs at INFO, records the text, returns code. */
 #define MPN_REFUSE(comm, code, ...) mpn_error_set((comm), (code), __VA_ARGS__)
 
+/** Keeps the first failure of a sequence that goes on past failures. */
+static inline void mpn_keep(ncclResult_t* first, ncclResult_t res) {
+  if (res != ncclSuccess && *first == ncclSuccess) *first = res;
+}
+
 /** Propagates a failed ncclResult_t. */
 #define MPN_CHECK(call) \
   do { \

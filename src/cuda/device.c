@@ -36,6 +36,14 @@ ncclResult_t mpn_cuda_set_device(int dev) {
   return ncclSuccess;
 }
 
+ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return ncclSuccess;
+  cudaGetLastError();
+  ncclResult_t res = mpn_error_set(comm, ncclUnhandledCudaError, "%s failed: %s", what, cudaGetErrorString(err));
+  MPN_WARN("%s", mpn_error_last(comm));
+  return res;
+}
+
 void mpn_cuda_context_start(int dev) {
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == dev) cudaFree(NULL);

@@ -6,7 +6,11 @@
 #ifndef MPN_CUDA_DEVICE_H_
 #define MPN_CUDA_DEVICE_H_
 
+#include <cuda_runtime.h>
+
 #include "nccl.h"
+
+struct ncclComm;
 
 typedef struct {
   unsigned char uuid[16];
@@ -28,6 +32,11 @@ ncclResult_t mpn_cuda_set_device(int dev);
  * device (switching devices could create another context): the driver may
  * write the environment while it does. */
 void mpn_cuda_context_start(int dev);
+
+/** A CUDA runtime result as an ncclResult_t: a failure is recorded (for
+ * comm, which may be NULL) as "<what> failed: <CUDA's text>", logged at WARN,
+ * and CUDA's last error is cleared. */
+ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char* what);
 
 /** Describes device dev. */
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out);

@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "core/param.h"
 #include "cuda/copies.h"
 #include "cuda/memop.h"
@@ -54,7 +55,6 @@ static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
  * kernel launch per MPN_COPY_BATCH of them, the others each through the copy
  * engine.
  */
-static void keep(ncclResult_t* first, ncclResult_t res);
 
 static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
   ncclResult_t first = ncclSuccess;
@@ -66,9 +66,9 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
     /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
     struct ncclComm* comm = p->op->comm;
     int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
-    keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
+    mpn_keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
   }
-  keep(&first, mpn_copies_flush(&copies));
+  mpn_keep(&first, mpn_copies_flush(&copies));
   mark_imports_used(plans, n, s);
   return first;
 }
@@ -118,24 +118,11 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
 }
 
 /*
- * Issuing goes on past a failure: the first error is kept and returned, but
- * every posted plan still gets its flag writes and waits, so that no peer
- * waits for a flag this rank never writes (only copies are lost).
- */
-static void keep(ncclResult_t* first, ncclResult_t res) {
-  if (res != ncclSuccess && *first == ncclSuccess) *first = res;
-}
-
-static ncclResult_t cuda_result(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return ncclSuccess;
-  cudaGetLastError();
-  ncclResult_t res = mpn_error_set(NULL, ncclUnhandledCudaError, "%s failed: %s", what,
-                                   cudaGetErrorString(err));
-  MPN_WARN("%s", mpn_error_last(NULL));
-  return res;
-}
-
-/*
+ * Issuing goes on past a failure: the first error is kept (mpn_keep) and
+ * returned, but every posted plan still gets its flag writes and waits, so
+ * that no peer waits for a flag this rank never writes (only copies are
+ * lost).
+ *
  * First half of the plans that use stream s: a memory-pool send buffer goes
  * to its stage; one batch with the "ready" writes (first side) and the waits
  * for the peers' "ready" (second side); the copies; one batch with the
@@ -148,34 +135,34 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
-      keep(&first, cuda_result(cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
+      mpn_keep(&first, mpn_cuda_result(NULL, cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
                                                cudaMemcpyDeviceToDevice, s),
                                "copying a send buffer to its stage"));
   }
   for (int i = 0; i < n; i++) { /* ready writes */
     plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST) keep(&first, plan_flag(&b, p, 0, 0));
+    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST) mpn_keep(&first, plan_flag(&b, p, 0, 0));
   }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
     if (p->ev) {
-      keep(&first, cuda_result(cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
+      mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
       mpn_event_put(p->ev_dev, p->ev);
       p->ev = NULL;
     } else {
-      keep(&first, plan_flag(&b, p, 0, 1));
+      mpn_keep(&first, plan_flag(&b, p, 0, 1));
     }
   }
-  keep(&first, mpn_memops_flush(&b));
-  keep(&first, issue_copies(plans, n, s));
+  mpn_keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, issue_copies(plans, n, s));
   for (int i = 0; i < n; i++) { /* done writes (and events) */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
     if (p->local) publish_done(p, s);
-    keep(&first, plan_flag(&b, p, 1, 0));
+    mpn_keep(&first, plan_flag(&b, p, 1, 0));
   }
-  keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, mpn_memops_flush(&b));
   return first;
 }
 
@@ -190,17 +177,17 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
     int dev = -1;
     cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
-    ncclResult_t waited = done ? cuda_result(cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent")
+    ncclResult_t waited = done ? mpn_cuda_result(NULL, cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent")
                                : ncclInvalidUsage;
     if (done) mpn_event_put(dev, done);
-    if (waited != ncclSuccess) keep(&first, plan_flag(&b, p, 1, 1)); /* the flag, then */
+    if (waited != ncclSuccess) mpn_keep(&first, plan_flag(&b, p, 1, 1)); /* the flag, then */
   }
-  keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, mpn_memops_flush(&b));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->stage || !p->posted || p->op->stream != s) continue;
     if (p->op->kind == MPN_OP_RECV)
-      keep(&first, cuda_result(cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
+      mpn_keep(&first, mpn_cuda_result(NULL, cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
                                                cudaMemcpyDeviceToDevice, s),
                                "copying a stage to its receive buffer"));
     mpn_stage_put(p->stage, s, p->graph);
@@ -281,9 +268,9 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       if (stream_syncs(plans, n, s, half))
-        keep(&first, issue_sync(drv, plans, n, s, half));
+        mpn_keep(&first, issue_sync(drv, plans, n, s, half));
       else
-        keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+        mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }
   return first;
 }

@@ -44,6 +44,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/device.h"
 #include "cuda/driver.h"
 #include "cuda/memop.h"
 #include "transport.h"
@@ -215,16 +216,6 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
   return lane_fit(comm, l, op->bytes);
 }
 
-static ncclResult_t cuda_result(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return ncclSuccess;
-  cudaGetLastError();
-  return mpn_error_set(NULL, ncclUnhandledCudaError, "%s failed: %s", what, cudaGetErrorString(err));
-}
-
-static void keep(ncclResult_t* first, ncclResult_t res) {
-  if (res != ncclSuccess && *first == ncclSuccess) *first = res;
-}
-
 /* A chunk that could not be issued whole fails the communicator (later
  * transfers are refused) and releases the lane's "done" words, so that the
  * lane waits for nothing that will not come.  Not the "ready" words: they
@@ -258,15 +249,15 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
   char* dev = (char*)op->buf + off;
   mpn_memops_t b;
   mpn_memops_init(&b, drv, l->stream);
-  if (recv) keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ)); /* the data */
-  else if (g >= d) keep(&first, mpn_memops_add(&b, done, g + 1 - d, MPN_MEMOP_WAIT_GEQ)); /* the slot */
-  keep(&first, mpn_memops_flush(&b));
+  if (recv) mpn_keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ)); /* the data */
+  else if (g >= d) mpn_keep(&first, mpn_memops_add(&b, done, g + 1 - d, MPN_MEMOP_WAIT_GEQ)); /* the slot */
+  mpn_keep(&first, mpn_memops_flush(&b));
   if (len > 0)
-    keep(&first, cuda_result(recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, l->stream)
+    mpn_keep(&first, mpn_cuda_result(NULL, recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, l->stream)
                                   : cudaMemcpyAsync(stage, dev, len, cudaMemcpyDeviceToHost, l->stream),
                              recv ? "copying a staged chunk to the device" : "staging a chunk"));
-  keep(&first, mpn_memops_add(&b, ready, g + 1, MPN_MEMOP_WRITE));
-  keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, mpn_memops_add(&b, ready, g + 1, MPN_MEMOP_WRITE));
+  mpn_keep(&first, mpn_memops_flush(&b));
   struct ncclComm* comm = op->comm;
   int src = recv ? op->peer : comm->rank, dst = recv ? comm->rank : op->peer;
   uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k);
@@ -276,7 +267,7 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
                                     &l->words[d], l->depth)
                  : mpn_ucx_tagged_on(comm, !recv, op->peer, stage, len, tag, recv && g < d ? NULL : &when,
                                      &l->words[d + slot], g + 1, &l->error, &l->words[d], l->depth);
-  keep(&first, posted);
+  mpn_keep(&first, posted);
   if (first != ncclSuccess) lane_fail(comm, l, first);
   return first;
 }
@@ -285,10 +276,10 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
 static ncclResult_t lane_fork(lane_t* l, cudaStream_t s, cudaEvent_t* fork) {
   if (*fork == NULL) {
     MPN_CHECK(mpn_event_of_stream(s, l->dev, fork));
-    MPN_CHECK(cuda_result(cudaEventRecord(*fork, s), "recording where a group starts"));
+    MPN_CHECK(mpn_cuda_result(NULL, cudaEventRecord(*fork, s), "recording where a group starts"));
   }
   l->forked = 1;
-  return cuda_result(cudaStreamWaitEvent(l->stream, *fork, 0), "forking a UCX lane");
+  return mpn_cuda_result(NULL, cudaStreamWaitEvent(l->stream, *fork, 0), "forking a UCX lane");
 }
 
 /* Whether ops i and j are on one stream of one device (stream handles such
@@ -314,7 +305,7 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
         cudaGetLastError(); /* the lane can start only after the stream's work: wait here */
         lane_fail(ops[j]->comm, l, res);
       }
-      keep(&first, res);
+      mpn_keep(&first, res);
     }
   }
   if (saved >= 0) cudaSetDevice(saved);
@@ -337,10 +328,10 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
     size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
     if (op->bytes == 0) /* a signal, or a put of nothing: its signal alone */
-      keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1));
+      mpn_keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1));
     for (size_t off = 0, k = 0; off < op->bytes; off += c, k++) {
       size_t len = op->bytes - off < c ? op->bytes - off : c;
-      keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes));
+      mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes));
     }
   }
   /* Joins: each user stream waits for the lanes its messages used. */
@@ -350,10 +341,10 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     if (l == NULL) continue;
     cudaSetDevice(op->comm->cuda_dev);
     if (l->forked) { /* the first message of the lane records its end, once */
-      keep(&first, cuda_result(cudaEventRecord(l->joined, l->stream), "recording a UCX lane's end"));
+      mpn_keep(&first, mpn_cuda_result(NULL, cudaEventRecord(l->joined, l->stream), "recording a UCX lane's end"));
       l->forked = 0;
     }
-    keep(&first, cuda_result(cudaStreamWaitEvent(op->stream, l->joined, 0), "joining a UCX lane"));
+    mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(op->stream, l->joined, 0), "joining a UCX lane"));
   }
   if (saved >= 0) cudaSetDevice(saved);
   return first;

@@ -27,6 +27,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "cuda/apply.h"
+#include "cuda/device.h"
 #include "rma/window.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
@@ -53,11 +54,6 @@ struct mpn_ucx_rma {
   mpn_ucx_win_t* retired;
   int reported;
 };
-
-static ncclResult_t cuda_fail(struct ncclComm* comm, cudaError_t err, const char* what) {
-  cudaGetLastError();
-  return mpn_error_set(comm, ncclUnhandledCudaError, "%s failed: %s", what, cudaGetErrorString(err));
-}
 
 /* Pinned host memory mapped for the GPU, zeroed. */
 static cudaError_t mapped_alloc(size_t bytes, void** host, CUdeviceptr* dev) {
@@ -94,7 +90,7 @@ static ncclResult_t state_make(struct ncclComm* comm) {
   r->bytes = r->error_at + 64;
   cudaError_t err = mapped_alloc(r->bytes, (void**)&r->area, &r->darea);
   if (err == cudaSuccess) err = mapped_alloc(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
-  ncclResult_t mine = err == cudaSuccess ? ncclSuccess : cuda_fail(comm, err, "allocating the UCX signal area");
+  ncclResult_t mine = err == cudaSuccess ? ncclSuccess : mpn_cuda_result(comm, err, "allocating the UCX signal area");
   /* Every rank joins the exchange; one that failed maps nothing and all fail. */
   ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? r->area : NULL, r->bytes, &r->region);
   if (mine != ncclSuccess) res = mine;
@@ -123,7 +119,7 @@ ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t byte
                          MPN_APPLY_WINDOWS);
   if (mine == ncclSuccess) {
     cudaError_t err = mapped_alloc(bytes, (void**)&w->mirror, &dmirror);
-    if (err != cudaSuccess) mine = cuda_fail(comm, err, "allocating a window's host mirror for UCX peers");
+    if (err != cudaSuccess) mine = mpn_cuda_result(comm, err, "allocating a window's host mirror for UCX peers");
   }
   mpn_ucx_region_t* region = NULL;
   ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? w->mirror : NULL, bytes, &region);
@@ -235,7 +231,7 @@ ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int
   for (int i = 0; i <= count; i++) {
     if (k == MPN_APPLY_RANGES || (i == count && k > 0)) {
       cudaError_t err = mpn_apply_launch((uint64_t)r->dwins, ranges, k, (uint64_t)(r->darea + r->error_at), stream);
-      if (err != cudaSuccess) return cuda_fail(comm, err, "launching the kernel that lands puts over UCX");
+      if (err != cudaSuccess) return mpn_cuda_result(comm, err, "launching the kernel that lands puts over UCX");
       k = 0;
     }
     if (i == count || n[i] <= 0) continue;

@@ -291,6 +291,12 @@ static ncclResult_t land_ucx(mpn_op_t** ops, int n, cudaStream_t s, const uint64
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || op->kind != MPN_OP_WAIT_SIGNAL) continue;
+    int any = 0;
+    for (int d = 0; d < op->ndesc && !any; d++) any = over_ucx(op->comm, op->descs[d].peer);
+    if (!any) { /* the common case within a host: nothing to land, nothing allocated */
+      j += op->ndesc;
+      continue;
+    }
     int k = 0, *peer = calloc((size_t)op->ndesc, sizeof(int)), *ctx = calloc((size_t)op->ndesc, sizeof(int)),
         *cnt = calloc((size_t)op->ndesc, sizeof(int));
     uint64_t* expected = calloc((size_t)op->ndesc, sizeof(uint64_t));
@@ -322,8 +328,8 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
-  uint64_t* ex = calloc((size_t)ndesc + 1, sizeof(uint64_t));
-  if (ex == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  uint64_t* ex = ndesc ? calloc((size_t)ndesc, sizeof(uint64_t)) : NULL;
+  if (ndesc && ex == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   ncclResult_t res = ncclSuccess;
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];

@@ -43,7 +43,7 @@ if [ $check = 1 ] && [ $variants = 1 ]; then
     tests/run-test ./tests/gpu/test_p2p >"$out/p2p-engine.log" 2>&1
   grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-engine.log"
   step "test_p2p over UCX with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1: do the lanes block each other?)"
-  CUDA_DEVICE_MAX_CONNECTIONS=1 MPINCCL_TEST_TIMEOUT=90 MPINCCL_TEST_NP="2" \
+  CUDA_DEVICE_MAX_CONNECTIONS=1 MPINCCL_TEST_TIMEOUT=45 MPINCCL_TEST_NP="2" \
     MPINCCL_MPIRUN_FLAGS="$(tests/run-test --mpirun-flags) -x CUDA_DEVICE_MAX_CONNECTIONS" \
     tests/run-test ./tests/gpu/test_p2p_ucx.sh >"$out/p2p-ucx-1queue.log" 2>&1
   echo "   (known: threads_ring hangs with one queue, docs/UCX.md)"

@@ -7,6 +7,7 @@
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
 # half, --no-variants the runs with the non-default options (copy engine only, host-memory flags,
+# the polling kernel from one wait,
 # stream memory operations instead of the flag kernel); all of it takes several minutes, so split it over calls if
 # needed.  The variants also include runs without delegation
 # (MPINCCL_DELEGATE_WAIT_US=0).  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
@@ -108,6 +109,12 @@ regime_runs() { # regime
   bench "$r" pingpong-hflags 2 -o pingpong -b 8 -e 1M -f 8 -n 100 -w 10
   bench "$r" halo-hflags 8 -o halo -b 64K -e 64K -n 20
   unset MPINCCL_FLAGS
+  # And the polling kernel from one wait up (the default waits for three).
+  export MPINCCL_KERNEL_SYNC_WAITS=1
+  extra="$saved -x MPINCCL_KERNEL_SYNC_WAITS"
+  bench "$r" sendrecv-kernel1 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" putpingpong-kernel1 2 -o putpingpong -b 8 -e 1M -f 8 -n 100 -w 10
+  unset MPINCCL_KERNEL_SYNC_WAITS
   extra=$saved
   halo3d_runs "$r"
 }

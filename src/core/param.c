@@ -44,6 +44,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "GPU, when they total at most this many bytes, run as one kernel "
                                "that polls the flags instead of stream memory operations around a "
                                "copy kernel; 0: always memory operations."},
+    [MPN_PARAM_KERNEL_SYNC_WAITS] = {"MPINCCL_KERNEL_SYNC_WAITS", MPN_PARAM_INT, "3", NULL, 1, 96,
+                                     "Fewest waits of a stream in one group for which that polling "
+                                     "kernel is used (MPINCCL_KERNEL_SYNC); with fewer, stream "
+                                     "memory operations were faster on the GPU machine."},
     [MPN_PARAM_COPY_KERNEL_MAX] = {"MPINCCL_COPY_KERNEL_MAX", MPN_PARAM_INT, "65536", NULL, 0,
                                    1 << 30,
                                    "Messages of at most this many bytes between ranks of one GPU "

@@ -29,14 +29,13 @@ typedef struct {
   uint32_t pad;
 } mpn_sync_flag_t;
 
-/**
- * Fewest waits for which the kernel pays: it saves a hand-over per wait that
- * stream memory operations would take one after the other, but costs more
- * than one wait batch (MPS, GPU machine: signal barrier of 8 ranks 19.6 us
- * with the kernel, 126 us without; a put ping-pong with one wait 8.8 us with
- * it, 5.9 us without).
+/*
+ * Fewest waits for which the kernel pays (MPINCCL_KERNEL_SYNC_WAITS, default
+ * 3): it saves a hand-over per wait that stream memory operations would take
+ * one after the other, but costs more than one wait batch (MPS, GPU machine:
+ * signal barrier of 8 ranks 19.6 us with the kernel, 126 us without; a put
+ * ping-pong with one wait 8.8 us with it, 5.9 us without).
  */
-#define MPN_SYNC_MIN_WAITS 3
 
 /** Flags and copies of one launch; the table travels as the kernel's argument. */
 #define MPN_SYNC_FLAGS 96

@@ -202,7 +202,7 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
  * copies fit: the front writes "ready", polls the peers' "ready", copies and
  * writes "done"; the back polls "done".  Same order as the memory
  * operations, one stream item instead of three.  Each half decides for
- * itself: the kernel pays only with several waits (MPN_SYNC_MIN_WAITS).
+ * itself: the kernel pays only with several waits (MPINCCL_KERNEL_SYNC_WAITS).
  */
 static int stream_syncs(const plan_t* plans, int n, cudaStream_t s, int half) {
   size_t bytes = 0;
@@ -223,7 +223,7 @@ static int stream_syncs(const plan_t* plans, int n, cudaStream_t s, int half) {
     bytes += p->op->bytes;
     copies++;
   }
-  return waits >= MPN_SYNC_MIN_WAITS && bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC) &&
+  return waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS) && bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC) &&
          front <= MPN_SYNC_FLAGS && back <= MPN_SYNC_FLAGS && copies <= MPN_SYNC_COPIES;
 }
 

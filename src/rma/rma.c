@@ -401,7 +401,7 @@ static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
         return 0;
     }
   }
-  return waits >= MPN_SYNC_MIN_WAITS && flags <= MPN_SYNC_FLAGS;
+  return waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS) && flags <= MPN_SYNC_FLAGS;
 }
 
 /* A signal to the signaller itself, ordered by events under MPS (local.c). */

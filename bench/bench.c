@@ -581,14 +581,14 @@ static int size_run(bench_t* b, result_t* res) {
   int all = o->op == OP_ALLTOALL || o->op == OP_RMAALLTOALL;
   double busbw = all ? algbw * (n - 1) / n : algbw;
   /* Bytes moved per second summed over the ranks (pingpong, put: one message in flight). */
-  int one = o->op == OP_PINGPONG || o->op == OP_PUTPINGPONG || o->op == OP_PUT;
+  int one = bench_op_one_way(o->op);
   double moved = one ? algbw : n * busbw;
   *res = (result_t){.bytes = b->size,
                     .edge = o->op == OP_HALO ? b->edge : 0,
                     .time_us = tmax[0],
                     .algbw = algbw,
                     .busbw = busbw,
-                    .vs_copy = b->o->net ? (b->net.slowest_gbps > 0 ? moved / b->net.slowest_gbps : -1)
+                    .vs_copy = b->o->net ? (bench_net_floor_gbps(b) > 0 ? moved / bench_net_floor_gbps(b) : -1)
                                          : b->floors.copy_gbps > 0 ? moved / b->floors.copy_gbps : -1,
                     .vs_floor = b->floor_us > 0 ? tmax[0] / b->floor_us : -1,
                     .host_us = host_sum / n,

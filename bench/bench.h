@@ -107,6 +107,13 @@ typedef struct {
 /** Name of an operation as -o spells it. */
 const char* bench_op_name(op_t op);
 
+/** Whether op has one message in flight at a time (pingpong, putpingpong, put). */
+int bench_op_one_way(op_t op);
+
+/** The --net floor the run's bandwidth is compared with: the slowest stage,
+ * with UCX measured one way or both ways at once as the operation moves data. */
+double bench_net_floor_gbps(const bench_t* b);
+
 /** Rank 0: the header (library, ranks, GPU, regime, floors, what the columns mean). */
 void bench_report_header(const bench_t* b);
 

@@ -153,21 +153,39 @@ static void net_close(net_t* n) {
   if (n->ctx) ucp_cleanup(n->ctx);
 }
 
-/* Tagged transfer of bytes from rank 0 to rank 1: best of three, after one. */
-static double ucx_rate(MPI_Comm comm, int rank, net_t* n, char* buf, size_t bytes) {
+/* Progresses until both requests complete; 0 when both succeeded. */
+static int wait_two(net_t* n, void* a, void* b) {
+  int bad = UCS_PTR_IS_ERR(a) || UCS_PTR_IS_ERR(b);
+  while (!bad && ((a && ucp_request_check_status(a) == UCS_INPROGRESS) ||
+                  (b && ucp_request_check_status(b) == UCS_INPROGRESS)))
+    ucp_worker_progress(n->worker);
+  return bad || wait_req(n, a) || wait_req(n, b);
+}
+
+/* Tagged transfer of bytes from rank 0 to rank 1 (both: also from 1 to 0 at
+ * once, into the second half of buf): best of three, after one.  Summed over
+ * the directions. */
+static double ucx_rate(MPI_Comm comm, int rank, net_t* n, char* buf, size_t bytes, int both) {
   double best = 0;
   for (int rep = 0; rep < 4; rep++) {
     MPI_Barrier(comm);
     double t0 = MPI_Wtime();
-    ucp_request_param_t p = {.op_attr_mask = 0};
-    int bad = rank == 0 ? wait_req(n, ucp_tag_send_nbx(n->ep, buf, bytes, 77, &p))
-                        : wait_req(n, ucp_tag_recv_nbx(n->worker, buf, bytes, 77, ~(ucp_tag_t)0, &p));
-    double t = rank == 1 ? MPI_Wtime() - t0 : 0, tmax = 0; /* the receiver has it all */
+    ucp_request_param_t p = {.op_attr_mask = 0}, q = {.op_attr_mask = 0};
+    int bad;
+    if (both) {
+      void* r = ucp_tag_recv_nbx(n->worker, buf + bytes, bytes, 78, ~(ucp_tag_t)0, &q);
+      bad = wait_two(n, ucp_tag_send_nbx(n->ep, buf, bytes, 78, &p), r);
+    } else {
+      bad = rank == 0 ? wait_req(n, ucp_tag_send_nbx(n->ep, buf, bytes, 77, &p))
+                      : wait_req(n, ucp_tag_recv_nbx(n->worker, buf, bytes, 77, ~(ucp_tag_t)0, &p));
+    }
+    /* The receivers have it all. */
+    double t = rank == 1 || both ? MPI_Wtime() - t0 : 0, tmax = 0;
     MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, comm);
     int any = bad, anybad = 0;
     MPI_Allreduce(&any, &anybad, 1, MPI_INT, MPI_MAX, comm);
     if (anybad) return -1;
-    double gbps = tmax > 0 ? (double)bytes / (tmax * 1e9) : 0;
+    double gbps = tmax > 0 ? (double)bytes * (both ? 2 : 1) / (tmax * 1e9) : 0;
     if (rep > 0 && gbps > best) best = gbps;
   }
   return best;
@@ -207,7 +225,7 @@ void bench_net_measure(MPI_Comm comm, size_t bytes, bench_net_t* out) {
   snprintf(out->reason, sizeof(out->reason), "the benchmark was built without UCX");
   (void)size;
 #else
-  double figs[2] = {-1, -1};
+  double figs[3] = {-1, -1, -1};
   char why[160] = "";
   if (size < 2) snprintf(why, sizeof(why), "one rank: nothing to transfer to");
   MPI_Comm pair = MPI_COMM_NULL;
@@ -216,19 +234,20 @@ void bench_net_measure(MPI_Comm comm, size_t bytes, bench_net_t* out) {
     net_t n;
     memset(&n, 0, sizeof(n));
     uint64_t* region = aligned_alloc(64, 64);
-    char* buf = malloc(bytes);
+    char* buf = malloc(2 * bytes);
     const char* err = region && buf ? NULL : "out of memory";
     if (err == NULL) {
       memset(region, 0, 64);
-      memset(buf, 3, bytes);
+      memset(buf, 3, 2 * bytes);
       err = net_open(pair, rank ^ 1, region, &n);
     }
     int bad = err != NULL, anybad = 0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, pair);
     if (!anybad) {
-      figs[0] = ucx_rate(pair, rank, &n, buf, bytes);
+      figs[0] = ucx_rate(pair, rank, &n, buf, bytes, 0);
       figs[1] = put_latency(pair, rank, &n, region[1], 2000);
-      if (figs[0] < 0 || figs[1] < 0) err = "a UCX transfer failed";
+      figs[2] = ucx_rate(pair, rank, &n, buf, bytes, 1);
+      if (figs[0] < 0 || figs[1] < 0 || figs[2] < 0) err = "a UCX transfer failed";
     } else if (err == NULL) {
       err = "UCX set-up failed on the other rank";
     }
@@ -239,14 +258,15 @@ void bench_net_measure(MPI_Comm comm, size_t bytes, bench_net_t* out) {
     free(buf);
     MPI_Comm_free(&pair);
   }
-  MPI_Bcast(figs, 2, MPI_DOUBLE, 0, comm);
+  MPI_Bcast(figs, 3, MPI_DOUBLE, 0, comm);
   MPI_Bcast(why, sizeof(why), MPI_CHAR, 0, comm);
   out->ucx_gbps = figs[0];
   out->put_us = figs[1];
+  out->ucx_both_gbps = figs[2];
   snprintf(out->reason, sizeof(out->reason), "%s", why);
-  out->measured = why[0] == '\0' && figs[0] > 0 && figs[1] > 0;
+  out->measured = why[0] == '\0' && figs[0] > 0 && figs[1] > 0 && figs[2] > 0;
 #endif
-  double slowest = out->d2h_gbps < out->h2d_gbps ? out->d2h_gbps : out->h2d_gbps;
-  if (out->measured && out->ucx_gbps < slowest) slowest = out->ucx_gbps;
-  out->slowest_gbps = out->measured ? slowest : -1;
+  double copies = out->d2h_gbps < out->h2d_gbps ? out->d2h_gbps : out->h2d_gbps;
+  out->slowest_gbps = !out->measured ? -1 : out->ucx_gbps < copies ? out->ucx_gbps : copies;
+  out->slowest_both_gbps = !out->measured ? -1 : out->ucx_both_gbps < copies ? out->ucx_both_gbps : copies;
 }

@@ -3,7 +3,8 @@
  * pinned host memory and sent with UCX), measured with plain CUDA, UCX and
  * MPI at the start of a run (no mpinccl): the pinned device-to-host and
  * host-to-device copy rates of one stream, the UCX host-to-host bandwidth
- * and UCX's own 8-byte put latency between ranks 0 and 1.  Built where UCX
+ * one way and both ways at once (the floor of an exchange in which both
+ * ranks send), and UCX's own 8-byte put latency between ranks 0 and 1.  Built where UCX
  * is (BENCH_HAVE_UCX); elsewhere --net reports them as not measured.
  */
 #ifndef BENCH_NET_H_
@@ -22,8 +23,10 @@ typedef struct {
   double d2h_gbps;   /**< pinned device-to-host copy, one stream, best of 3, rank 0 */
   double h2d_gbps;   /**< pinned host-to-device copy, one stream, best of 3, rank 0 */
   double ucx_gbps;   /**< UCX tagged transfer of host memory, rank 0 to rank 1, best of 3 */
+  double ucx_both_gbps; /**< the same both ways at once (0 to 1 and 1 to 0), summed, best of 3 */
   double put_us;     /**< UCX put of 8 bytes, one way (ping-pong round trip / 2), ranks 0-1 */
-  double slowest_gbps; /**< the smallest of the three rates */
+  double slowest_gbps; /**< the smallest of the copy rates and ucx_gbps (one message in flight) */
+  double slowest_both_gbps; /**< the smallest of the copy rates and ucx_both_gbps (both ways) */
   char reason[160];  /**< why not measured */
 } bench_net_t;
 

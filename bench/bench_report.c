@@ -13,6 +13,12 @@ static const char* const op_names[] = {"sendrecv", "alltoall", "pingpong", "halo
 
 const char* bench_op_name(op_t op) { return op_names[op]; }
 
+int bench_op_one_way(op_t op) { return op == OP_PINGPONG || op == OP_PUTPINGPONG || op == OP_PUT; }
+
+double bench_net_floor_gbps(const bench_t* b) {
+  return bench_op_one_way(b->o->op) ? b->net.slowest_gbps : b->net.slowest_both_gbps;
+}
+
 /* ---------------------------------------------------------------- output -- */
 
 /* 3 significant digits; an exponent only below 0.001; "n/a" for a missing ratio. */
@@ -90,14 +96,15 @@ void bench_report_header(const bench_t* b) {
     printf("# net       d2h %.1f GB/s, h2d %.1f GB/s (pinned cudaMemcpyAsync of %zu B, one stream, rank 0)\n",
            net->d2h_gbps, net->h2d_gbps, net->bytes);
     if (net->measured)
-      printf("#           UCX %.2f GB/s (tagged %zu B of host memory, rank 0 to 1), UCX put %s (8 B one way)\n",
-             net->ucx_gbps, net->bytes, fmt_us(net->put_us, u1, sizeof(u1)));
+      printf("#           UCX %.2f GB/s (tagged %zu B of host memory, rank 0 to 1), %.2f GB/s both ways "
+             "at once (summed), UCX put %s (8 B one way)\n",
+             net->ucx_gbps, net->bytes, net->ucx_both_gbps, fmt_us(net->put_us, u1, sizeof(u1)));
     else
       printf("#           UCX floors n/a: %s\n", net->reason);
   }
   if (o->net)
-    printf("# vs-copy   bytes moved per second, summed over ranks / slowest stage (%.2f GB/s)\n",
-           net->slowest_gbps);
+    printf("# vs-copy   bytes moved per second, summed over ranks / slowest stage (%.2f GB/s, UCX %s)\n",
+           bench_net_floor_gbps(b), bench_op_one_way(o->op) ? "one way" : "both ways");
   else
     printf("# vs-copy   bytes moved per second, summed over ranks / copy floor\n");
   printf("# vs-floor  time / %s floor%s\n", b->floor_name,
@@ -244,10 +251,12 @@ void bench_report_json(const bench_t* b) {
     json_num(f, net->h2d_gbps);
     fprintf(f, ", \"ucx_gbps\": ");
     json_num(f, net->measured ? net->ucx_gbps : -1);
+    fprintf(f, ", \"ucx_both_gbps\": ");
+    json_num(f, net->measured ? net->ucx_both_gbps : -1);
     fprintf(f, ", \"ucx_put_us\": ");
     json_num(f, net->measured ? net->put_us : -1);
     fprintf(f, ", \"slowest_gbps\": ");
-    json_num(f, net->slowest_gbps);
+    json_num(f, bench_net_floor_gbps(b));
     fprintf(f, ", \"na\": ");
     if (net->reason[0])
       json_str(f, net->reason);

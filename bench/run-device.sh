@@ -143,6 +143,9 @@ export MPINCCL_TRANSPORT=ucx
 extra="-x MPINCCL_TRANSPORT"
 bench mps-off sendrecv-ucx 2 -o sendrecv -b 4 -e 256M -f 4 -n 20 -w 3 --net
 bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
+# One way at a time up to 256 MiB: against UCX measured one way (sendrecv's
+# floor is UCX both ways at once).
+bench mps-off pingpong-ucx-large 2 -o pingpong -b 1M -e 256M -f 4 -n 10 -w 2 --net
 # One-sided over UCX (windows mirrored in host memory, src/ucx/winstage.c).
 bench mps-off putpingpong-ucx 2 -o putpingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
 bench mps-off put-ucx 2 -o put -b 4K -e 256M -f 16 -n 10 -w 2 --net

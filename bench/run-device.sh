@@ -132,6 +132,11 @@ halo3d_runs() { # regime
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E 'time/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
+  # The exchange with every face in the polling kernel (where kernels run
+  # side by side: MPS), not only groups of at most 64 KiB.
+  MPINCCL_KERNEL_SYNC=16777216 timeout 120 mpirun -np 4 $flags $extra -x MPINCCL_KERNEL_SYNC \
+    ./examples/halo3d 2>&1 | grep -E 'time/iter|check' |
+    sed "s/^/   halo3d exchange, MPINCCL_KERNEL_SYNC=16M: /" | tee -a "$out/$r-halo3d.txt"
 }
 
 extra=""

@@ -103,9 +103,13 @@ void mpn_comm_free(struct ncclComm* comm) {
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX
-  mpn_ucx_comm_free(comm); /* the proxy cancels what it still holds of comm */
+  /* Done cleanly: the one-sided keys go while their endpoints live.  Else
+   * the proxy first cancels what it still holds of comm, and what peers or
+   * streams may still use is leaked. */
+  if (comm->ucx_clean) mpn_ucx_rma_free(comm, 0);
+  mpn_ucx_comm_free(comm);
+  if (!comm->ucx_clean) mpn_ucx_rma_free(comm, 1);
   mpn_ucx_staged_free(comm);
-  mpn_ucx_rma_free(comm);
 #endif
   mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);
@@ -202,7 +206,7 @@ MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
 #ifdef HAVE_UCX
   /* Destroy lets the UCX lanes finish what the streams gave them; abort
    * does not wait. */
-  mpn_ucx_staged_quiesce(comm);
+  comm->ucx_clean = mpn_ucx_staged_quiesce(comm);
 #endif
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d destroyed", (void*)comm, comm->rank,
            comm->nranks);

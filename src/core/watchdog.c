@@ -3,7 +3,8 @@
  * MPINCCL_WATCHDOG_MS, whether the processes of same-host peers are alive
  * (kill(pid, 0)).  A peer found gone turns into ncclRemoteError on each
  * communicator that has it, with a message naming it, and every stream
- * flag shared with it is released so that no stream waits forever; the
+ * flag shared with it is released (over UCX, its operations fail and the
+ * waits for its signals are let go) so that no stream waits forever; the
  * application then calls ncclCommAbort.
  */
 #include "core/watchdog.h"
@@ -19,6 +20,11 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "p2p/p2p.h"
+#include "transport.h"
+#ifdef HAVE_UCX
+#include "ucx/net.h"
+#include "ucx/winstage.h"
+#endif
 
 static pthread_mutex_t watchdog_lock = PTHREAD_MUTEX_INITIALIZER;
 static int watchdog_running;
@@ -42,6 +48,12 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, mpn_error_last(comm));
     mpn_comm_set_async(comm, ncclRemoteError);
     mpn_p2p_release_peer(comm, peer);
+#ifdef HAVE_UCX
+    if (comm->transport[peer] == MPN_TRANSPORT_UCX) { /* forced on one host */
+      mpn_ucx_peer_lost(comm, peer);
+      mpn_ucx_rma_release_peer(comm, peer);
+    }
+#endif
   }
   return found;
 }

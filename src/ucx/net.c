@@ -186,6 +186,12 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
   comm->ucx = NULL;
 }
 
+void mpn_ucx_peer_lost(struct ncclComm* comm, int peer) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  if (p && mpn_ucx_proxy_peer_lost(p) != ncclSuccess)
+    MPN_WARN("rank %d is gone, and its UCX operations could not be failed: out of memory", peer);
+}
+
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL || u->reported || __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) == ncclSuccess) return;

@@ -70,6 +70,10 @@ ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* 
 uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
                            uint64_t chunk);
 
+/** The watchdog found peer's process gone: its UCX operations fail (their
+ * streams' waits are released) and so do later ones. */
+void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);
+
 /** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 

@@ -325,6 +325,19 @@ static void* proxy_main(void* arg) {
   return NULL;
 }
 
+/* Whether UCX's configuration has a setting (name as UCX prints it, "UCX_X="). */
+static int config_has(const ucp_config_t* config, const char* name) {
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (f == NULL) return 0;
+  ucp_config_print(config, f, NULL, UCS_CONFIG_PRINT_CONFIG);
+  fclose(f);
+  int has = text && strstr(text, name) != NULL;
+  free(text);
+  return has;
+}
+
 static void proxy_init(void) {
   ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                          .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AMO64};
@@ -348,12 +361,16 @@ static void proxy_init(void) {
     if (ucp_config_modify(config, "PROTO_ENABLE", "n") != UCS_OK)
       MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u does not take PROTO_ENABLE", major, minor, release);
   }
-  if (st == UCS_OK && getenv("UCX_FENCE_MODE") == NULL &&
-      ucp_config_modify(config, "FENCE_MODE", "strong") != UCS_OK)
-    /* A weak fence may not order a put before an atomic that travels
-     * another way; signals over UCX rely on that order (winstage.c). */
-    MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u takes no FENCE_MODE: its default fence is used",
-             major, minor, release);
+  /* A weak fence may not order a put before an atomic that travels another
+   * way; signals over UCX rely on that order (winstage.c).  Older UCX has no
+   * such setting (and takes an unknown one silently, to warn at init). */
+  if (st == UCS_OK && getenv("UCX_FENCE_MODE") == NULL) {
+    if (!config_has(config, "UCX_FENCE_MODE="))
+      MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u has no FENCE_MODE: its default fence is used", major,
+               minor, release);
+    else if (ucp_config_modify(config, "FENCE_MODE", "strong") != UCS_OK)
+      MPN_INFO(MPN_SUBSYS_NET, "UCX did not take FENCE_MODE=strong");
+  }
   if (st == UCS_OK) st = ucp_init(&params, config, &px.context);
   if (config) ucp_config_release(config);
   ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
@@ -422,6 +439,18 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
   }
   free(st);
   return res;
+}
+
+static void peer_lost(void* arg) {
+  mpn_ucx_peer_t* peer = arg;
+  peer->failed = 1; /* later operations fail in ep_connect */
+  cancel_matching(NULL, peer);
+}
+
+ncclResult_t mpn_ucx_proxy_peer_lost(mpn_ucx_peer_t* peer) {
+  static uint64_t done; /* nobody waits for it */
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = peer_lost, .arg = peer, .flag = &done, .value = 1};
+  return mpn_ucx_proxy_post(&cmd);
 }
 
 void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {

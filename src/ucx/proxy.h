@@ -90,6 +90,10 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
 /** Runs fn(arg) on the proxy thread and waits for it (set-up and teardown only). */
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 
+/** The peer's process is known gone (the watchdog): its operations in
+ * flight and those started later fail, on the proxy thread; returns at once. */
+ncclResult_t mpn_ucx_proxy_peer_lost(mpn_ucx_peer_t* peer);
+
 /**
  * Cancels the operations of owner still in flight and tears its endpoints
  * down, on the proxy thread; returns when that is done.

@@ -123,6 +123,10 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
   return ncclSuccess;
 }
 
+void mpn_ucx_region_forget_keys(mpn_ucx_region_t* r) {
+  for (int p = 0; r->remote && p < r->nranks; p++) r->remote[p].rkey = NULL;
+}
+
 mpn_ucx_remote_t* mpn_ucx_region_remote(mpn_ucx_region_t* region, int peer) {
   return &region->remote[peer];
 }

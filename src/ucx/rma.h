@@ -27,6 +27,10 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
  * is going away and its UCX work was closed). */
 void mpn_ucx_region_free(mpn_ucx_region_t* region);
 
+/** Leaks the peers' keys the proxy unpacked for the region: they must go
+ * before their endpoints, and those were closed (an abort). */
+void mpn_ucx_region_forget_keys(mpn_ucx_region_t* region);
+
 /** peer's part of the region, as a put names it. */
 mpn_ucx_remote_t* mpn_ucx_region_remote(mpn_ucx_region_t* region, int peer);
 

@@ -372,8 +372,9 @@ static uint64_t net_deadline(void) {
   return mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
 }
 
-void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
-  if (comm->staged == NULL) return;
+int mpn_ucx_staged_quiesce(struct ncclComm* comm) {
+  int failed = comm->ucx && __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess;
+  if (comm->staged == NULL) return !failed;
   lane_t* lanes = comm->staged->lanes;
   int n = 2 * comm->nranks;
   /* The lanes' streams, then the proxy's last sends; a failed
@@ -399,11 +400,8 @@ void mpn_ucx_staged_quiesce(struct ncclComm* comm) {
     cudaGetLastError();
     if (i % 2 == 0 && clean) clean = sends_done(comm, l, deadline);
   }
-  comm->staged->clean = clean;
-}
-
-int mpn_ucx_staged_clean(const struct ncclComm* comm) {
-  return comm->staged == NULL || comm->staged->clean;
+  comm->staged->clean = clean && !failed;
+  return comm->staged->clean;
 }
 
 ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {

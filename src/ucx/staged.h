@@ -28,18 +28,18 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n);
  */
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
 
-/** Waits until comm's lanes did their work and the proxy finished their sends
- * (destroy, not abort; bounded by MPINCCL_NET_TIMEOUT, after which what still
- * waits is released and the lanes' buffers are leaked, not freed). */
-void mpn_ucx_staged_quiesce(struct ncclComm* comm);
+/**
+ * Waits until comm's lanes did their work and the proxy finished their sends
+ * (destroy, not abort; bounded by MPINCCL_NET_TIMEOUT and ended by a
+ * failure); returns whether all was found done on a communicator that did
+ * not fail.  When not, what peers or streams may still use is leaked, not
+ * freed (the lanes' buffers here, the one-sided state in winstage.c).
+ */
+int mpn_ucx_staged_quiesce(struct ncclComm* comm);
 
 /** Waits until comm's sends and puts over UCX were taken by UCX (a window
  * going away; bounded by MPINCCL_NET_TIMEOUT, ncclRemoteError past it). */
 ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm);
-
-/** Whether comm's lanes were found done (mpn_ucx_staged_quiesce; false after
- * an abort or a failure): else memory peers or streams may still use is leaked. */
-int mpn_ucx_staged_clean(const struct ncclComm* comm);
 
 /** Frees comm's staging buffers (after its UCX operations were closed). */
 void mpn_ucx_staged_free(struct ncclComm* comm);

@@ -72,6 +72,7 @@ static cudaError_t mapped_alloc(size_t bytes, void** host, CUdeviceptr* dev) {
 }
 
 static void state_free(struct mpn_ucx_rma* r, int leak) {
+  if (r->region && leak) mpn_ucx_region_forget_keys(r->region);
   if (r->region) mpn_ucx_region_free(r->region);
   if (r->area && !leak) cudaFreeHost(r->area);
   if (r->wins && !leak) cudaFreeHost(r->wins);
@@ -98,7 +99,7 @@ static ncclResult_t state_make(struct ncclComm* comm) {
     state_free(r, 0);
     return res;
   }
-  comm->ucx_rma = r;
+  __atomic_store_n(&comm->ucx_rma, r, __ATOMIC_RELEASE); /* the watchdog may read it */
   return ncclSuccess;
 }
 
@@ -140,6 +141,7 @@ ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t byte
 /* leak: a peer may still put into the mirror (the communicator failed or
  * was aborted); it is unmapped, not freed. */
 static void win_free(mpn_ucx_win_t* w, int leak) {
+  if (w->region && leak) mpn_ucx_region_forget_keys(w->region);
   if (w->region) mpn_ucx_region_free(w->region);
   if (w->mirror && !leak) cudaFreeHost(w->mirror);
   cudaGetLastError();
@@ -172,12 +174,9 @@ void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w) {
   comm->ucx_rma->retired = w;
 }
 
-void mpn_ucx_rma_free(struct ncclComm* comm) {
+void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
   if (r == NULL) return;
-  /* Not found done (aborted, failed): streams may still wait on the
-   * counters (let them go) and peers may still put here (leaked). */
-  int leak = !mpn_ucx_staged_clean(comm);
   for (size_t i = 0; leak && i < r->rings_at / sizeof(uint64_t); i++)
     __atomic_store_n((uint64_t*)r->area + i, UINT64_MAX >> 1, __ATOMIC_RELEASE);
   for (mpn_ucx_win_t *w = r->retired, *next; w; w = next) {
@@ -216,6 +215,13 @@ ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t 
     memcpy(cmd.desc_bytes, &d, sizeof(d));
   }
   return mpn_ucx_proxy_post(&cmd);
+}
+
+void mpn_ucx_rma_release_peer(struct ncclComm* comm, int peer) {
+  struct mpn_ucx_rma* r = __atomic_load_n(&comm->ucx_rma, __ATOMIC_ACQUIRE);
+  for (int ctx = 0; r && ctx < r->nctx; ctx++)
+    __atomic_store_n((uint64_t*)r->area + (size_t)peer * (size_t)r->nctx + (size_t)ctx, UINT64_MAX >> 1,
+                     __ATOMIC_RELEASE);
 }
 
 CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx) {

@@ -65,7 +65,15 @@ int mpn_ucx_rma_ready(const struct ncclComm* comm);
 /** Folds a descriptor found overwritten into the communicator's async error. */
 void mpn_ucx_rma_poll_errors(struct ncclComm* comm);
 
-/** Frees comm's one-sided UCX state and retired windows (after its UCX work was closed). */
-void mpn_ucx_rma_free(struct ncclComm* comm);
+/**
+ * Frees comm's one-sided UCX state and windows.  leak (an abort or a
+ * failure; call it after comm's UCX work was closed): streams waiting on the
+ * counters are let go, and the memory and keys are leaked, not freed, as
+ * peers may still put into it; else call it before the endpoints close.
+ */
+void mpn_ucx_rma_free(struct ncclComm* comm, int leak);
+
+/** A peer found gone (watchdog): every wait for its signals is let go. */
+void mpn_ucx_rma_release_peer(struct ncclComm* comm, int peer);
 
 #endif /* MPN_UCX_WINSTAGE_H_ */

@@ -1,12 +1,15 @@
 /*
- * test_ucx_edges.c - two edges of the UCX proxy, 2 ranks, UCX forced and
+ * test_ucx_edges.c - edges of the UCX proxy, 2 ranks, UCX forced and
  * eager protocol only (UCX_RNDV_THRESH=inf):
  *  - a receive posted after its multi-fragment message has fully arrived,
  *    which UCX completes inside the posting call;
  *  - a communicator destroyed while thousands of its sends are still
  *    queued for the proxy, three times: queued commands must not run
- *    against closed endpoints.
- * Both once crashed the proxy (use after free, a UCX assertion).
+ *    against closed endpoints (both once crashed the proxy: use after
+ *    free, a UCX assertion);
+ *  - a peer declared lost (what the watchdog does when a same-host peer's
+ *    process is gone): a receive waiting for it and a later send fail
+ *    instead of waiting forever, and the communicator reports it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +81,31 @@ static void destroy_with_queued_sends(void) {
   }
 }
 
+static void peer_lost(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  char b[64] = {0};
+  uint64_t got = 0, sent = 0;
+  int rerr = 0, serr = 0;
+  if (rank == 0) { /* rank 1 never sends: only losing it ends the receive */
+    EXPECT(mpn_ucx_host_recv(comm, 1, b, sizeof(b), &got, 1, &rerr) == ncclSuccess);
+    usleep(100000);
+    EXPECT(__atomic_load_n(&got, __ATOMIC_ACQUIRE) == 0);
+    mpn_ucx_peer_lost(comm, 1);
+    EXPECT(wait_flag(&got) == 0);
+    EXPECT(rerr == ncclRemoteError);
+    EXPECT(mpn_ucx_host_send(comm, 1, b, sizeof(b), &sent, 1, &serr) == ncclSuccess);
+    EXPECT(wait_flag(&sent) == 0);
+    EXPECT(serr == ncclRemoteError);
+    ncclResult_t async = ncclSuccess;
+    EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+    EXPECT(async == ncclRemoteError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT((rank == 0 ? ncclCommAbort(comm) : ncclCommDestroy(comm)) == ncclSuccess);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -89,6 +117,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   late_receive();
   destroy_with_queued_sends();
+  peer_lost();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("test_ucx_edges: %d failures\n", total);

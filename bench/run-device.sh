@@ -6,12 +6,17 @@
 # ./device-results): check.log, *.json, *.txt, perf.png.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
-# half, --no-variants the runs with the non-default options (copy engine only, host-memory flags,
-# the polling kernel from one wait,
-# stream memory operations instead of the flag kernel); all of it takes several minutes, so split it over calls if
-# needed.  The variants also include runs without delegation
-# (MPINCCL_DELEGATE_WAIT_US=0).  Where NVIDIA's NCCL is installed (NCCL_HOME, default /usr), the
-# same benchmark built against it runs too, as far as NCCL can run.
+# half, --no-variants the runs with non-default options: copy engine only,
+# host-memory flags, the polling kernel from one wait, stream memory
+# operations instead of the flag kernel (benchmarks), no delegation
+# (MPINCCL_DELEGATE_WAIT_US=0), test_p2p and test_rma with host flags, and
+# test_p2p over UCX with one hardware queue (a known hang in threads_ring).
+# Always run: make check, the benchmarks, halo3d (also with every face in
+# the flag kernel), test_p2p/test_rma under MPS (also with memops only), the
+# UCX path forced with --net floors, NVIDIA's NCCL built from the same
+# benchmark where it is installed (NCCL_HOME, default /usr), the plot and
+# compute-sanitizer.  All of it takes several minutes; split it over calls
+# if needed.
 set -u
 out=${1:-device-results}
 shift || true

@@ -40,7 +40,7 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "65536", NULL, 0, 1 << 30,
                                "Between processes whose kernels run at the same time (MPS, or "
                                "one process per GPU), a stream's flag writes and waits of one "
-                               "group (three waits or more) and its copies between ranks of one "
+                               "group (from MPINCCL_KERNEL_SYNC_WAITS waits) and its copies between ranks of one "
                                "GPU, when they total at most this many bytes, run as one kernel "
                                "that polls the flags instead of stream memory operations around a "
                                "copy kernel; 0: always memory operations."},
@@ -78,11 +78,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_UCX_CHUNK] = {"MPINCCL_UCX_CHUNK", MPN_PARAM_INT, "1048576", NULL, 4096, 1 << 30,
                              "Device data sent to or received from a peer over UCX (without "
                              "CUDA support in UCX) moves through pinned host buffers in chunks "
-                             "of this many bytes: copy to the host, transfer and copy to the "
-                             "device overlap chunk by chunk. Must be the same on every rank."},
+                             "of at least this many bytes: copy to the host, transfer and copy "
+                             "to the device overlap chunk by chunk. A message is cut into at "
+                             "most 8 chunks of this size times a power of two (up to 64 times). "
+                             "Must be the same on every rank."},
     [MPN_PARAM_UCX_DEPTH] = {"MPINCCL_UCX_DEPTH", MPN_PARAM_INT, "4", NULL, 1, 32,
                              "Staged chunks in flight per UCX peer and direction (pinned host "
-                             "memory: depth x chunk bytes per peer and direction in use)."},
+                             "memory: depth x the largest chunk a lane has carried, per peer "
+                             "and direction in use)."},
     [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "auto", "auto|host|device", 0, 0,
                          "Where the stream flags of two ranks' message slots live: host "
                          "(shared memory registered with CUDA), device (GPU memory shared "

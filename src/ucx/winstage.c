@@ -254,6 +254,9 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
   if (r == NULL || r->reported || __atomic_load_n((int*)(r->area + r->error_at), __ATOMIC_ACQUIRE) == 0)
     return;
   r->reported = 1;
+  /* Waits let go for a peer found gone land nothing and set the word too:
+   * the communicator keeps the error that explains it. */
+  if (mpn_comm_async(comm) != ncclSuccess) return;
   mpn_error_set(comm, ncclInvalidUsage,
                 "a one-sided put over UCX was lost: more than %d signals between two ranks on one "
                 "context were outstanding (signalled, not yet waited for)",

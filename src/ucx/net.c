@@ -30,7 +30,9 @@ struct mpn_ucx_comm {
 /* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
  * the source rank and 20 of a message number, or (bit 39 set, staged device
  * data, ucx/staged.c) 13 bits of the source, 13 of the destination (more
- * than 8192 ranks alias), 6 of the message and 7 of the chunk.  A lane
+ * than 8192 ranks alias), 6 of the message and 7 of the chunk (127: a
+ * message captured in a CUDA graph, ucx/graph.c, numbered by the message
+ * field).  A lane
  * posts at most 32 receives at once (MPINCCL_UCX_DEPTH), whose tags differ
  * (fewer than either field wraps at); a sender may run ahead (eager sends
  * complete locally) so equal tags can wait together among the unexpected
@@ -44,10 +46,20 @@ static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
   return comm_tag(comm) | ((uint64_t)src & 0x7ffff) << 20 | (seq & 0xfffff);
 }
 
+static uint64_t staged_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg, uint64_t chunk) {
+  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x1fff) << 26 |
+         ((uint64_t)dst & 0x1fff) << 13 | (msg & 0x3f) << 7 | chunk;
+}
+
+/* Chunks number 0 to 126 (wrapping, which order-matching allows); 127 marks
+ * a captured message (mpn_ucx_graph_tag). */
 uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
                            uint64_t chunk) {
-  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x1fff) << 26 |
-         ((uint64_t)dst & 0x1fff) << 13 | (msg & 0x3f) << 7 | (chunk & 0x7f);
+  return staged_tag(comm, src, dst, msg, chunk % 127);
+}
+
+uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64_t n) {
+  return staged_tag(comm, src, dst, n, 127);
 }
 
 typedef struct {

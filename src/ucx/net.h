@@ -70,6 +70,10 @@ ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* 
 uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
                            uint64_t chunk);
 
+/** The tag of the n-th message from src to dst captured in CUDA graphs
+ * (ucx/graph.c; both sides capture their messages in the same order). */
+uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64_t n);
+
 /** The watchdog found peer's process gone: its UCX operations fail (their
  * streams' waits are released) and so do later ones. */
 void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);

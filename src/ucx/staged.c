@@ -52,6 +52,7 @@
 #include "ucx/net.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
+#include "ucx/graph.h"
 #include "ucx/winstage.h"
 
 /* A message is cut into at most MAX_CHUNKS chunks, each MPINCCL_UCX_CHUNK
@@ -83,6 +84,8 @@ typedef struct {
 
 struct mpn_ucx_staged {
   lane_t* lanes; /* 2 * nranks: [2 * peer] sends to peer, [2 * peer + 1] receives */
+  uint64_t* gcount;          /* 2 * nranks: messages captured in graphs, as lanes */
+  mpn_ucx_ggroup_t* graphs;  /* captured groups (graph.c), freed with the communicator */
   int clean;     /* destroy found every lane done (mpn_ucx_staged_quiesce) */
 };
 
@@ -99,17 +102,31 @@ static void lane_free(lane_t* l) {
 
 /* The lane of comm with peer (recv: receives from it), made on first use:
  * its stream on comm's device, buffers and words. */
-static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t** out) {
-  if (comm->staged == NULL) {
-    struct mpn_ucx_staged* st = calloc(1, sizeof(*st));
-    lane_t* lanes = calloc(2 * (size_t)comm->nranks, sizeof(*lanes));
-    if (st == NULL || lanes == NULL) {
-      free(st), free(lanes);
-      return mpn_error_set(comm, ncclSystemError, "out of memory");
-    }
-    st->lanes = lanes;
-    comm->staged = st;
+static ncclResult_t staged_get(struct ncclComm* comm) {
+  if (comm->staged != NULL) return ncclSuccess;
+  struct mpn_ucx_staged* st = calloc(1, sizeof(*st));
+  lane_t* lanes = calloc(2 * (size_t)comm->nranks, sizeof(*lanes));
+  uint64_t* gcount = calloc(2 * (size_t)comm->nranks, sizeof(*gcount));
+  if (st == NULL || lanes == NULL || gcount == NULL) {
+    free(st), free(lanes), free(gcount);
+    return mpn_error_set(comm, ncclSystemError, "out of memory");
   }
+  st->lanes = lanes;
+  st->gcount = gcount;
+  comm->staged = st;
+  return ncclSuccess;
+}
+
+uint64_t mpn_ucx_graph_count(struct ncclComm* comm, int peer, int send) {
+  return comm->staged->gcount[2 * peer + !send]++; /* made by mpn_ucx_staged_check */
+}
+
+void mpn_ucx_graph_keep(struct ncclComm* comm, mpn_ucx_ggroup_t* g) {
+  mpn_ucx_graph_push(&comm->staged->graphs, g);
+}
+
+static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t** out) {
+  MPN_CHECK(staged_get(comm));
   lane_t* l = &comm->staged->lanes[2 * peer + recv];
   *out = l;
   if (l->buf != NULL) return ncclSuccess;
@@ -148,10 +165,11 @@ static int is_put(const mpn_op_t* op) {
   return op->kind == MPN_OP_PUT_SIGNAL || op->kind == MPN_OP_SIGNAL;
 }
 
-/* A put or signal always has one (its signal is a chunk of its own). */
+/* A put or signal always has one (its signal is a chunk of its own); a
+ * message captured in a graph has none (graph.c). */
 static lane_t* op_lane(mpn_op_t* op) {
   lane_t* l = NULL;
-  if ((op->bytes == 0 && !is_put(op)) ||
+  if ((op->bytes == 0 && !is_put(op)) || mpn_ucx_capturing(op->stream) ||
       lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
     return NULL;
   return l;
@@ -190,12 +208,11 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                    : op->kind == MPN_OP_RECV ? "ncclRecv"
                    : op->kind == MPN_OP_SIGNAL ? "ncclSignal"
                                                : "ncclPutSignal";
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
-  if (cap != cudaStreamCaptureStatusNone)
+  int captured = mpn_ucx_capturing(op->stream);
+  if (captured && is_put(op))
     return mpn_error_set(comm, ncclInvalidUsage,
-                         "%s with peer %d: transfers over UCX cannot be captured in a CUDA graph "
-                         "in this version of mpinccl",
+                         "%s with peer %d: one-sided transfers over UCX cannot be captured in a "
+                         "CUDA graph in this version of mpinccl",
                          fn, op->peer);
   if (mpn_ucx_comm_peer(comm, op->peer) == NULL)
     return mpn_error_set(comm, ncclInternalError, "%s: rank %d has no UCX address of rank %d", fn,
@@ -212,6 +229,7 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                          fn, op->peer);
   lane_t* l;
   if (op->bytes == 0 && !is_put(op)) return ncclSuccess;
+  if (captured) return staged_get(comm); /* staged whole at capture (graph.c) */
   MPN_CHECK(lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l));
   return lane_fit(comm, l, op->bytes);
 }
@@ -308,6 +326,9 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
       mpn_keep(&first, res);
     }
   }
+  const mpn_driver_t* drv;
+  ncclResult_t got = mpn_driver_get(&drv);
+  mpn_keep(&first, got == ncclSuccess ? mpn_ucx_graph_fork(drv, ops, n) : got);
   if (saved >= 0) cudaSetDevice(saved);
   return first;
 }
@@ -346,6 +367,7 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     }
     mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(op->stream, l->joined, 0), "joining a UCX lane"));
   }
+  mpn_keep(&first, mpn_ucx_graph_join(ops, n)); /* the captured groups */
   if (saved >= 0) cudaSetDevice(saved);
   return first;
 }
@@ -435,7 +457,9 @@ void mpn_ucx_staged_free(struct ncclComm* comm) {
     }
     lane_free(l);
   }
+  mpn_ucx_graph_free_list(comm->staged->graphs, !comm->staged->clean);
   free(comm->staged->lanes);
+  free(comm->staged->gcount);
   free(comm->staged);
   comm->staged = NULL;
 }

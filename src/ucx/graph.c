@@ -1,0 +1,217 @@
+/*
+ * graph.c - ncclSend/ncclRecv with UCX peers captured in a CUDA graph.
+ *
+ * The uncaptured path (staged.c) arms proxy operations from the API thread
+ * with running counts, which a replay would not repeat.  A captured group
+ * instead stages each message whole through pinned memory of its own, and
+ * a host node of the graph posts that replay's UCX operations.  Per
+ * capturing stream, on a side stream forked from it where the group starts:
+ *   the device-to-host copies of the sends;
+ *   one host node that sets the group's completion words to 0 and posts
+ *   every send and receive to the proxy (it makes no CUDA call and never
+ *   waits: host functions of a process run on one thread);
+ *   a stream wait for each word;
+ *   the host-to-device copies of the receives;
+ * and the capturing stream waits for the side stream where the group ends.
+ * The n-th captured send to a peer matches that peer's n-th captured
+ * receive (tags of their own, mpn_ucx_graph_tag), and every replay repeats
+ * them: UCX matches the messages of one endpoint in order.  What a capture
+ * allocates (it switches the thread to relaxed capture mode for that) lives
+ * until the communicator goes; a graph must not be replayed after that.
+ */
+#include "ucx/graph.h"
+
+#include <cuda.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "cuda/device.h"
+#include "cuda/driver.h"
+#include "cuda/memop.h"
+#include "ucx/net.h"
+#include "ucx/net_comm.h"
+
+typedef struct {
+  struct ncclComm* comm;
+  mpn_op_t* op;     /* valid during the launch only */
+  int send, peer;
+  char* stage;      /* pinned, op->bytes */
+  size_t bytes;
+  uint64_t tag;
+} gpost_t;
+
+struct mpn_ucx_ggroup {
+  cudaStream_t user, side;
+  cudaEvent_t fork, join;
+  int n;
+  gpost_t* posts;
+  uint64_t* words;  /* pinned, mapped: one per post, set by the proxy */
+  CUdeviceptr dwords;
+  int error;        /* an ncclResult_t, set by the proxy */
+  struct mpn_ucx_ggroup* next;
+};
+
+/* Groups of this thread's launch under way (fork to launch), then owned by
+ * their communicator's list (mpn_ucx_graph_free). */
+static __thread mpn_ucx_ggroup_t* pending;
+
+int mpn_ucx_capturing(cudaStream_t s) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess) cudaGetLastError();
+  return cap != cudaStreamCaptureStatusNone;
+}
+
+static void group_free(mpn_ucx_ggroup_t* g, int leak) {
+  for (int i = 0; i < g->n; i++)
+    if (g->posts[i].stage && !leak) cudaFreeHost(g->posts[i].stage);
+  if (g->words && !leak) cudaFreeHost(g->words);
+  if (g->side) cudaStreamDestroy(g->side);
+  if (g->fork) cudaEventDestroy(g->fork);
+  if (g->join) cudaEventDestroy(g->join);
+  cudaGetLastError();
+  free(g->posts);
+  free(g);
+}
+
+/* The host node: this replay's UCX operations. */
+static void CUDART_CB post_all(void* arg) {
+  mpn_ucx_ggroup_t* g = arg;
+  for (int i = 0; i < g->n; i++) {
+    gpost_t* p = &g->posts[i];
+    __atomic_store_n(&g->words[i], 0, __ATOMIC_RELEASE);
+    if (mpn_ucx_tagged_on(p->comm, p->send, p->peer, p->stage, p->bytes, p->tag, NULL, &g->words[i], 1,
+                          &g->error, NULL, 0) != ncclSuccess) {
+      __atomic_store_n(&g->error, (int)ncclSystemError, __ATOMIC_RELEASE);
+      __atomic_store_n(&g->words[i], 1, __ATOMIC_RELEASE); /* nothing will come: let the stream go */
+    }
+  }
+}
+
+/* What a capture allocates, in relaxed mode (else the capture refuses it). */
+static ncclResult_t group_alloc(mpn_ucx_ggroup_t* g) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  void* d = NULL;
+  cudaError_t err = cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming);
+  if (err == cudaSuccess)
+    err = cudaHostAlloc((void**)&g->words, (size_t)g->n * sizeof(uint64_t), cudaHostAllocPortable | cudaHostAllocMapped);
+  if (err == cudaSuccess) {
+    memset(g->words, 0, (size_t)g->n * sizeof(uint64_t));
+    err = cudaHostGetDevicePointer(&d, g->words, 0);
+  }
+  for (int i = 0; i < g->n && err == cudaSuccess; i++)
+    err = cudaHostAlloc((void**)&g->posts[i].stage, g->posts[i].bytes, cudaHostAllocPortable);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  g->dwords = (CUdeviceptr)d;
+  return mpn_cuda_result(NULL, err, "allocating the staging of a captured transfer over UCX");
+}
+
+/* The side stream's work, forked from g->user now. */
+static ncclResult_t group_issue(const mpn_driver_t* drv, mpn_ucx_ggroup_t* g) {
+  ncclResult_t first = ncclSuccess;
+  mpn_keep(&first, mpn_cuda_result(NULL, cudaEventRecord(g->fork, g->user), "recording where a group starts"));
+  mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(g->side, g->fork, 0), "forking a captured UCX group"));
+  if (first != ncclSuccess) return first; /* the side stream is not in the capture */
+  for (int i = 0; i < g->n; i++)
+    if (g->posts[i].send)
+      mpn_keep(&first, mpn_cuda_result(NULL,
+                                       cudaMemcpyAsync(g->posts[i].stage, g->posts[i].op->buf, g->posts[i].bytes,
+                                                       cudaMemcpyDeviceToHost, g->side),
+                                       "staging a captured send"));
+  mpn_keep(&first, mpn_cuda_result(NULL, cudaLaunchHostFunc(g->side, post_all, g), "capturing the UCX posts"));
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, g->side);
+  for (int i = 0; i < g->n; i++)
+    mpn_keep(&first, mpn_memops_add(&b, g->dwords + (CUdeviceptr)i * sizeof(uint64_t), 1, MPN_MEMOP_WAIT_GEQ));
+  mpn_keep(&first, mpn_memops_flush(&b));
+  for (int i = 0; i < g->n; i++)
+    if (!g->posts[i].send)
+      mpn_keep(&first, mpn_cuda_result(NULL,
+                                       cudaMemcpyAsync(g->posts[i].op->buf, g->posts[i].stage, g->posts[i].bytes,
+                                                       cudaMemcpyHostToDevice, g->side),
+                                       "copying a captured receive to the device"));
+  mpn_keep(&first, mpn_cuda_result(NULL, cudaEventRecord(g->join, g->side), "recording a captured group's end"));
+  return first;
+}
+
+/* The group of ops[i]'s stream: its captured messages in program order. */
+static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** out) {
+  mpn_ucx_ggroup_t* g = calloc(1, sizeof(*g));
+  gpost_t* posts = calloc((size_t)n, sizeof(*posts));
+  if (g == NULL || posts == NULL) {
+    free(g), free(posts);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
+  g->user = ops[i]->stream;
+  g->posts = posts;
+  for (int j = i; j < n; j++) {
+    mpn_op_t* op = ops[j];
+    if (op->stream != g->user || op->comm->cuda_dev != ops[i]->comm->cuda_dev || op->bytes == 0) continue;
+    int send = op->kind == MPN_OP_SEND;
+    uint64_t k = mpn_ucx_graph_count(op->comm, op->peer, send);
+    int src = send ? op->comm->rank : op->peer, dst = send ? op->peer : op->comm->rank;
+    posts[g->n++] = (gpost_t){.comm = op->comm, .op = op, .send = send, .peer = op->peer,
+                              .bytes = op->bytes, .tag = mpn_ucx_graph_tag(op->comm, src, dst, k)};
+  }
+  *out = g;
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) {
+  ncclResult_t first = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    if (!mpn_ucx_capturing(ops[i]->stream)) continue;
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++)
+      seen = ops[j]->stream == ops[i]->stream && ops[j]->comm->cuda_dev == ops[i]->comm->cuda_dev;
+    if (seen) continue;
+    cudaSetDevice(ops[i]->comm->cuda_dev);
+    mpn_ucx_ggroup_t* g = NULL;
+    ncclResult_t res = group_make(ops, n, i, &g);
+    if (res == ncclSuccess && g->n == 0) { /* only messages of no bytes */
+      group_free(g, 0);
+      continue;
+    }
+    if (res == ncclSuccess) res = group_alloc(g);
+    if (res == ncclSuccess) res = group_issue(drv, g);
+    if (g != NULL && res != ncclSuccess) {
+      group_free(g, 0);
+      g = NULL;
+    }
+    mpn_keep(&first, res);
+    if (g == NULL) continue;
+    g->next = pending;
+    pending = g;
+  }
+  return first;
+}
+
+ncclResult_t mpn_ucx_graph_join(mpn_op_t** ops, int n) {
+  ncclResult_t first = ncclSuccess;
+  while (pending) {
+    mpn_ucx_ggroup_t* g = pending;
+    pending = g->next;
+    mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(g->user, g->join, 0), "joining a captured UCX group"));
+    struct ncclComm* comm = g->posts[0].comm;
+    for (int i = 0; i < g->n; i++) g->posts[i].op = NULL; /* the ops go with the launch */
+    mpn_ucx_graph_keep(comm, g);
+  }
+  (void)ops, (void)n;
+  return first;
+}
+
+void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {
+  for (mpn_ucx_ggroup_t *g = list, *next; g; g = next) {
+    next = g->next;
+    group_free(g, leak);
+  }
+}
+
+void mpn_ucx_graph_push(mpn_ucx_ggroup_t** list, mpn_ucx_ggroup_t* g) {
+  g->next = *list;
+  *list = g;
+}

@@ -1,0 +1,47 @@
+/*
+ * graph.h - send/receive with UCX peers captured in CUDA graphs (graph.c):
+ * messages staged whole, their UCX operations posted by a host node at
+ * every replay.
+ */
+#ifndef MPN_UCX_GRAPH_H_
+#define MPN_UCX_GRAPH_H_
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "core/enqueue.h"
+#include "cuda/driver.h"
+#include "nccl.h"
+
+struct ncclComm;
+typedef struct mpn_ucx_ggroup mpn_ucx_ggroup_t;
+
+/** Whether stream s is being captured. */
+int mpn_ucx_capturing(cudaStream_t s);
+
+/**
+ * First step of a launch, with the uncaptured lanes' forks: the ops (all
+ * with UCX peers) on capturing streams are staged, posted and waited for on
+ * side streams forked from their streams now.
+ */
+ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n);
+
+/** Last step of a launch: the capturing streams wait for their side streams;
+ * the groups go to their communicators (freed with them). */
+ncclResult_t mpn_ucx_graph_join(mpn_op_t** ops, int n);
+
+/** Frees a communicator's captured groups (leak: UCX may still hold their buffers). */
+void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak);
+
+/** Adds g to list. */
+void mpn_ucx_graph_push(mpn_ucx_ggroup_t** list, mpn_ucx_ggroup_t* g);
+
+/* Provided by staged.c, which keeps the communicator's staging state. */
+
+/** The number of the next captured message to (send) or from peer on comm. */
+uint64_t mpn_ucx_graph_count(struct ncclComm* comm, int peer, int send);
+
+/** Hands g to comm (freed with its staging state). */
+void mpn_ucx_graph_keep(struct ncclComm* comm, mpn_ucx_ggroup_t* g);
+
+#endif /* MPN_UCX_GRAPH_H_ */

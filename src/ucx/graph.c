@@ -6,25 +6,33 @@
  * instead stages each message whole through pinned memory of its own, and
  * a host node of the graph posts that replay's UCX operations.  Per
  * capturing stream, on a side stream forked from it where the group starts:
+ *   a wait for the sends of the previous replay (their staging is reused;
+ *   every word starts at 1: nothing is under way before the first replay);
  *   the device-to-host copies of the sends;
  *   one host node that sets the group's completion words to 0 and posts
  *   every send and receive to the proxy (it makes no CUDA call and never
  *   waits: host functions of a process run on one thread);
- *   a stream wait for each word;
+ *   a stream wait for each receive's word;
  *   the host-to-device copies of the receives;
  * and the capturing stream waits for the side stream where the group ends.
  * The n-th captured send to a peer matches that peer's n-th captured
  * receive (tags of their own, mpn_ucx_graph_tag), and every replay repeats
- * them: UCX matches the messages of one endpoint in order.  What a capture
- * allocates (it switches the thread to relaxed capture mode for that) lives
- * until the communicator goes; a graph must not be replayed after that.
+ * them: UCX matches the messages of one endpoint in order, so both sides
+ * must capture alike and replay their graphs in the same order (the number
+ * is kept modulo 64).  A replay does not wait for its sends to be taken
+ * (as the uncaptured path does not), so a send and its receive may be in
+ * separate groups.  What a capture allocates (it switches the thread to
+ * relaxed capture mode for that) lives until the communicator goes; a
+ * graph must not be replayed after that.
  */
 #include "ucx/graph.h"
 
 #include <cuda.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "cuda/device.h"
@@ -63,7 +71,10 @@ int mpn_ucx_capturing(cudaStream_t s) {
   return cap != cudaStreamCaptureStatusNone;
 }
 
+/* Also while this thread captures (a failed fork): in relaxed mode. */
 static void group_free(mpn_ucx_ggroup_t* g, int leak) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   for (int i = 0; i < g->n; i++)
     if (g->posts[i].stage && !leak) cudaFreeHost(g->posts[i].stage);
   if (g->words && !leak) cudaFreeHost(g->words);
@@ -71,6 +82,7 @@ static void group_free(mpn_ucx_ggroup_t* g, int leak) {
   if (g->fork) cudaEventDestroy(g->fork);
   if (g->join) cudaEventDestroy(g->join);
   cudaGetLastError();
+  cudaThreadExchangeStreamCaptureMode(&mode);
   free(g->posts);
   free(g);
 }
@@ -83,6 +95,9 @@ static void CUDART_CB post_all(void* arg) {
     __atomic_store_n(&g->words[i], 0, __ATOMIC_RELEASE);
     if (mpn_ucx_tagged_on(p->comm, p->send, p->peer, p->stage, p->bytes, p->tag, NULL, &g->words[i], 1,
                           &g->error, NULL, 0) != ncclSuccess) {
+      int ok = ncclSuccess; /* the communicator reports it (ncclCommGetAsyncError) */
+      __atomic_compare_exchange_n(mpn_ucx_comm_error(p->comm), &ok, (int)ncclSystemError, 0,
+                                  __ATOMIC_RELEASE, __ATOMIC_RELAXED);
       __atomic_store_n(&g->error, (int)ncclSystemError, __ATOMIC_RELEASE);
       __atomic_store_n(&g->words[i], 1, __ATOMIC_RELEASE); /* nothing will come: let the stream go */
     }
@@ -100,7 +115,7 @@ static ncclResult_t group_alloc(mpn_ucx_ggroup_t* g) {
   if (err == cudaSuccess)
     err = cudaHostAlloc((void**)&g->words, (size_t)g->n * sizeof(uint64_t), cudaHostAllocPortable | cudaHostAllocMapped);
   if (err == cudaSuccess) {
-    memset(g->words, 0, (size_t)g->n * sizeof(uint64_t));
+    for (int i = 0; i < g->n; i++) g->words[i] = 1; /* nothing under way before the first replay */
     err = cudaHostGetDevicePointer(&d, g->words, 0);
   }
   for (int i = 0; i < g->n && err == cudaSuccess; i++)
@@ -116,6 +131,12 @@ static ncclResult_t group_issue(const mpn_driver_t* drv, mpn_ucx_ggroup_t* g) {
   mpn_keep(&first, mpn_cuda_result(NULL, cudaEventRecord(g->fork, g->user), "recording where a group starts"));
   mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(g->side, g->fork, 0), "forking a captured UCX group"));
   if (first != ncclSuccess) return first; /* the side stream is not in the capture */
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, g->side);
+  for (int i = 0; i < g->n; i++) /* the previous replay's sends, whose staging is reused */
+    if (g->posts[i].send)
+      mpn_keep(&first, mpn_memops_add(&b, g->dwords + (CUdeviceptr)i * sizeof(uint64_t), 1, MPN_MEMOP_WAIT_GEQ));
+  mpn_keep(&first, mpn_memops_flush(&b));
   for (int i = 0; i < g->n; i++)
     if (g->posts[i].send)
       mpn_keep(&first, mpn_cuda_result(NULL,
@@ -123,10 +144,10 @@ static ncclResult_t group_issue(const mpn_driver_t* drv, mpn_ucx_ggroup_t* g) {
                                                        cudaMemcpyDeviceToHost, g->side),
                                        "staging a captured send"));
   mpn_keep(&first, mpn_cuda_result(NULL, cudaLaunchHostFunc(g->side, post_all, g), "capturing the UCX posts"));
-  mpn_memops_t b;
   mpn_memops_init(&b, drv, g->side);
   for (int i = 0; i < g->n; i++)
-    mpn_keep(&first, mpn_memops_add(&b, g->dwords + (CUdeviceptr)i * sizeof(uint64_t), 1, MPN_MEMOP_WAIT_GEQ));
+    if (!g->posts[i].send)
+      mpn_keep(&first, mpn_memops_add(&b, g->dwords + (CUdeviceptr)i * sizeof(uint64_t), 1, MPN_MEMOP_WAIT_GEQ));
   mpn_keep(&first, mpn_memops_flush(&b));
   for (int i = 0; i < g->n; i++)
     if (!g->posts[i].send)
@@ -177,8 +198,9 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
       continue;
     }
     if (res == ncclSuccess) res = group_alloc(g);
-    if (res == ncclSuccess) res = group_issue(drv, g);
-    if (g != NULL && res != ncclSuccess) {
+    if (res == ncclSuccess) {
+      res = group_issue(drv, g); /* on failure the side stream may be in the capture: join it */
+    } else if (g != NULL) {
       group_free(g, 0);
       g = NULL;
     }
@@ -202,6 +224,16 @@ ncclResult_t mpn_ucx_graph_join(mpn_op_t** ops, int n) {
   }
   (void)ops, (void)n;
   return first;
+}
+
+int mpn_ucx_graph_quiesce(mpn_ucx_ggroup_t* list, const int* error, uint64_t deadline) {
+  for (mpn_ucx_ggroup_t* g = list; g; g = g->next)
+    for (int i = 0; i < g->n; i++)
+      while (__atomic_load_n(&g->words[i], __ATOMIC_ACQUIRE) == 0) {
+        if (__atomic_load_n(error, __ATOMIC_ACQUIRE) != ncclSuccess || mpn_chan_now_ns() > deadline) return 0;
+        usleep(20);
+      }
+  return 1;
 }
 
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {

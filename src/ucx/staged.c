@@ -28,9 +28,9 @@
  * group neither waits for them nor they for it.  Messages of a lane are
  * numbered in program order, the n-th send matching the peer's n-th
  * receive; chunks are matched by tag (destination, message, chunk), and both
- * sides must cut them alike (the same MPINCCL_UCX_CHUNK).  Not capturable in
- * CUDA graphs yet: the armed operations are host work a replay would not
- * repeat.
+ * sides must cut them alike (the same MPINCCL_UCX_CHUNK).  The armed
+ * operations are host work a replay would not repeat: messages captured in
+ * CUDA graphs take another way (graph.c).
  */
 #include "ucx/staged.h"
 
@@ -422,6 +422,7 @@ int mpn_ucx_staged_quiesce(struct ncclComm* comm) {
     cudaGetLastError();
     if (i % 2 == 0 && clean) clean = sends_done(comm, l, deadline);
   }
+  if (clean) clean = mpn_ucx_graph_quiesce(comm->staged->graphs, mpn_ucx_comm_error(comm), deadline);
   comm->staged->clean = clean && !failed;
   return comm->staged->clean;
 }

@@ -35,7 +35,8 @@ __device__ put_t load(const args_t& a, uint64_t index) {
       continue;
     }
     const uint64_t count = a.r[i].first + index;
-    const mpn_apply_desc_t* d = (const mpn_apply_desc_t*)a.r[i].ring + (count - 1) % MPN_APPLY_RING;
+    const uint64_t len = a.r[i].len ? a.r[i].len : MPN_APPLY_RING;
+    const mpn_apply_desc_t* d = (const mpn_apply_desc_t*)a.r[i].ring + (count - 1) % len;
     const uint64_t seen = __ldcv(&d->count), bytes = __ldcv(&d->bytes), offset = __ldcv(&d->offset);
     const uint32_t slot = __ldcv(&d->slot);
     if (seen != count) {

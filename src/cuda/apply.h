@@ -38,12 +38,13 @@ typedef struct {
   uint64_t bytes;
 } mpn_apply_win_t;
 
-/** The signals count first .. first + n - 1 of one ring (device address of its entry 0). */
+/** The signals count first .. first + n - 1 of one ring (device address of
+ * its entry 0; count c at entry (c - 1) % len, len 0 meaning MPN_APPLY_RING). */
 typedef struct {
   uint64_t ring;
   uint64_t first;
   uint32_t n;
-  uint32_t pad;
+  uint32_t len;
 } mpn_apply_range_t;
 
 /** Ranges per launch (the table is the kernel's argument). */

@@ -35,6 +35,7 @@
 #include "rma/window.h"
 #include "transport.h"
 #ifdef HAVE_UCX
+#include "ucx/graph.h"
 #include "ucx/staged.h"
 #include "ucx/winstage.h"
 #endif
@@ -90,19 +91,11 @@ static int over_ucx(const struct ncclComm* comm, int peer) {
   return comm->transport[peer] == MPN_TRANSPORT_UCX;
 }
 
-/* A peer over UCX: not while capturing, and only once a window gave the
- * communicator its signal area. */
+/* A peer over UCX: only once a window gave the communicator its signal area. */
 static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
   struct ncclComm* comm = op->comm;
   if (!over_ucx(comm, peer)) return ncclSuccess;
 #ifdef HAVE_UCX
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
-  if (cap != cudaStreamCaptureStatusNone)
-    return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "%s with peer %d: transfers over UCX cannot be captured in a CUDA graph in "
-                      "this version of mpinccl",
-                      fn, peer);
   if (!mpn_ucx_rma_ready(comm))
     return MPN_REFUSE(comm, ncclInvalidUsage,
                       "%s with peer %d: one-sided operations over UCX need a window registered "
@@ -254,11 +247,18 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
                              cudaStream_t s, int graph) {
   int nctx = comm->config.num_rma_ctx;
 #ifdef HAVE_UCX
-  if (over_ucx(comm, d->peer)) { /* the counter the peer's atomic adds reach (checked: not a graph) */
+  if (over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
     uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
     *expected += (uint64_t)d->opCnt;
     return sink_add(to_sink, mpn_ucx_rma_counter(comm, d->peer, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
+  for (int k = 0; over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
+    int slot = 0;
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[d->peer * nctx + d->ctx],
+                         d->ctx, &slot));
+    MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
+  }
+  if (over_ucx(comm, d->peer)) return ncclSuccess;
 #endif
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, d->peer, &to, &from));
@@ -282,10 +282,23 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   return ncclSuccess;
 }
 
+#ifdef HAVE_UCX
+/* A put or signal to a UCX peer captured in a graph: its slot, then its
+ * stream work (ucx/winstage.c). */
+static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
+  struct ncclComm* comm = op->comm;
+  int slot = 0;
+  MPN_CHECK(graph_slot(comm, op_name(op->kind),
+                       &comm->rma->graph_sent[op->peer * comm->config.num_rma_ctx + op->ctx], op->ctx, &slot));
+  return mpn_ucx_rma_graph_signal(drv, op, slot);
+}
+#endif
+
 /* After the waits of stream s: the kernel that lands the puts signalled by
  * UCX peers, per wait op, from the counts its waits reached (ex[], in the
- * order the waits were added). */
-static ncclResult_t land_ucx(mpn_op_t** ops, int n, cudaStream_t s, const uint64_t* ex) {
+ * order the waits were added; captured: the first slot of each, ucx/winstage.c). */
+static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
+                             const uint64_t* ex, int graph) {
 #ifdef HAVE_UCX
   int j = 0;
   for (int i = 0; i < n; i++) {
@@ -307,12 +320,14 @@ static ncclResult_t land_ucx(mpn_op_t** ops, int n, cudaStream_t s, const uint64
         peer[k] = op->descs[d].peer, ctx[k] = op->descs[d].ctx, cnt[k] = op->descs[d].opCnt;
         expected[k++] = ex[j];
       }
-    if (res == ncclSuccess && k) res = mpn_ucx_rma_apply(op->comm, peer, ctx, expected, cnt, k, s);
+    if (res == ncclSuccess && k)
+      res = graph ? mpn_ucx_rma_graph_land(drv, op->comm, peer, ctx, expected, cnt, k, s)
+                  : mpn_ucx_rma_apply(op->comm, peer, ctx, expected, cnt, k, s);
     free(peer), free(ctx), free(cnt), free(expected);
     MPN_CHECK(res);
   }
 #else
-  (void)ops, (void)n, (void)s, (void)ex;
+  (void)drv, (void)ops, (void)n, (void)s, (void)ex, (void)graph;
 #endif
   return ncclSuccess;
 }
@@ -335,13 +350,18 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
     if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, graph);
+#ifdef HAVE_UCX
+    if (!wait && over_ucx(op->comm, op->peer) && graph) res = ucx_graph_signal(drv, op);
+#endif
     for (int d = 0; wait && d < op->ndesc && res == ncclSuccess; d++, j++) {
+      size_t pc = (size_t)op->descs[d].peer * (size_t)op->comm->config.num_rma_ctx + (size_t)op->descs[d].ctx;
+      uint64_t first_slot = op->comm->rma->graph_expected[pc]; /* captured: where its slots start */
       res = add_wait(&to, op->comm, &op->descs[d], s, graph);
-      ex[j] = op->comm->rma->expected[op->descs[d].peer * op->comm->config.num_rma_ctx + op->descs[d].ctx];
+      ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
     }
   }
   if (res == ncclSuccess) res = mpn_memops_flush(&b);
-  if (res == ncclSuccess && wait && !graph) res = land_ucx(ops, n, s, ex);
+  if (res == ncclSuccess && wait) res = land_ucx(drv, ops, n, s, ex, graph);
   free(ex);
   return res;
 }
@@ -484,6 +504,9 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || !over_ucx(op->comm, op->peer)) continue;
+#ifdef HAVE_UCX
+    if (mpn_ucx_capturing(op->stream)) continue; /* slots, not counts (issue_signals) */
+#endif
     op->seq = ++op->comm->rma->sent[op->peer * op->comm->config.num_rma_ctx + op->ctx];
     net[nnet++] = op;
   }

@@ -209,11 +209,6 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                    : op->kind == MPN_OP_SIGNAL ? "ncclSignal"
                                                : "ncclPutSignal";
   int captured = mpn_ucx_capturing(op->stream);
-  if (captured && is_put(op))
-    return mpn_error_set(comm, ncclInvalidUsage,
-                         "%s with peer %d: one-sided transfers over UCX cannot be captured in a "
-                         "CUDA graph in this version of mpinccl",
-                         fn, op->peer);
   if (mpn_ucx_comm_peer(comm, op->peer) == NULL)
     return mpn_error_set(comm, ncclInternalError, "%s: rank %d has no UCX address of rank %d", fn,
                          comm->rank, op->peer);
@@ -229,7 +224,8 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                          fn, op->peer);
   lane_t* l;
   if (op->bytes == 0 && !is_put(op)) return ncclSuccess;
-  if (captured) return staged_get(comm); /* staged whole at capture (graph.c) */
+  if (captured) /* staged whole at capture: graph.c, or winstage.c for one-sided calls */
+    return is_put(op) ? ncclSuccess : staged_get(comm);
   MPN_CHECK(lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l));
   return lane_fit(comm, l, op->bytes);
 }

@@ -33,6 +33,7 @@
 #include "ucx/proxy.h"
 #include "ucx/rma.h"
 #include "ucx/staged.h"
+#include "cuda/memop.h"
 
 struct mpn_ucx_win {
   int slot;                    /* in the kernel's window table */
@@ -42,11 +43,25 @@ struct mpn_ucx_win {
   struct mpn_ucx_win* next;    /* retired windows */
 };
 
+/* A captured put or signal (sender) or captured waits (target), kept for
+ * the host nodes of every replay (mpn_ucx_rma_graph_*). */
+typedef struct gnode {
+  struct ncclComm* comm;
+  int n;                       /* commands per replay */
+  mpn_ucx_cmd_t* cmds;         /* posted as they are at each replay */
+  uint64_t* zero;              /* sender: its flag of the slot, zeroed before posting */
+  char* stage;                 /* sender: pinned copy of the put's source */
+  uint64_t done;               /* completions (nobody waits for them) */
+  int error;
+  struct gnode* next;
+} gnode_t;
+
 struct mpn_ucx_rma {
   int nctx;
-  char* area;                  /* pinned, mapped: counters, rings, then the error word */
+  char* area;                  /* pinned, mapped: counters, rings, graph slots, then the error word */
   CUdeviceptr darea;
-  size_t rings_at, error_at, bytes;
+  size_t rings_at, gsig_at, gdesc_at, gfree_at, error_at, bytes;
+  gnode_t* graphs;             /* captured operations, freed with the communicator */
   mpn_ucx_region_t* region;
   mpn_apply_win_t* wins;       /* pinned, mapped: the kernel's window table */
   CUdeviceptr dwins;
@@ -86,10 +101,16 @@ static ncclResult_t state_make(struct ncclComm* comm) {
   if (r == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
   r->nctx = comm->config.num_rma_ctx;
   size_t pairs = (size_t)comm->nranks * (size_t)r->nctx;
+  size_t slots = (size_t)comm->nranks * MPN_UCX_GRAPH_SLOTS;
   r->rings_at = pairs * sizeof(uint64_t);
-  r->error_at = r->rings_at + pairs * MPN_APPLY_RING * sizeof(mpn_apply_desc_t);
+  r->gsig_at = r->rings_at + pairs * MPN_APPLY_RING * sizeof(mpn_apply_desc_t);
+  r->gdesc_at = r->gsig_at + slots * sizeof(uint64_t);
+  r->gfree_at = r->gdesc_at + slots * sizeof(mpn_apply_desc_t);
+  r->error_at = r->gfree_at + slots * sizeof(uint64_t);
   r->bytes = r->error_at + 64;
   cudaError_t err = mapped_alloc(r->bytes, (void**)&r->area, &r->darea);
+  for (size_t i = 0; err == cudaSuccess && i < slots; i++) /* every graph slot starts free */
+    ((uint64_t*)(r->area + r->gfree_at))[i] = 1;
   if (err == cudaSuccess) err = mapped_alloc(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
   ncclResult_t mine = err == cudaSuccess ? ncclSuccess : mpn_cuda_result(comm, err, "allocating the UCX signal area");
   /* Every rank joins the exchange; one that failed maps nothing and all fail. */
@@ -183,6 +204,12 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
     next = w->next;
     win_free(w, leak);
   }
+  for (gnode_t *g = r->graphs, *next; g; g = next) {
+    next = g->next;
+    if (g->stage && !leak) cudaFreeHost(g->stage);
+    free(g->cmds);
+    free(g);
+  }
   for (int i = 0; i < MPN_APPLY_WINDOWS; i++)
     if (r->slots[i]) win_free(r->slots[i], leak);
   state_free(r, leak);
@@ -262,4 +289,143 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
                 "context were outstanding (signalled, not yet waited for)",
                 MPN_APPLY_RING);
   mpn_comm_set_async(comm, ncclInvalidUsage);
+}
+
+/* ---- one-sided calls captured in CUDA graphs ----
+ *
+ * Running counts cannot be captured, so each captured signal from A to B
+ * has a slot of its own (the n-th captured signal on a context matching
+ * the n-th captured wait count, as within a host): B's "gsig" word, B's
+ * descriptor, and A's "gfree" word, which starts at 1.  A replay on A waits
+ * for gfree, stages the put, and a host node zeroes gfree and posts the
+ * put, fence, descriptor, fence, add of 1 to gsig.  On B the captured wait
+ * waits for gsig, lands the put (the kernel, descriptor by slot), zeroes
+ * gsig and a host node puts 1 into A's gfree: the slot is A's again.  Host
+ * nodes make no CUDA call and never wait. */
+
+static void CUDART_CB gnode_post(void* arg) {
+  gnode_t* g = arg;
+  if (g->zero) __atomic_store_n(g->zero, 0, __ATOMIC_RELEASE);
+  for (int i = 0; i < g->n; i++)
+    if (mpn_ucx_proxy_post(&g->cmds[i]) != ncclSuccess) {
+      int ok = ncclSuccess; /* the communicator reports it */
+      __atomic_compare_exchange_n(mpn_ucx_comm_error(g->comm), &ok, (int)ncclSystemError, 0,
+                                  __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    }
+}
+
+static ncclResult_t gnode_make(struct ncclComm* comm, int n, size_t stage, gnode_t** out) {
+  gnode_t* g = calloc(1, sizeof(*g));
+  mpn_ucx_cmd_t* cmds = calloc((size_t)n, sizeof(*cmds));
+  if (g == NULL || cmds == NULL) {
+    free(g), free(cmds);
+    return mpn_error_set(comm, ncclSystemError, "out of memory");
+  }
+  g->comm = comm;
+  g->n = n;
+  g->cmds = cmds;
+  cudaError_t err = cudaSuccess;
+  if (stage) { /* while capturing: in relaxed mode */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    err = cudaHostAlloc((void**)&g->stage, stage, cudaHostAllocPortable);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+  }
+  if (err != cudaSuccess) {
+    free(cmds), free(g);
+    return mpn_cuda_result(comm, err, "staging a captured put over UCX");
+  }
+  *out = g;
+  return ncclSuccess;
+}
+
+static void gnode_keep(struct mpn_ucx_rma* r, gnode_t* g) {
+  g->next = r->graphs;
+  r->graphs = g;
+}
+
+static size_t per_ctx(const struct mpn_ucx_rma* r) { return MPN_UCX_GRAPH_SLOTS / (size_t)r->nctx; }
+
+ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot) {
+  struct ncclComm* comm = op->comm;
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  size_t bytes = op->kind == MPN_OP_PUT_SIGNAL ? op->bytes : 0, me = (size_t)comm->rank;
+  gnode_t* g = NULL;
+  MPN_CHECK(gnode_make(comm, 1, bytes, &g));
+  const mpn_ucx_win_t* w = bytes ? op->win->ucx : NULL;
+  mpn_apply_desc_t d = {.count = (uint64_t)slot - (uint64_t)op->ctx * per_ctx(r) + 1,
+                        .slot = w ? (uint32_t)w->slot : MPN_APPLY_NO_WINDOW,
+                        .offset = op->offset, .bytes = bytes};
+  mpn_ucx_remote_t* area = mpn_ucx_region_remote(r->region, op->peer);
+  g->cmds[0] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx,
+                               .peer = mpn_ucx_comm_peer(comm, op->peer), .buf = g->stage,
+                               .bytes = bytes, .flag = &g->done, .value = 1, .error = &g->error,
+                               .owner_error = mpn_ucx_comm_error(comm),
+                               .dst = w ? mpn_ucx_region_remote(w->region, op->peer) : NULL,
+                               .dst_offset = op->offset, .signal = area,
+                               .signal_offset = r->gsig_at + (me * MPN_UCX_GRAPH_SLOTS + (size_t)slot) * 8,
+                               .desc = area,
+                               .desc_offset = r->gdesc_at + (me * MPN_UCX_GRAPH_SLOTS + (size_t)slot) * sizeof(d)};
+  memcpy(g->cmds[0].desc_bytes, &d, sizeof(d));
+  size_t free_at = r->gfree_at + ((size_t)op->peer * MPN_UCX_GRAPH_SLOTS + (size_t)slot) * 8;
+  g->zero = (uint64_t*)(r->area + free_at);
+  gnode_keep(r, g); /* freed with the communicator, whatever happens below */
+  ncclResult_t first = ncclSuccess;
+  mpn_memops_t b; /* the slot is ours again once the peer landed its last replay */
+  mpn_memops_init(&b, drv, op->stream);
+  mpn_keep(&first, mpn_memops_add(&b, r->darea + free_at, 1, MPN_MEMOP_WAIT_GEQ));
+  mpn_keep(&first, mpn_memops_flush(&b));
+  if (bytes)
+    mpn_keep(&first, mpn_cuda_result(comm, cudaMemcpyAsync(g->stage, op->buf, bytes, cudaMemcpyDeviceToHost, op->stream),
+                                     "staging a captured put"));
+  mpn_keep(&first, mpn_cuda_result(comm, cudaLaunchHostFunc(op->stream, gnode_post, g), "capturing a UCX put"));
+  return first;
+}
+
+CUdeviceptr mpn_ucx_rma_graph_flag(struct ncclComm* comm, int peer, int slot) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  return r->darea + r->gsig_at + ((CUdeviceptr)peer * MPN_UCX_GRAPH_SLOTS + (CUdeviceptr)slot) * 8;
+}
+
+ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* comm, const int* peer,
+                                    const int* ctx, const uint64_t* first_k, const int* n, int count,
+                                    cudaStream_t stream) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  static uint64_t one = 1; /* what the host node puts into the peers' gfree words */
+  int total = 0;
+  for (int i = 0; i < count; i++) total += n[i];
+  if (total == 0) return ncclSuccess;
+  gnode_t* g = NULL;
+  MPN_CHECK(gnode_make(comm, total, 0, &g));
+  gnode_keep(r, g);
+  ncclResult_t first = ncclSuccess;
+  mpn_apply_range_t ranges[MPN_APPLY_RANGES];
+  int k = 0;
+  for (int i = 0; i <= count; i++) { /* the puts, from the descriptors of their slots */
+    if (k == MPN_APPLY_RANGES || (i == count && k > 0)) {
+      cudaError_t err = mpn_apply_launch((uint64_t)r->dwins, ranges, k, (uint64_t)(r->darea + r->error_at), stream);
+      mpn_keep(&first, mpn_cuda_result(comm, err, "capturing the kernel that lands puts over UCX"));
+      k = 0;
+    }
+    if (i == count || n[i] <= 0) continue;
+    size_t base = (size_t)peer[i] * MPN_UCX_GRAPH_SLOTS + (size_t)ctx[i] * per_ctx(r);
+    ranges[k++] = (mpn_apply_range_t){.ring = (uint64_t)(r->darea + r->gdesc_at + base * sizeof(mpn_apply_desc_t)),
+                                      .first = first_k[i] + 1, .n = (uint32_t)n[i], .len = (uint32_t)per_ctx(r)};
+  }
+  mpn_memops_t b; /* the slots are empty again, then their senders hear of it */
+  mpn_memops_init(&b, drv, stream);
+  for (int i = 0, c = 0; i < count; i++)
+    for (int j = 0; j < n[i]; j++, c++) {
+      size_t slot = (size_t)ctx[i] * per_ctx(r) + (size_t)first_k[i] + (size_t)j;
+      mpn_keep(&first, mpn_memops_add(&b, mpn_ucx_rma_graph_flag(comm, peer[i], (int)slot), 0, MPN_MEMOP_WRITE));
+      g->cmds[c] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx,
+                                   .peer = mpn_ucx_comm_peer(comm, peer[i]), .buf = &one, .bytes = 8,
+                                   .flag = &g->done, .value = 1, .error = &g->error,
+                                   .owner_error = mpn_ucx_comm_error(comm),
+                                   .dst = mpn_ucx_region_remote(r->region, peer[i]),
+                                   .dst_offset = r->gfree_at + ((size_t)comm->rank * MPN_UCX_GRAPH_SLOTS + slot) * 8};
+    }
+  mpn_keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, mpn_cuda_result(comm, cudaLaunchHostFunc(stream, gnode_post, g), "capturing the release of UCX signal slots"));
+  return first;
 }

@@ -12,11 +12,16 @@
 #include <stdint.h>
 
 #include "core/enqueue.h"
+#include "cuda/driver.h"
 #include "nccl.h"
 #include "ucx/net.h"
 
 struct ncclComm;
 typedef struct mpn_ucx_win mpn_ucx_win_t;
+
+/** Signal slots per peer for one-sided calls captured in CUDA graphs (the
+ * path within a host has as many, MPN_PAIR_RMA_GRAPH, split among contexts). */
+#define MPN_UCX_GRAPH_SLOTS 256
 
 /**
  * Collective over comm (which has UCX state): makes the communicator's
@@ -58,6 +63,26 @@ CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx);
  */
 ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int* ctx,
                                const uint64_t* expected, const int* n, int count, cudaStream_t stream);
+
+/**
+ * A put or signal with a UCX peer captured in a CUDA graph, in the slot
+ * given (rma.c numbers captured signals per peer and context as it does
+ * within a host): enqueued on op's stream (see winstage.c).
+ */
+ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot);
+
+/** Device address of the word a captured wait for peer's signal in slot waits on (>= 1). */
+CUdeviceptr mpn_ucx_rma_graph_flag(struct ncclComm* comm, int peer, int slot);
+
+/**
+ * After a captured wait's stream waits (on mpn_ucx_rma_graph_flag): lands
+ * the puts of the count signals from peer[i] on ctx[i] in that context's
+ * slots first_k[i] .. first_k[i] + n[i] - 1, empties the slots and gives
+ * them back to their senders, on stream.
+ */
+ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* comm, const int* peer,
+                                    const int* ctx, const uint64_t* first_k, const int* n, int count,
+                                    cudaStream_t stream);
 
 /** Whether comm can take one-sided operations over UCX (a window was registered). */
 int mpn_ucx_rma_ready(const struct ncclComm* comm);

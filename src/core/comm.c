@@ -109,6 +109,7 @@ void mpn_comm_free(struct ncclComm* comm) {
   if (comm->ucx_clean) mpn_ucx_rma_free(comm, 0);
   mpn_ucx_comm_free(comm);
   if (!comm->ucx_clean) mpn_ucx_rma_free(comm, 1);
+  mpn_ucx_rma_free_graphs(comm, !comm->ucx_clean);
   mpn_ucx_staged_free(comm);
 #endif
   mpn_comm_free_registrations(comm);

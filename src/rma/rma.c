@@ -96,6 +96,11 @@ static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
   struct ncclComm* comm = op->comm;
   if (!over_ucx(comm, peer)) return ncclSuccess;
 #ifdef HAVE_UCX
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+  if (cap == cudaStreamCaptureStatusInvalidated)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s with peer %d: the stream's capture was invalidated", fn,
+                      peer);
   if (!mpn_ucx_rma_ready(comm))
     return MPN_REFUSE(comm, ncclInvalidUsage,
                       "%s with peer %d: one-sided operations over UCX need a window registered "
@@ -283,6 +288,8 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
 }
 
 #ifdef HAVE_UCX
+_Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers the UCX slots too");
+
 /* A put or signal to a UCX peer captured in a graph: its slot, then its
  * stream work (ucx/winstage.c). */
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
@@ -351,7 +358,10 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
     if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, graph);
 #ifdef HAVE_UCX
-    if (!wait && over_ucx(op->comm, op->peer) && graph) res = ucx_graph_signal(drv, op);
+    if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
+      res = mpn_memops_flush(&b);
+      if (res == ncclSuccess) res = ucx_graph_signal(drv, op);
+    }
 #endif
     for (int d = 0; wait && d < op->ndesc && res == ncclSuccess; d++, j++) {
       size_t pc = (size_t)op->descs[d].peer * (size_t)op->comm->config.num_rma_ctx + (size_t)op->descs[d].ctx;

@@ -204,16 +204,21 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
     next = w->next;
     win_free(w, leak);
   }
-  for (gnode_t *g = r->graphs, *next; g; g = next) {
+  comm->ucx_rma_graphs = r->graphs; /* the proxy may still complete their commands */
+  for (int i = 0; i < MPN_APPLY_WINDOWS; i++)
+    if (r->slots[i]) win_free(r->slots[i], leak);
+  state_free(r, leak);
+  comm->ucx_rma = NULL;
+}
+
+void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
+  for (gnode_t *g = comm->ucx_rma_graphs, *next; g; g = next) {
     next = g->next;
     if (g->stage && !leak) cudaFreeHost(g->stage);
     free(g->cmds);
     free(g);
   }
-  for (int i = 0; i < MPN_APPLY_WINDOWS; i++)
-    if (r->slots[i]) win_free(r->slots[i], leak);
-  state_free(r, leak);
-  comm->ucx_rma = NULL;
+  comm->ucx_rma_graphs = NULL;
 }
 
 ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t len, int last,

@@ -98,6 +98,10 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm);
  */
 void mpn_ucx_rma_free(struct ncclComm* comm, int leak);
 
+/** Frees what comm's captured one-sided calls hold (after its UCX work was
+ * closed: the proxy writes into it until then; leak as for mpn_ucx_rma_free). */
+void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak);
+
 /** A peer found gone (watchdog): every wait for its signals is let go. */
 void mpn_ucx_rma_release_peer(struct ncclComm* comm, int peer);
 

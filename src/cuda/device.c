@@ -44,6 +44,22 @@ ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char*
   return res;
 }
 
+cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev) {
+  void* d = NULL;
+  *host = NULL;
+  cudaError_t err = cudaHostAlloc(host, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (err == cudaSuccess) {
+    memset(*host, 0, bytes);
+    err = cudaHostGetDevicePointer(&d, *host, 0);
+  }
+  if (err != cudaSuccess && *host) {
+    cudaFreeHost(*host);
+    *host = NULL;
+  }
+  *dev = (CUdeviceptr)d;
+  return err;
+}
+
 void mpn_cuda_context_start(int dev) {
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == dev) cudaFree(NULL);

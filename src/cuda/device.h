@@ -6,7 +6,9 @@
 #ifndef MPN_CUDA_DEVICE_H_
 #define MPN_CUDA_DEVICE_H_
 
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <stddef.h>
 
 #include "nccl.h"
 
@@ -37,6 +39,10 @@ void mpn_cuda_context_start(int dev);
  * comm, which may be NULL) as "<what> failed: <CUDA's text>", logged at WARN,
  * and CUDA's last error is cleared. */
 ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char* what);
+
+/** Pinned host memory mapped for the GPU, zeroed: *host and its device
+ * address *dev; on failure nothing is held (*host NULL). */
+cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev);
 
 /** Describes device dev. */
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out);

@@ -508,9 +508,10 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
-  int nnet = 0; /* puts and signals over UCX, numbered in program order */
-  mpn_op_t** net = calloc((size_t)n + 1, sizeof(*net));
-  if (net == NULL && res == ncclSuccess) res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+  int nnet = 0, ucx = 0; /* puts and signals over UCX, numbered in program order */
+  for (i = 0; i < n; i++) ucx += ops[i]->kind != MPN_OP_WAIT_SIGNAL && over_ucx(ops[i]->comm, ops[i]->peer);
+  mpn_op_t** net = ucx ? calloc((size_t)ucx, sizeof(*net)) : NULL; /* none within a host */
+  if (ucx && net == NULL && res == ncclSuccess) res = mpn_error_set(NULL, ncclSystemError, "out of memory");
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || !over_ucx(op->comm, op->peer)) continue;

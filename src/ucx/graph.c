@@ -108,20 +108,14 @@ static void CUDART_CB post_all(void* arg) {
 static ncclResult_t group_alloc(mpn_ucx_ggroup_t* g) {
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
-  void* d = NULL;
   cudaError_t err = cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming);
-  if (err == cudaSuccess)
-    err = cudaHostAlloc((void**)&g->words, (size_t)g->n * sizeof(uint64_t), cudaHostAllocPortable | cudaHostAllocMapped);
-  if (err == cudaSuccess) {
-    for (int i = 0; i < g->n; i++) g->words[i] = 1; /* nothing under way before the first replay */
-    err = cudaHostGetDevicePointer(&d, g->words, 0);
-  }
+  if (err == cudaSuccess) err = mpn_cuda_host_mapped((size_t)g->n * sizeof(uint64_t), (void**)&g->words, &g->dwords);
+  for (int i = 0; err == cudaSuccess && i < g->n; i++) g->words[i] = 1; /* nothing under way before the first replay */
   for (int i = 0; i < g->n && err == cudaSuccess; i++)
     err = cudaHostAlloc((void**)&g->posts[i].stage, g->posts[i].bytes, cudaHostAllocPortable);
   cudaThreadExchangeStreamCaptureMode(&mode);
-  g->dwords = (CUdeviceptr)d;
   return mpn_cuda_result(NULL, err, "allocating the staging of a captured transfer over UCX");
 }
 

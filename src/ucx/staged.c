@@ -134,19 +134,13 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   l->depth = (int)mpn_param_int(MPN_PARAM_UCX_DEPTH);
   l->dev = comm->cuda_dev;
   size_t words = 2 * (size_t)l->depth * sizeof(uint64_t);
-  void* d = NULL;
   cudaError_t err = cudaSetDevice(comm->cuda_dev);
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&l->joined, cudaEventDisableTiming);
   if (err == cudaSuccess)
     err = cudaHostAlloc((void**)&l->buf, (size_t)l->depth * l->chunk, cudaHostAllocPortable);
   l->size = l->chunk;
-  if (err == cudaSuccess)
-    err = cudaHostAlloc((void**)&l->words, words, cudaHostAllocPortable | cudaHostAllocMapped);
-  if (err == cudaSuccess) {
-    memset(l->words, 0, words);
-    err = cudaHostGetDevicePointer(&d, l->words, 0);
-  }
+  if (err == cudaSuccess) err = mpn_cuda_host_mapped(words, (void**)&l->words, &l->dwords);
   if (err != cudaSuccess) {
     ncclResult_t res = mpn_error_set(comm, ncclUnhandledCudaError,
                                      "staging for rank %d over UCX (a stream, %d x %zu bytes: "
@@ -155,7 +149,6 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
     lane_free(l);
     return res;
   }
-  l->dwords = (CUdeviceptr)d;
   return ncclSuccess;
 }
 

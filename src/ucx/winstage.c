@@ -70,22 +70,6 @@ struct mpn_ucx_rma {
   int reported;
 };
 
-/* Pinned host memory mapped for the GPU, zeroed. */
-static cudaError_t mapped_alloc(size_t bytes, void** host, CUdeviceptr* dev) {
-  void* d = NULL;
-  cudaError_t err = cudaHostAlloc(host, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
-  if (err == cudaSuccess) {
-    memset(*host, 0, bytes);
-    err = cudaHostGetDevicePointer(&d, *host, 0);
-  }
-  if (err != cudaSuccess && *host) {
-    cudaFreeHost(*host);
-    *host = NULL;
-  }
-  *dev = (CUdeviceptr)d;
-  return err;
-}
-
 static void state_free(struct mpn_ucx_rma* r, int leak) {
   if (r->region && leak) mpn_ucx_region_forget_keys(r->region);
   if (r->region) mpn_ucx_region_free(r->region);
@@ -108,10 +92,10 @@ static ncclResult_t state_make(struct ncclComm* comm) {
   r->gfree_at = r->gdesc_at + slots * sizeof(mpn_apply_desc_t);
   r->error_at = r->gfree_at + slots * sizeof(uint64_t);
   r->bytes = r->error_at + 64;
-  cudaError_t err = mapped_alloc(r->bytes, (void**)&r->area, &r->darea);
+  cudaError_t err = mpn_cuda_host_mapped(r->bytes, (void**)&r->area, &r->darea);
   for (size_t i = 0; err == cudaSuccess && i < slots; i++) /* every graph slot starts free */
     ((uint64_t*)(r->area + r->gfree_at))[i] = 1;
-  if (err == cudaSuccess) err = mapped_alloc(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
+  if (err == cudaSuccess) err = mpn_cuda_host_mapped(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
   ncclResult_t mine = err == cudaSuccess ? ncclSuccess : mpn_cuda_result(comm, err, "allocating the UCX signal area");
   /* Every rank joins the exchange; one that failed maps nothing and all fail. */
   ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? r->area : NULL, r->bytes, &r->region);
@@ -140,7 +124,7 @@ ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t byte
                          "ncclCommWindowRegister: more than %d windows at once with peers over UCX",
                          MPN_APPLY_WINDOWS);
   if (mine == ncclSuccess) {
-    cudaError_t err = mapped_alloc(bytes, (void**)&w->mirror, &dmirror);
+    cudaError_t err = mpn_cuda_host_mapped(bytes, (void**)&w->mirror, &dmirror);
     if (err != cudaSuccess) mine = mpn_cuda_result(comm, err, "allocating a window's host mirror for UCX peers");
   }
   mpn_ucx_region_t* region = NULL;
@@ -261,24 +245,40 @@ CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx) {
   return r->darea + ((CUdeviceptr)peer * (CUdeviceptr)r->nctx + (CUdeviceptr)ctx) * sizeof(uint64_t);
 }
 
+/* Ranges of the landing kernel, launched MPN_APPLY_RANGES at a time. */
+typedef struct {
+  mpn_apply_range_t r[MPN_APPLY_RANGES];
+  int k;
+} ranges_t;
+
+static ncclResult_t ranges_flush(struct ncclComm* comm, ranges_t* b, cudaStream_t stream) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  cudaError_t err = b->k ? mpn_apply_launch((uint64_t)r->dwins, b->r, b->k, (uint64_t)(r->darea + r->error_at), stream)
+                         : cudaSuccess;
+  b->k = 0;
+  return mpn_cuda_result(comm, err, "launching the kernel that lands puts over UCX");
+}
+
+static ncclResult_t ranges_add(struct ncclComm* comm, ranges_t* b, mpn_apply_range_t range, cudaStream_t stream) {
+  if (b->k == MPN_APPLY_RANGES) MPN_CHECK(ranges_flush(comm, b, stream));
+  b->r[b->k++] = range;
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int* ctx,
                                const uint64_t* expected, const int* n, int count, cudaStream_t stream) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
-  mpn_apply_range_t ranges[MPN_APPLY_RANGES];
-  int k = 0;
-  for (int i = 0; i <= count; i++) {
-    if (k == MPN_APPLY_RANGES || (i == count && k > 0)) {
-      cudaError_t err = mpn_apply_launch((uint64_t)r->dwins, ranges, k, (uint64_t)(r->darea + r->error_at), stream);
-      if (err != cudaSuccess) return mpn_cuda_result(comm, err, "launching the kernel that lands puts over UCX");
-      k = 0;
-    }
-    if (i == count || n[i] <= 0) continue;
+  ranges_t b = {.k = 0};
+  for (int i = 0; i < count; i++) {
+    if (n[i] <= 0) continue;
     size_t pair = (size_t)peer[i] * (size_t)r->nctx + (size_t)ctx[i];
-    ranges[k++] = (mpn_apply_range_t){
-        .ring = (uint64_t)(r->darea + r->rings_at + pair * MPN_APPLY_RING * sizeof(mpn_apply_desc_t)),
-        .first = expected[i] - (uint64_t)n[i] + 1, .n = (uint32_t)n[i]};
+    MPN_CHECK(ranges_add(comm, &b,
+                         (mpn_apply_range_t){
+                             .ring = (uint64_t)(r->darea + r->rings_at + pair * MPN_APPLY_RING * sizeof(mpn_apply_desc_t)),
+                             .first = expected[i] - (uint64_t)n[i] + 1, .n = (uint32_t)n[i]},
+                         stream));
   }
-  return ncclSuccess;
+  return ranges_flush(comm, &b, stream);
 }
 
 void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
@@ -404,19 +404,17 @@ ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* co
   MPN_CHECK(gnode_make(comm, total, 0, &g));
   gnode_keep(r, g);
   ncclResult_t first = ncclSuccess;
-  mpn_apply_range_t ranges[MPN_APPLY_RANGES];
-  int k = 0;
-  for (int i = 0; i <= count; i++) { /* the puts, from the descriptors of their slots */
-    if (k == MPN_APPLY_RANGES || (i == count && k > 0)) {
-      cudaError_t err = mpn_apply_launch((uint64_t)r->dwins, ranges, k, (uint64_t)(r->darea + r->error_at), stream);
-      mpn_keep(&first, mpn_cuda_result(comm, err, "capturing the kernel that lands puts over UCX"));
-      k = 0;
-    }
-    if (i == count || n[i] <= 0) continue;
+  ranges_t rb = {.k = 0};
+  for (int i = 0; i < count; i++) { /* the puts, from the descriptors of their slots */
+    if (n[i] <= 0) continue;
     size_t base = (size_t)peer[i] * MPN_UCX_GRAPH_SLOTS + (size_t)ctx[i] * per_ctx(r);
-    ranges[k++] = (mpn_apply_range_t){.ring = (uint64_t)(r->darea + r->gdesc_at + base * sizeof(mpn_apply_desc_t)),
-                                      .first = first_k[i] + 1, .n = (uint32_t)n[i], .len = (uint32_t)per_ctx(r)};
+    mpn_keep(&first, ranges_add(comm, &rb,
+                                (mpn_apply_range_t){
+                                    .ring = (uint64_t)(r->darea + r->gdesc_at + base * sizeof(mpn_apply_desc_t)),
+                                    .first = first_k[i] + 1, .n = (uint32_t)n[i], .len = (uint32_t)per_ctx(r)},
+                                stream));
   }
+  mpn_keep(&first, ranges_flush(comm, &rb, stream));
   mpn_memops_t b; /* the slots are empty again, then their senders hear of it */
   mpn_memops_init(&b, drv, stream);
   for (int i = 0, c = 0; i < count; i++)

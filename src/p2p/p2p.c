@@ -347,9 +347,11 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
 #ifdef HAVE_UCX
+  /* The lanes' work before the streams' waits for peers within the host (staged.c). */
   ncclResult_t forked = nnet ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
+  ncclResult_t staged = nnet ? mpn_ucx_staged_launch(net, nnet) : ncclSuccess;
 #else
-  ncclResult_t forked = ncclSuccess; /* refused by the checks */
+  ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
   int saved = -1;
   cudaGetDevice(&saved);
@@ -376,9 +378,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
 #ifdef HAVE_UCX
-  ncclResult_t staged = nnet ? mpn_ucx_staged_launch(net, nnet) : ncclSuccess;
-#else
-  ncclResult_t staged = ncclSuccess;
+  if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
 #endif
   if (saved >= 0) cudaSetDevice(saved);
   free(plans);

@@ -522,9 +522,12 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     net[nnet++] = op;
   }
 #ifdef HAVE_UCX
+  /* The lanes' work before the streams' waits (ucx/staged.c), past a
+   * failure too: the peers expect the numbered signals. */
   ncclResult_t forked = nnet && res == ncclSuccess ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
+  ncclResult_t staged = nnet ? mpn_ucx_staged_launch(net, nnet) : ncclSuccess;
 #else
-  ncclResult_t forked = ncclSuccess; /* refused by the checks */
+  ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
@@ -549,12 +552,10 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       else if (pass == 2 && !sync[i]) res = issue_signals(drv, ops, n, s, graph, 1);
     }
 #ifdef HAVE_UCX
-  if (nnet) { /* past a failure too: the peers expect the numbered signals */
-    ncclResult_t staged = mpn_ucx_staged_launch(net, nnet);
-    if (res == ncclSuccess) res = staged;
-  }
+  if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
 #endif
   if (res == ncclSuccess) res = forked;
+  if (res == ncclSuccess) res = staged;
   free(net);
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);

@@ -21,11 +21,16 @@
  * A failure while issuing a chunk fails the communicator (lane_fail).
  *
  * A group forks every lane it uses from the caller's stream (an event
- * recorded before any of the group's other work is enqueued) and joins them
- * back after its sends and receives within the host.  A lane is then a pipeline that depends only on
- * the peer's matching lane: messages of one group never wait for each
- * other, whatever the peer's grouping, and work within the host in the same
- * group neither waits for them nor they for it.  Messages of a lane are
+ * recorded before any of the group's other work is enqueued), enqueues the
+ * lanes' chunks next, and joins them back after its work within the host.
+ * A lane is then a pipeline that depends only on the peer's matching lane:
+ * messages of one group never wait for each other, whatever the peer's
+ * grouping, and work within the host in the same group neither waits for
+ * them nor they for it.  The lanes' work is enqueued before the caller's
+ * stream gets its waits for peers: streams beyond CUDA_DEVICE_MAX_CONNECTIONS
+ * share hardware queues, and a lane behind such a wait in a shared queue
+ * would hold back the signal or data the peer waits for (test_rma's barrier
+ * hung that way at 4 processes over UCX).  Messages of a lane are
  * numbered in program order, the n-th send matching the peer's n-th
  * receive; chunks are matched by tag (destination, message, chunk), and both
  * sides must cut them alike (the same MPINCCL_UCX_CHUNK).  The armed
@@ -344,7 +349,15 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
       mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes));
     }
   }
-  /* Joins: each user stream waits for the lanes its messages used. */
+  if (saved >= 0) cudaSetDevice(saved);
+  return first;
+}
+
+ncclResult_t mpn_ucx_staged_join(mpn_op_t** ops, int n) {
+  ncclResult_t first = ncclSuccess;
+  int saved = -1;
+  cudaGetDevice(&saved);
+  /* Each user stream waits for the lanes its messages used. */
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
     lane_t* l = op_lane(op);

@@ -23,10 +23,15 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op);
 ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n);
 
 /**
- * Enqueues the ops' chunks on their lanes and makes the ops' streams wait
- * for the lanes' ends; the API thread never waits for the network or a peer.
+ * Enqueues the ops' chunks on their lanes (after mpn_ucx_staged_fork, before
+ * the group's other work: see staged.c); the API thread never waits for the
+ * network or a peer.
  */
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
+
+/** Last step of a group's launch: the ops' streams wait for the lanes'
+ * ends (and captured groups are joined back). */
+ncclResult_t mpn_ucx_staged_join(mpn_op_t** ops, int n);
 
 /**
  * Waits until comm's lanes did their work and the proxy finished their sends

@@ -146,20 +146,26 @@ halo3d_runs() { # regime
 
 extra=""
 regime_runs mps-off
-# The UCX path forced between the processes (device data staged through
-# pinned host memory, src/ucx/staged.c), against its own floors (--net).
-# (test_p2p_ucx.sh and test_rma_ucx.sh ran in make check.)
-export MPINCCL_TRANSPORT=ucx
-extra="-x MPINCCL_TRANSPORT"
-bench mps-off sendrecv-ucx 2 -o sendrecv -b 4 -e 256M -f 4 -n 20 -w 3 --net
-bench mps-off pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
-# One way at a time up to 256 MiB: against UCX measured one way (sendrecv's
-# floor is UCX both ways at once).
-bench mps-off pingpong-ucx-large 2 -o pingpong -b 1M -e 256M -f 4 -n 10 -w 2 --net
-# One-sided over UCX (windows mirrored in host memory, src/ucx/winstage.c).
-bench mps-off putpingpong-ucx 2 -o putpingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
-bench mps-off put-ucx 2 -o put -b 4K -e 256M -f 16 -n 10 -w 2 --net
-unset MPINCCL_TRANSPORT
+ucx_runs() { # regime [all]: the UCX path forced between the processes
+  # (device data staged through pinned host memory, src/ucx/staged.c),
+  # against its own floors (--net); test_p2p_ucx.sh and test_rma_ucx.sh ran
+  # in make check.  Without "all": the bandwidth runs only.
+  local r=$1 saved=$extra
+  export MPINCCL_TRANSPORT=ucx
+  extra="$extra -x MPINCCL_TRANSPORT"
+  bench "$r" sendrecv-ucx 2 -o sendrecv -b 4 -e 256M -f 4 -n 20 -w 3 --net
+  [ "${2:-}" = all ] && bench "$r" pingpong-ucx 2 -o pingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
+  # One way at a time up to 256 MiB: against UCX measured one way (sendrecv's
+  # floor is UCX both ways at once).
+  bench "$r" pingpong-ucx-large 2 -o pingpong -b 1M -e 256M -f 4 -n 10 -w 2 --net
+  if [ "${2:-}" = all ]; then # one-sided (windows mirrored in host memory, src/ucx/winstage.c)
+    bench "$r" putpingpong-ucx 2 -o putpingpong -b 8 -e 1M -f 8 -n 50 -w 5 --net
+    bench "$r" put-ucx 2 -o put -b 4K -e 256M -f 16 -n 10 -w 2 --net
+  fi
+  unset MPINCCL_TRANSPORT
+  extra=$saved
+}
+ucx_runs mps-off all
 extra=""
 if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mpinccl-mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpinccl-mps-log
@@ -183,6 +189,7 @@ if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
       done
     fi
     regime_runs mps-on
+    ucx_runs mps-on
     echo quit | nvidia-cuda-mps-control
     sleep 1
   fi

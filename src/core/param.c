@@ -86,6 +86,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "Staged chunks in flight per UCX peer and direction (pinned host "
                              "memory: depth x the largest chunk a lane has carried, per peer "
                              "and direction in use)."},
+    [MPN_PARAM_UCX_DIRECT] = {"MPINCCL_UCX_DIRECT", MPN_PARAM_INT, "1", NULL, 0, 1,
+                              "1: buffers UCX can reach itself go to UCX unstaged (pinned host "
+                              "memory always, device memory where UCX reports CUDA support), "
+                              "cut into the same chunks; 0: every buffer is staged."},
     [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "auto", "auto|host|device", 0, 0,
                          "Where the stream flags of two ranks' message slots live: host "
                          "(shared memory registered with CUDA), device (GPU memory shared "

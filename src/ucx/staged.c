@@ -57,6 +57,7 @@
 #include "ucx/net.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
+#include "ucx/ucx_probe.h"
 #include "ucx/graph.h"
 #include "ucx/winstage.h"
 
@@ -74,7 +75,7 @@ typedef struct {
   char* retired[MAX_GROWTH]; /* smaller buffers earlier chunks may still use */
   int nretired;
   size_t size;        /* bytes of a slot */
-  uint64_t* words;    /* pinned, mapped: [slot] "ready", [depth + slot] "done" */
+  uint64_t* words;    /* pinned, mapped: [slot] "ready", [depth + slot] "done", [2 * depth] "go" */
   CUdeviceptr dwords; /* the words as the GPU sees them */
   cudaStream_t stream;
   cudaEvent_t joined; /* recorded on stream where a group's work on the lane ends */
@@ -138,7 +139,7 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   l->chunk = (size_t)mpn_param_int(MPN_PARAM_UCX_CHUNK);
   l->depth = (int)mpn_param_int(MPN_PARAM_UCX_DEPTH);
   l->dev = comm->cuda_dev;
-  size_t words = 2 * (size_t)l->depth * sizeof(uint64_t);
+  size_t words = (2 * (size_t)l->depth + 1) * sizeof(uint64_t);
   cudaError_t err = cudaSetDevice(comm->cuda_dev);
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&l->joined, cudaEventDisableTiming);
@@ -178,6 +179,26 @@ static size_t chunk_of(const lane_t* l, size_t bytes) {
   size_t c = l->chunk;
   for (int j = 0; j < MAX_GROWTH && bytes > (size_t)MAX_CHUNKS * c; j++) c *= 2;
   return c;
+}
+
+/* Whether op's buffer goes to UCX as it is, unstaged: pinned host memory
+ * (cudaHostAlloc, cudaHostRegister) always, device memory where UCX reports
+ * CUDA support (ucp_context_query); MPINCCL_UCX_DIRECT=0 stages everything. */
+static int op_direct(const mpn_op_t* op) {
+  static int cuda_memory = -1;
+  if (op->bytes == 0 || mpn_param_int(MPN_PARAM_UCX_DIRECT) == 0) return 0;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, op->buf) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (a.type == cudaMemoryTypeHost) return a.hostPointer == op->buf;
+  if (a.type != cudaMemoryTypeDevice) return 0;
+  if (__atomic_load_n(&cuda_memory, __ATOMIC_RELAXED) < 0) {
+    mpn_ucx_caps_t caps;
+    __atomic_store_n(&cuda_memory, mpn_ucx_probe(&caps) == ncclSuccess && caps.cuda_memory, __ATOMIC_RELAXED);
+  }
+  return __atomic_load_n(&cuda_memory, __ATOMIC_RELAXED);
 }
 
 /* Grows l's slots to hold chunks of a message of bytes; the old buffer is
@@ -225,7 +246,7 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
   if (captured) /* staged whole at capture: graph.c, or winstage.c for one-sided calls */
     return is_put(op) ? ncclSuccess : staged_get(comm);
   MPN_CHECK(lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l));
-  return lane_fit(comm, l, op->bytes);
+  return op_direct(op) ? ncclSuccess : lane_fit(comm, l, op->bytes);
 }
 
 /* A chunk that could not be issued whole fails the communicator (later
@@ -246,41 +267,70 @@ static void lane_fail(struct ncclComm* comm, lane_t* l, ncclResult_t res) {
 
 /*
  * One chunk of op (bytes [off, off + len)) on its lane: the lane's waits,
- * copy and "ready" write, then the proxy's operation armed on "ready".  Goes
- * on past failures, so that what the peer expects still happens; a chunk
- * the proxy could not take gets its "done" from here.
+ * copy and "ready" write, then the proxy's operation armed on "ready".  A
+ * direct chunk (op_direct) has no copy: the proxy takes the user's buffer,
+ * armed on "ready" (send) or "go" (receive) written where the lane's stream
+ * reaches it, and direct_end waits for it.  Goes on past failures, so that
+ * what the peer expects still happens; a chunk the proxy could not take
+ * gets its "done" from here.
  */
 static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l, uint64_t msg,
-                                uint64_t k, size_t off, size_t len, int last) {
+                                uint64_t k, size_t off, size_t len, int last, int direct) {
   ncclResult_t first = ncclSuccess;
   int recv = op->kind == MPN_OP_RECV;
   uint64_t g = l->chunks++, d = (uint64_t)l->depth, slot = g % d;
   CUdeviceptr ready = l->dwords + (CUdeviceptr)(slot * sizeof(uint64_t));
   CUdeviceptr done = l->dwords + (CUdeviceptr)((d + slot) * sizeof(uint64_t));
-  char* stage = l->buf + slot * l->size;
+  CUdeviceptr go = l->dwords + (CUdeviceptr)(2 * d * sizeof(uint64_t));
   char* dev = (char*)op->buf + off;
+  char* buf = direct ? dev : l->buf + slot * l->size;
   mpn_memops_t b;
   mpn_memops_init(&b, drv, l->stream);
-  if (recv) mpn_keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ)); /* the data */
+  if (recv && !direct) mpn_keep(&first, mpn_memops_add(&b, done, g + 1, MPN_MEMOP_WAIT_GEQ)); /* the data */
   else if (g >= d) mpn_keep(&first, mpn_memops_add(&b, done, g + 1 - d, MPN_MEMOP_WAIT_GEQ)); /* the slot */
   mpn_keep(&first, mpn_memops_flush(&b));
-  if (len > 0)
-    mpn_keep(&first, mpn_cuda_result(NULL, recv ? cudaMemcpyAsync(dev, stage, len, cudaMemcpyHostToDevice, l->stream)
-                                  : cudaMemcpyAsync(stage, dev, len, cudaMemcpyDeviceToHost, l->stream),
+  if (len > 0 && !direct)
+    mpn_keep(&first, mpn_cuda_result(NULL, recv ? cudaMemcpyAsync(dev, buf, len, cudaMemcpyHostToDevice, l->stream)
+                                  : cudaMemcpyAsync(buf, dev, len, cudaMemcpyDeviceToHost, l->stream),
                              recv ? "copying a staged chunk to the device" : "staging a chunk"));
-  mpn_keep(&first, mpn_memops_add(&b, ready, g + 1, MPN_MEMOP_WRITE));
+  mpn_keep(&first, mpn_memops_add(&b, recv && direct ? go : ready, g + 1, MPN_MEMOP_WRITE));
   mpn_keep(&first, mpn_memops_flush(&b));
   struct ncclComm* comm = op->comm;
   int src = recv ? op->peer : comm->rank, dst = recv ? comm->rank : op->peer;
   uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k);
   mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1};
+  if (recv && direct) when = (mpn_ucx_trigger_t){&l->words[2 * d], g + 1};
   ncclResult_t posted =
-      is_put(op) ? mpn_ucx_rma_post(op, stage, off, len, last, &when, &l->words[d + slot], g + 1, &l->error,
+      is_put(op) ? mpn_ucx_rma_post(op, buf, off, len, last, &when, &l->words[d + slot], g + 1, &l->error,
                                     &l->words[d], l->depth)
-                 : mpn_ucx_tagged_on(comm, !recv, op->peer, stage, len, tag, recv && g < d ? NULL : &when,
+                 : mpn_ucx_tagged_on(comm, !recv, op->peer, buf, len, tag, recv && g < d && !direct ? NULL : &when,
                                      &l->words[d + slot], g + 1, &l->error, &l->words[d], l->depth);
   mpn_keep(&first, posted);
   if (first != ncclSuccess) lane_fail(comm, l, first);
+  return first;
+}
+
+/*
+ * After the chunks of a direct op (the last n of its lane): the lane waits
+ * until UCX is done with each one not yet waited for by a later chunk of
+ * its slot, so that the join means the user's buffer is free (send) or
+ * filled (receive); a receive then writes the slot's "ready", as a staged
+ * chunk would once copied out (the slot's next staged receive is armed on
+ * it: "done" words are written in order).
+ */
+static ncclResult_t direct_end(const mpn_driver_t* drv, const mpn_op_t* op, lane_t* l, uint64_t n) {
+  ncclResult_t first = ncclSuccess;
+  uint64_t d = (uint64_t)l->depth;
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, l->stream);
+  for (uint64_t g = l->chunks - (n < d ? n : d); g < l->chunks; g++) {
+    CUdeviceptr slot = (CUdeviceptr)(g % d);
+    mpn_keep(&first, mpn_memops_add(&b, l->dwords + (d + slot) * sizeof(uint64_t), g + 1, MPN_MEMOP_WAIT_GEQ));
+    if (op->kind == MPN_OP_RECV)
+      mpn_keep(&first, mpn_memops_add(&b, l->dwords + slot * sizeof(uint64_t), g + 1, MPN_MEMOP_WRITE));
+  }
+  mpn_keep(&first, mpn_memops_flush(&b));
+  if (first != ncclSuccess) lane_fail(op->comm, l, first);
   return first;
 }
 
@@ -342,12 +392,15 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     cudaSetDevice(op->comm->cuda_dev);
     uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
     size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
+    int direct = op_direct(op);
     if (op->bytes == 0) /* a signal, or a put of nothing: its signal alone */
-      mpn_keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1));
-    for (size_t off = 0, k = 0; off < op->bytes; off += c, k++) {
+      mpn_keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1, 0));
+    uint64_t k = 0;
+    for (size_t off = 0; off < op->bytes; off += c, k++) {
       size_t len = op->bytes - off < c ? op->bytes - off : c;
-      mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes));
+      mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes, direct));
     }
+    if (direct) mpn_keep(&first, direct_end(drv, op, l, k));
   }
   if (saved >= 0) cudaSetDevice(saved);
   return first;

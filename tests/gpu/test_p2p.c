@@ -402,6 +402,38 @@ static void threads_ring(void) {
   pthread_barrier_destroy(&sync);
 }
 
+/* Pinned host buffers (cudaHostAlloc) on either side of a ring, over UCX
+ * only: UCX takes them unstaged (MPINCCL_UCX_DIRECT), cut like staged
+ * messages, so a direct sender meets a staged receiver and the reverse;
+ * sizes of more chunks than MPINCCL_UCX_DEPTH reuse the slots. */
+static void host_buffers(void) {
+  if (!harness_over_ucx()) return;
+  static const size_t sizes[] = {8, (9 << 20) + 5, (40 << 20) + 1};
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  for (int k = 0; k < 12; k++) {
+    size_t bytes = sizes[k / 4];
+    int host_send = (k + rank) & 1, host_recv = ((k >> 1) + rank) & 1;
+    char *s = NULL, *r = NULL;
+    if (host_send) EXPECT(cudaHostAlloc((void**)&s, bytes, cudaHostAllocDefault) == cudaSuccess);
+    else s = dev_alloc(bytes);
+    if (host_recv) EXPECT(cudaHostAlloc((void**)&r, bytes, cudaHostAllocDefault) == cudaSuccess);
+    else r = dev_alloc(bytes);
+    pattern_fill(s, bytes, seed_of(rank, to, 70 + k), stream);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+    char what[64];
+    snprintf(what, sizeof(what), "host buffers, %zu bytes (case %d)", bytes, k);
+    expect_pattern(r, bytes, seed_of(from, rank, 70 + k), what);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    if (host_send) cudaFreeHost(s);
+    else cudaFree(s);
+    if (host_recv) cudaFreeHost(r);
+    else cudaFree(r);
+  }
+}
+
 /* A receive whose count differs from the send: both sides hear of it. */
 static void mismatch(void) {
   if (nranks < 2) return;
@@ -440,6 +472,7 @@ int main(int argc, char** argv) {
   STEP(ring(12345, 0, ncclInt8, 1)); /* to self */
   STEP(all_to_all(4096));
   STEP(pool_buffers());
+  STEP(host_buffers());
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
   STEP(reallocated());

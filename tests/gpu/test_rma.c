@@ -126,6 +126,30 @@ static void refusals(void) {
   ncclMemFree(src);
 }
 
+/* Over UCX: puts whose source is pinned host memory go unstaged
+ * (MPINCCL_UCX_DIRECT); each rank puts into the next one's window. */
+static void host_source(void) {
+  if (!harness_over_ucx() || nranks < 2) return;
+  size_t bytes = (9 << 20) + 3;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  void* buf;
+  ncclWindow_t w = window(bytes, &buf);
+  char* src = NULL;
+  EXPECT(cudaHostAlloc((void**)&src, bytes, cudaHostAllocDefault) == cudaSuccess);
+  for (int k = 0; k < 3; k++) {
+    pattern_fill(src, bytes, seed_of(rank, to, 60 + k), stream);
+    ncclWaitSignalDesc_t d = {1, from, 0, 0};
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, to, w, 0, 0, 0, 0, comm, stream));
+    EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+    expect_pattern(buf, bytes, seed_of(from, rank, 60 + k), "put from pinned host memory");
+    MPI_Barrier(MPI_COMM_WORLD); /* the next put overwrites what was checked */
+  }
+  window_free(w, buf);
+  cudaFreeHost(src);
+}
+
 /* Ranks 0 and 1 bounce a buffer back and forth, checking it every time. */
 static void pingpong(size_t bytes) {
   if (nranks < 2) return;
@@ -348,6 +372,7 @@ int main(int argc, char** argv) {
   STEP(refusals());
   STEP(pingpong(8));
   STEP(pingpong((1 << 20) + 3));
+  STEP(host_source());
   STEP(barrier());
   STEP(alltoall(4096));
   STEP(alltoall((1 << 20) + 16));

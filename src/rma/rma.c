@@ -144,13 +144,16 @@ static ncclResult_t op_check(const mpn_op_t* op) {
                       "%s: peerWinOffset %zu + %zu bytes runs past the end of rank %d's window "
                       "(%llu bytes)",
                       fn, op->offset, op->bytes, op->peer, (unsigned long long)size);
-  if (op->bytes > 0) {
+  if (op->bytes > 0) { /* device, managed, or pinned host memory the GPU reaches at that address */
     struct cudaPointerAttributes attr;
     if (cudaPointerGetAttributes(&attr, op->buf) != cudaSuccess ||
-        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged &&
+         (attr.type != cudaMemoryTypeHost || attr.devicePointer != op->buf))) {
       cudaGetLastError();
-      return MPN_REFUSE(comm, ncclInvalidArgument, "%s: localbuff %p is not device memory", fn,
-                        op->buf);
+      return MPN_REFUSE(comm, ncclInvalidArgument,
+                        "%s: localbuff %p is neither device memory nor pinned host memory the "
+                        "GPU can reach at that address",
+                        fn, op->buf);
     }
   }
   return ucx_check(op);

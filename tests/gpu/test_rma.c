@@ -126,10 +126,10 @@ static void refusals(void) {
   ncclMemFree(src);
 }
 
-/* Over UCX: puts whose source is pinned host memory go unstaged
- * (MPINCCL_UCX_DIRECT); each rank puts into the next one's window. */
+/* Puts whose source is pinned host memory (over UCX they go unstaged,
+ * MPINCCL_UCX_DIRECT); each rank puts into the next one's window. */
 static void host_source(void) {
-  if (!harness_over_ucx() || nranks < 2) return;
+  if (nranks < 2) return;
   size_t bytes = (9 << 20) + 3;
   int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
   void* buf;

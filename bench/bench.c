@@ -710,6 +710,7 @@ static int run(const options_t* o, int ndev) {
   size_t copy_bytes = (size_t)1 << 30;
   if (o->maxbytes < copy_bytes) copy_bytes = o->maxbytes;
   bench_floors_measure(MPI_COMM_WORLD, copy_bytes, b->topo.pair_same_node, &b->floors);
+  if (o->op == OP_BARRIER) bench_floors_barrier(MPI_COMM_WORLD, &b->floors);
   if (o->net) bench_net_measure(MPI_COMM_WORLD, copy_bytes < ((size_t)256 << 20) ? copy_bytes : (size_t)256 << 20, &b->net);
   floor_choose(b);
   if (o->op == OP_HALO) halo_setup(b);

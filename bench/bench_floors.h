@@ -24,6 +24,8 @@ typedef struct {
   double delegated_us; /**< delegated 8-byte exchange, us per exchange; < 0: not measured */
   double engine_us;    /**< engine exchange (both copy 8 bytes), us per exchange; < 0: not measured */
   char na_reason[160]; /**< why the exchange floors were not measured ("" when they were) */
+  double barrier_us;   /**< flag-only barrier of every rank, us per barrier; < 0: not measured */
+  int barrier_ranks;   /**< ranks in that barrier */
 } bench_floors_t;
 
 /**
@@ -58,6 +60,18 @@ typedef struct {
  * Every CUDA failure outside the IPC set-up ends the job (MPI_Abort).
  */
 void bench_floors_measure(MPI_Comm comm, size_t copy_bytes, int pair_ok, bench_floors_t* out);
+
+/**
+ * The flag-only barrier of every rank of comm (all on one host, CUDA IPC
+ * between them; else barrier_us stays < 0): each rank's cudaMalloc region
+ * holds one 64-bit flag per rank and is mapped by every other rank; barrier
+ * i is, on each rank, cuStreamWriteValue64(rank r's flag [me], i) for every
+ * rank r (itself included), then cuStreamWaitValue64(own flag [r], GEQ i)
+ * for every r.  Timed like the exchanges (the slowest rank's time per
+ * barrier, best of three loops after an untimed one).  Collective; the
+ * floor the signal barrier cannot beat with memops alone.
+ */
+void bench_floors_barrier(MPI_Comm comm, bench_floors_t* out);
 
 #ifdef __cplusplus
 }

@@ -80,7 +80,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "CUDA support in UCX) moves through pinned host buffers in chunks "
                              "of at least this many bytes: copy to the host, transfer and copy "
                              "to the device overlap chunk by chunk. A message is cut into at "
-                             "most 8 chunks of this size times a power of two (up to 64 times). "
+                             "most MPINCCL_UCX_CHUNKS chunks of this size times a power of two (up to 64 "
+                             "times). "
                              "Must be the same on every rank."},
     [MPN_PARAM_UCX_DEPTH] = {"MPINCCL_UCX_DEPTH", MPN_PARAM_INT, "4", NULL, 1, 32,
                              "Staged chunks in flight per UCX peer and direction (pinned host "
@@ -90,6 +91,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                               "1: buffers UCX can reach itself go to UCX unstaged (pinned host "
                               "memory always, device memory where UCX reports CUDA support), "
                               "cut into the same chunks; 0: every buffer is staged."},
+    [MPN_PARAM_UCX_CHUNKS] = {"MPINCCL_UCX_CHUNKS", MPN_PARAM_INT, "8", NULL, 1, 64,
+                              "Most chunks a message over UCX is cut into (each chunk is three "
+                              "stream operations on its lane; a long stream queue blocks the "
+                              "thread that enqueues): larger messages get larger chunks, up to 64 "
+                              "times MPINCCL_UCX_CHUNK. Must be the same on every rank."},
     [MPN_PARAM_FLAGS] = {"MPINCCL_FLAGS", MPN_PARAM_CHOICE, "auto", "auto|host|device", 0, 0,
                          "Where the stream flags of two ranks' message slots live: host "
                          "(shared memory registered with CUDA), device (GPU memory shared "

@@ -26,6 +26,7 @@ typedef enum {
   MPN_PARAM_UCX_CHUNK,         /* bytes of one staged chunk over UCX */
   MPN_PARAM_UCX_DEPTH,         /* staged chunks in flight per peer and direction */
   MPN_PARAM_UCX_DIRECT,        /* buffers UCX can reach go unstaged */
+  MPN_PARAM_UCX_CHUNKS,        /* most chunks per staged message */
   MPN_PARAM_FLAGS,             /* host | device: where pair flags live */
   MPN_PARAM_DEBUG,             /* NCCL_DEBUG */
   MPN_PARAM_DEBUG_SUBSYS,      /* NCCL_DEBUG_SUBSYS */

@@ -61,14 +61,14 @@
 #include "ucx/graph.h"
 #include "ucx/winstage.h"
 
-/* A message is cut into at most MAX_CHUNKS chunks, each MPINCCL_UCX_CHUNK
+/* A message is cut into at most MPINCCL_UCX_CHUNKS chunks, each MPINCCL_UCX_CHUNK
  * times a power of two up to 2^MAX_GROWTH: a lane's stream holds three
  * operations per chunk, and a long stream queue blocks the thread that
  * enqueues (a lane of 1 GiB in 1 MiB chunks did, and its peer, blocked
  * the same way before posting its receives, deadlocked with it).  The
  * slots grow to the largest cut a lane has met; both sides cut a message
  * alike from its size. */
-enum { MAX_CHUNKS = 8, MAX_GROWTH = 6 };
+enum { MAX_GROWTH = 6 };
 
 typedef struct {
   char* buf;          /* depth * size bytes, pinned */
@@ -177,7 +177,8 @@ static lane_t* op_lane(mpn_op_t* op) {
 /* The chunk size a message of bytes is cut into (the same on both sides). */
 static size_t chunk_of(const lane_t* l, size_t bytes) {
   size_t c = l->chunk;
-  for (int j = 0; j < MAX_GROWTH && bytes > (size_t)MAX_CHUNKS * c; j++) c *= 2;
+  size_t most = (size_t)mpn_param_int(MPN_PARAM_UCX_CHUNKS);
+  for (int j = 0; j < MAX_GROWTH && bytes > most * c; j++) c *= 2;
   return c;
 }
 

@@ -138,7 +138,7 @@ static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, in
                        .bytes = bytes, .tag = tag, .flag = flag, .value = value, .error = error,
                        .owner_error = &u->error, .trigger = when ? when->word : NULL,
                        .trigger_value = when ? when->value : 0, .release = release,
-                       .nrelease = nrelease};
+                       .nrelease = nrelease, .user_buffer = when ? when->user_buffer : 0};
   return mpn_ucx_proxy_post(&cmd);
 }
 

@@ -40,6 +40,9 @@ ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_
 typedef struct {
   const volatile uint64_t* word;
   uint64_t value;
+  /** The operation reads or writes the caller's own buffer (not a staging
+   * slot): once its lane or communicator failed it is cancelled, not started. */
+  int user_buffer;
 } mpn_ucx_trigger_t;
 
 /** mpn_ucx_host_send, started when the trigger comes. */

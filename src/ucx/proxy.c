@@ -194,6 +194,13 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     complete(NULL, UCS_OK, cmd);
     return;
   }
+  if (cmd->user_buffer && ((cmd->error && __atomic_load_n(cmd->error, __ATOMIC_ACQUIRE)) ||
+                           (cmd->owner_error && __atomic_load_n(cmd->owner_error, __ATOMIC_ACQUIRE)))) {
+    /* Its stream may have been let go past released waits: the caller may
+     * reuse or free the buffer by now. */
+    complete(NULL, UCS_ERR_CANCELED, cmd);
+    return;
+  }
   ucs_status_t st = ep_connect(cmd->peer);
   if (st != UCS_OK) {
     complete(NULL, st, cmd);

@@ -68,6 +68,9 @@ typedef struct mpn_ucx_cmd {
    * of the pipeline pass instead of hanging. */
   uint64_t* release;
   int nrelease;
+  /** The operation uses the caller's buffer (mpn_ucx_trigger_t): cancelled,
+   * not started, once *error or *owner_error is set. */
+  int user_buffer;
   void* request;        /**< UCX request while in flight (proxy thread) */
   int posting, early_done; /**< completion seen inside the posting call (proxy thread) */
   int early_status;

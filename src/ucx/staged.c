@@ -183,8 +183,12 @@ static size_t chunk_of(const lane_t* l, size_t bytes) {
 }
 
 /* Whether op's buffer goes to UCX as it is, unstaged: pinned host memory
- * (cudaHostAlloc, cudaHostRegister) always, device memory where UCX reports
- * CUDA support (ucp_context_query); MPINCCL_UCX_DIRECT=0 stages everything. */
+ * (cudaHostAlloc, cudaHostRegister) always; device memory only as the source
+ * of a send, where UCX reports CUDA support (ucp_context_query).  Not for
+ * puts: the proxy's UCX runs its older protocols (UCX_PROTO_ENABLE=n), whose
+ * RMA cannot read CUDA memory; not for receives: data a NIC writes into GPU
+ * memory would need a flush (CU_STREAM_WAIT_VALUE_FLUSH) before the stream
+ * reads it.  MPINCCL_UCX_DIRECT=0 stages everything. */
 static int op_direct(const mpn_op_t* op) {
   static int cuda_memory = -1;
   if (op->bytes == 0 || mpn_param_int(MPN_PARAM_UCX_DIRECT) == 0) return 0;
@@ -194,7 +198,7 @@ static int op_direct(const mpn_op_t* op) {
     return 0;
   }
   if (a.type == cudaMemoryTypeHost) return a.hostPointer == op->buf;
-  if (a.type != cudaMemoryTypeDevice) return 0;
+  if (a.type != cudaMemoryTypeDevice || op->kind != MPN_OP_SEND) return 0;
   if (__atomic_load_n(&cuda_memory, __ATOMIC_RELAXED) < 0) {
     mpn_ucx_caps_t caps;
     __atomic_store_n(&cuda_memory, mpn_ucx_probe(&caps) == ncclSuccess && caps.cuda_memory, __ATOMIC_RELAXED);
@@ -299,8 +303,8 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
   struct ncclComm* comm = op->comm;
   int src = recv ? op->peer : comm->rank, dst = recv ? comm->rank : op->peer;
   uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k);
-  mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1};
-  if (recv && direct) when = (mpn_ucx_trigger_t){&l->words[2 * d], g + 1};
+  mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1, direct};
+  if (recv && direct) when = (mpn_ucx_trigger_t){&l->words[2 * d], g + 1, 1};
   ncclResult_t posted =
       is_put(op) ? mpn_ucx_rma_post(op, buf, off, len, last, &when, &l->words[d + slot], g + 1, &l->error,
                                     &l->words[d], l->depth)
@@ -312,19 +316,21 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
 }
 
 /*
- * After the chunks of a direct op (the last n of its lane): the lane waits
+ * After the chunks [end - n, end) of a direct op on lane l: the lane waits
  * until UCX is done with each one not yet waited for by a later chunk of
- * its slot, so that the join means the user's buffer is free (send) or
- * filled (receive); a receive then writes the slot's "ready", as a staged
- * chunk would once copied out (the slot's next staged receive is armed on
- * it: "done" words are written in order).
+ * the op in its slot, so that the join means the user's buffer is free
+ * (send) or filled (receive); a receive then writes the slot's "ready", as
+ * a staged chunk would once copied out (the slot's next staged receive is
+ * armed on it: "done" words are written in order).  A send's may come after
+ * later chunks of its lane ("done" only grows).
  */
-static ncclResult_t direct_end(const mpn_driver_t* drv, const mpn_op_t* op, lane_t* l, uint64_t n) {
+static ncclResult_t direct_end(const mpn_driver_t* drv, const mpn_op_t* op, lane_t* l, uint64_t end,
+                               uint64_t n) {
   ncclResult_t first = ncclSuccess;
   uint64_t d = (uint64_t)l->depth;
   mpn_memops_t b;
   mpn_memops_init(&b, drv, l->stream);
-  for (uint64_t g = l->chunks - (n < d ? n : d); g < l->chunks; g++) {
+  for (uint64_t g = end - (n < d ? n : d); g < end; g++) {
     CUdeviceptr slot = (CUdeviceptr)(g % d);
     mpn_keep(&first, mpn_memops_add(&b, l->dwords + (d + slot) * sizeof(uint64_t), g + 1, MPN_MEMOP_WAIT_GEQ));
     if (op->kind == MPN_OP_RECV)
@@ -337,11 +343,11 @@ static ncclResult_t direct_end(const mpn_driver_t* drv, const mpn_op_t* op, lane
 
 /* Makes lane l wait for the group's fork point on user stream s. */
 static ncclResult_t lane_fork(lane_t* l, cudaStream_t s, cudaEvent_t* fork) {
+  l->forked = 1; /* joined even if what follows fails (the caller then synchronizes) */
   if (*fork == NULL) {
     MPN_CHECK(mpn_event_of_stream(s, l->dev, fork));
     MPN_CHECK(mpn_cuda_result(NULL, cudaEventRecord(*fork, s), "recording where a group starts"));
   }
-  l->forked = 1;
   return mpn_cuda_result(NULL, cudaStreamWaitEvent(l->stream, *fork, 0), "forking a UCX lane");
 }
 
@@ -378,31 +384,57 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
   return first;
 }
 
+/* Whether an op after ops[i] uses lane l. */
+static int lane_used_later(mpn_op_t** ops, int n, int i, const lane_t* l) {
+  for (int j = i + 1; j < n; j++)
+    if (op_lane(ops[j]) == l) return 1;
+  return 0;
+}
+
+/*
+ * Every send and put first, then every receive, each lane's in program order
+ * (each lane numbers its own messages); then the ends of direct operations
+ * (direct_end), except a receive's that a later message of its lane must
+ * follow.  So no lane's wait for a peer sits, in a hardware queue shared
+ * with another lane, ahead of a send's or receive's start that the peer
+ * needs (see the top of this file).  Past a failure too: the peers' lanes
+ * expect the other messages.
+ */
 ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
   ncclResult_t first = ncclSuccess;
   int saved = -1;
   cudaGetDevice(&saved);
-  /* The messages in program order: each lane numbers its own.  Past a
-   * failure too: the peers' lanes expect the other messages. */
-  for (int i = 0; i < n; i++) {
-    mpn_op_t* op = ops[i];
-    lane_t* l = op_lane(op);
-    if (l == NULL) continue;
-    cudaSetDevice(op->comm->cuda_dev);
-    uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
-    size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
-    int direct = op_direct(op);
-    if (op->bytes == 0) /* a signal, or a put of nothing: its signal alone */
-      mpn_keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1, 0));
-    uint64_t k = 0;
-    for (size_t off = 0; off < op->bytes; off += c, k++) {
-      size_t len = op->bytes - off < c ? op->bytes - off : c;
-      mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes, direct));
+  uint64_t* ends = calloc((size_t)n, 2 * sizeof(uint64_t)); /* per direct op: end, chunks; NULL: none deferred */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++) {
+      mpn_op_t* op = ops[i];
+      lane_t* l = (op->kind == MPN_OP_RECV) == pass ? op_lane(op) : NULL;
+      if (l == NULL) continue;
+      cudaSetDevice(op->comm->cuda_dev);
+      uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
+      size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
+      int direct = op_direct(op);
+      if (op->bytes == 0) /* a signal, or a put of nothing: its signal alone */
+        mpn_keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1, 0));
+      uint64_t k = 0;
+      for (size_t off = 0; off < op->bytes; off += c, k++) {
+        size_t len = op->bytes - off < c ? op->bytes - off : c;
+        mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes, direct));
+      }
+      if (direct && ends && !(pass == 1 && lane_used_later(ops, n, i, l))) {
+        ends[2 * i] = l->chunks, ends[2 * i + 1] = k;
+      } else if (direct) {
+        mpn_keep(&first, direct_end(drv, op, l, l->chunks, k));
+      }
     }
-    if (direct) mpn_keep(&first, direct_end(drv, op, l, k));
-  }
+  for (int i = 0; ends && i < n; i++)
+    if (ends[2 * i + 1]) {
+      cudaSetDevice(ops[i]->comm->cuda_dev);
+      mpn_keep(&first, direct_end(drv, ops[i], op_lane(ops[i]), ends[2 * i], ends[2 * i + 1]));
+    }
+  free(ends);
   if (saved >= 0) cudaSetDevice(saved);
   return first;
 }

@@ -215,7 +215,7 @@ ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t 
                        .flag = flag, .value = value, .error = error,
                        .owner_error = mpn_ucx_comm_error(comm), .trigger = when ? when->word : NULL,
                        .trigger_value = when ? when->value : 0, .release = release,
-                       .nrelease = nrelease};
+                       .nrelease = nrelease, .user_buffer = when ? when->user_buffer : 0};
   const mpn_ucx_win_t* w = op->kind == MPN_OP_PUT_SIGNAL && op->bytes ? op->win->ucx : NULL;
   if (len > 0) {
     cmd.dst = mpn_ucx_region_remote(w->region, op->peer);

@@ -170,7 +170,7 @@ static void triggered(ncclComm_t comm) {
     EXPECT(mpn_ucx_host_recv(comm, from, r[k], BYTES, &got[k], 1, &error) == ncclSuccess);
   }
   for (int k = 0; k < 2; k++) {
-    mpn_ucx_trigger_t when = {&word, (uint64_t)k + 1};
+    mpn_ucx_trigger_t when = {&word, (uint64_t)k + 1, 0};
     EXPECT(mpn_ucx_host_send_on(comm, to, s[k], BYTES, &when, &sent[k], 1, &error) == ncclSuccess);
   }
   usleep(100000);

@@ -55,6 +55,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                    "instead of one copy-engine copy each (the 26-neighbour halo "
                                    "exchange of docs/PERFORMANCE.md ran 1.9x faster with MPS, 1.2x "
                                    "without); 0 keeps the copy engine for all."},
+    [MPN_PARAM_EAGER_MAX] = {"MPINCCL_EAGER_MAX", MPN_PARAM_INT, "4096", NULL, 0, 4096,
+                             "Between processes on one GPU whose kernels run at the same time (MPS), a message of at "
+                             "most this many bytes goes through the pair's inbox (one hop: the sender copies "
+                             "it in and raises a flag, the receiver copies it out) instead of the two-hop ready/done "
+                             "handshake into the receiver's own buffer; at most 4096 (an inbox slot); 0: never."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
                                  "one moves the data of both directions when it can: it waits "

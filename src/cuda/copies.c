@@ -24,6 +24,10 @@ ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t 
     MPN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
     return ncclSuccess;
   }
-  c->batch[c->n++] = (mpn_copy_t){src, dst, bytes};
+  return mpn_copies_add_kernel(c, &(mpn_copy_t){src, dst, bytes, NULL, NULL});
+}
+
+ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy) {
+  c->batch[c->n++] = *copy;
   return c->n == MPN_COPY_BATCH ? mpn_copies_flush(c) : ncclSuccess;
 }

@@ -26,6 +26,13 @@ void mpn_copies_init(mpn_copies_t* c, cudaStream_t stream);
 /** Adds one copy; same_gpu: both buffers on the stream's GPU (the kernel may take it). */
 ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int same_gpu);
 
+/**
+ * Adds one copy that the kernel must do whatever its size: one whose size
+ * word (limit, size_out) is read or written on the GPU.  Both buffers on
+ * the stream's GPU.
+ */
+ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy);
+
 /** Launches the batched copies still held. */
 ncclResult_t mpn_copies_flush(mpn_copies_t* c);
 

@@ -18,7 +18,13 @@ struct batch_t {
 __global__ void copy_batch(const batch_t b) {
   const int which = blockIdx.x / kBlocksPerCopy;
   if (which >= b.n) return;
-  const mpn_copy_t c = b.c[which];
+  mpn_copy_t c = b.c[which];
+  if (c.limit) {
+    const unsigned long long limit = *(volatile const unsigned long long*)c.limit;
+    if (limit < c.bytes) c.bytes = (size_t)limit;
+  }
+  if (c.size_out && blockIdx.x % kBlocksPerCopy == 0 && threadIdx.x == 0)
+    *(volatile unsigned long long*)c.size_out = c.bytes;
   const size_t first = (size_t)(blockIdx.x % kBlocksPerCopy) * kThreads + threadIdx.x;
   const size_t stride = (size_t)kBlocksPerCopy * kThreads;
   const uintptr_t s = (uintptr_t)c.src, d = (uintptr_t)c.dst;

@@ -13,10 +13,18 @@
 extern "C" {
 #endif
 
+/*
+ * One copy.  Eager messages (p2p/eager.h) go through a peer's inbox whose
+ * size word travels with the data: the sender's copy stores the byte count
+ * in *size_out, and the receiver's copy moves at most *limit bytes, so a
+ * receive never takes more than was sent.  Both are optional (NULL).
+ */
 typedef struct {
   const void* src;
   void* dst;
   size_t bytes;
+  const unsigned long long* limit; /**< device address of a byte count, or NULL */
+  unsigned long long* size_out;    /**< device address that receives bytes, or NULL */
 } mpn_copy_t;
 
 /** Copies per launch; the table travels as the kernel's argument. */

@@ -40,14 +40,80 @@ typedef struct {
 /** Flags and copies of one launch; the table travels as the kernel's argument. */
 #define MPN_SYNC_FLAGS 96
 #define MPN_SYNC_COPIES 32
+/*
+ * Rounds of waits, copies and writes, one after the other: a group's front
+ * half (the peers' "ready", the copies this rank moves, "done") and, where a
+ * launch has a single stream, its back half too (the peers' "done", copies
+ * out of eager inboxes, the words that free their slots).
+ */
+#define MPN_SYNC_ROUNDS 2
+
+/* Parts of the table, in the order their flags are stored. */
+enum { MPN_SYNC_FIRST = 0, MPN_SYNC_WAIT = 1, MPN_SYNC_LAST = 2 };
 
 typedef struct {
-  int nfirst, nwait, ncopy, nlast;
-  mpn_sync_flag_t flags[MPN_SYNC_FLAGS]; /* first writes, then waits, then last writes */
-  mpn_copy_t copies[MPN_SYNC_COPIES];
+  int nfirst;                   /* writes before anything else */
+  int nwait[MPN_SYNC_ROUNDS];   /* per round: waits, */
+  int ncopy[MPN_SYNC_ROUNDS];   /* copies, */
+  int nlast[MPN_SYNC_ROUNDS];   /* then writes */
+  mpn_sync_flag_t flags[MPN_SYNC_FLAGS]; /* first writes, then each round's waits and writes */
+  mpn_copy_t copies[MPN_SYNC_COPIES];    /* each round's copies, round 0 first */
 } mpn_sync_t;
 
-/** Enqueues s as one kernel on stream: first writes, waits, copies, last writes. */
+/** An empty table. */
+static inline void mpn_sync_init(mpn_sync_t* k) {
+  k->nfirst = 0;
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) k->nwait[r] = k->ncopy[r] = k->nlast[r] = 0;
+}
+
+/** Flags in the table so far. */
+static inline int mpn_sync_nflags(const mpn_sync_t* k) {
+  int n = k->nfirst;
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) n += k->nwait[r] + k->nlast[r];
+  return n;
+}
+
+/** Copies in the table so far. */
+static inline int mpn_sync_ncopies(const mpn_sync_t* k) {
+  int n = 0;
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) n += k->ncopy[r];
+  return n;
+}
+
+/**
+ * Appends a flag operation to part (MPN_SYNC_FIRST, _WAIT or _LAST) of
+ * round.  Parts must be filled in table order (first writes, round 0's
+ * waits, its writes, round 1's waits, ...): returns 0 when f would go
+ * before something already there or the table is full.
+ */
+static inline int mpn_sync_push(mpn_sync_t* k, int round, int part, mpn_sync_flag_t f) {
+  int n = mpn_sync_nflags(k);
+  if (n == MPN_SYNC_FLAGS) return 0;
+  int later = 0; /* entries of parts after this one */
+  for (int r = part == MPN_SYNC_FIRST ? 0 : round; r < MPN_SYNC_ROUNDS; r++) {
+    if (r > round || part == MPN_SYNC_FIRST) later += k->nwait[r];
+    if (r > round || part != MPN_SYNC_LAST) later += k->nlast[r];
+  }
+  if (later) return 0;
+  k->flags[n] = f;
+  if (part == MPN_SYNC_FIRST) k->nfirst++;
+  else if (part == MPN_SYNC_WAIT) k->nwait[round]++;
+  else k->nlast[round]++;
+  return 1;
+}
+
+/** Appends a copy to round (rounds filled in order); 0 when full or out of order. */
+static inline int mpn_sync_push_copy(mpn_sync_t* k, int round, mpn_copy_t c) {
+  int n = mpn_sync_ncopies(k);
+  if (n == MPN_SYNC_COPIES) return 0;
+  for (int r = round + 1; r < MPN_SYNC_ROUNDS; r++)
+    if (k->ncopy[r]) return 0;
+  k->copies[n] = c;
+  k->ncopy[round]++;
+  return 1;
+}
+
+/** Enqueues s as one kernel on stream: first writes, then each round's waits, copies, writes. */
 cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -25,23 +25,41 @@ static ncclResult_t flags_as_memops(const mpn_driver_t* drv, const mpn_sync_t* k
   return first != ncclSuccess ? first : res;
 }
 
+/* The copies [from, to) of k, those with a size word through the kernel. */
+static ncclResult_t copies_as_launches(const mpn_sync_t* k, int from, int to, cudaStream_t s) {
+  mpn_copies_t copies;
+  mpn_copies_init(&copies, s);
+  ncclResult_t first = ncclSuccess, res;
+  for (int i = from; i < to; i++) {
+    const mpn_copy_t* c = &k->copies[i];
+    res = c->limit || c->size_out ? mpn_copies_add_kernel(&copies, c)
+                                  : mpn_copies_add(&copies, c->dst, c->src, c->bytes, 1);
+    if (res != ncclSuccess && first == ncclSuccess) first = res;
+  }
+  res = mpn_copies_flush(&copies);
+  return first != ncclSuccess ? first : res;
+}
+
 ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaStream_t s) {
   cudaError_t err = mpn_sync_launch(k, s);
   if (err == cudaSuccess) return ncclSuccess;
   cudaGetLastError();
   MPN_WARN("the flag kernel could not be launched (%s): stream memory operations instead",
            cudaGetErrorString(err));
-  int waits = k->nfirst + k->nwait;
-  ncclResult_t first = flags_as_memops(drv, k, 0, waits, s), res;
-  mpn_copies_t copies;
-  mpn_copies_init(&copies, s);
-  for (int i = 0; i < k->ncopy; i++)
-    if ((res = mpn_copies_add(&copies, k->copies[i].dst, k->copies[i].src, k->copies[i].bytes, 1)) !=
-            ncclSuccess &&
-        first == ncclSuccess)
+  ncclResult_t first = ncclSuccess, res;
+  int flag = 0, copy = 0;
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
+    int writes_before = r == 0 ? k->nfirst : 0; /* the first writes go with round 0's waits */
+    int waits = writes_before + k->nwait[r];
+    if ((res = flags_as_memops(drv, k, flag, flag + waits, s)) != ncclSuccess && first == ncclSuccess)
       first = res;
-  if ((res = mpn_copies_flush(&copies)) != ncclSuccess && first == ncclSuccess) first = res;
-  if ((res = flags_as_memops(drv, k, waits, waits + k->nlast, s)) != ncclSuccess && first == ncclSuccess)
-    first = res;
+    flag += waits;
+    if ((res = copies_as_launches(k, copy, copy + k->ncopy[r], s)) != ncclSuccess && first == ncclSuccess)
+      first = res;
+    copy += k->ncopy[r];
+    if ((res = flags_as_memops(drv, k, flag, flag + k->nlast[r], s)) != ncclSuccess && first == ncclSuccess)
+      first = res;
+    flag += k->nlast[r];
+  }
   return first;
 }

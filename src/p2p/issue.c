@@ -17,10 +17,11 @@
 #include "cuda/memop.h"
 #include "cuda/syncs.h"
 #include "cuda/event.h"
+#include "p2p/eager.h"
 #include "p2p/plan.h"
 
 /*
- * One flag operation of a plan.  Eager messages write their sequence number
+ * One flag operation of a plan.  Messages not captured write their sequence number
  * and wait for at least it.  Graph messages write 1, wait for exactly 1 and
  * put the flag back to 0 right after, so that the next replay starts from
  * the same state: the second side clears "ready" before it copies, the first
@@ -31,6 +32,16 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
   if (!p->graph) return mpn_memops_add(b, flag, p->seq, wait ? MPN_MEMOP_WAIT_GEQ : MPN_MEMOP_WRITE);
   MPN_CHECK(mpn_memops_add(b, flag, 1, wait ? MPN_MEMOP_WAIT_EQ : MPN_MEMOP_WRITE));
   return wait ? mpn_memops_add(b, flag, 0, MPN_MEMOP_WRITE) : ncclSuccess;
+}
+
+/* An eager message's copy: into the inbox with its size word, or out of it
+ * limited by that word.  0 when nothing is to be copied. */
+static int eager_copy(const plan_t* p, mpn_copy_t* c) {
+  int send = p->op->kind == MPN_OP_SEND;
+  if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
+  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->seq);
+  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
+  return 1;
 }
 
 /* Imports used on stream s are idle again once it passes this point: one
@@ -63,6 +74,11 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->posted || !p->move || p->op->stream != s) continue;
+    mpn_copy_t c;
+    if (p->eager) { /* receives copy out in the second half */
+      if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
+      continue;
+    }
     /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
     struct ncclComm* comm = p->op->comm;
     int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
@@ -141,11 +157,12 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
   }
   for (int i = 0; i < n; i++) { /* ready writes */
     plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST) mpn_keep(&first, plan_flag(&b, p, 0, 0));
+    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager)
+      mpn_keep(&first, plan_flag(&b, p, 0, 0));
   }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
     if (p->ev) {
       mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
       mpn_event_put(p->ev_dev, p->ev);
@@ -158,11 +175,35 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
   mpn_keep(&first, issue_copies(plans, n, s));
   for (int i = 0; i < n; i++) { /* done writes (and events) */
     plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
+    if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_SEND)
+      mpn_keep(&first, plan_flag(&b, p, 1, 0));
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
     if (p->local) publish_done(p, s);
     mpn_keep(&first, plan_flag(&b, p, 1, 0));
   }
   mpn_keep(&first, mpn_memops_flush(&b));
+  return first;
+}
+
+/* Eager receives on stream s: copies out of the inbox, then the words that
+ * free their slots. */
+static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b) {
+  ncclResult_t first = ncclSuccess;
+  mpn_copies_t copies;
+  mpn_copies_init(&copies, s);
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    mpn_copy_t c;
+    if (p->posted && p->op->stream == s && p->op->kind == MPN_OP_RECV && eager_copy(p, &c))
+      mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
+  }
+  mpn_keep(&first, mpn_copies_flush(&copies));
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_RECV)
+      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->seq), p->seq, MPN_MEMOP_WRITE));
+  }
+  mpn_keep(&first, mpn_memops_flush(b));
   return first;
 }
 
@@ -174,7 +215,9 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
   mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST) continue;
+    if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_RECV)
+      mpn_keep(&first, plan_flag(&b, p, 1, 1));
+    if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
     cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
     ncclResult_t waited = done ? mpn_cuda_result(NULL, cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent")
@@ -183,6 +226,7 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
     if (waited != ncclSuccess) mpn_keep(&first, plan_flag(&b, p, 1, 1)); /* the flag, then */
   }
   mpn_keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, issue_eager_out(plans, n, s, &b));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->stage || !p->posted || p->op->stream != s) continue;
@@ -198,68 +242,122 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
 
 /*
  * Streams whose every message is with a rank whose kernels run beside ours
- * (plan.spin) do each half as one kernel (cuda/sync.h) when its flags and
- * copies fit: the front writes "ready", polls the peers' "ready", copies and
- * writes "done"; the back polls "done".  Same order as the memory
- * operations, one stream item instead of three.  Each half decides for
- * itself: the kernel pays only with several waits (MPINCCL_KERNEL_SYNC_WAITS).
+ * (plan.spin) can do a half as one kernel (cuda/sync.h) when its flags and
+ * copies fit: the front writes "ready", polls the peers' "ready", copies
+ * and writes "done"; the back polls "done", copies eager messages out and
+ * frees their inbox slots.  Same order as the memory
+ * operations, one stream item instead of three to six.  A half takes the
+ * kernel when it has eager messages (their copies need a kernel anyway) or
+ * several waits (MPINCCL_KERNEL_SYNC_WAITS; with one or two, memory
+ * operations were faster).  A launch with a single stream does both halves
+ * in one kernel: nothing else of the launch can be waiting behind it.
  */
-static int stream_syncs(const plan_t* plans, int n, cudaStream_t s, int half) {
-  size_t bytes = 0;
-  int front = 0, back = 0, copies = 0, waits = 0;
+
+/* The flag operations of plan p in part (MPN_SYNC_FIRST, _WAIT, _LAST) of
+ * half; returns how many (at most one). */
+static int plan_part(const plan_t* p, int half, int part, mpn_sync_flag_t* f) {
+  int send = p->op->kind == MPN_OP_SEND, first_side = p->role == MPN_POST_FIRST;
+  int done = -1, kind = MPN_MEMOP_WRITE;
+  if (half == 0 && part == MPN_SYNC_FIRST && !p->eager && first_side) done = 0;
+  if (half == 0 && part == MPN_SYNC_WAIT && !p->eager && !first_side) done = 0, kind = MPN_MEMOP_WAIT_GEQ;
+  if (half == 0 && part == MPN_SYNC_LAST && (p->eager ? send : !first_side)) done = 1;
+  if (half == 1 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
+    done = 1, kind = MPN_MEMOP_WAIT_GEQ;
+  if (half == 1 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
+    *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->seq), p->seq, MPN_MEMOP_WRITE, 0};
+    return 1;
+  }
+  if (done < 0) return 0;
+  *f = (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 0, done), p->seq, (uint32_t)kind, 0};
+  return 1;
+}
+
+/* The copy of plan p in half: 0 when none. */
+static int plan_copy(const plan_t* p, int half, mpn_copy_t* c) {
+  if (p->eager) return (half == 0) == (p->op->kind == MPN_OP_SEND) && eager_copy(p, c);
+  if (half != 0 || p->role != MPN_POST_SECOND || !p->move || p->op->bytes == 0) return 0;
+  *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL};
+  return 1;
+}
+
+/* What a half of stream s would put in the kernel. */
+typedef struct {
+  int ok;                 /* every message of the stream may be polled for by a kernel */
+  int flags, copies, waits, eager;
+  size_t bytes;
+} sync_count_t;
+
+static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half) {
+  sync_count_t c = {1, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if (!p->spin || p->stage) return 0;
-    waits += (p->role == MPN_POST_SECOND) == (half == 0);
-    if (p->role == MPN_POST_FIRST) {
-      front++, back++;
-      continue;
-    }
-    front += 2;
-    if (!p->move || p->op->bytes == 0) continue;
+    if (!p->spin || p->stage) c.ok = 0;
+    mpn_sync_flag_t f;
+    for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, half, part, &f);
+    c.waits += plan_part(p, half, MPN_SYNC_WAIT, &f);
+    c.eager += p->eager && (half == 0) == (p->op->kind == MPN_OP_SEND);
+    mpn_copy_t copy;
+    if (!plan_copy(p, half, &copy)) continue;
     struct ncclComm* comm = p->op->comm;
-    if (!mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)) return 0; /* the engine's */
-    bytes += p->op->bytes;
-    copies++;
+    if (!mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)) c.ok = 0; /* the engine's */
+    c.bytes += copy.bytes;
+    c.copies++;
   }
-  return waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS) && bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC) &&
-         front <= MPN_SYNC_FLAGS && back <= MPN_SYNC_FLAGS && copies <= MPN_SYNC_COPIES;
+  return c;
 }
 
-static void sync_flag(mpn_sync_t* k, const plan_t* p, int done, int kind) {
-  k->flags[k->nfirst + k->nwait + k->nlast] =
-      (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 0, done), p->seq, (uint32_t)kind, 0};
+static int sync_fits(const sync_count_t* c) {
+  return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES &&
+         c->bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
 }
 
-static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half) {
+static int sync_wanted(const sync_count_t* c) {
+  return c->eager > 0 || c->waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS);
+}
+
+/* Adds half's operations of stream s to round of k (in the table's order). */
+static void sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int half, int round) {
+  for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++)
+    for (int i = 0; i < n; i++) {
+      plan_t* p = &plans[i];
+      mpn_sync_flag_t f;
+      mpn_copy_t c;
+      if (!p->posted || p->op->stream != s) continue;
+      if (part == MPN_SYNC_LAST && plan_copy(p, half, &c)) mpn_sync_push_copy(k, round, c);
+      if (plan_part(p, half, part, &f)) mpn_sync_push(k, round, part, f);
+    }
+}
+
+static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
   mpn_sync_t k;
-  k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
-  for (int i = 0; i < n; i++) { /* front: "ready" writes; back: nothing first */
-    plan_t* p = &plans[i];
-    if (half == 0 && p->posted && p->op->stream == s && p->role == MPN_POST_FIRST)
-      sync_flag(&k, p, 0, MPN_MEMOP_WRITE), k.nfirst++;
-  }
-  for (int i = 0; i < n; i++) { /* front: peers' "ready"; back: peers' "done" */
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != (half == 0 ? MPN_POST_SECOND : MPN_POST_FIRST))
-      continue;
-    sync_flag(&k, p, half, MPN_MEMOP_WAIT_GEQ), k.nwait++;
-  }
-  for (int i = 0; half == 0 && i < n; i++) { /* front: copies, "done" writes */
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND) continue;
-    if (p->move && p->op->bytes) k.copies[k.ncopy++] = (mpn_copy_t){p->src, p->dst, p->op->bytes};
-    sync_flag(&k, p, 1, MPN_MEMOP_WRITE), k.nlast++;
-  }
-  if (k.nfirst + k.nwait + k.nlast == 0) return ncclSuccess;
+  mpn_sync_init(&k);
+  for (int half = half0, round = 0; half <= half1; half++, round++) sync_fill(&k, plans, n, s, half, round);
+  if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
   ncclResult_t res = mpn_sync_issue(drv, &k, s);
-  if (half == 0) mark_imports_used(plans, n, s);
+  if (half0 == 0) mark_imports_used(plans, n, s);
   return res;
+}
+
+/* The launch's only stream, or NULL when there are several. */
+static cudaStream_t single_stream(const plan_t* plans, int n) {
+  for (int i = 1; i < n; i++)
+    if (plans[i].op->stream != plans[0].op->stream) return NULL;
+  return n ? plans[0].op->stream : NULL;
 }
 
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
   ncclResult_t first = ncclSuccess;
+  cudaStream_t only = single_stream(plans, n);
+  if (only) {
+    sync_count_t front = sync_count(plans, n, only, 0), back = sync_count(plans, n, only, 1);
+    sync_count_t both = {front.ok && back.ok, front.flags + back.flags, front.copies + back.copies,
+                         0, 0, front.bytes + back.bytes};
+    if ((sync_wanted(&front) || sync_wanted(&back)) && sync_fits(&both)) {
+      cudaSetDevice(plans[0].op->comm->cuda_dev);
+      return issue_sync(drv, plans, n, only, 0, 1);
+    }
+  }
   for (int half = 0; half < 2; half++)
     for (int i = 0; i < n; i++) {
       int seen = 0;
@@ -267,8 +365,9 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       if (seen) continue;
       cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      if (stream_syncs(plans, n, s, half))
-        mpn_keep(&first, issue_sync(drv, plans, n, s, half));
+      sync_count_t c = sync_count(plans, n, s, half);
+      if (sync_wanted(&c) && sync_fits(&c))
+        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half));
       else
         mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }

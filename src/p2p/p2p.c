@@ -27,6 +27,7 @@
 #include "core/param.h"
 #include "cuda/driver.h"
 #include "cuda/event.h"
+#include "p2p/eager.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
 #include "p2p/stage.h"
@@ -37,7 +38,7 @@
 
 typedef struct {
   mpn_pair_t *send, *recv; /* me -> peer, peer -> me */
-  uint64_t send_seq, recv_seq;             /* eager messages */
+  uint64_t send_seq, recv_seq;             /* messages not captured */
   uint64_t graph_send_seq, graph_recv_seq; /* messages captured in graphs */
   uint64_t errors_seen[2];
 } peer_state_t;
@@ -162,7 +163,8 @@ static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
       mpn_event_put(dev, ev);
     }
   }
-  if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC) return ncclSuccess;
+  d->eager = p->eager_ok; /* the inbox needs neither an export nor a stage */
+  if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) return ncclSuccess;
   int pool = 0;
   ncclResult_t res = mpn_ipc_export(op->buf, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff",
                                     &d->ipc, &pool);
@@ -204,6 +206,12 @@ static ncclResult_t plan_prepare(plan_t* p) {
   p->spin = !p->graph && !p->local && kind == MPN_TRANSPORT_IPC &&
             mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
+  /* Only where both processes' kernels run at once: elsewhere (a time-sliced
+   * GPU) both sides' copies would cost a context switch each exchange. */
+  p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_eager_free(p->pair, p->seq) &&
+                mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
+                mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
+                op->bytes <= (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX);
   p->prepared = 1;
   return ncclSuccess;
 }
@@ -242,6 +250,18 @@ static void delegate_wait(const plan_t* plans, int n) {
   }
 }
 
+/* The message goes through the pair's inbox: the sender copies bytes in, the
+ * receiver at most bytes out (fewer if the size word says so). */
+static void eager_plan(plan_t* p, size_t bytes) {
+  const mpn_op_t* op = p->op;
+  void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, p->seq);
+  p->eager = 1;
+  p->eager_bytes = bytes;
+  p->src = op->kind == MPN_OP_SEND ? op->buf : slot;
+  p->dst = op->kind == MPN_OP_SEND ? slot : op->buf;
+  p->move = 1;
+}
+
 /* Posts one message; any failure still leaves a posted slot so nobody hangs. */
 static ncclResult_t plan_post(plan_t* p) {
   mpn_op_t* op = p->op;
@@ -252,13 +272,22 @@ static ncclResult_t plan_post(plan_t* p) {
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
   p->posted = 1;
-  if (p->role != MPN_POST_SECOND) return bad;
+  if (p->role != MPN_POST_SECOND) {
+    if (mine.eager) eager_plan(p, op->bytes);
+    return bad;
+  }
   if (p->stage) { /* second: this side copies from or to its own buffer directly */
     mpn_stage_put(p->stage, NULL, 0);
     p->stage = NULL;
   }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
+  if (other.eager) { /* the first side chose the inbox: follow it */
+    int same = other.count == mine.count && other.dtype == mine.dtype;
+    if (!same) report_mismatch(p, &mine, &other); /* and nothing moves */
+    eager_plan(p, same ? op->bytes : 0);
+    return ncclSuccess;
+  }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */
     mpn_event_put(mine.event_dev, (cudaEvent_t)(uintptr_t)mine.event);
     p->ev = (cudaEvent_t)(uintptr_t)other.event;
@@ -423,7 +452,7 @@ static void pair_release_device(mpn_pair_t* pair) {
   cudaGetLastError();
 }
 
-/* Satisfies every wait on a pair: eager waits are "at least", graph waits "exactly 1". */
+/* Satisfies every wait on a pair: uncaptured waits are "at least", graph waits "exactly 1". */
 static void pair_release(mpn_pair_t* pair) {
   if (pair == NULL) return;
   for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)

@@ -23,6 +23,10 @@
 
 enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 
+/** Slots of a pair's inbox (p2p/eager.h): messages a sender may run ahead of
+ * the receiver's copies before its small messages take the two-hop path. */
+#define MPN_EAGER_SLOTS 256
+
 /** RMA contexts a pair carries signals for (the largest numRmaCtx accepted). */
 #define MPN_PAIR_RMA_CTX 64
 /** Signals of a pair that CUDA graphs may capture, shared out among the contexts. */
@@ -37,7 +41,7 @@ typedef struct {
   int32_t dtype;
   int32_t exported;    /**< ipc is valid (owner is another process) */
   int32_t event_dev;   /**< device of event */
-  int32_t pad;
+  int32_t eager;       /**< the message takes the inbox (eager.h) if this side posted first */
   uint64_t event;      /**< same process: cudaEvent_t recorded where this side posted, or 0 */
   mpn_ipc_desc_t ipc;
 } mpn_side_t;
@@ -81,6 +85,9 @@ typedef struct {
    * yet seen. */
   uint64_t rma_graph_signal[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
   uint64_t rma_graph_busy[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
+  /** Inbox slots (p2p/eager.h): the number of the last message copied out
+   * of each, written by the receiver's streams, read by both hosts. */
+  uint64_t eager_free[MPN_EAGER_SLOTS] __attribute__((aligned(64)));
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;
@@ -110,7 +117,7 @@ void mpn_pair_unmap(mpn_pair_t* pair);
 /** Result of posting one side of a message. */
 typedef enum { MPN_POST_FIRST, MPN_POST_SECOND } mpn_post_role_t;
 
-/** The slot of message seq (>= 1) in the eager or the graph ring. */
+/** The slot of message seq (>= 1) in the plain or the graph ring. */
 static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, int graph) {
   return graph ? &pair->mem->graph_slots[(seq - 1) % MPN_PAIR_GRAPH_SLOTS]
                : &pair->mem->slots[seq % MPN_PAIR_SLOTS];

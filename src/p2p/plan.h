@@ -33,6 +33,9 @@ typedef struct {
   int spin;           /* the peer's kernels run beside ours: flags may be polled by a kernel */
   cudaEvent_t ev;     /* local, second side: the first side's "posted" event to wait for */
   int ev_dev;
+  int eager_ok;       /* this side would take the pair's inbox (eager.h) if it posts first */
+  int eager;          /* the message goes through the inbox: src/dst name it, bytes below */
+  size_t eager_bytes; /* send: bytes copied in; receive: most bytes copied out */
 } plan_t;
 
 /**

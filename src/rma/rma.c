@@ -220,12 +220,8 @@ typedef struct {
 
 static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
   if (to->b) return mpn_memops_add(to->b, addr, value, kind);
-  mpn_sync_t* k = to->k;
-  if (kind == MPN_MEMOP_WRITE && k->nwait == 0)
-    k->flags[k->nfirst++] = (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0};
-  else if (kind != MPN_MEMOP_WRITE)
-    k->flags[k->nfirst + k->nwait++] = (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0};
-  else
+  int part = kind == MPN_MEMOP_WRITE ? MPN_SYNC_FIRST : MPN_SYNC_WAIT;
+  if (!mpn_sync_push(to->k, 0, part, (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0}))
     return mpn_error_set(NULL, ncclInternalError, "a signal after a wait in one flag kernel");
   return ncclSuccess;
 }
@@ -446,7 +442,7 @@ static int local_self(const mpn_op_t* op) {
  * issue_self), then its waits, as one kernel. */
 static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
   mpn_sync_t k;
-  k.nfirst = k.nwait = k.ncopy = k.nlast = 0;
+  mpn_sync_init(&k);
   sink_t to = {NULL, &k};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
@@ -456,7 +452,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
         MPN_CHECK(add_signal(&to, op, s, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, 0));
     }
-  return k.nfirst + k.nwait ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
+  return mpn_sync_nflags(&k) ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
 }
 
 /* A sync stream's signals to its own rank under MPS, with the first pass's

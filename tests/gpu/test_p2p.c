@@ -434,18 +434,11 @@ static void host_buffers(void) {
   }
 }
 
-/* A receive whose count differs from the send: both sides hear of it. */
-static void mismatch(void) {
-  if (nranks < 2) return;
-  MPI_Comm two;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &two);
-  if (rank > 1) return;
-  ncclComm_t pair;
-  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
-  float* buf = dev_alloc(64 * sizeof(float));
+/* One mismatched message between ranks 0 and 1 of pair: both sides hear of it. */
+static void mismatch_case(ncclComm_t pair, MPI_Comm two, float* buf, size_t send_count, size_t recv_count) {
   EXPECT_OK(ncclGroupStart());
-  if (rank == 0) EXPECT_OK(ncclSend(buf, 10, ncclFloat32, 1, pair, stream));
-  else EXPECT_OK(ncclRecv(buf, 12, ncclFloat32, 0, pair, stream));
+  if (rank == 0) EXPECT_OK(ncclSend(buf, send_count, ncclFloat32, 1, pair, stream));
+  else EXPECT_OK(ncclRecv(buf, recv_count, ncclFloat32, 0, pair, stream));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess); /* no hang */
   MPI_Barrier(two);
@@ -454,12 +447,63 @@ static void mismatch(void) {
   if (harness_over_ucx()) { /* over UCX only the receiving side learns of it (a short message) */
     EXPECT(rank == 0 || async == ncclRemoteError);
   } else {
+    char text[128];
+    snprintf(text, sizeof(text), "ncclSend of %zu x ncclFloat32, ncclRecv of %zu x ncclFloat32", send_count,
+             recv_count);
     EXPECT(async == ncclInvalidUsage);
-    EXPECT(strstr(ncclGetLastError(pair), "ncclSend of 10 x ncclFloat32, ncclRecv of 12 x ncclFloat32") != NULL);
+    EXPECT(strstr(ncclGetLastError(pair), text) != NULL);
+  }
+}
+
+/* A receive whose count differs from the send: both sides hear of it, also
+ * when one side's size would take the pair's inbox and the other's not
+ * (MPINCCL_EAGER_MAX, 4096 bytes: whichever posts first decides). */
+static void mismatch(void) {
+  if (nranks < 2) return;
+  MPI_Comm two;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &two);
+  if (rank > 1) return;
+  ncclComm_t pair;
+  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
+  float* buf = dev_alloc(2048 * sizeof(float));
+  mismatch_case(pair, two, buf, 10, 12);
+  if (!harness_over_ucx()) {
+    mismatch_case(pair, two, buf, 1000, 1250);
+    mismatch_case(pair, two, buf, 1250, 1000);
   }
   cudaFree(buf);
   EXPECT_OK(ncclCommDestroy(pair));
   MPI_Comm_free(&two);
+}
+
+/*
+ * Many messages of mixed sizes to one peer in one group: more than a pair's
+ * inbox has slots (256), sizes on both sides of MPINCCL_EAGER_MAX, at odd
+ * offsets.  Under MPS the small ones take the inbox while it has free slots
+ * and the others the two-hop path; every byte arrives, in order.  Twice, so
+ * that the second group reuses slots the first one freed.
+ */
+static void many_small(void) {
+  enum { N = 300 };
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  size_t off[N + 1];
+  off[0] = 0;
+  for (int k = 0; k < N; k++) off[k + 1] = off[k] + 1 + (size_t)(k * 131) % 5000;
+  char *s = dev_alloc(off[N]), *r = dev_alloc(off[N]);
+  for (int round = 0; round < 2; round++) {
+    for (int k = 0; k < N; k++) pattern_fill(s + off[k], off[k + 1] - off[k], seed_of(rank, to, 1000 + round * N + k), stream);
+    EXPECT_OK(ncclGroupStart());
+    for (int k = 0; k < N; k++) EXPECT_OK(ncclSend(s + off[k], off[k + 1] - off[k], ncclInt8, to, comm, stream));
+    for (int k = 0; k < N; k++) EXPECT_OK(ncclRecv(r + off[k], off[k + 1] - off[k], ncclInt8, from, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+    for (int k = 0; k < N; k++) {
+      char what[64];
+      snprintf(what, sizeof(what), "many_small round %d message %d", round, k);
+      expect_pattern(r + off[k], off[k + 1] - off[k], seed_of(from, rank, 1000 + round * N + k), what);
+    }
+  }
+  cudaFree(s);
+  cudaFree(r);
 }
 
 int main(int argc, char** argv) {
@@ -475,6 +519,7 @@ int main(int argc, char** argv) {
   STEP(host_buffers());
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
+  STEP(many_small());
   STEP(reallocated());
   STEP(two_comms());
   STEP(init_all_ring());

@@ -1,7 +1,9 @@
 // sync.cu - the flag-and-copy kernel (sync.h).  One block: the flags are a
 // handful and the copies small, so the kernel is about latency.  Flags are
-// read and written volatile, at system scope, since they live in host memory
-// or in another process's view of GPU memory.
+// read and written volatile; fences are at system scope unless the table says
+// that everything is in this GPU's memory.  The table travels as the kernel's
+// argument, so a small one goes to a kernel with a small table: the launch
+// costs less host time.
 #include "cuda/sync.h"
 
 #include "cuda/flagop.h"
@@ -41,36 +43,62 @@ __device__ void copy_one(const mpn_copy_t& c) {
   }
 }
 
-__global__ void sync_kernel(const mpn_sync_t s) {
-  const int t = threadIdx.x;
-  // Whatever the stream did before is complete; the first writes say so
-  // (fenced, as a stream memory write is, after the stream's earlier work).
-  if (t < s.nfirst) {
+template <int F, int C>
+struct table_t {
+  int device_scope, nfirst;
+  int nwait[MPN_SYNC_ROUNDS], ncopy[MPN_SYNC_ROUNDS], nlast[MPN_SYNC_ROUNDS];
+  mpn_sync_flag_t flags[F];
+  mpn_copy_t copies[C];
+};
+
+__device__ inline void fence(int device_scope) {
+  if (device_scope)
+    __threadfence();
+  else
     __threadfence_system();
+}
+
+// Writers fence before they write: through the barrier before them, every
+// thread's earlier writes (copies, size words) are ordered before the flag.
+// Pollers fence after they see a flag, before the barrier: what the peers
+// wrote before it is seen by every thread after.
+template <int F, int C>
+__global__ void sync_kernel(const table_t<F, C> s) {
+  const int t = threadIdx.x;
+  if (t < s.nfirst) {
+    fence(s.device_scope);
     flag_write(s.flags[t]);
   }
   int flag = s.nfirst, copy = 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
     if (s.nwait[r] + s.ncopy[r] + s.nlast[r] == 0) continue;
-    // Each poller fences before the barrier: what the peers wrote before
-    // their flags is seen by every thread's copies after it.
-    if (t < s.nwait[r]) flag_wait(s.flags[flag + t]);
+    if (t < s.nwait[r]) {
+      flag_wait(s.flags[flag + t]);
+      fence(s.device_scope);
+    }
     flag += s.nwait[r];
-    __threadfence_system();
     __syncthreads();
     for (int i = 0; i < s.ncopy[r]; i++) copy_one(s.copies[copy + i]);
     copy += s.ncopy[r];
-    __threadfence_system();
     __syncthreads();
-    // Every thread's copies (and size words) are fenced before the barrier;
-    // the writers fence again before they write, so the peers see the data
-    // before the flags.
     if (t < s.nlast[r]) {
-      __threadfence_system();
+      fence(s.device_scope);
       flag_write(s.flags[flag + t]);
     }
     flag += s.nlast[r];
   }
+}
+
+template <int F, int C>
+cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stream) {
+  table_t<F, C> t;
+  t.device_scope = s->device_scope;
+  t.nfirst = s->nfirst;
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) t.nwait[r] = s->nwait[r], t.ncopy[r] = s->ncopy[r], t.nlast[r] = s->nlast[r];
+  for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
+  for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
+  sync_kernel<F, C><<<1, kThreads, 0, stream>>>(t);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -83,6 +111,6 @@ extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream)
     copies += s->ncopy[r];
   }
   if (bad || flags > MPN_SYNC_FLAGS || copies > MPN_SYNC_COPIES) return cudaErrorInvalidValue;
-  sync_kernel<<<1, kThreads, 0, stream>>>(*s);
-  return cudaGetLastError();
+  if (flags <= 16 && copies <= 4) return launch<16, 4>(s, flags, copies, stream);
+  return launch<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>(s, flags, copies, stream);
 }

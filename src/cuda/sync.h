@@ -52,6 +52,9 @@ typedef struct {
 enum { MPN_SYNC_FIRST = 0, MPN_SYNC_WAIT = 1, MPN_SYNC_LAST = 2 };
 
 typedef struct {
+  int device_scope;             /* every flag and buffer is in this GPU's memory and only kernels of
+                                   this GPU read it (or a host reads a word after the kernel's reads):
+                                   device-scope fences suffice */
   int nfirst;                   /* writes before anything else */
   int nwait[MPN_SYNC_ROUNDS];   /* per round: waits, */
   int ncopy[MPN_SYNC_ROUNDS];   /* copies, */
@@ -62,6 +65,7 @@ typedef struct {
 
 /** An empty table. */
 static inline void mpn_sync_init(mpn_sync_t* k) {
+  k->device_scope = 0;
   k->nfirst = 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) k->nwait[r] = k->ncopy[r] = k->nlast[r] = 0;
 }

@@ -33,8 +33,11 @@
 
 _Static_assert(MPN_PAIR_FLAGS * sizeof(uint64_t) <= MPN_EAGER_SIZES_OFFSET,
                "the pair's flags run into the inbox");
-_Static_assert(MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t) <= MPN_EAGER_DATA_OFFSET,
-               "the inbox's size words run into its slots");
+_Static_assert(MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DSIGNAL_OFFSET,
+               "the inbox's size words run into the signals");
+_Static_assert(MPN_PAIR_DSIGNAL_OFFSET + MPN_PAIR_RMA_CTX * sizeof(uint64_t) <= MPN_PAIR_DZERO_BYTES &&
+                   MPN_PAIR_DZERO_BYTES <= MPN_EAGER_DATA_OFFSET,
+               "the signals run into the inbox's slots");
 _Static_assert(MPN_EAGER_DATA_OFFSET + (size_t)MPN_EAGER_SLOTS * MPN_EAGER_SLOT_BYTES <= MPN_IPC_BLOCK_BYTES,
                "the inbox does not fit the pair's device block");
 

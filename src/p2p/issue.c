@@ -329,9 +329,26 @@ static void sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int h
     }
 }
 
+/* Whether every flag and buffer of stream s's messages is in memory of the
+ * stream's GPU (flags in device memory, peers on the same GPU): then the
+ * kernel's fences need only device scope.  The words that free inbox slots
+ * are in host memory, but a host reads them only to let a later message
+ * overwrite the slot, and the kernel's reads of the slot are done by then. */
+static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++) {
+    const plan_t* p = &plans[i];
+    const struct ncclComm* comm = p->op->comm;
+    if (p->posted && p->op->stream == s &&
+        (p->pair->dflags == 0 || !mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)))
+      return 0;
+  }
+  return 1;
+}
+
 static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
   mpn_sync_t k;
   mpn_sync_init(&k);
+  k.device_scope = device_scope(plans, n, s);
   for (int half = half0, round = 0; half <= half1; half++, round++) sync_fill(&k, plans, n, s, half, round);
   if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
   ncclResult_t res = mpn_sync_issue(drv, &k, s);

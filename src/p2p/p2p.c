@@ -435,8 +435,8 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
   }
 }
 
-/* Device flags are written with a copy on a stream of the caller's own, which
- * depends on no stream that may be waiting. */
+/* Device flags and signals are written with copies on a stream of the
+ * caller's own, which depends on no stream that may be waiting. */
 static void pair_release_device(mpn_pair_t* pair) {
   static uint64_t values[MPN_PAIR_FLAGS];
   for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
@@ -447,6 +447,9 @@ static void pair_release_device(mpn_pair_t* pair) {
     return;
   }
   cudaMemcpyAsync((void*)pair->dflags, values, sizeof(values), cudaMemcpyHostToDevice, s);
+  uint64_t signals[MPN_PAIR_RMA_CTX];
+  for (int i = 0; i < MPN_PAIR_RMA_CTX; i++) signals[i] = UINT64_MAX >> 1;
+  cudaMemcpyAsync((void*)mpn_pair_signal(pair, 0), signals, sizeof(signals), cudaMemcpyHostToDevice, s);
   cudaStreamSynchronize(s);
   cudaStreamDestroy(s);
   cudaGetLastError();

@@ -78,7 +78,7 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     cudaError_t err = cudaMalloc(&d, bytes < MPN_IPC_BLOCK_BYTES ? MPN_IPC_BLOCK_BYTES : bytes);
     cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
     if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_FLAGS * sizeof(uint64_t), s);
+    if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_DZERO_BYTES, s);
     if (err == cudaSuccess) err = cudaStreamSynchronize(s);
     if (s) cudaStreamDestroy(s);
     int pool = 0;

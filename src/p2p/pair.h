@@ -76,7 +76,8 @@ typedef struct {
   uint64_t pad[5];
   /** One-sided signals from the pair's sender to its receiver, one per RMA
    * context: the sender's running count, written by its streams, waited
-   * for by the receiver's (rma.c). */
+   * for by the receiver's (rma.c).  Used only where the pair's flags are in
+   * host memory; otherwise they are in the device block (mpn_pair_signal). */
   uint64_t rma_signal[MPN_PAIR_RMA_CTX] __attribute__((aligned(64)));
   /** Signals captured in CUDA graphs, one flag pair per captured signal
    * (rma.c): "signal" goes 0 -> 1 (sender) -> 0 (receiver, having seen it),
@@ -147,8 +148,16 @@ static inline CUdeviceptr mpn_pair_dev(const mpn_pair_t* pair, const void* host)
   return pair->dev + (CUdeviceptr)((const char*)host - (const char*)pair->mem);
 }
 
-/** Device address of the signal of RMA context ctx. */
+/** Offset of the RMA signals in the device flag block (after the flags and the inbox's size words, p2p/eager.h). */
+#define MPN_PAIR_DSIGNAL_OFFSET ((size_t)20480)
+/** Bytes of the device flag block that start zeroed (flags, size words, signals). */
+#define MPN_PAIR_DZERO_BYTES ((size_t)32768)
+
+/** Device address of the signal of RMA context ctx: in the device flag
+ * block where there is one (polled without crossing PCIe), else in the
+ * pair's host memory. */
 static inline CUdeviceptr mpn_pair_signal(const mpn_pair_t* pair, int ctx) {
+  if (pair->dflags) return pair->dflags + MPN_PAIR_DSIGNAL_OFFSET + (CUdeviceptr)ctx * sizeof(uint64_t);
   return mpn_pair_dev(pair, &pair->mem->rma_signal[ctx]);
 }
 

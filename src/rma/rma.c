@@ -438,11 +438,33 @@ static int local_self(const mpn_op_t* op) {
   return op->peer == op->comm->rank && mpn_rma_local(op->comm, op->peer, 0);
 }
 
+/* Whether the signals with peer live in device memory of this GPU. */
+static int peer_device_signals(struct ncclComm* comm, int peer) {
+  mpn_pair_t *to, *from;
+  return !over_ucx(comm, peer) && mpn_topo_same_gpu(&comm->topo, comm->rank, peer) &&
+         mpn_p2p_pairs(comm, peer, &to, &from) == ncclSuccess && to->dflags && from->dflags;
+}
+
+/* Whether every signal and wait of stream s is in device memory of its GPU:
+ * then the kernel's fences need only device scope (the puts before it are
+ * complete when it starts). */
+static int device_scope(mpn_op_t** ops, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++) {
+    mpn_op_t* op = ops[i];
+    if (op->stream != s) continue;
+    if (op->kind != MPN_OP_WAIT_SIGNAL && !peer_device_signals(op->comm, op->peer)) return 0;
+    for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++)
+      if (!peer_device_signals(op->comm, op->descs[d].peer)) return 0;
+  }
+  return 1;
+}
+
 /* Stream s's signals (program order; not its own under MPS, see
  * issue_self), then its waits, as one kernel. */
 static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
   mpn_sync_t k;
   mpn_sync_init(&k);
+  k.device_scope = device_scope(ops, n, s);
   sink_t to = {NULL, &k};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {

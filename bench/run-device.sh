@@ -9,7 +9,8 @@
 # half, --no-variants the runs with non-default options: copy engine only,
 # host-memory flags, the polling kernel from one wait, stream memory
 # operations instead of the flag kernel (benchmarks), no delegation
-# (MPINCCL_DELEGATE_WAIT_US=0), test_p2p and test_rma with host flags, and
+# (MPINCCL_DELEGATE_WAIT_US=0), no eager inbox (MPINCCL_EAGER_MAX=0),
+# test_p2p and test_rma with host flags, and
 # test_p2p over UCX with one hardware queue (a known hang in threads_ring).
 # Always run: make check, the benchmarks, halo3d (also with every face in
 # the flag kernel), test_p2p/test_rma under MPS (also with memops only), the
@@ -120,6 +121,13 @@ regime_runs() { # regime
   bench "$r" sendrecv-kernel1 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
   bench "$r" putpingpong-kernel1 2 -o putpingpong -b 8 -e 1M -f 8 -n 100 -w 10
   unset MPINCCL_KERNEL_SYNC_WAITS
+  # Without the eager inbox (small messages take the two-hop handshake).
+  export MPINCCL_EAGER_MAX=0
+  extra="$saved -x MPINCCL_EAGER_MAX"
+  bench "$r" sendrecv-noeager 2 -o sendrecv -b 8 -e 4K -f 8 -n 100 -w 10
+  bench "$r" pingpong-noeager 2 -o pingpong -b 8 -e 4K -f 8 -n 100 -w 10
+  bench "$r" halo-noeager 8 -o halo -b 64K -e 64K -n 20
+  unset MPINCCL_EAGER_MAX
   extra=$saved
   halo3d_runs "$r"
 }
@@ -142,6 +150,10 @@ halo3d_runs() { # regime
   MPINCCL_KERNEL_SYNC=16777216 timeout 120 mpirun -np 4 $flags $extra -x MPINCCL_KERNEL_SYNC \
     ./examples/halo3d 2>&1 | grep -E 'time/iter|check' |
     sed "s/^/   halo3d exchange, MPINCCL_KERNEL_SYNC=16M: /" | tee -a "$out/$r-halo3d.txt"
+  # And every group as one flag kernel, whatever its number of waits.
+  MPINCCL_KERNEL_SYNC=16777216 MPINCCL_KERNEL_SYNC_WAITS=1 timeout 120 mpirun -np 4 $flags $extra \
+    -x MPINCCL_KERNEL_SYNC -x MPINCCL_KERNEL_SYNC_WAITS ./examples/halo3d 2>&1 | grep -E 'time/iter|check' |
+    sed "s/^/   halo3d exchange, MPINCCL_KERNEL_SYNC=16M, MPINCCL_KERNEL_SYNC_WAITS=1: /" | tee -a "$out/$r-halo3d.txt"
 }
 
 extra=""

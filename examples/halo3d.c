@@ -380,15 +380,19 @@ static void solver_step(solver_t* s, int sweep) {
 }
 
 /* Milliseconds for iters steps, from events on the stream: the loop itself
- * never waits for the GPU (except in --flag-sync mode, by design). */
-static double solver_time(solver_t* s, int iters, int sweep) {
+ * never waits for the GPU (except in --flag-sync mode, by design).  *host_ms
+ * (unless NULL) gets the host's time to enqueue them: when it comes near the GPU's, the
+ * host sets the pace. */
+static double solver_time(solver_t* s, int iters, int sweep, double* host_ms) {
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   CUDA_CHECK(cudaStreamSynchronize(s->stream));
   MPI_Barrier(MPI_COMM_WORLD); /* start together: skew is not communication */
   CUDA_CHECK(cudaEventRecord(start, s->stream));
+  double t0 = MPI_Wtime();
   for (int it = 0; it < iters; it++) solver_step(s, sweep);
+  if (host_ms) *host_ms = (MPI_Wtime() - t0) * 1e3;
   CUDA_CHECK(cudaEventRecord(stop, s->stream));
   CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
@@ -543,10 +547,10 @@ static void print_header(const options_t* o, int gpus) {
  * this rank's stream waits while the GPU runs other ranks' sweeps.  As all
  * work is on one stream, nothing overlaps the exchange, so the ratio of the
  * two loops is the share of an iteration spent communicating. */
-static void print_times(const options_t* o, double full_ms, double comm_ms) {
-  double mine[2] = {full_ms, comm_ms}, sum[2], max[2];
-  MPI_Reduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-  MPI_Reduce(mine, max, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+static void print_times(const options_t* o, double full_ms, double comm_ms, double host_ms) {
+  double mine[3] = {full_ms, comm_ms, host_ms}, sum[3], max[3];
+  MPI_Reduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, max, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (world_rank != 0) return;
   double per_iter = 1e3 / o->iters; /* ms per loop -> us per iteration */
   printf("time/iter  %.1f us (max %.1f us)  comm %.1f %%\n", sum[0] / world_size * per_iter,
@@ -554,6 +558,9 @@ static void print_times(const options_t* o, double full_ms, double comm_ms) {
   printf("comm/iter  %.1f us (max %.1f us)  pack + %s + unpack alone\n",
          sum[1] / world_size * per_iter, max[1] * per_iter,
          o->flag_sync ? "synchronization" : "exchange");
+  printf("host/iter  %.1f us (max %.1f us)  the host's time to enqueue an iteration%s\n",
+         sum[2] / world_size * per_iter, max[2] * per_iter,
+         o->flag_sync ? " (it waits for the GPU)" : "");
   fflush(stdout);
 }
 
@@ -571,11 +578,12 @@ static int run(const options_t* o, int gpus) {
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
   for (int it = 0; it < o->warmup; it++) solver_step(&s, 1);
-  double full_ms = solver_time(&s, o->iters, 1);
+  double host_ms = 0;
+  double full_ms = solver_time(&s, o->iters, 1, &host_ms);
   /* Leaves the interior as it is: the ghosts it refreshes are those the next
    * step would write, so the check below sees warmup + iters sweeps. */
-  double comm_ms = solver_time(&s, o->iters, 0);
-  print_times(o, full_ms, comm_ms);
+  double comm_ms = solver_time(&s, o->iters, 0, NULL);
+  print_times(o, full_ms, comm_ms, host_ms);
   double* gathered = o->check ? gather_field(o, &s) : NULL;
   solver_destroy(&s);
   NCCL_CHECK(comm, ncclCommFinalize(comm));

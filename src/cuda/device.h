@@ -47,4 +47,15 @@ cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev);
 /** Describes device dev. */
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out);
 
+/**
+ * Makes dev current for what follows, with *current the device the caller
+ * knows to be current (-1: unknown); calls into CUDA only when it changes,
+ * since a launch may visit the same device for every message.
+ */
+static inline void mpn_cuda_switch_device(int* current, int dev) {
+  if (*current == dev) return;
+  cudaSetDevice(dev);
+  *current = dev;
+}
+
 #endif /* MPN_CUDA_DEVICE_H_ */

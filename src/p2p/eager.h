@@ -9,12 +9,16 @@
  *
  * Which protocol a message takes is decided by the side that posts first
  * (by its own size and parameters) and followed by the second, so sides
- * whose sizes or parameters differ never wait for different flags.  The
- * first side takes the inbox only if the slot is already free: the
- * receiver's stream writes a slot's number to the pair's host memory once
- * it has copied the message out (mpn_pair_mem_t.eager_free), and the host
- * reads it there.  So no stream ever waits for a slot: a sender never waits
- * for a receiver's later work, whatever the groups on either side hold.
+ * whose sizes or parameters differ never wait for different flags.  Eager
+ * messages are numbered apart (both sides count them, in the order they
+ * post, and know whether every earlier message of the pair was eager), so
+ * they fill the slots in turn whatever took the two-hop path in between.
+ * The first side takes the inbox only if the message's slot is already
+ * free: the receiver's stream writes its eager number + 1 to the pair's host
+ * memory once it has copied a message out (mpn_pair_mem_t.eager_free), and
+ * the host reads it there.  So no stream ever waits for a slot: a sender
+ * never waits for a receiver's later work, whatever the groups on either
+ * side hold.
  */
 #ifndef MPN_P2P_EAGER_H_
 #define MPN_P2P_EAGER_H_
@@ -41,29 +45,29 @@ _Static_assert(MPN_PAIR_DSIGNAL_OFFSET + MPN_PAIR_RMA_CTX * sizeof(uint64_t) <= 
 _Static_assert(MPN_EAGER_DATA_OFFSET + (size_t)MPN_EAGER_SLOTS * MPN_EAGER_SLOT_BYTES <= MPN_IPC_BLOCK_BYTES,
                "the inbox does not fit the pair's device block");
 
-/** Whether message seq may take the pair's inbox: it has one (its flags live
- * in device memory) and the message seq - MPN_EAGER_SLOTS that used the
- * same slot has been copied out. */
-static inline int mpn_eager_free(const mpn_pair_t* pair, uint64_t seq) {
+/** Whether the eager message numbered n (from 0) may take its slot of the
+ * pair's inbox: the pair has one (its flags live in device memory) and the
+ * message n - MPN_EAGER_SLOTS that used the slot before has been copied out. */
+static inline int mpn_eager_free(const mpn_pair_t* pair, uint64_t n) {
   if (pair->dflags == 0) return 0;
-  if (seq <= MPN_EAGER_SLOTS) return 1;
-  uint64_t freed = __atomic_load_n(&pair->mem->eager_free[seq % MPN_EAGER_SLOTS], __ATOMIC_ACQUIRE);
-  return freed >= seq - MPN_EAGER_SLOTS;
+  if (n < MPN_EAGER_SLOTS) return 1;
+  uint64_t freed = __atomic_load_n(&pair->mem->eager_free[n % MPN_EAGER_SLOTS], __ATOMIC_ACQUIRE);
+  return freed >= n - MPN_EAGER_SLOTS + 1;
 }
 
-/** Device address of the word that says slot of seq is free (written seq once copied out). */
-static inline CUdeviceptr mpn_eager_freed(const mpn_pair_t* pair, uint64_t seq) {
-  return mpn_pair_dev(pair, &pair->mem->eager_free[seq % MPN_EAGER_SLOTS]);
+/** Device address of the word that frees eager message n's slot (written n + 1 once copied out). */
+static inline CUdeviceptr mpn_eager_freed(const mpn_pair_t* pair, uint64_t n) {
+  return mpn_pair_dev(pair, &pair->mem->eager_free[n % MPN_EAGER_SLOTS]);
 }
 
-/** Device address of message seq's slot. */
-static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, uint64_t seq) {
-  return pair->dflags + MPN_EAGER_DATA_OFFSET + (CUdeviceptr)(seq % MPN_EAGER_SLOTS) * MPN_EAGER_SLOT_BYTES;
+/** Device address of eager message n's slot. */
+static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, uint64_t n) {
+  return pair->dflags + MPN_EAGER_DATA_OFFSET + (CUdeviceptr)(n % MPN_EAGER_SLOTS) * MPN_EAGER_SLOT_BYTES;
 }
 
-/** Device address of the word that carries message seq's size (written with the data). */
-static inline CUdeviceptr mpn_eager_size(const mpn_pair_t* pair, uint64_t seq) {
-  return pair->dflags + MPN_EAGER_SIZES_OFFSET + (CUdeviceptr)(seq % MPN_EAGER_SLOTS) * sizeof(uint64_t);
+/** Device address of the word that carries eager message n's size (written with the data). */
+static inline CUdeviceptr mpn_eager_size(const mpn_pair_t* pair, uint64_t n) {
+  return pair->dflags + MPN_EAGER_SIZES_OFFSET + (CUdeviceptr)(n % MPN_EAGER_SLOTS) * sizeof(uint64_t);
 }
 
 #endif /* MPN_P2P_EAGER_H_ */

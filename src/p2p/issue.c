@@ -39,7 +39,7 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
 static int eager_copy(const plan_t* p, mpn_copy_t* c) {
   int send = p->op->kind == MPN_OP_SEND;
   if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
-  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->seq);
+  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager_n);
   *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
   return 1;
 }
@@ -201,7 +201,7 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_RECV)
-      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->seq), p->seq, MPN_MEMOP_WRITE));
+      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE));
   }
   mpn_keep(&first, mpn_memops_flush(b));
   return first;
@@ -264,7 +264,7 @@ static int plan_part(const plan_t* p, int half, int part, mpn_sync_flag_t* f) {
   if (half == 1 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
     done = 1, kind = MPN_MEMOP_WAIT_GEQ;
   if (half == 1 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
-    *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->seq), p->seq, MPN_MEMOP_WRITE, 0};
+    *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE, 0};
     return 1;
   }
   if (done < 0) return 0;
@@ -363,7 +363,7 @@ static cudaStream_t single_stream(const plan_t* plans, int n) {
   return n ? plans[0].op->stream : NULL;
 }
 
-ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current) {
   ncclResult_t first = ncclSuccess;
   cudaStream_t only = single_stream(plans, n);
   if (only) {
@@ -371,7 +371,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
     sync_count_t both = {front.ok && back.ok, front.flags + back.flags, front.copies + back.copies,
                          0, 0, front.bytes + back.bytes};
     if ((sync_wanted(&front) || sync_wanted(&back)) && sync_fits(&both)) {
-      cudaSetDevice(plans[0].op->comm->cuda_dev);
+      mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
       return issue_sync(drv, plans, n, only, 0, 1);
     }
   }
@@ -380,7 +380,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n) {
       int seen = 0;
       for (int j = 0; j < i && !seen; j++) seen = plans[j].op->stream == plans[i].op->stream;
       if (seen) continue;
-      cudaSetDevice(plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
+      mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half);
       if (sync_wanted(&c) && sync_fits(&c))

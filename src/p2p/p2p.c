@@ -25,6 +25,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/device.h"
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "p2p/eager.h"
@@ -40,6 +41,7 @@ typedef struct {
   mpn_pair_t *send, *recv; /* me -> peer, peer -> me */
   uint64_t send_seq, recv_seq;             /* messages not captured */
   uint64_t graph_send_seq, graph_recv_seq; /* messages captured in graphs */
+  uint64_t eager_sends, eager_recvs;       /* messages that took the pair's inbox (eager.h) */
   uint64_t errors_seen[2];
 } peer_state_t;
 
@@ -164,6 +166,7 @@ static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
     }
   }
   d->eager = p->eager_ok; /* the inbox needs neither an export nor a stage */
+  d->eager_n = p->eager_n;
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) return ncclSuccess;
   int pool = 0;
   ncclResult_t res = mpn_ipc_export(op->buf, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff",
@@ -208,7 +211,7 @@ static ncclResult_t plan_prepare(plan_t* p) {
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
   /* Only where both processes' kernels run at once: elsewhere (a time-sliced
    * GPU) both sides' copies would cost a context switch each exchange. */
-  p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_eager_free(p->pair, p->seq) &&
+  p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC && p->pair->dflags &&
                 mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
                 mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
                 op->bytes <= (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX);
@@ -254,7 +257,7 @@ static void delegate_wait(const plan_t* plans, int n) {
  * receiver at most bytes out (fewer if the size word says so). */
 static void eager_plan(plan_t* p, size_t bytes) {
   const mpn_op_t* op = p->op;
-  void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, p->seq);
+  void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, p->eager_n);
   p->eager = 1;
   p->eager_bytes = bytes;
   p->src = op->kind == MPN_OP_SEND ? op->buf : slot;
@@ -267,6 +270,10 @@ static ncclResult_t plan_post(plan_t* p) {
   mpn_op_t* op = p->op;
   struct ncclComm* comm = op->comm;
   int send = op->kind == MPN_OP_SEND;
+  peer_state_t* ps = &comm->p2p->peers[op->peer];
+  uint64_t* eager_count = send ? &ps->eager_sends : &ps->eager_recvs;
+  p->eager_n = *eager_count; /* every earlier message of the pair is posted: its path is known */
+  p->eager_ok = p->eager_ok && mpn_eager_free(p->pair, p->eager_n);
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
@@ -274,6 +281,7 @@ static ncclResult_t plan_post(plan_t* p) {
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
     if (mine.eager) eager_plan(p, op->bytes);
+    *eager_count += p->eager;
     return bad;
   }
   if (p->stage) { /* second: this side copies from or to its own buffer directly */
@@ -283,10 +291,20 @@ static ncclResult_t plan_post(plan_t* p) {
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
   if (other.eager) { /* the first side chose the inbox: follow it */
-    int same = other.count == mine.count && other.dtype == mine.dtype;
-    if (!same) report_mismatch(p, &mine, &other); /* and nothing moves */
+    ncclResult_t res = ncclSuccess;
+    if (other.eager_n != p->eager_n) { /* cannot happen; the peer's number keeps both going */
+      res = mpn_error_set(comm, ncclInternalError,
+                          "message %llu with rank %d: eager number %llu here, %llu at the peer",
+                          (unsigned long long)p->seq, op->peer, (unsigned long long)p->eager_n,
+                          (unsigned long long)other.eager_n);
+      mpn_comm_set_async(comm, res);
+      p->eager_n = other.eager_n;
+    }
+    int same = res == ncclSuccess && other.count == mine.count && other.dtype == mine.dtype;
+    if (res == ncclSuccess && !same) report_mismatch(p, &mine, &other); /* and nothing moves */
     eager_plan(p, same ? op->bytes : 0);
-    return ncclSuccess;
+    *eager_count = p->eager_n + 1;
+    return res;
   }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */
     mpn_event_put(mine.event_dev, (cudaEvent_t)(uintptr_t)mine.event);
@@ -384,32 +402,33 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
 #endif
   int saved = -1;
   cudaGetDevice(&saved);
+  int current = saved;
   ncclResult_t first_error = ncclSuccess;
   int i = 0;
   for (mpn_op_t* op = ops; op; op = op->next) {
     if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
     plans[i].op = op;
-    cudaSetDevice(op->comm->cuda_dev);
+    mpn_cuda_switch_device(&current, op->comm->cuda_dev);
     ncclResult_t res = plan_prepare(&plans[i++]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   delegate_wait(plans, n);
   for (i = 0; i < n; i++) {
     if (!plans[i].prepared) continue;
-    cudaSetDevice(plans[i].op->comm->cuda_dev);
+    mpn_cuda_switch_device(&current, plans[i].op->comm->cuda_dev);
     ncclResult_t res = plan_post(&plans[i]);
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
     struct mpn_p2p* stats = plans[i].op->comm->p2p;
     stats->posted += plans[i].posted;
     stats->moved += plans[i].posted && plans[i].role == MPN_POST_SECOND;
   }
-  ncclResult_t res = mpn_p2p_issue(drv, plans, n);
+  ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
 #endif
-  if (saved >= 0) cudaSetDevice(saved);
+  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(plans);
   free(net);
   if (res == ncclSuccess) res = first_error;

@@ -43,6 +43,7 @@ typedef struct {
   int32_t event_dev;   /**< device of event */
   int32_t eager;       /**< the message takes the inbox (eager.h) if this side posted first */
   uint64_t event;      /**< same process: cudaEvent_t recorded where this side posted, or 0 */
+  uint64_t eager_n;    /**< eager: the message's number among the pair's eager ones */
   mpn_ipc_desc_t ipc;
 } mpn_side_t;
 
@@ -86,8 +87,8 @@ typedef struct {
    * yet seen. */
   uint64_t rma_graph_signal[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
   uint64_t rma_graph_busy[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
-  /** Inbox slots (p2p/eager.h): the number of the last message copied out
-   * of each, written by the receiver's streams, read by both hosts. */
+  /** Inbox slots (p2p/eager.h): the eager number + 1 of the last message
+   * copied out of each, written by the receiver's streams, read by both hosts. */
   uint64_t eager_free[MPN_EAGER_SLOTS] __attribute__((aligned(64)));
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];

@@ -36,13 +36,15 @@ typedef struct {
   int eager_ok;       /* this side would take the pair's inbox (eager.h) if it posts first */
   int eager;          /* the message goes through the inbox: src/dst name it, bytes below */
   size_t eager_bytes; /* send: bytes copied in; receive: most bytes copied out */
+  uint64_t eager_n;   /* its number among the pair's eager messages (eager.h) */
 } plan_t;
 
 /**
  * Issues the posted plans on their streams: every stream's first half (the
  * "ready" handshake, the copies this rank moves, the "done" writes), then
- * every stream's second half (the waits for "done").
+ * every stream's second half (the waits for "done").  *current_device is the
+ * caller's current device, kept up to date.
  */
-ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n);
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current_device);
 
 #endif /* MPN_P2P_PLAN_H_ */

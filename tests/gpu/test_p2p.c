@@ -480,8 +480,9 @@ static void mismatch(void) {
  * Many messages of mixed sizes to one peer in one group: more than a pair's
  * inbox has slots (256), sizes on both sides of MPINCCL_EAGER_MAX, at odd
  * offsets.  Under MPS the small ones take the inbox while it has free slots
- * and the others the two-hop path; every byte arrives, in order.  Twice, so
- * that the second group reuses slots the first one freed.
+ * and the others the two-hop path; every byte arrives, in order.  Three
+ * groups: about 740 eager messages go through the 256 slots, so later
+ * groups reuse slots earlier ones freed.
  */
 static void many_small(void) {
   enum { N = 300 };
@@ -490,7 +491,7 @@ static void many_small(void) {
   off[0] = 0;
   for (int k = 0; k < N; k++) off[k + 1] = off[k] + 1 + (size_t)(k * 131) % 5000;
   char *s = dev_alloc(off[N]), *r = dev_alloc(off[N]);
-  for (int round = 0; round < 2; round++) {
+  for (int round = 0; round < 3; round++) {
     for (int k = 0; k < N; k++) pattern_fill(s + off[k], off[k + 1] - off[k], seed_of(rank, to, 1000 + round * N + k), stream);
     EXPECT_OK(ncclGroupStart());
     for (int k = 0; k < N; k++) EXPECT_OK(ncclSend(s + off[k], off[k + 1] - off[k], ncclInt8, to, comm, stream));

@@ -1,7 +1,8 @@
 /*
  * test_core.c - unit tests of what needs neither MPI nor a GPU: the ABI facts
  * of nccl.h, version, error strings, ncclConfig_t reading, parameters,
- * logging options, and the functions this version refuses.
+ * logging options, the functions this version refuses, and the order rules
+ * of the flag kernel's table.
  */
 #include <check.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include "core/config.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "cuda/sync.h"
 #include "mpinccl.h"
 
 START_TEST(abi_layout) {
@@ -272,6 +274,42 @@ START_TEST(refused_calls) {
 }
 END_TEST
 
+/* The flag kernel's table keeps its parts in order (first writes, then each
+ * round's waits and writes) and refuses what would go before an entry
+ * already there, or past its capacity. */
+START_TEST(sync_table_order) {
+  mpn_sync_t k;
+  mpn_sync_init(&k);
+  mpn_sync_flag_t f = {0x1000, 1, 0, 0};
+  ck_assert(mpn_sync_push(&k, 0, MPN_SYNC_FIRST, f));
+  ck_assert(mpn_sync_push(&k, 0, MPN_SYNC_WAIT, f));
+  ck_assert(mpn_sync_push(&k, 0, MPN_SYNC_WAIT, f));
+  ck_assert(!mpn_sync_push(&k, 0, MPN_SYNC_FIRST, f)); /* a first write after a wait */
+  ck_assert(mpn_sync_push(&k, 0, MPN_SYNC_LAST, f));
+  ck_assert(!mpn_sync_push(&k, 0, MPN_SYNC_WAIT, f)); /* a wait after round 0's writes */
+  ck_assert(mpn_sync_push(&k, 1, MPN_SYNC_WAIT, f));
+  ck_assert(!mpn_sync_push(&k, 0, MPN_SYNC_LAST, f)); /* round 0 after round 1 */
+  ck_assert(mpn_sync_push(&k, 1, MPN_SYNC_LAST, f));
+  ck_assert_int_eq(k.nfirst, 1);
+  ck_assert_int_eq(k.nwait[0], 2);
+  ck_assert_int_eq(k.nlast[0], 1);
+  ck_assert_int_eq(k.nwait[1], 1);
+  ck_assert_int_eq(k.nlast[1], 1);
+  ck_assert_int_eq(mpn_sync_nflags(&k), 6);
+  mpn_copy_t c = {NULL, NULL, 8, NULL, NULL};
+  ck_assert(mpn_sync_push_copy(&k, 0, c));
+  ck_assert(mpn_sync_push_copy(&k, 1, c));
+  ck_assert(!mpn_sync_push_copy(&k, 0, c)); /* round 0's copy after round 1's */
+  ck_assert_int_eq(mpn_sync_ncopies(&k), 2);
+  while (mpn_sync_push(&k, 1, MPN_SYNC_LAST, f)) {
+  }
+  ck_assert_int_eq(mpn_sync_nflags(&k), MPN_SYNC_FLAGS);
+  while (mpn_sync_push_copy(&k, 1, c)) {
+  }
+  ck_assert_int_eq(mpn_sync_ncopies(&k), MPN_SYNC_COPIES);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("core");
   TCase* tc = tcase_create("core");
@@ -286,6 +324,7 @@ int main(void) {
   tcase_add_test(tc, debug_options);
   tcase_add_test(tc, debug_file);
   tcase_add_test(tc, refused_calls);
+  tcase_add_test(tc, sync_table_order);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -190,7 +190,6 @@ static size_t chunk_of(const lane_t* l, size_t bytes) {
  * memory would need a flush (CU_STREAM_WAIT_VALUE_FLUSH) before the stream
  * reads it.  MPINCCL_UCX_DIRECT=0 stages everything. */
 static int op_direct(const mpn_op_t* op) {
-  static int cuda_memory = -1;
   if (op->bytes == 0 || mpn_param_int(MPN_PARAM_UCX_DIRECT) == 0) return 0;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, op->buf) != cudaSuccess) {
@@ -199,11 +198,8 @@ static int op_direct(const mpn_op_t* op) {
   }
   if (a.type == cudaMemoryTypeHost) return a.hostPointer == op->buf;
   if (a.type != cudaMemoryTypeDevice || op->kind != MPN_OP_SEND) return 0;
-  if (__atomic_load_n(&cuda_memory, __ATOMIC_RELAXED) < 0) {
-    mpn_ucx_caps_t caps;
-    __atomic_store_n(&cuda_memory, mpn_ucx_probe(&caps) == ncclSuccess && caps.cuda_memory, __ATOMIC_RELAXED);
-  }
-  return __atomic_load_n(&cuda_memory, __ATOMIC_RELAXED);
+  mpn_ucx_caps_t caps; /* probed once per process */
+  return mpn_ucx_probe(&caps) == ncclSuccess && caps.cuda_memory;
 }
 
 /* Grows l's slots to hold chunks of a message of bytes; the old buffer is
@@ -384,10 +380,10 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
   return first;
 }
 
-/* Whether an op after ops[i] uses lane l. */
-static int lane_used_later(mpn_op_t** ops, int n, int i, const lane_t* l) {
+/* Whether an op after the i-th uses lane l (lanes[j]: op j's). */
+static int lane_used_later(lane_t* const* lanes, int n, int i, const lane_t* l) {
   for (int j = i + 1; j < n; j++)
-    if (op_lane(ops[j]) == l) return 1;
+    if (lanes[j] == l) return 1;
   return 0;
 }
 
@@ -407,10 +403,12 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
   int saved = -1;
   cudaGetDevice(&saved);
   uint64_t* ends = calloc((size_t)n, 2 * sizeof(uint64_t)); /* per direct op: end, chunks; NULL: none deferred */
+  lane_t** lanes = calloc((size_t)n, sizeof(*lanes));       /* per op; NULL: none deferred */
+  for (int i = 0; lanes && i < n; i++) lanes[i] = op_lane(ops[i]);
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
-      lane_t* l = (op->kind == MPN_OP_RECV) == pass ? op_lane(op) : NULL;
+      lane_t* l = (op->kind == MPN_OP_RECV) == pass ? (lanes ? lanes[i] : op_lane(op)) : NULL;
       if (l == NULL) continue;
       cudaSetDevice(op->comm->cuda_dev);
       uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
@@ -423,17 +421,18 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
         size_t len = op->bytes - off < c ? op->bytes - off : c;
         mpn_keep(&first, chunk_issue(drv, op, l, msg, k, off, len, off + len == op->bytes, direct));
       }
-      if (direct && ends && !(pass == 1 && lane_used_later(ops, n, i, l))) {
+      if (direct && ends && lanes && !(pass == 1 && lane_used_later(lanes, n, i, l))) {
         ends[2 * i] = l->chunks, ends[2 * i + 1] = k;
       } else if (direct) {
         mpn_keep(&first, direct_end(drv, op, l, l->chunks, k));
       }
     }
-  for (int i = 0; ends && i < n; i++)
+  for (int i = 0; ends && lanes && i < n; i++)
     if (ends[2 * i + 1]) {
       cudaSetDevice(ops[i]->comm->cuda_dev);
-      mpn_keep(&first, direct_end(drv, ops[i], op_lane(ops[i]), ends[2 * i], ends[2 * i + 1]));
+      mpn_keep(&first, direct_end(drv, ops[i], lanes[i], ends[2 * i], ends[2 * i + 1]));
     }
+  free(lanes);
   free(ends);
   if (saved >= 0) cudaSetDevice(saved);
   return first;

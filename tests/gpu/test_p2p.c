@@ -44,33 +44,51 @@ static void ring(size_t bytes, int shift, ncclDataType_t type, size_t offset) {
   cudaFree(r);
 }
 
+/* Where a test buffer comes from. */
+typedef enum { BUF_DEVICE, BUF_POOL, BUF_HOST } buf_kind_t;
+
+static char* buf_alloc(buf_kind_t kind, size_t bytes) {
+  char* p = NULL;
+  if (kind == BUF_POOL) EXPECT(cudaMallocAsync((void**)&p, bytes, stream) == cudaSuccess);
+  else if (kind == BUF_HOST) EXPECT(cudaHostAlloc((void**)&p, bytes, cudaHostAllocDefault) == cudaSuccess);
+  else p = dev_alloc(bytes);
+  return p;
+}
+
+static void buf_free(buf_kind_t kind, char* p) {
+  if (kind == BUF_POOL) cudaFreeAsync(p, stream);
+  else if (kind == BUF_HOST) cudaFreeHost(p);
+  else cudaFree(p);
+}
+
+/* One ring message of bytes, sent from a send_kind buffer into a recv_kind one. */
+static void ring_kinds(size_t bytes, buf_kind_t send_kind, buf_kind_t recv_kind, int seed, const char* what) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = buf_alloc(send_kind, bytes), *r = buf_alloc(recv_kind, bytes);
+  pattern_fill(s, bytes, seed_of(rank, to, seed), stream);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  char text[96];
+  snprintf(text, sizeof(text), "%s, %zu bytes", what, bytes);
+  expect_pattern(r, bytes, seed_of(from, rank, seed), text);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  buf_free(send_kind, s);
+  buf_free(recv_kind, r);
+  cudaStreamSynchronize(stream);
+}
+
 /* Buffers from cudaMallocAsync's pool, which CUDA IPC cannot share: each
  * size twice, pool to pool, then pool sends into cudaMalloc receive buffers
  * and back; reused stages must not mix messages up. */
 static void pool_buffers(void) {
   static const size_t sizes[] = {1, 4099, (3 << 20) + 7};
-  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
   for (int k = 0; k < 6; k++) {
-    size_t bytes = sizes[k % 3];
-    int pool_send = k < 3 || k == 4, pool_recv = k < 3 || k == 5;
-    char *s = NULL, *r = NULL;
-    if (pool_send) EXPECT(cudaMallocAsync((void**)&s, bytes, stream) == cudaSuccess);
-    else s = dev_alloc(bytes);
-    if (pool_recv) EXPECT(cudaMallocAsync((void**)&r, bytes, stream) == cudaSuccess);
-    else r = dev_alloc(bytes);
-    pattern_fill(s, bytes, seed_of(rank, to, 50 + k), stream);
-    EXPECT_OK(ncclGroupStart());
-    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
-    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
-    EXPECT_OK(ncclGroupEnd());
-    char what[64];
-    snprintf(what, sizeof(what), "pool %zu bytes (case %d)", bytes, k);
-    expect_pattern(r, bytes, seed_of(from, rank, 50 + k), what);
-    if (pool_send) cudaFreeAsync(s, stream);
-    else cudaFree(s);
-    if (pool_recv) cudaFreeAsync(r, stream);
-    else cudaFree(r);
-    cudaStreamSynchronize(stream);
+    char what[32];
+    snprintf(what, sizeof(what), "pool (case %d)", k);
+    ring_kinds(sizes[k % 3], k < 3 || k == 4 ? BUF_POOL : BUF_DEVICE, k < 3 || k == 5 ? BUF_POOL : BUF_DEVICE,
+               50 + k, what);
   }
 }
 
@@ -409,28 +427,11 @@ static void threads_ring(void) {
 static void host_buffers(void) {
   if (!harness_over_ucx()) return;
   static const size_t sizes[] = {8, (9 << 20) + 5, (40 << 20) + 1};
-  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
   for (int k = 0; k < 12; k++) {
-    size_t bytes = sizes[k / 4];
     int host_send = (k + rank) & 1, host_recv = ((k >> 1) + rank) & 1;
-    char *s = NULL, *r = NULL;
-    if (host_send) EXPECT(cudaHostAlloc((void**)&s, bytes, cudaHostAllocDefault) == cudaSuccess);
-    else s = dev_alloc(bytes);
-    if (host_recv) EXPECT(cudaHostAlloc((void**)&r, bytes, cudaHostAllocDefault) == cudaSuccess);
-    else r = dev_alloc(bytes);
-    pattern_fill(s, bytes, seed_of(rank, to, 70 + k), stream);
-    EXPECT_OK(ncclGroupStart());
-    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
-    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
-    EXPECT_OK(ncclGroupEnd());
-    char what[64];
-    snprintf(what, sizeof(what), "host buffers, %zu bytes (case %d)", bytes, k);
-    expect_pattern(r, bytes, seed_of(from, rank, 70 + k), what);
-    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-    if (host_send) cudaFreeHost(s);
-    else cudaFree(s);
-    if (host_recv) cudaFreeHost(r);
-    else cudaFree(r);
+    char what[32];
+    snprintf(what, sizeof(what), "host buffers (case %d)", k);
+    ring_kinds(sizes[k / 4], host_send ? BUF_HOST : BUF_DEVICE, host_recv ? BUF_HOST : BUF_DEVICE, 70 + k, what);
   }
 }
 

@@ -250,7 +250,9 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
  * kernel when it has eager messages (their copies need a kernel anyway) or
  * several waits (MPINCCL_KERNEL_SYNC_WAITS; with one or two, memory
  * operations were faster).  A launch with a single stream does both halves
- * in one kernel: nothing else of the launch can be waiting behind it.
+ * in one kernel whenever they fit, whatever its waits: one stream item
+ * instead of four (H200, MPS: 32 KiB sendrecv 7.7 us against 10.7 us), and
+ * nothing else of the launch can be waiting behind it.
  */
 
 /* The flag operations of plan p in part (MPN_SYNC_FIRST, _WAIT, _LAST) of
@@ -370,7 +372,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
     sync_count_t front = sync_count(plans, n, only, 0), back = sync_count(plans, n, only, 1);
     sync_count_t both = {front.ok && back.ok, front.flags + back.flags, front.copies + back.copies,
                          0, 0, front.bytes + back.bytes};
-    if ((sync_wanted(&front) || sync_wanted(&back)) && sync_fits(&both)) {
+    if (sync_fits(&both)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
       return issue_sync(drv, plans, n, only, 0, 1);
     }

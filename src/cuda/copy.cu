@@ -10,12 +10,16 @@ namespace {
 constexpr int kBlocksPerCopy = 8;
 constexpr int kThreads = 256;
 
+// The table travels as the kernel's argument: a few copies go to a kernel
+// with a small table, whose launch costs the host less.
+template <int N>
 struct batch_t {
   int n;
-  mpn_copy_t c[MPN_COPY_BATCH];
+  mpn_copy_t c[N];
 };
 
-__global__ void copy_batch(const batch_t b) {
+template <int N>
+__global__ void copy_batch(const batch_t<N> b) {
   const int which = blockIdx.x / kBlocksPerCopy;
   if (which >= b.n) return;
   mpn_copy_t c = b.c[which];
@@ -39,14 +43,19 @@ __global__ void copy_batch(const batch_t b) {
   }
 }
 
+template <int N>
+cudaError_t launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
+  batch_t<N> b;
+  b.n = n;
+  for (int i = 0; i < n; i++) b.c[i] = copies[i];
+  copy_batch<N><<<n * kBlocksPerCopy, kThreads, 0, stream>>>(b);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (n > MPN_COPY_BATCH) return cudaErrorInvalidValue;
-  batch_t b;
-  b.n = n;
-  for (int i = 0; i < n; i++) b.c[i] = copies[i];
-  copy_batch<<<n * kBlocksPerCopy, kThreads, 0, stream>>>(b);
-  return cudaGetLastError();
+  return n <= 4 ? launch<4>(copies, n, stream) : launch<MPN_COPY_BATCH>(copies, n, stream);
 }

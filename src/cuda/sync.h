@@ -41,12 +41,13 @@ typedef struct {
 #define MPN_SYNC_FLAGS 96
 #define MPN_SYNC_COPIES 32
 /*
- * Rounds of waits, copies and writes, one after the other: a group's front
+ * Rounds of waits, copies and writes, one after the other: a group's eager
+ * sends (no wait: copies into inboxes, "done"), its other messages' front
  * half (the peers' "ready", the copies this rank moves, "done") and, where a
  * launch has a single stream, its back half too (the peers' "done", copies
  * out of eager inboxes, the words that free their slots).
  */
-#define MPN_SYNC_ROUNDS 2
+#define MPN_SYNC_ROUNDS 3
 
 /* Parts of the table, in the order their flags are stored. */
 enum { MPN_SYNC_FIRST = 0, MPN_SYNC_WAIT = 1, MPN_SYNC_LAST = 2 };

@@ -67,13 +67,13 @@ static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
  * engine.
  */
 
-static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
+static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager) {
   ncclResult_t first = ncclSuccess;
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (!p->posted || !p->move || p->op->stream != s) continue;
+    if (!p->posted || !p->move || p->op->stream != s || p->eager != eager) continue;
     mpn_copy_t c;
     if (p->eager) { /* receives copy out in the second half */
       if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
@@ -85,8 +85,12 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s) {
     mpn_keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
   }
   mpn_keep(&first, mpn_copies_flush(&copies));
-  mark_imports_used(plans, n, s);
+  if (!eager) mark_imports_used(plans, n, s);
   return first;
+}
+
+static int eager_send(const plan_t* p, cudaStream_t s) {
+  return p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_SEND;
 }
 
 /*
@@ -140,9 +144,12 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
  * lost).
  *
  * First half of the plans that use stream s: a memory-pool send buffer goes
- * to its stage; one batch with the "ready" writes (first side) and the waits
- * for the peers' "ready" (second side); the copies; one batch with the
- * "done" writes (second side).  Within a batch the operations run in order.
+ * to its stage; one batch with the "ready" writes (first side); the eager
+ * sends' copies into the inboxes and their "done" writes, which wait for
+ * nothing and so come before any wait (a peer's later "ready" may depend on
+ * them); the waits for the peers' "ready" (second side); the copies; one
+ * batch with the "done" writes (second side).  Within a batch the
+ * operations run in order.
  */
 static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
   ncclResult_t first = ncclSuccess;
@@ -160,6 +167,14 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
     if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager)
       mpn_keep(&first, plan_flag(&b, p, 0, 0));
   }
+  int eager = 0;
+  for (int i = 0; i < n; i++) eager |= eager_send(&plans[i], s);
+  if (eager) { /* eager sends wait for nothing: before any wait for a peer */
+    mpn_keep(&first, mpn_memops_flush(&b));
+    mpn_keep(&first, issue_copies(plans, n, s, 1));
+    for (int i = 0; i < n; i++)
+      if (eager_send(&plans[i], s)) mpn_keep(&first, plan_flag(&b, &plans[i], 1, 0));
+  }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
@@ -172,11 +187,9 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
     }
   }
   mpn_keep(&first, mpn_memops_flush(&b));
-  mpn_keep(&first, issue_copies(plans, n, s));
+  mpn_keep(&first, issue_copies(plans, n, s, 0));
   for (int i = 0; i < n; i++) { /* done writes (and events) */
     plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_SEND)
-      mpn_keep(&first, plan_flag(&b, p, 1, 0));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
     if (p->local) publish_done(p, s);
     mpn_keep(&first, plan_flag(&b, p, 1, 0));
@@ -255,17 +268,28 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
  * nothing else of the launch can be waiting behind it.
  */
 
-/* The flag operations of plan p in part (MPN_SYNC_FIRST, _WAIT, _LAST) of
- * half; returns how many (at most one). */
-static int plan_part(const plan_t* p, int half, int part, mpn_sync_flag_t* f) {
+/*
+ * A launch's stream work in three phases (rounds of the kernel): 0, the
+ * "ready" writes (first writes of the table) and the eager sends, which wait
+ * for nothing (copy into the inbox, "done"); 1, the two-hop messages this
+ * rank moves (wait for "ready", copy, "done"); 2, the back half (wait for
+ * "done", copy eager messages out, free their slots).  Phases 0 and 1 are
+ * the front half.
+ */
+static const int half_phases[2][2] = {{0, 1}, {2, 2}}; /* first and last phase of each half */
+
+/* The flag operation of plan p in part (MPN_SYNC_FIRST, _WAIT, _LAST) of
+ * phase; returns how many (at most one). */
+static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
   int send = p->op->kind == MPN_OP_SEND, first_side = p->role == MPN_POST_FIRST;
   int done = -1, kind = MPN_MEMOP_WRITE;
-  if (half == 0 && part == MPN_SYNC_FIRST && !p->eager && first_side) done = 0;
-  if (half == 0 && part == MPN_SYNC_WAIT && !p->eager && !first_side) done = 0, kind = MPN_MEMOP_WAIT_GEQ;
-  if (half == 0 && part == MPN_SYNC_LAST && (p->eager ? send : !first_side)) done = 1;
-  if (half == 1 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
+  if (phase == 0 && part == MPN_SYNC_FIRST && !p->eager && first_side) done = 0;
+  if (phase == 0 && part == MPN_SYNC_LAST && p->eager && send) done = 1;
+  if (phase == 1 && part == MPN_SYNC_WAIT && !p->eager && !first_side) done = 0, kind = MPN_MEMOP_WAIT_GEQ;
+  if (phase == 1 && part == MPN_SYNC_LAST && !p->eager && !first_side) done = 1;
+  if (phase == 2 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
     done = 1, kind = MPN_MEMOP_WAIT_GEQ;
-  if (half == 1 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
+  if (phase == 2 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
     *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE, 0};
     return 1;
   }
@@ -274,10 +298,11 @@ static int plan_part(const plan_t* p, int half, int part, mpn_sync_flag_t* f) {
   return 1;
 }
 
-/* The copy of plan p in half: 0 when none. */
-static int plan_copy(const plan_t* p, int half, mpn_copy_t* c) {
-  if (p->eager) return (half == 0) == (p->op->kind == MPN_OP_SEND) && eager_copy(p, c);
-  if (half != 0 || p->role != MPN_POST_SECOND || !p->move || p->op->bytes == 0) return 0;
+/* The copy of plan p in phase: 0 when none. */
+static int plan_copy(const plan_t* p, int phase, mpn_copy_t* c) {
+  int send = p->op->kind == MPN_OP_SEND;
+  if (p->eager) return ((phase == 0 && send) || (phase == 2 && !send)) && eager_copy(p, c);
+  if (phase != 1 || p->role != MPN_POST_SECOND || !p->move || p->op->bytes == 0) return 0;
   *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL};
   return 1;
 }
@@ -295,16 +320,18 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
     if (!p->spin || p->stage) c.ok = 0;
-    mpn_sync_flag_t f;
-    for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, half, part, &f);
-    c.waits += plan_part(p, half, MPN_SYNC_WAIT, &f);
     c.eager += p->eager && (half == 0) == (p->op->kind == MPN_OP_SEND);
-    mpn_copy_t copy;
-    if (!plan_copy(p, half, &copy)) continue;
-    struct ncclComm* comm = p->op->comm;
-    if (!mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)) c.ok = 0; /* the engine's */
-    c.bytes += copy.bytes;
-    c.copies++;
+    for (int phase = half_phases[half][0]; phase <= half_phases[half][1]; phase++) {
+      mpn_sync_flag_t f;
+      for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
+      c.waits += plan_part(p, phase, MPN_SYNC_WAIT, &f);
+      mpn_copy_t copy;
+      if (!plan_copy(p, phase, &copy)) continue;
+      struct ncclComm* comm = p->op->comm;
+      if (!mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)) c.ok = 0; /* the engine's */
+      c.bytes += copy.bytes;
+      c.copies++;
+    }
   }
   return c;
 }
@@ -318,17 +345,20 @@ static int sync_wanted(const sync_count_t* c) {
   return c->eager > 0 || c->waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS);
 }
 
-/* Adds half's operations of stream s to round of k (in the table's order). */
-static void sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int half, int round) {
+/* Adds phase's operations of stream s to round of k (in the table's order);
+ * 0 if the table refused one (sync_fits rules that out). */
+static int sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int phase, int round) {
+  int ok = 1;
   for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++)
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
       mpn_sync_flag_t f;
       mpn_copy_t c;
       if (!p->posted || p->op->stream != s) continue;
-      if (part == MPN_SYNC_LAST && plan_copy(p, half, &c)) mpn_sync_push_copy(k, round, c);
-      if (plan_part(p, half, part, &f)) mpn_sync_push(k, round, part, f);
+      if (part == MPN_SYNC_LAST && plan_copy(p, phase, &c)) ok &= mpn_sync_push_copy(k, round, c);
+      if (plan_part(p, phase, part, &f)) ok &= mpn_sync_push(k, round, part, f);
     }
+  return ok;
 }
 
 /* Whether every flag and buffer of stream s's messages is in memory of the
@@ -347,34 +377,47 @@ static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
   return 1;
 }
 
-static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
+/* Halves half0..half1 of stream s as one kernel, each phase a round; 0 in
+ * *issued (nothing enqueued) if the table refused an operation. */
+static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1,
+                               int* issued) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(plans, n, s);
-  for (int half = half0, round = 0; half <= half1; half++, round++) sync_fill(&k, plans, n, s, half, round);
+  int first = half_phases[half0][0], ok = 1;
+  for (int phase = first; phase <= half_phases[half1][1]; phase++)
+    ok &= sync_fill(&k, plans, n, s, phase, phase - first);
+  *issued = ok;
+  if (!ok) {
+    MPN_WARN("a flag kernel's table refused an operation: stream memory operations instead");
+    return ncclSuccess;
+  }
   if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
   ncclResult_t res = mpn_sync_issue(drv, &k, s);
   if (half0 == 0) mark_imports_used(plans, n, s);
   return res;
 }
 
-/* The launch's only stream, or NULL when there are several. */
-static cudaStream_t single_stream(const plan_t* plans, int n) {
+/* Whether every plan of the launch uses one stream (*out). */
+static int single_stream(const plan_t* plans, int n, cudaStream_t* out) {
   for (int i = 1; i < n; i++)
-    if (plans[i].op->stream != plans[0].op->stream) return NULL;
-  return n ? plans[0].op->stream : NULL;
+    if (plans[i].op->stream != plans[0].op->stream) return 0;
+  *out = n ? plans[0].op->stream : NULL;
+  return n > 0;
 }
 
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current) {
   ncclResult_t first = ncclSuccess;
-  cudaStream_t only = single_stream(plans, n);
-  if (only) {
+  cudaStream_t only = NULL;
+  if (single_stream(plans, n, &only)) {
     sync_count_t front = sync_count(plans, n, only, 0), back = sync_count(plans, n, only, 1);
     sync_count_t both = {front.ok && back.ok, front.flags + back.flags, front.copies + back.copies,
                          0, 0, front.bytes + back.bytes};
+    int issued = 0;
     if (sync_fits(&both)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
-      return issue_sync(drv, plans, n, only, 0, 1);
+      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, &issued);
+      if (issued) return res;
     }
   }
   for (int half = 0; half < 2; half++)
@@ -385,10 +428,9 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half);
-      if (sync_wanted(&c) && sync_fits(&c))
-        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half));
-      else
-        mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+      int issued = 0;
+      if (sync_wanted(&c) && sync_fits(&c)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, &issued));
+      if (!issued) mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }
   return first;
 }

@@ -214,6 +214,7 @@ static ncclResult_t plan_prepare(plan_t* p) {
   p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC && p->pair->dflags &&
                 mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
                 mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
+                mpn_param_int(MPN_PARAM_EAGER_MAX) > 0 &&
                 op->bytes <= (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX);
   p->prepared = 1;
   return ncclSuccess;

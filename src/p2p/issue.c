@@ -89,8 +89,9 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager
   return first;
 }
 
-static int eager_send(const plan_t* p, cudaStream_t s) {
-  return p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_SEND;
+/* Whether p is a posted eager message of kind (send or receive) on stream s. */
+static int eager_on(const plan_t* p, cudaStream_t s, mpn_op_kind_t kind) {
+  return p->posted && p->op->stream == s && p->eager && p->op->kind == kind;
 }
 
 /*
@@ -168,12 +169,12 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
       mpn_keep(&first, plan_flag(&b, p, 0, 0));
   }
   int eager = 0;
-  for (int i = 0; i < n; i++) eager |= eager_send(&plans[i], s);
+  for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
   if (eager) { /* eager sends wait for nothing: before any wait for a peer */
     mpn_keep(&first, mpn_memops_flush(&b));
     mpn_keep(&first, issue_copies(plans, n, s, 1));
     for (int i = 0; i < n; i++)
-      if (eager_send(&plans[i], s)) mpn_keep(&first, plan_flag(&b, &plans[i], 1, 0));
+      if (eager_on(&plans[i], s, MPN_OP_SEND)) mpn_keep(&first, plan_flag(&b, &plans[i], 1, 0));
   }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
@@ -207,13 +208,12 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     mpn_copy_t c;
-    if (p->posted && p->op->stream == s && p->op->kind == MPN_OP_RECV && eager_copy(p, &c))
-      mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
+    if (eager_on(p, s, MPN_OP_RECV) && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
   }
   mpn_keep(&first, mpn_copies_flush(&copies));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_RECV)
+    if (eager_on(p, s, MPN_OP_RECV))
       mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE));
   }
   mpn_keep(&first, mpn_memops_flush(b));
@@ -228,8 +228,7 @@ static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cu
   mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->eager && p->op->kind == MPN_OP_RECV)
-      mpn_keep(&first, plan_flag(&b, p, 1, 1));
+    if (eager_on(p, s, MPN_OP_RECV)) mpn_keep(&first, plan_flag(&b, p, 1, 1));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
     cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
@@ -307,24 +306,24 @@ static int plan_copy(const plan_t* p, int phase, mpn_copy_t* c) {
   return 1;
 }
 
-/* What a half of stream s would put in the kernel. */
+/* What halves half0..half1 of stream s would put in the kernel. */
 typedef struct {
   int ok;                 /* every message of the stream may be polled for by a kernel */
   int flags, copies, waits, eager;
   size_t bytes;
 } sync_count_t;
 
-static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half) {
+static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
   sync_count_t c = {1, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
     if (!p->spin || p->stage) c.ok = 0;
-    c.eager += p->eager && (half == 0) == (p->op->kind == MPN_OP_SEND);
-    for (int phase = half_phases[half][0]; phase <= half_phases[half][1]; phase++) {
+    for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
       c.waits += plan_part(p, phase, MPN_SYNC_WAIT, &f);
+      c.eager += p->eager && plan_part(p, phase, MPN_SYNC_LAST, &f); /* its "done" or its slot's word */
       mpn_copy_t copy;
       if (!plan_copy(p, phase, &copy)) continue;
       struct ncclComm* comm = p->op->comm;
@@ -410,9 +409,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
   ncclResult_t first = ncclSuccess;
   cudaStream_t only = NULL;
   if (single_stream(plans, n, &only)) {
-    sync_count_t front = sync_count(plans, n, only, 0), back = sync_count(plans, n, only, 1);
-    sync_count_t both = {front.ok && back.ok, front.flags + back.flags, front.copies + back.copies,
-                         0, 0, front.bytes + back.bytes};
+    sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
     if (sync_fits(&both)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
@@ -427,7 +424,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
       if (seen) continue;
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      sync_count_t c = sync_count(plans, n, s, half);
+      sync_count_t c = sync_count(plans, n, s, half, half);
       int issued = 0;
       if (sync_wanted(&c) && sync_fits(&c)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, &issued));
       if (!issued) mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));

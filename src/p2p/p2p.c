@@ -210,8 +210,9 @@ static ncclResult_t plan_prepare(plan_t* p) {
             mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
   /* Only where both processes' kernels run at once: elsewhere (a time-sliced
-   * GPU) both sides' copies would cost a context switch each exchange. */
-  p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC && p->pair->dflags &&
+   * GPU) both sides' copies would cost a context switch each exchange.  The
+   * inbox (and a free slot in it) is checked when posting (plan_post). */
+  p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC &&
                 mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
                 mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
                 mpn_param_int(MPN_PARAM_EAGER_MAX) > 0 &&

@@ -64,9 +64,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "handshake into the receiver's own buffer; at most 4096 (an inbox slot); 0: never."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
-                                 "one moves the data of both directions when it can: it waits "
-                                 "up to this many microseconds on the host for the other to "
-                                 "post its side, so that only one process needs the GPU's "
+                                 "one moves the data of both directions when it can: in a "
+                                 "launch whose messages with processes on its GPU all go to "
+                                 "that one, it waits up to this many microseconds on the host "
+                                 "for the other to post its side, so that only one process needs the GPU's "
                                  "engines in an exchange (without MPS each switch between "
                                  "processes costs a context switch); 0 lets whichever side "
                                  "posts second copy."},
@@ -77,6 +78,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                               "of an MPS client); the side that posted first waits up to this "
                               "many microseconds on the host for the other side's event, then "
                               "falls back to a stream memory wait."},
+    [MPN_PARAM_AHEAD_TIMEOUT] = {"MPINCCL_AHEAD_TIMEOUT", MPN_PARAM_INT, "60", NULL, 1, 3600,
+                                 "A rank that posts more than 512 messages to a rank of another "
+                                 "process before that rank posted the matching ones waits on the "
+                                 "host, at most this many seconds, for it to catch up; then the "
+                                 "call fails with ncclInvalidUsage."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

@@ -134,6 +134,14 @@ static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, in
 ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
                            const mpn_side_t* desc, mpn_post_role_t* role);
 
+/** Whether message seq's slot in the plain ring is still held by message
+ * seq - MPN_PAIR_SLOTS, whose other side has not posted yet (this side is
+ * that far ahead of the peer on the host). */
+static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq) {
+  uint64_t cur = __atomic_load_n(&mpn_pair_slot(pair, seq, 0)->state, __ATOMIC_ACQUIRE);
+  return cur != 0 && (cur >> 3) + MPN_PAIR_SLOTS == seq && (cur & 7) != 7;
+}
+
 /** Whether the other side of message seq has posted (this side has not yet). */
 static inline int mpn_pair_peer_posted(const mpn_pair_t* pair, uint64_t seq, int graph, int side) {
   uint64_t cur = __atomic_load_n(&mpn_pair_slot(pair, seq, graph)->state, __ATOMIC_ACQUIRE);

@@ -226,14 +226,14 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
   return ncclSuccess;
 }
 
-static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, int graph) {
+static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, int graph, int publish) {
   struct ncclComm* comm = op->comm;
   int nctx = comm->config.num_rma_ctx, slot = 0;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
   if (!graph) {
     uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
-    if (mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
+    if (publish && mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
   MPN_CHECK(graph_slot(comm, op_name(op->kind), &comm->rma->graph_sent[op->peer * nctx + op->ctx],
@@ -355,7 +355,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-    if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, graph);
+    if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, graph, 1);
 #ifdef HAVE_UCX
     if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
       res = mpn_memops_flush(&b);
@@ -387,13 +387,25 @@ static int peer_syncs(struct ncclComm* comm, int peer) {
          mpn_topo_kernels_concurrent(&comm->topo, comm->rank, peer);
 }
 
-/* Signals of stream s from comm's rank to itself on ctx in this launch. */
-static uint64_t self_signals(mpn_op_t** ops, int n, cudaStream_t s, const struct ncclComm* comm, int ctx) {
-  uint64_t k = 0;
-  for (int i = 0; i < n; i++)
-    k += ops[i]->stream == s && ops[i]->comm == comm && ops[i]->kind != MPN_OP_WAIT_SIGNAL &&
-         ops[i]->peer == comm->rank && ops[i]->ctx == ctx;
-  return k;
+/* A signal to the signaller itself, ordered by events under MPS (local.c). */
+static int local_self(const mpn_op_t* op) {
+  return op->peer == op->comm->rank && mpn_rma_local(op->comm, op->peer, 0);
+}
+
+/* comm's rank's signals to itself on ctx once stream s's of this launch are
+ * counted (*sent), and the count its waits on s of this launch reach (*expected). */
+static void self_counts(mpn_op_t** ops, int n, cudaStream_t s, const struct ncclComm* comm, int ctx,
+                        uint64_t* sent, uint64_t* expected) {
+  size_t pc = (size_t)comm->rank * (size_t)comm->config.num_rma_ctx + (size_t)ctx;
+  *sent = comm->rma->sent[pc];
+  *expected = comm->rma->expected[pc];
+  for (int i = 0; i < n; i++) {
+    const mpn_op_t* op = ops[i];
+    if (op->stream != s || op->comm != comm) continue;
+    *sent += op->kind != MPN_OP_WAIT_SIGNAL && op->peer == comm->rank && op->ctx == ctx;
+    for (int e = 0; op->kind == MPN_OP_WAIT_SIGNAL && e < op->ndesc; e++)
+      if (op->descs[e].peer == comm->rank && op->descs[e].ctx == ctx) *expected += (uint64_t)op->descs[e].opCnt;
+  }
 }
 
 /*
@@ -403,16 +415,30 @@ static uint64_t self_signals(mpn_op_t** ops, int n, cudaStream_t s, const struct
  * need is enqueued already or comes from the kernel itself.
  */
 static int self_wait_syncs(mpn_op_t** ops, int n, cudaStream_t s, const mpn_op_t* op, int d) {
-  const struct ncclComm* comm = op->comm;
-  int ctx = op->descs[d].ctx, nctx = comm->config.num_rma_ctx;
-  uint64_t waited = 0;
-  for (int i = 0; i < n; i++)
-    for (int e = 0; ops[i]->stream == s && ops[i]->comm == comm && ops[i]->kind == MPN_OP_WAIT_SIGNAL &&
-                    e < ops[i]->ndesc;
-         e++)
-      if (ops[i]->descs[e].peer == comm->rank && ops[i]->descs[e].ctx == ctx) waited += (uint64_t)ops[i]->descs[e].opCnt;
-  uint64_t sent = comm->rma->sent[comm->rank * nctx + ctx] + self_signals(ops, n, s, comm, ctx);
-  return sent >= comm->rma->expected[comm->rank * nctx + ctx] + waited;
+  uint64_t sent, expected;
+  self_counts(ops, n, s, op->comm, op->descs[d].ctx, &sent, &expected);
+  return sent >= expected;
+}
+
+/*
+ * Whether a kernel stream's signals to its own rank are all consumed by the
+ * same stream's waits of this launch (a barrier's): then no other stream
+ * can wait for them, and the kernel writes them itself, with no event and
+ * no memory operation before it.  Not when another stream of the launch
+ * signals or waits for a rank to itself too (the counts would interleave).
+ */
+static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++) {
+    const mpn_op_t* op = ops[i];
+    for (int e = 0; op->stream != s && op->kind == MPN_OP_WAIT_SIGNAL && e < op->ndesc; e++)
+      if (op->descs[e].peer == op->comm->rank && mpn_rma_local(op->comm, op->comm->rank, 0)) return 0;
+    if (op->kind == MPN_OP_WAIT_SIGNAL || !local_self(op)) continue;
+    if (op->stream != s) return 0;
+    uint64_t sent, expected;
+    self_counts(ops, n, s, op->comm, op->ctx, &sent, &expected);
+    if (sent > expected) return 0;
+  }
+  return 1;
 }
 
 static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
@@ -431,11 +457,6 @@ static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
     }
   }
   return waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS) && flags <= MPN_SYNC_FLAGS;
-}
-
-/* A signal to the signaller itself, ordered by events under MPS (local.c). */
-static int local_self(const mpn_op_t* op) {
-  return op->peer == op->comm->rank && mpn_rma_local(op->comm, op->peer, 0);
 }
 
 /* Whether the signals with peer live in device memory of this GPU. */
@@ -459,9 +480,9 @@ static int device_scope(mpn_op_t** ops, int n, cudaStream_t s) {
   return 1;
 }
 
-/* Stream s's signals (program order; not its own under MPS, see
- * issue_self), then its waits, as one kernel. */
-static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
+/* Stream s's signals (program order; its own under MPS only with_self,
+ * else see issue_self), then its waits, as one kernel. */
+static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s, int with_self) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
@@ -470,8 +491,8 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-      if (!wait && !local_self(op)) /* a rank's own, under MPS: issued before (issue_self) */
-        MPN_CHECK(add_signal(&to, op, s, 0));
+      if (!wait && (with_self || !local_self(op))) /* else issued before (issue_self) */
+        MPN_CHECK(add_signal(&to, op, s, 0, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, 0));
     }
   return mpn_sync_nflags(&k) ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
@@ -486,7 +507,7 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   sink_t to = {&b, NULL};
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
-      MPN_CHECK(add_signal(&to, ops[i], s, 0));
+      MPN_CHECK(add_signal(&to, ops[i], s, 0, 1));
   return mpn_memops_flush(&b);
 }
 
@@ -500,7 +521,9 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   for (mpn_op_t* op = list; op; op = op->next) n++;
   mpn_op_t** ops = calloc((size_t)n, sizeof(*ops));
   put_t* puts = calloc((size_t)n, sizeof(*puts));
-  char* sync = calloc((size_t)n, 1); /* per first op of a stream: signals and waits in a kernel */
+  /* Per first op of a stream: its signals and waits in a kernel (1), its
+   * signals to its own rank too (2). */
+  char* sync = calloc((size_t)n, 1);
   if (ops == NULL || puts == NULL || sync == NULL) {
     free(ops), free(puts), free(sync);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
@@ -565,11 +588,12 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
       /* Decided once per stream, in the first pass: the counts it reads
        * change as signals are issued, and the passes must agree. */
-      if (pass == 0) sync[i] = stream_syncs(ops, n, s, graph);
+      if (pass == 0) sync[i] = stream_syncs(ops, n, s, graph) ? 1 + self_consumed(ops, n, s) : 0;
       if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
       if (res != ncclSuccess) break;
-      if (pass == 0) res = sync[i] ? issue_self(drv, ops, n, s) : issue_signals(drv, ops, n, s, graph, 0);
-      else if (pass == 1 && sync[i]) res = issue_sync(drv, ops, n, s);
+      if (pass == 0 && sync[i] != 2)
+        res = sync[i] ? issue_self(drv, ops, n, s) : issue_signals(drv, ops, n, s, graph, 0);
+      else if (pass == 1 && sync[i]) res = issue_sync(drv, ops, n, s, sync[i] == 2);
       else if (pass == 2 && !sync[i]) res = issue_signals(drv, ops, n, s, graph, 1);
     }
 #ifdef HAVE_UCX

@@ -508,6 +508,36 @@ static void many_small(void) {
   cudaFree(r);
 }
 
+/*
+ * A sender whose host runs more than 512 messages ahead of its receiver:
+ * even ranks post N single sends to the next rank while it sleeps, then
+ * receives them one by one.  The sender waits for the receiver to catch up
+ * (MPINCCL_AHEAD_TIMEOUT) instead of refusing message 513.
+ */
+static void host_ahead(void) {
+  enum { N = 1300, BYTES = 8 };
+  if (nranks < 2 || harness_over_ucx()) return;
+  int sender = rank % 2 == 0, peer = sender ? rank + 1 : rank - 1;
+  if (peer >= nranks) return; /* the last of an odd number sits out */
+  char* buf = dev_alloc((size_t)N * BYTES);
+  if (sender)
+    for (int k = 0; k < N; k++) pattern_fill(buf + (size_t)k * BYTES, BYTES, seed_of(rank, peer, 5000 + k), stream);
+  else
+    usleep(300 * 1000);
+  for (int k = 0; k < N; k++) {
+    char* at = buf + (size_t)k * BYTES;
+    EXPECT_OK(sender ? ncclSend(at, BYTES, ncclInt8, peer, comm, stream) : ncclRecv(at, BYTES, ncclInt8, peer, comm, stream));
+  }
+  if (!sender)
+    for (int k = 0; k < N; k++) {
+      char what[64];
+      snprintf(what, sizeof(what), "host_ahead message %d", k);
+      expect_pattern(buf + (size_t)k * BYTES, BYTES, seed_of(peer, rank, 5000 + k), what);
+    }
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaFree(buf);
+}
+
 int main(int argc, char** argv) {
   int started = harness_start(argc, argv, "test_p2p", "1 2 3 4 8", "TEST_P2P_ONLY", 0);
   if (started >= 0) return started;
@@ -522,6 +552,7 @@ int main(int argc, char** argv) {
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
   STEP(many_small());
+  STEP(host_ahead());
   STEP(reallocated());
   STEP(two_comms());
   STEP(init_all_ring());

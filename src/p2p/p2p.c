@@ -191,15 +191,17 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
   return ncclSuccess;
 }
 
-/* Finds the message's pair and number. */
-static ncclResult_t plan_prepare(plan_t* p) {
+/* Finds the message's pair and number (prev: the launch's message before,
+ * whose stream's capture status holds for the same stream). */
+static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   mpn_op_t* op = p->op;
   peer_state_t* ps = NULL;
   MPN_CHECK(peer_state(op->comm, op->peer, &ps));
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+  if (prev && prev->prepared && prev->op->stream == op->stream) p->graph = prev->graph;
+  else p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;
@@ -467,7 +469,8 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
     plans[i].op = op;
     mpn_cuda_switch_device(&current, op->comm->cuda_dev);
-    ncclResult_t res = plan_prepare(&plans[i++]);
+    ncclResult_t res = plan_prepare(&plans[i], i ? &plans[i - 1] : NULL);
+    i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   delegate_wait(plans, n);

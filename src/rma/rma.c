@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "cuda/copies.h"
+#include "cuda/device.h"
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "cuda/memop.h"
@@ -522,7 +523,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   mpn_op_t** ops = calloc((size_t)n, sizeof(*ops));
   put_t* puts = calloc((size_t)n, sizeof(*puts));
   /* Per first op of a stream: its signals and waits in a kernel (1), its
-   * signals to its own rank too (2). */
+   * signals to its own rank too (2); bit 2: captured. */
   char* sync = calloc((size_t)n, 1);
   if (ops == NULL || puts == NULL || sync == NULL) {
     free(ops), free(puts), free(sync);
@@ -530,6 +531,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   int saved = -1;
   cudaGetDevice(&saved);
+  int current = saved;
   ncclResult_t res = ncclSuccess;
   int i = 0;
   for (mpn_op_t* op = list; op && res == ncclSuccess; op = op->next, i++) {
@@ -540,7 +542,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0 || over_ucx(op->comm, op->peer)) continue;
-    cudaSetDevice(op->comm->cuda_dev);
+    mpn_cuda_switch_device(&current, op->comm->cuda_dev);
     void* base = NULL;
     res = mpn_win_peer_base(op->win, op->peer, &base, &puts[i].ref, &puts[i].imported);
     if (res != ncclSuccess) {
@@ -582,19 +584,22 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       int seen = 0;
       for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
       if (seen) continue;
-      cudaSetDevice(ops[i]->comm->cuda_dev);
+      mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
       cudaStream_t s = ops[i]->stream;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      int graph = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+      if (pass == 0) /* bit 2 of sync[i]: the stream is being captured */
+        sync[i] = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive ? 4 : 0;
+      int graph = sync[i] >> 2;
       /* Decided once per stream, in the first pass: the counts it reads
        * change as signals are issued, and the passes must agree. */
-      if (pass == 0) sync[i] = stream_syncs(ops, n, s, graph) ? 1 + self_consumed(ops, n, s) : 0;
+      if (pass == 0) sync[i] |= stream_syncs(ops, n, s, graph) ? 1 + self_consumed(ops, n, s) : 0;
       if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
       if (res != ncclSuccess) break;
-      if (pass == 0 && sync[i] != 2)
-        res = sync[i] ? issue_self(drv, ops, n, s) : issue_signals(drv, ops, n, s, graph, 0);
-      else if (pass == 1 && sync[i]) res = issue_sync(drv, ops, n, s, sync[i] == 2);
-      else if (pass == 2 && !sync[i]) res = issue_signals(drv, ops, n, s, graph, 1);
+      int kernel = sync[i] & 3;
+      if (pass == 0 && kernel != 2)
+        res = kernel ? issue_self(drv, ops, n, s) : issue_signals(drv, ops, n, s, graph, 0);
+      else if (pass == 1 && kernel) res = issue_sync(drv, ops, n, s, kernel == 2);
+      else if (pass == 2 && !kernel) res = issue_signals(drv, ops, n, s, graph, 1);
     }
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
@@ -604,7 +609,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   free(net);
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
-  if (saved >= 0) cudaSetDevice(saved);
+  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(ops);
   free(puts);
   free(sync);

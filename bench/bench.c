@@ -564,6 +564,25 @@ static double size_time(bench_t* b) {
   return ms;
 }
 
+/* Host time of one iteration's calls enqueued on an idle stream: each of a
+ * few iterations after a synchronization and a barrier, so that neither a
+ * full command queue (the GPU behind the host in a back-to-back loop) nor a
+ * late peer adds to it.  Run after the timed loop and its data check. */
+static double idle_host_us(bench_t* b) {
+  enum { IDLE_ITERS = 5 };
+  double saved = b->host_s;
+  b->host_s = 0;
+  for (int it = 0; it < IDLE_ITERS; it++) {
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    MPI_Barrier(MPI_COMM_WORLD);
+    iter_run(b);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(b->stream));
+  double us = b->host_s * 1e6 / IDLE_ITERS;
+  b->host_s = saved;
+  return us;
+}
+
 /* Times one size and fills its result (on rank 0); -1 when graph capture failed. */
 static int size_run(bench_t* b, result_t* res) {
   const options_t* o = b->o;
@@ -577,6 +596,8 @@ static int size_run(bench_t* b, result_t* res) {
   MPI_Allreduce(t, tmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&host_us, &host_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   long long wrong = o->check ? data_check(b) : -1;
+  double idle_us = idle_host_us(b), idle_sum = 0;
+  MPI_Allreduce(&idle_us, &idle_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   double n = world_size, algbw = tmax[0] > 0 ? b->rank_bytes / (tmax[0] * 1e3) : 0;
   int all = o->op == OP_ALLTOALL || o->op == OP_RMAALLTOALL;
   double busbw = all ? algbw * (n - 1) / n : algbw;
@@ -593,6 +614,7 @@ static int size_run(bench_t* b, result_t* res) {
                     .vs_floor = b->floor_us > 0 ? tmax[0] / b->floor_us : -1,
                     .host_us = host_sum / n,
                     .host_us_max = tmax[1],
+                    .host_idle_us = idle_sum / world_size,
                     .wrong = wrong};
   return 0;
 }

@@ -70,7 +70,7 @@ typedef struct {
 
 typedef struct {
   size_t bytes, edge;
-  double time_us, algbw, busbw, vs_copy, vs_floor, host_us, host_us_max;
+  double time_us, algbw, busbw, vs_copy, vs_floor, host_us, host_us_max, host_idle_us;
   long long wrong; /* -1: not checked */
 } result_t;
 

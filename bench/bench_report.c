@@ -123,6 +123,9 @@ void bench_report_header(const bench_t* b) {
   }
   printf("# host(us)  host time of one iteration's calls (ncclGroupStart to ncclGroupEnd's return), "
          "mean over iterations and ranks%s\n", o->graph ? " (during capture)" : "");
+  printf("# idle(us)  the same on an idle stream (after a synchronization and a barrier; 5 iterations "
+         "after the timed ones, mean over them and ranks): the calls' own cost, without a full "
+         "command queue\n");
   printf("# iters %d, warmup %d, graph %d, check %d, register %d\n", o->iters, o->warmup, o->graph,
          o->check, o->reg);
   fflush(stdout);
@@ -132,7 +135,7 @@ void bench_report_table_header(const bench_t* b) {
   if (b->rank != 0 || b->o->floors_only) return;
   printf("#\n# %10s %10s %12s %12s %9s %9s %7s%s\n", "size(B)", "time(us)", "algbw(GB/s)",
          "busbw(GB/s)", "vs-copy", "vs-floor", "#wrong",
-         b->o->op == OP_HALO ? "   host(us)  edge(B)" : "   host(us)");
+         b->o->op == OP_HALO ? "   host(us)   idle(us)  edge(B)" : "   host(us)   idle(us)");
   fflush(stdout);
 }
 
@@ -145,7 +148,7 @@ void bench_report_row(const bench_t* b, const result_t* r) {
     snprintf(w, sizeof(w), "%lld", r->wrong);
   printf("  %10zu %10.2f %12.2f %12.2f %9s %9s %7s", r->bytes, r->time_us, r->algbw, r->busbw,
          fmt_ratio(r->vs_copy, c, sizeof(c)), fmt_ratio(r->vs_floor, f, sizeof(f)), w);
-  printf(" %10.2f", r->host_us);
+  printf(" %10.2f %10.2f", r->host_us, r->host_idle_us);
   if (b->o->op == OP_HALO) printf(" %8zu", r->edge);
   printf("\n");
   fflush(stdout);
@@ -196,6 +199,8 @@ static void json_results(FILE* f, const bench_t* b) {
     json_num(f, r->host_us);
     fprintf(f, ", \"host_us_max\": ");
     json_num(f, r->host_us_max);
+    fprintf(f, ", \"host_idle_us\": ");
+    json_num(f, r->host_idle_us);
     fprintf(f, "}");
   }
   fprintf(f, "\n  ]\n");

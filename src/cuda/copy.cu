@@ -1,9 +1,10 @@
-// copy.cu - the batched copy kernel.  Each copy gets BLOCKS_PER_COPY blocks
-// that stride over it, 16 bytes at a time when source, destination and size
-// allow, one byte at a time otherwise.
+// copy.cu - the batched copy kernel.  Each copy gets kBlocksPerCopy blocks
+// that stride over it (copy_range.cuh).
 #include "cuda/copy.h"
 
 #include <stdint.h>
+
+#include "cuda/copy_range.cuh"
 
 namespace {
 
@@ -30,17 +31,7 @@ __global__ void copy_batch(const batch_t<N> b) {
   if (c.size_out && blockIdx.x % kBlocksPerCopy == 0 && threadIdx.x == 0)
     *(volatile unsigned long long*)c.size_out = c.bytes;
   const size_t first = (size_t)(blockIdx.x % kBlocksPerCopy) * kThreads + threadIdx.x;
-  const size_t stride = (size_t)kBlocksPerCopy * kThreads;
-  const uintptr_t s = (uintptr_t)c.src, d = (uintptr_t)c.dst;
-  if (((s | d | c.bytes) & 15) == 0) {
-    const uint4* src = (const uint4*)c.src;
-    uint4* dst = (uint4*)c.dst;
-    for (size_t i = first; i < c.bytes / 16; i += stride) dst[i] = src[i];
-  } else {
-    const unsigned char* src = (const unsigned char*)c.src;
-    unsigned char* dst = (unsigned char*)c.dst;
-    for (size_t i = first; i < c.bytes; i += stride) dst[i] = src[i];
-  }
+  mpn::copy_range(c.src, c.dst, c.bytes, first, (size_t)kBlocksPerCopy * kThreads);
 }
 
 template <int N>

@@ -6,6 +6,7 @@
 // costs less host time.
 #include "cuda/sync.h"
 
+#include "cuda/copy_range.cuh"
 #include "cuda/flagop.h"
 
 namespace {
@@ -31,16 +32,7 @@ __device__ void copy_one(const mpn_copy_t& c) {
     if (limit < bytes) bytes = (size_t)limit;
   }
   if (c.size_out && threadIdx.x == 0) *(volatile unsigned long long*)c.size_out = bytes;
-  const uintptr_t s = (uintptr_t)c.src, d = (uintptr_t)c.dst;
-  if (((s | d | bytes) & 15) == 0) {
-    const uint4* src = (const uint4*)c.src;
-    uint4* dst = (uint4*)c.dst;
-    for (size_t i = threadIdx.x; i < bytes / 16; i += kThreads) dst[i] = src[i];
-  } else {
-    const unsigned char* src = (const unsigned char*)c.src;
-    unsigned char* dst = (unsigned char*)c.dst;
-    for (size_t i = threadIdx.x; i < bytes; i += kThreads) dst[i] = src[i];
-  }
+  mpn::copy_range(c.src, c.dst, bytes, threadIdx.x, kThreads);
 }
 
 template <int F, int C>

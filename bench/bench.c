@@ -596,7 +596,8 @@ static int size_run(bench_t* b, result_t* res) {
   MPI_Allreduce(t, tmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&host_us, &host_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   long long wrong = o->check ? data_check(b) : -1;
-  double idle_us = idle_host_us(b), idle_sum = 0;
+  /* Not with -G: host(us) is then the capture's, not comparable. */
+  double idle_us = o->graph ? -1 : idle_host_us(b), idle_sum = 0;
   MPI_Allreduce(&idle_us, &idle_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   double n = world_size, algbw = tmax[0] > 0 ? b->rank_bytes / (tmax[0] * 1e3) : 0;
   int all = o->op == OP_ALLTOALL || o->op == OP_RMAALLTOALL;

@@ -125,7 +125,7 @@ void bench_report_header(const bench_t* b) {
          "mean over iterations and ranks%s\n", o->graph ? " (during capture)" : "");
   printf("# idle(us)  the same on an idle stream (after a synchronization and a barrier; 5 iterations "
          "after the timed ones, mean over them and ranks): the calls' own cost, without a full "
-         "command queue\n");
+         "command queue%s\n", o->graph ? " (n/a with -G)" : "");
   printf("# iters %d, warmup %d, graph %d, check %d, register %d\n", o->iters, o->warmup, o->graph,
          o->check, o->reg);
   fflush(stdout);
@@ -148,7 +148,11 @@ void bench_report_row(const bench_t* b, const result_t* r) {
     snprintf(w, sizeof(w), "%lld", r->wrong);
   printf("  %10zu %10.2f %12.2f %12.2f %9s %9s %7s", r->bytes, r->time_us, r->algbw, r->busbw,
          fmt_ratio(r->vs_copy, c, sizeof(c)), fmt_ratio(r->vs_floor, f, sizeof(f)), w);
-  printf(" %10.2f %10.2f", r->host_us, r->host_idle_us);
+  printf(" %10.2f", r->host_us);
+  if (r->host_idle_us >= 0)
+    printf(" %10.2f", r->host_idle_us);
+  else
+    printf(" %10s", "n/a");
   if (b->o->op == OP_HALO) printf(" %8zu", r->edge);
   printf("\n");
   fflush(stdout);

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/api.h"
 #include "core/error.h"
@@ -100,6 +101,9 @@ void mpn_comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
   registry_remove(comm);
   comm_join_init(comm, 1);
+  /* A launch of another thread still using comm (waiting for peers, say)
+   * sees abort_flag and ends: only then go. */
+  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX

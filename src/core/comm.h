@@ -57,6 +57,7 @@ struct ncclComm {
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;
+  int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */
   pthread_t init_thread;

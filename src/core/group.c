@@ -60,6 +60,10 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     **tail = op;
     *tail = &op->next;
   }
+  /* An abort from another thread frees a comm only once no launch uses it
+   * (mpn_comm_free). */
+  for (int k = 0; k < 2; k++)
+    for (mpn_op_t* op = k ? rma : p2p; op; op = op->next) __atomic_add_fetch(&op->comm->launches, 1, __ATOMIC_ACQ_REL);
   ncclResult_t res = p2p ? mpn_p2p_check(p2p) : ncclSuccess;
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
   if (res == ncclSuccess) {
@@ -69,6 +73,8 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     ncclResult_t put = rma ? mpn_rma_launch(rma) : ncclSuccess;
     res = sent != ncclSuccess ? sent : put;
   }
+  for (int k = 0; k < 2; k++)
+    for (mpn_op_t* op = k ? rma : p2p; op; op = op->next) __atomic_sub_fetch(&op->comm->launches, 1, __ATOMIC_ACQ_REL);
   ops_free(p2p);
   ops_free(rma);
   return res;

@@ -1,5 +1,7 @@
-// copy.cu - the batched copy kernel.  Each copy gets kBlocksPerCopy blocks
-// that stride over it (copy_range.cuh).
+// copy.cu - the batched copy kernel.  Each copy gets the same number of
+// blocks, as many as the largest needs for one step of the copy loop
+// (copy_range.cuh) and at most kBlocksPerCopy: small copies (8 bytes, a
+// face of a few KiB) take one block each, not a grid that has nothing to do.
 #include "cuda/copy.h"
 
 #include <stdint.h>
@@ -15,31 +17,43 @@ constexpr int kThreads = 256;
 // with a small table, whose launch costs the host less.
 template <int N>
 struct batch_t {
-  int n;
+  int n, blocks; /* copies, blocks per copy */
   mpn_copy_t c[N];
 };
 
 template <int N>
 __global__ void copy_batch(const batch_t<N> b) {
-  const int which = blockIdx.x / kBlocksPerCopy;
+  const int which = blockIdx.x / b.blocks;
   if (which >= b.n) return;
   mpn_copy_t c = b.c[which];
   if (c.limit) {
     const unsigned long long limit = *(volatile const unsigned long long*)c.limit;
     if (limit < c.bytes) c.bytes = (size_t)limit;
   }
-  if (c.size_out && blockIdx.x % kBlocksPerCopy == 0 && threadIdx.x == 0)
+  if (c.size_out && blockIdx.x % b.blocks == 0 && threadIdx.x == 0)
     *(volatile unsigned long long*)c.size_out = c.bytes;
-  const size_t first = (size_t)(blockIdx.x % kBlocksPerCopy) * kThreads + threadIdx.x;
-  mpn::copy_range(c.src, c.dst, c.bytes, first, (size_t)kBlocksPerCopy * kThreads);
+  const size_t first = (size_t)(blockIdx.x % b.blocks) * kThreads + threadIdx.x;
+  mpn::copy_range(c.src, c.dst, c.bytes, first, (size_t)b.blocks * kThreads);
+}
+
+// Blocks per copy: one step of the copy loop (kUnroll 16-byte words per
+// thread) over the largest copy, at most kBlocksPerCopy.
+int blocks_per_copy(const mpn_copy_t* copies, int n) {
+  const size_t step = (size_t)kThreads * 16 * mpn::kUnroll;
+  size_t largest = 0;
+  for (int i = 0; i < n; i++)
+    if (copies[i].bytes > largest) largest = copies[i].bytes;
+  size_t blocks = (largest + step - 1) / step;
+  return blocks < 1 ? 1 : blocks > (size_t)kBlocksPerCopy ? kBlocksPerCopy : (int)blocks;
 }
 
 template <int N>
 cudaError_t launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
   batch_t<N> b;
   b.n = n;
+  b.blocks = blocks_per_copy(copies, n);
   for (int i = 0; i < n; i++) b.c[i] = copies[i];
-  copy_batch<N><<<n * kBlocksPerCopy, kThreads, 0, stream>>>(b);
+  copy_batch<N><<<n * b.blocks, kThreads, 0, stream>>>(b);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "cuda/copy.h"
+#include "cuda/flagop.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,6 +106,21 @@ static inline int mpn_sync_push(mpn_sync_t* k, int round, int part, mpn_sync_fla
   else if (part == MPN_SYNC_WAIT) k->nwait[round]++;
   else k->nlast[round]++;
   return 1;
+}
+
+/**
+ * The first writes run on threads of their own, in no order: two of them to
+ * one address would leave either value.  For counters that only grow (the
+ * one-sided signals), raises an existing first write to addr to value
+ * instead (the highest count implies the lower ones); 0 when there is none.
+ */
+static inline int mpn_sync_raise(mpn_sync_t* k, uint64_t addr, uint64_t value) {
+  for (int i = 0; i < k->nfirst; i++)
+    if (k->flags[i].addr == addr && k->flags[i].kind == MPN_MEMOP_WRITE) {
+      if (value > k->flags[i].value) k->flags[i].value = value;
+      return 1;
+    }
+  return 0;
 }
 
 /** Appends a copy to round (rounds filled in order); 0 when full or out of order. */

@@ -294,36 +294,6 @@ static void eager_plan(plan_t* p, size_t bytes) {
   p->move = 1;
 }
 
-/*
- * A rank whose host runs MPN_PAIR_SLOTS messages ahead of a peer (the peer
- * busy elsewhere on its host, say) finds the slot of its next message held
- * by one the peer has not posted yet.  A peer of another process catches up
- * on its own, so wait for it, at most MPINCCL_AHEAD_TIMEOUT, or until the
- * communicator fails.  A peer of this process may be driven by this very
- * thread, later in this launch: that is refused at once (mpn_pair_post).
- */
-static ncclResult_t wait_behind(const plan_t* p) {
-  struct ncclComm* comm = p->op->comm;
-  int peer = p->op->peer;
-  if (comm->transport[peer] != MPN_TRANSPORT_IPC) return ncclSuccess;
-  MPN_INFO(MPN_SUBSYS_P2P, "rank %d: message %llu to or from rank %d waits for that rank to post message %llu",
-           comm->rank, (unsigned long long)p->seq, peer, (unsigned long long)(p->seq - MPN_PAIR_SLOTS));
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
-  for (int spins = 0; mpn_pair_slot_held(p->pair, p->seq); spins++) {
-    ncclResult_t async = mpn_comm_async(comm);
-    if (async == ncclRemoteError || async == ncclTimeout)
-      return mpn_error_set(comm, async, "rank %d: a peer failed while waiting for rank %d to post", comm->rank, peer);
-    if (comm->abort_flag || mpn_chan_now_ns() > deadline)
-      return mpn_error_set(comm, ncclInvalidUsage,
-                           "%s rank %d: more than %d messages ahead of that rank, which did not post "
-                           "message %llu within %d s (MPINCCL_AHEAD_TIMEOUT)",
-                           p->op->kind == MPN_OP_SEND ? "ncclSend to" : "ncclRecv from", peer, MPN_PAIR_SLOTS,
-                           (unsigned long long)(p->seq - MPN_PAIR_SLOTS), (int)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT));
-    if (spins > 1000) usleep(20);
-  }
-  return ncclSuccess;
-}
-
 /* Posts one message; any failure still leaves a posted slot so nobody hangs. */
 static ncclResult_t plan_post(plan_t* p) {
   mpn_op_t* op = p->op;
@@ -336,7 +306,6 @@ static ncclResult_t plan_post(plan_t* p) {
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
-  if (!p->graph && mpn_pair_slot_held(p->pair, p->seq)) MPN_CHECK(wait_behind(p));
   MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
@@ -438,6 +407,94 @@ static int ucx_ops(mpn_op_t* ops, mpn_op_t*** out) {
   return n;
 }
 
+/* Whether pair is among the pairs held back in this sweep. */
+static int pair_held(mpn_pair_t* const* held, int nheld, const mpn_pair_t* pair) {
+  for (int k = 0; k < nheld; k++)
+    if (held[k] == pair) return 1;
+  return 0;
+}
+
+/* Waiting for peers to catch up: whether to go on (0: give up, *why set). */
+static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline, ncclResult_t* why) {
+  for (int i = 0; i < n; i++) {
+    struct ncclComm* comm = plans[i].op->comm;
+    ncclResult_t async = plans[i].prepared && !done[i] ? mpn_comm_async(comm) : ncclSuccess;
+    if (async == ncclRemoteError || async == ncclTimeout || comm->abort_flag) {
+      *why = comm->abort_flag ? ncclInvalidUsage : async;
+      return 0;
+    }
+  }
+  if (mpn_chan_now_ns() > deadline) {
+    *why = ncclInvalidUsage;
+    return 0;
+  }
+  usleep(20);
+  return 1;
+}
+
+/*
+ * Posts the prepared plans, in program order within each pair.  A plan
+ * whose slot still holds message seq - MPN_PAIR_SLOTS (this rank's host is
+ * that far ahead of the peer's) is put off with every later plan of its
+ * pair, and the others go first: the peer may be waiting for them (a group
+ * of more than 512 sends and as many receives each way).  When only such
+ * plans are left and some peer is another process, which catches up on its
+ * own, the host waits for it, at most MPINCCL_AHEAD_TIMEOUT for the whole
+ * launch, or until a communicator fails.  Then, or at once when every peer
+ * left is of this process (the thread that would post its side may be this
+ * one), the rest are posted anyway and refused (mpn_pair_post).  An abort
+ * from another thread ends the wait; it frees the communicator only once
+ * this launch is over (group.c).
+ */
+static ncclResult_t post_all(plan_t* plans, int n, int* current) {
+  char* done = calloc((size_t)(n ? n : 1), 1);
+  mpn_pair_t** held = calloc((size_t)(n ? n : 1), sizeof(*held));
+  if (done == NULL || held == NULL) {
+    free(done), free(held);
+    return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  }
+  ncclResult_t first = ncclSuccess, why = ncclSuccess;
+  int left = 0, give_up = 0, waiting = 0;
+  for (int i = 0; i < n; i++) left += plans[i].prepared;
+  uint64_t deadline = 0;
+  while (left > 0) {
+    int nheld = 0, progress = 0, other_process = 0;
+    for (int i = 0; i < n; i++) {
+      plan_t* p = &plans[i];
+      if (!p->prepared || done[i]) continue;
+      if (!give_up && ((nheld && pair_held(held, nheld, p->pair)) || (!p->graph && mpn_pair_slot_held(p->pair, p->seq)))) {
+        if (!pair_held(held, nheld, p->pair)) held[nheld++] = p->pair;
+        other_process |= p->op->comm->transport[p->op->peer] == MPN_TRANSPORT_IPC;
+        continue;
+      }
+      mpn_cuda_switch_device(current, p->op->comm->cuda_dev);
+      mpn_keep(&first, plan_post(p));
+      struct mpn_p2p* stats = p->op->comm->p2p;
+      stats->posted += p->posted;
+      stats->moved += p->posted && p->role == MPN_POST_SECOND;
+      done[i] = 1;
+      left--;
+      progress = 1;
+    }
+    if (progress || left == 0) continue;
+    if (!waiting && other_process) {
+      waiting = 1;
+      deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
+      MPN_INFO(MPN_SUBSYS_P2P, "%d messages more than %d ahead of their peers; waiting for them to post", left,
+               MPN_PAIR_SLOTS);
+    }
+    give_up = !other_process || !behind_wait(plans, done, n, deadline, &why);
+  }
+  if (why != ncclSuccess)
+    mpn_error_set(NULL, why, "messages more than %d ahead of their peers: %s", MPN_PAIR_SLOTS,
+                  why == ncclInvalidUsage ? "the peers did not post theirs within MPINCCL_AHEAD_TIMEOUT, "
+                                            "or the communicator was aborted"
+                                          : "a communicator failed meanwhile");
+  free(done);
+  free(held);
+  return why != ncclSuccess ? why : first;
+}
+
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int n = 0;
   for (mpn_op_t* op = ops; op; op = op->next) /* checked by mpn_p2p_check */
@@ -474,15 +531,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   delegate_wait(plans, n);
-  for (i = 0; i < n; i++) {
-    if (!plans[i].prepared) continue;
-    mpn_cuda_switch_device(&current, plans[i].op->comm->cuda_dev);
-    ncclResult_t res = plan_post(&plans[i]);
-    if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
-    struct mpn_p2p* stats = plans[i].op->comm->p2p;
-    stats->posted += plans[i].posted;
-    stats->moved += plans[i].posted && plans[i].role == MPN_POST_SECOND;
-  }
+  mpn_keep(&first_error, post_all(plans, n, &current));
   ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);

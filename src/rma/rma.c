@@ -221,6 +221,9 @@ typedef struct {
 
 static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
   if (to->b) return mpn_memops_add(to->b, addr, value, kind);
+  /* Several signals to one peer and context: their counter takes the last
+   * count once (the kernel's first writes are unordered). */
+  if (kind == MPN_MEMOP_WRITE && mpn_sync_raise(to->k, addr, value)) return ncclSuccess;
   int part = kind == MPN_MEMOP_WRITE ? MPN_SYNC_FIRST : MPN_SYNC_WAIT;
   if (!mpn_sync_push(to->k, 0, part, (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0}))
     return mpn_error_set(NULL, ncclInternalError, "a signal after a wait in one flag kernel");

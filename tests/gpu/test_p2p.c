@@ -508,6 +508,27 @@ static void many_small(void) {
   cudaFree(r);
 }
 
+/* More than 512 messages each way in one group (the pair's slots): the
+ * sends past the 512th wait for the peer's receives, which come later in
+ * the peer's own group, so the receives of this group are posted first. */
+static void big_group(void) {
+  enum { N = 700, BYTES = 16 };
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = dev_alloc((size_t)N * BYTES), *r = dev_alloc((size_t)N * BYTES);
+  for (int k = 0; k < N; k++) pattern_fill(s + (size_t)k * BYTES, BYTES, seed_of(rank, to, 7000 + k), stream);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < N; k++) EXPECT_OK(ncclSend(s + (size_t)k * BYTES, BYTES, ncclInt8, to, comm, stream));
+  for (int k = 0; k < N; k++) EXPECT_OK(ncclRecv(r + (size_t)k * BYTES, BYTES, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  for (int k = 0; k < N; k++) {
+    char what[64];
+    snprintf(what, sizeof(what), "big_group message %d", k);
+    expect_pattern(r + (size_t)k * BYTES, BYTES, seed_of(from, rank, 7000 + k), what);
+  }
+  cudaFree(s);
+  cudaFree(r);
+}
+
 /*
  * A sender whose host runs more than 512 messages ahead of its receiver:
  * even ranks post N single sends to the next rank while it sleeps, then
@@ -553,6 +574,7 @@ int main(int argc, char** argv) {
   STEP(same_peer_order());
   STEP(many_small());
   STEP(host_ahead());
+  STEP(if (nranks > 1 && !harness_over_ucx()) big_group());
   STEP(reallocated());
   STEP(two_comms());
   STEP(init_all_ring());

@@ -190,17 +190,24 @@ static void barrier(void) {
 }
 
 /* Each rank puts a block into every rank's window (itself included) at
- * its own offset, and waits for one signal from each. */
-static void alltoall(size_t block) {
+ * its own offset, in `parts` puts, and waits for that many signals from
+ * each: several signals to one peer in one group (under MPS one polling
+ * kernel writes them, and the counter must end at the last count). */
+static void alltoall(size_t block, int parts) {
   void* buf;
   ncclWindow_t w = window(block * (size_t)nranks, &buf);
   char* src = dev_alloc(block * (size_t)nranks);
   for (int p = 0; p < nranks; p++) pattern_fill(src + (size_t)p * block, block, seed_of(rank, p, 3), stream);
   ncclWaitSignalDesc_t* d = calloc((size_t)nranks, sizeof(*d));
   EXPECT_OK(ncclGroupStart());
+  size_t chunk = block / (size_t)parts;
   for (int p = 0; p < nranks; p++) {
-    EXPECT_OK(ncclPutSignal(src + (size_t)p * block, block, ncclInt8, p, w, (size_t)rank * block, 0, 0, 0, comm, stream));
-    d[p] = (ncclWaitSignalDesc_t){1, p, 0, 0};
+    for (int c = 0; c < parts; c++) {
+      size_t at = (size_t)c * chunk, len = c == parts - 1 ? block - at : chunk;
+      EXPECT_OK(ncclPutSignal(src + (size_t)p * block + at, len, ncclInt8, p, w, (size_t)rank * block + at, 0, 0, 0,
+                              comm, stream));
+    }
+    d[p] = (ncclWaitSignalDesc_t){parts, p, 0, 0};
   }
   EXPECT_OK(ncclWaitSignal(nranks, d, comm, stream));
   EXPECT_OK(ncclGroupEnd());
@@ -374,8 +381,9 @@ int main(int argc, char** argv) {
   STEP(pingpong((1 << 20) + 3));
   STEP(host_source());
   STEP(barrier());
-  STEP(alltoall(4096));
-  STEP(alltoall((1 << 20) + 16));
+  STEP(alltoall(4096, 1));
+  STEP(alltoall((1 << 20) + 16, 1));
+  STEP(alltoall(4096 + 8, 3));
   STEP(many_then_signal());
   STEP(early_signals());
   STEP(mixed_group());

@@ -291,6 +291,12 @@ START_TEST(sync_table_order) {
   ck_assert(!mpn_sync_push(&k, 0, MPN_SYNC_LAST, f)); /* round 0 after round 1 */
   ck_assert(mpn_sync_push(&k, 1, MPN_SYNC_LAST, f));
   ck_assert_int_eq(k.nfirst, 1);
+  /* A second count for the same counter raises the first write, never lowers it. */
+  ck_assert(mpn_sync_raise(&k, 0x1000, 5));
+  ck_assert(mpn_sync_raise(&k, 0x1000, 3));
+  ck_assert_int_eq(k.flags[0].value, 5);
+  ck_assert(!mpn_sync_raise(&k, 0x2000, 5)); /* no first write there */
+  ck_assert_int_eq(k.nfirst, 1);
   ck_assert_int_eq(k.nwait[0], 2);
   ck_assert_int_eq(k.nlast[0], 1);
   ck_assert_int_eq(k.nwait[1], 1);

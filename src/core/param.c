@@ -79,10 +79,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                               "many microseconds on the host for the other side's event, then "
                               "falls back to a stream memory wait."},
     [MPN_PARAM_AHEAD_TIMEOUT] = {"MPINCCL_AHEAD_TIMEOUT", MPN_PARAM_INT, "60", NULL, 1, 3600,
-                                 "A rank that posts more than 512 messages to a rank of another "
-                                 "process before that rank posted the matching ones waits on the "
-                                 "host, at most this many seconds, for it to catch up; then the "
-                                 "call fails with ncclInvalidUsage."},
+                                 "A message more than 512 ahead of its peer's matching ones (a "
+                                 "pair's slots) waits until the peer catches up: the launch posts "
+                                 "its other messages first, then, if the peer is another process, "
+                                 "waits on the host at most this many seconds per launch; then "
+                                 "the held messages fail with ncclInvalidUsage."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

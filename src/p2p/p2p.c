@@ -200,7 +200,8 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (prev && prev->prepared && prev->op->stream == op->stream) p->graph = prev->graph;
+  if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev)
+    p->graph = prev->graph; /* (a per-thread stream handle names one stream per device) */
   else p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);

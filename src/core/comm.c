@@ -58,6 +58,17 @@ void mpn_comm_foreach(void (*fn)(struct ncclComm*, void*), void* arg) {
   pthread_mutex_unlock(&live_lock);
 }
 
+int mpn_comm_hold(struct ncclComm* comm) {
+  int found = 0;
+  pthread_mutex_lock(&live_lock);
+  for (int i = 0; i < n_live && !found; i++) found = live[i] == comm;
+  if (found) __atomic_add_fetch(&comm->launches, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+void mpn_comm_release(struct ncclComm* comm) { __atomic_sub_fetch(&comm->launches, 1, __ATOMIC_ACQ_REL); }
+
 int mpn_comm_is_live(const struct ncclComm* comm) {
   int found = 0;
   pthread_mutex_lock(&live_lock);

@@ -95,6 +95,13 @@ int mpn_comm_is_live(const struct ncclComm* comm);
  */
 ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_ready);
 
+/** Marks a launch using comm, if comm is still live (1; else 0): freeing comm
+ * waits until every such launch has released it (abort_flag set first). */
+int mpn_comm_hold(struct ncclComm* comm);
+
+/** Ends what mpn_comm_hold began. */
+void mpn_comm_release(struct ncclComm* comm);
+
 /** Sets the asynchronous result visible through ncclCommGetAsyncError. */
 static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
   __atomic_store_n(&comm->async_error, (int)res, __ATOMIC_RELEASE);

@@ -47,6 +47,21 @@ static void jobs_discard(mpn_init_job_t* jobs) {
   }
 }
 
+/* Holds the comm of every op (an abort or destroy from another thread frees
+ * it only once the launch is over, mpn_comm_free) or, if one was freed since
+ * its call, none: that comm is returned in *gone. */
+static int ops_hold(mpn_op_t* lists[2], struct ncclComm** gone) {
+  for (int k = 0; k < 2; k++)
+    for (mpn_op_t* op = lists[k]; op; op = op->next) {
+      if (mpn_comm_hold(op->comm)) continue;
+      *gone = op->comm;
+      for (int j = 0; j <= k; j++)
+        for (mpn_op_t* q = lists[j]; q && q != op; q = q->next) mpn_comm_release(q->comm);
+      return 0;
+    }
+  return 1;
+}
+
 /* Sends and receives go to the p2p engine together (a group may span
  * communicators), then one-sided operations to the RMA engine: on every
  * stream, a group's sends and receives come before its signals, and its
@@ -60,10 +75,15 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     **tail = op;
     *tail = &op->next;
   }
-  /* An abort from another thread frees a comm only once no launch uses it
-   * (mpn_comm_free). */
-  for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = k ? rma : p2p; op; op = op->next) __atomic_add_fetch(&op->comm->launches, 1, __ATOMIC_ACQ_REL);
+  mpn_op_t* lists[2] = {p2p, rma};
+  struct ncclComm* gone = NULL;
+  if (!ops_hold(lists, &gone)) {
+    ops_free(p2p);
+    ops_free(rma);
+    return MPN_REFUSE(NULL, ncclInvalidArgument,
+                      "ncclGroupEnd: comm %p was destroyed or aborted after its operations were enqueued",
+                      (void*)gone);
+  }
   ncclResult_t res = p2p ? mpn_p2p_check(p2p) : ncclSuccess;
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
   if (res == ncclSuccess) {
@@ -74,7 +94,7 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     res = sent != ncclSuccess ? sent : put;
   }
   for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = k ? rma : p2p; op; op = op->next) __atomic_sub_fetch(&op->comm->launches, 1, __ATOMIC_ACQ_REL);
+    for (mpn_op_t* op = lists[k]; op; op = op->next) mpn_comm_release(op->comm);
   ops_free(p2p);
   ops_free(rma);
   return res;

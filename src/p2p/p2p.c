@@ -389,7 +389,35 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
   return ncclSuccess;
 }
 
+/*
+ * A launch holds at most MPN_PAIR_SLOTS messages per peer and direction.
+ * Message k and k + MPN_PAIR_SLOTS share a slot and its flag words, and in
+ * one launch every "ready" write is issued before any wait: if the two had
+ * different first sides, one side's "ready" for the later message could
+ * satisfy its own wait for the earlier one, or the other side's older write
+ * land last (a hang or a copy too early).  Messages of later launches on
+ * the same stream are ordered behind the earlier ones' waits.  Refused
+ * before anything is posted, so the communicator stays usable.
+ */
+static ncclResult_t group_size_check(mpn_op_t* ops) {
+  int n = 0;
+  for (mpn_op_t* op = ops; op; op = op->next) n++;
+  if (n <= MPN_PAIR_SLOTS) return ncclSuccess;
+  for (mpn_op_t* op = ops; op; op = op->next) {
+    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
+    int same = 0;
+    for (mpn_op_t* q = ops; q; q = q->next) same += q->comm == op->comm && q->peer == op->peer && q->kind == op->kind;
+    if (same > MPN_PAIR_SLOTS)
+      return mpn_error_set(op->comm, ncclInvalidUsage,
+                           "ncclGroupEnd: %d %s rank %d in one group; at most %d per peer and direction", same,
+                           op->kind == MPN_OP_SEND ? "ncclSend calls to" : "ncclRecv calls from", op->peer,
+                           MPN_PAIR_SLOTS);
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_p2p_check(mpn_op_t* ops) {
+  MPN_CHECK(group_size_check(ops));
   for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_precheck(op));
   return ncclSuccess;
 }
@@ -408,10 +436,19 @@ static int ucx_ops(mpn_op_t* ops, mpn_op_t*** out) {
   return n;
 }
 
-/* Whether pair is among the pairs held back in this sweep. */
-static int pair_held(mpn_pair_t* const* held, int nheld, const mpn_pair_t* pair) {
+/* A pair and the side of it this process posts (a send to itself, or two
+ * ranks of this process, post both sides of one pair). */
+typedef struct {
+  const mpn_pair_t* pair;
+  int side;
+} pair_side_t;
+
+static int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
+
+/* Whether p's pair and side are among those held back in this sweep. */
+static int pair_held(const pair_side_t* held, int nheld, const plan_t* p) {
   for (int k = 0; k < nheld; k++)
-    if (held[k] == pair) return 1;
+    if (held[k].pair == p->pair && held[k].side == plan_side(p)) return 1;
   return 0;
 }
 
@@ -449,7 +486,7 @@ static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline
  */
 static ncclResult_t post_all(plan_t* plans, int n, int* current) {
   char* done = calloc((size_t)(n ? n : 1), 1);
-  mpn_pair_t** held = calloc((size_t)(n ? n : 1), sizeof(*held));
+  pair_side_t* held = calloc((size_t)(n ? n : 1), sizeof(*held));
   if (done == NULL || held == NULL) {
     free(done), free(held);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
@@ -463,8 +500,9 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
       if (!p->prepared || done[i]) continue;
-      if (!give_up && ((nheld && pair_held(held, nheld, p->pair)) || (!p->graph && mpn_pair_slot_held(p->pair, p->seq)))) {
-        if (!pair_held(held, nheld, p->pair)) held[nheld++] = p->pair;
+      if (!give_up &&
+          ((nheld && pair_held(held, nheld, p)) || (!p->graph && mpn_pair_slot_held(p->pair, p->seq, plan_side(p))))) {
+        if (!pair_held(held, nheld, p)) held[nheld++] = (pair_side_t){p->pair, plan_side(p)};
         other_process |= p->op->comm->transport[p->op->peer] == MPN_TRANSPORT_IPC;
         continue;
       }

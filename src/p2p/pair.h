@@ -135,11 +135,14 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
                            const mpn_side_t* desc, mpn_post_role_t* role);
 
 /** Whether message seq's slot in the plain ring is still held by message
- * seq - MPN_PAIR_SLOTS, whose other side has not posted yet (this side is
- * that far ahead of the peer on the host). */
-static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq) {
+ * seq - MPN_PAIR_SLOTS, which this side posted and the other side has not
+ * finished posting (this side is that far ahead of the peer on the host).
+ * A slot where only the other side posted it (this side's post was
+ * refused) is not waited for: mpn_pair_post refuses at once. */
+static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq, int side) {
   uint64_t cur = __atomic_load_n(&mpn_pair_slot(pair, seq, 0)->state, __ATOMIC_ACQUIRE);
-  return cur != 0 && (cur >> 3) + MPN_PAIR_SLOTS == seq && (cur & 7) != 7;
+  uint64_t mine = side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
+  return cur != 0 && (cur >> 3) + MPN_PAIR_SLOTS == seq && (cur & mine) && (cur & 7) != 7;
 }
 
 /** Whether the other side of message seq has posted (this side has not yet). */

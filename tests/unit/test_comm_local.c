@@ -317,6 +317,20 @@ START_TEST(send_recv_checks) {
 }
 END_TEST
 
+/* More than 512 messages to one peer in one group are refused before
+ * anything is posted (a pair has 512 slots; p2p.c, group_size_check). */
+START_TEST(group_size_limit) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[16];
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < 513; k++) ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "513 ncclSend calls to rank 0 in one group; at most 512"));
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
 /* Errors inside a group: returned by the call and again by ncclGroupEnd. */
 START_TEST(group_errors) {
   use_local_bootstrap();
@@ -532,6 +546,7 @@ int main(void) {
   tcase_add_test(tc, abort_pending_creation);
   tcase_add_test(tc, send_recv_checks);
   tcase_add_test(tc, group_errors);
+  tcase_add_test(tc, group_size_limit);
   tcase_add_test(tc, rma_checks);
   tcase_add_test(tc, last_error_per_thread);
   tcase_add_test(tc, register_handles);

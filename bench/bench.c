@@ -605,6 +605,8 @@ static int size_run(bench_t* b, result_t* res) {
   /* Bytes moved per second summed over the ranks (pingpong, put: one message in flight). */
   int one = bench_op_one_way(o->op);
   double moved = one ? algbw : n * busbw;
+  /* Host means over the ranks that make calls (one-way operations: ranks 0 and 1). */
+  double callers = one && world_size > 2 ? 2 : world_size;
   *res = (result_t){.bytes = b->size,
                     .edge = o->op == OP_HALO ? b->edge : 0,
                     .time_us = tmax[0],
@@ -613,9 +615,9 @@ static int size_run(bench_t* b, result_t* res) {
                     .vs_copy = b->o->net ? (bench_net_floor_gbps(b) > 0 ? moved / bench_net_floor_gbps(b) : -1)
                                          : b->floors.copy_gbps > 0 ? moved / b->floors.copy_gbps : -1,
                     .vs_floor = b->floor_us > 0 ? tmax[0] / b->floor_us : -1,
-                    .host_us = host_sum / n,
+                    .host_us = host_sum / callers,
                     .host_us_max = tmax[1],
-                    .host_idle_us = idle_sum / world_size,
+                    .host_idle_us = idle_sum / callers,
                     .wrong = wrong};
   return 0;
 }

@@ -473,9 +473,9 @@ static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline
 /*
  * Posts the prepared plans, in program order within each pair.  A plan
  * whose slot still holds message seq - MPN_PAIR_SLOTS (this rank's host is
- * that far ahead of the peer's) is put off with every later plan of its
- * pair, and the others go first: the peer may be waiting for them (a group
- * of more than 512 sends and as many receives each way).  When only such
+ * that far ahead of the peer's, in an earlier launch) is put off with every
+ * later plan of its pair and side, and the others go first: the peer may be
+ * waiting for them before it posts what frees the slot.  When only such
  * plans are left and some peer is another process, which catches up on its
  * own, the host waits for it, at most MPINCCL_AHEAD_TIMEOUT for the whole
  * launch, or until a communicator fails.  Then, or at once when every peer

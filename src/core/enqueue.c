@@ -79,9 +79,17 @@ MPN_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t dat
 }
 
 /* Checks shared by the one-sided calls. */
+/* Whether a one-sided call's peer, sigIdx, ctx and flags are good for comm
+ * (a live one): what rma_check refuses, without formatting a message. */
+static int rma_args_ok(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned int flags) {
+  return peer >= 0 && peer < comm->nranks && sigIdx == 0 && ctx >= 0 && ctx < comm->config.num_rma_ctx &&
+         flags == 0;
+}
+
 static ncclResult_t rma_check(ncclComm_t comm, const char* caller, int peer, int sigIdx, int ctx,
                               unsigned int flags) {
   MPN_CHECK(mpn_comm_check(comm, caller, 1));
+  if (rma_args_ok(comm, peer, sigIdx, ctx, flags)) return ncclSuccess;
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 0));
   if (sigIdx != 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: sigIdx %d is not 0", caller, sigIdx);
@@ -140,8 +148,7 @@ static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm
   if (descs == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: signalDescs is NULL", fn);
   for (int i = 0; i < nDesc; i++) {
     const ncclWaitSignalDesc_t* d = &descs[i];
-    if (d->opCnt > 0 && d->peer >= 0 && d->peer < comm->nranks && d->sigIdx == 0 && d->ctx >= 0 &&
-        d->ctx < comm->config.num_rma_ctx)
+    if (d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0))
       continue; /* the message is formatted for a bad one only: a barrier passes one per rank */
     char what[48];
     snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i);

@@ -236,11 +236,15 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
  * Under MPS nothing switches and the wait only adds latency (8 B sendrecv
  * 9.4 us without it, 10.8 with it on the GPU machine): not done there.
  */
-static int delegates(const plan_t* p) {
-  const mpn_op_t* op = p->op;
+/* Whether op's peer is another process on this rank's time-sliced GPU. */
+static int sliced_peer(const mpn_op_t* op) {
   const struct ncclComm* comm = op->comm;
-  return p->prepared && comm->transport[op->peer] == MPN_TRANSPORT_IPC && comm->rank < op->peer &&
-         comm->topo.gpu_sliced[comm->rank] && mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
+  return comm->transport[op->peer] == MPN_TRANSPORT_IPC && comm->topo.gpu_sliced[comm->rank] &&
+         mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
+}
+
+static int delegates(const plan_t* p) {
+  return p->prepared && p->op->comm->rank < p->op->peer && sliced_peer(p->op);
 }
 
 /*
@@ -256,10 +260,7 @@ static int one_sliced_peer(const plan_t* plans, int n) {
   const mpn_op_t* first = NULL;
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = plans[i].op;
-    const struct ncclComm* comm = op->comm;
-    if (!plans[i].prepared || comm->transport[op->peer] != MPN_TRANSPORT_IPC || !comm->topo.gpu_sliced[comm->rank] ||
-        !mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer))
-      continue;
+    if (!plans[i].prepared || !sliced_peer(op)) continue;
     if (first == NULL) first = op;
     else if (op->comm != first->comm || op->peer != first->peer) return 0;
   }

@@ -62,6 +62,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "most this many bytes goes through the pair's inbox (one hop: the sender copies "
                              "it in and raises a flag, the receiver copies it out) instead of the two-hop ready/done "
                              "handshake into the receiver's own buffer; at most 4096 (an inbox slot); 0: never."},
+    [MPN_PARAM_EAGER_BIG_MAX] = {"MPINCCL_EAGER_BIG_MAX", MPN_PARAM_INT, "196608", NULL, 0, 196608,
+                                 "Where the inbox is used (MPINCCL_EAGER_MAX), a larger message of at most this "
+                                 "many bytes takes one of the inbox's 4 big slots the same way, when one is free "
+                                 "(a halo's faces: one flag hop, the copies beside the sender's pack and the "
+                                 "receiver's unpack); at most 196608; 0: never."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
                                  "one moves the data of both directions when it can: in a "

@@ -21,6 +21,7 @@ typedef enum {
   MPN_PARAM_KERNEL_SYNC,       /* flags and copies up to this size in one polling kernel */
   MPN_PARAM_KERNEL_SYNC_WAITS, /* fewest waits for which that kernel is used */
   MPN_PARAM_EAGER_MAX,         /* messages up to this size go through the peer's inbox */
+  MPN_PARAM_EAGER_BIG_MAX,     /* larger ones up to this size through its big slots */
   MPN_PARAM_DELEGATE_WAIT,     /* host wait for a peer's post to copy both directions */
   MPN_PARAM_LOCAL_WAIT,        /* host wait for a same-process peer's "done" event */
   MPN_PARAM_AHEAD_TIMEOUT,     /* seconds a rank waits for a peer 512 messages behind on the host */

@@ -35,6 +35,19 @@
 #define MPN_EAGER_SIZES_OFFSET ((size_t)16384)
 #define MPN_EAGER_DATA_OFFSET ((size_t)32768)
 
+/*
+ * Larger messages (a halo's faces, up to MPINCCL_EAGER_BIG_MAX) have a ring
+ * of their own: a few big slots after the small ones, their size words
+ * after the small ones' (in the zeroed part of the block), their own
+ * numbering and their own "freed" words.  A message takes the small ring
+ * (kind MPN_EAGER_SMALL) or the big one (MPN_EAGER_BIG) by its size, as the
+ * first side decides.
+ */
+enum { MPN_EAGER_NONE = 0, MPN_EAGER_SMALL = 1, MPN_EAGER_BIG = 2 };
+#define MPN_EAGER_BIG_BYTES ((size_t)196608)
+#define MPN_EAGER_BIG_SIZES_OFFSET (MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t))
+#define MPN_EAGER_BIG_DATA_OFFSET (MPN_EAGER_DATA_OFFSET + (size_t)MPN_EAGER_SLOTS * MPN_EAGER_SLOT_BYTES)
+
 _Static_assert(MPN_PAIR_FLAGS * sizeof(uint64_t) <= MPN_EAGER_SIZES_OFFSET,
                "the pair's flags run into the inbox");
 _Static_assert(MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DSIGNAL_OFFSET,
@@ -42,32 +55,48 @@ _Static_assert(MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t) <= MP
 _Static_assert(MPN_PAIR_DSIGNAL_OFFSET + MPN_PAIR_RMA_CTX * sizeof(uint64_t) <= MPN_PAIR_DZERO_BYTES &&
                    MPN_PAIR_DZERO_BYTES <= MPN_EAGER_DATA_OFFSET,
                "the signals run into the inbox's slots");
-_Static_assert(MPN_EAGER_DATA_OFFSET + (size_t)MPN_EAGER_SLOTS * MPN_EAGER_SLOT_BYTES <= MPN_IPC_BLOCK_BYTES,
+_Static_assert(MPN_EAGER_BIG_SIZES_OFFSET + MPN_EAGER_BIG_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DSIGNAL_OFFSET,
+               "the big slots' size words run into the signals");
+_Static_assert(MPN_EAGER_BIG_DATA_OFFSET + (size_t)MPN_EAGER_BIG_SLOTS * MPN_EAGER_BIG_BYTES <= MPN_IPC_BLOCK_BYTES,
                "the inbox does not fit the pair's device block");
 
-/** Whether the eager message numbered n (from 0) may take its slot of the
- * pair's inbox: the pair has one (its flags live in device memory) and the
- * message n - MPN_EAGER_SLOTS that used the slot before has been copied out. */
-static inline int mpn_eager_free(const mpn_pair_t* pair, uint64_t n) {
+/** Slots of a ring. */
+static inline uint64_t mpn_eager_slots(int kind) {
+  return kind == MPN_EAGER_BIG ? MPN_EAGER_BIG_SLOTS : MPN_EAGER_SLOTS;
+}
+
+/** Host word that frees slot n of a ring (eager number + 1 once copied out). */
+static inline uint64_t* mpn_eager_free_word(const mpn_pair_t* pair, int kind, uint64_t n) {
+  uint64_t* words = kind == MPN_EAGER_BIG ? pair->mem->eager_big_free : pair->mem->eager_free;
+  return &words[n % mpn_eager_slots(kind)];
+}
+
+/** Whether the eager message numbered n (from 0) of ring kind may take its
+ * slot: the pair has an inbox (its flags live in device memory) and the
+ * message that used the slot before has been copied out. */
+static inline int mpn_eager_free(const mpn_pair_t* pair, int kind, uint64_t n) {
   if (pair->dflags == 0) return 0;
-  if (n < MPN_EAGER_SLOTS) return 1;
-  uint64_t freed = __atomic_load_n(&pair->mem->eager_free[n % MPN_EAGER_SLOTS], __ATOMIC_ACQUIRE);
-  return freed >= n - MPN_EAGER_SLOTS + 1;
+  uint64_t slots = mpn_eager_slots(kind);
+  if (n < slots) return 1;
+  return __atomic_load_n(mpn_eager_free_word(pair, kind, n), __ATOMIC_ACQUIRE) >= n - slots + 1;
 }
 
 /** Device address of the word that frees eager message n's slot (written n + 1 once copied out). */
-static inline CUdeviceptr mpn_eager_freed(const mpn_pair_t* pair, uint64_t n) {
-  return mpn_pair_dev(pair, &pair->mem->eager_free[n % MPN_EAGER_SLOTS]);
+static inline CUdeviceptr mpn_eager_freed(const mpn_pair_t* pair, int kind, uint64_t n) {
+  return mpn_pair_dev(pair, mpn_eager_free_word(pair, kind, n));
 }
 
 /** Device address of eager message n's slot. */
-static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, uint64_t n) {
+static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, int kind, uint64_t n) {
+  if (kind == MPN_EAGER_BIG)
+    return pair->dflags + MPN_EAGER_BIG_DATA_OFFSET + (CUdeviceptr)(n % MPN_EAGER_BIG_SLOTS) * MPN_EAGER_BIG_BYTES;
   return pair->dflags + MPN_EAGER_DATA_OFFSET + (CUdeviceptr)(n % MPN_EAGER_SLOTS) * MPN_EAGER_SLOT_BYTES;
 }
 
 /** Device address of the word that carries eager message n's size (written with the data). */
-static inline CUdeviceptr mpn_eager_size(const mpn_pair_t* pair, uint64_t n) {
-  return pair->dflags + MPN_EAGER_SIZES_OFFSET + (CUdeviceptr)(n % MPN_EAGER_SLOTS) * sizeof(uint64_t);
+static inline CUdeviceptr mpn_eager_size(const mpn_pair_t* pair, int kind, uint64_t n) {
+  size_t at = kind == MPN_EAGER_BIG ? MPN_EAGER_BIG_SIZES_OFFSET : MPN_EAGER_SIZES_OFFSET;
+  return pair->dflags + at + (CUdeviceptr)(n % mpn_eager_slots(kind)) * sizeof(uint64_t);
 }
 
 #endif /* MPN_P2P_EAGER_H_ */

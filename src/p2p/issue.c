@@ -39,7 +39,7 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
 static int eager_copy(const plan_t* p, mpn_copy_t* c) {
   int send = p->op->kind == MPN_OP_SEND;
   if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
-  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager_n);
+  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager, p->eager_n);
   *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
   return 1;
 }
@@ -73,7 +73,7 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (!p->posted || !p->move || p->op->stream != s || p->eager != eager) continue;
+    if (!p->posted || !p->move || p->op->stream != s || (p->eager != 0) != eager) continue;
     mpn_copy_t c;
     if (p->eager) { /* receives copy out in the second half */
       if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
@@ -214,7 +214,8 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (eager_on(p, s, MPN_OP_RECV))
-      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE));
+      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1,
+                                      MPN_MEMOP_WRITE));
   }
   mpn_keep(&first, mpn_memops_flush(b));
   return first;
@@ -289,7 +290,7 @@ static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
   if (phase == 2 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
     done = 1, kind = MPN_MEMOP_WAIT_GEQ;
   if (phase == 2 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
-    *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE, 0};
+    *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE, 0};
     return 1;
   }
   if (done < 0) return 0;

@@ -42,7 +42,7 @@ typedef struct {
   mpn_pair_t *send, *recv; /* me -> peer, peer -> me */
   uint64_t send_seq, recv_seq;             /* messages not captured */
   uint64_t graph_send_seq, graph_recv_seq; /* messages captured in graphs */
-  uint64_t eager_sends, eager_recvs;       /* messages that took the pair's inbox (eager.h) */
+  uint64_t eager_sends[2], eager_recvs[2]; /* messages that took the pair's inbox rings (eager.h: small, big) */
   uint64_t errors_seen[2];
 } peer_state_t;
 
@@ -216,11 +216,13 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   /* Only where both processes' kernels run at once: elsewhere (a time-sliced
    * GPU) both sides' copies would cost a context switch each exchange.  The
    * inbox (and a free slot in it) is checked when posting (plan_post). */
-  p->eager_ok = !p->graph && kind == MPN_TRANSPORT_IPC &&
-                mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
-                mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
-                mpn_param_int(MPN_PARAM_EAGER_MAX) > 0 &&
-                op->bytes <= (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX);
+  int inbox = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
+              mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
+  size_t small = (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX), big = (size_t)mpn_param_int(MPN_PARAM_EAGER_BIG_MAX);
+  p->eager_ok = !inbox ? MPN_EAGER_NONE
+                : op->bytes <= small && small > 0 ? MPN_EAGER_SMALL
+                : op->bytes > small && op->bytes <= big ? MPN_EAGER_BIG
+                                                        : MPN_EAGER_NONE;
   p->prepared = 1;
   return ncclSuccess;
 }
@@ -286,10 +288,10 @@ static void delegate_wait(const plan_t* plans, int n) {
 
 /* The message goes through the pair's inbox: the sender copies bytes in, the
  * receiver at most bytes out (fewer if the size word says so). */
-static void eager_plan(plan_t* p, size_t bytes) {
+static void eager_plan(plan_t* p, int kind, size_t bytes) {
   const mpn_op_t* op = p->op;
-  void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, p->eager_n);
-  p->eager = 1;
+  void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, kind, p->eager_n);
+  p->eager = kind;
   p->eager_bytes = bytes;
   p->src = op->kind == MPN_OP_SEND ? op->buf : slot;
   p->dst = op->kind == MPN_OP_SEND ? slot : op->buf;
@@ -302,17 +304,20 @@ static ncclResult_t plan_post(plan_t* p) {
   struct ncclComm* comm = op->comm;
   int send = op->kind == MPN_OP_SEND;
   peer_state_t* ps = &comm->p2p->peers[op->peer];
-  uint64_t* eager_count = send ? &ps->eager_sends : &ps->eager_recvs;
-  p->eager_n = *eager_count; /* every earlier message of the pair is posted: its path is known */
-  p->eager_ok = p->eager_ok && mpn_eager_free(p->pair, p->eager_n);
+  uint64_t* eager_counts = send ? ps->eager_sends : ps->eager_recvs; /* per ring */
+  /* Every earlier message of the pair is posted: its path is known. */
+  p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
+  if (p->eager_ok && !mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) p->eager_ok = MPN_EAGER_NONE;
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
-    if (mine.eager) eager_plan(p, op->bytes);
-    *eager_count += p->eager;
+    if (mine.eager) {
+      eager_plan(p, mine.eager, op->bytes);
+      eager_counts[mine.eager - 1]++;
+    }
     return bad;
   }
   if (p->stage) { /* second: this side copies from or to its own buffer directly */
@@ -321,20 +326,21 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
-  if (other.eager) { /* the first side chose the inbox: follow it */
+  if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG) { /* the first side chose a ring: follow it */
     ncclResult_t res = ncclSuccess;
-    if (other.eager_n != p->eager_n) { /* cannot happen; the peer's number keeps both going */
+    uint64_t* count = &eager_counts[other.eager - 1];
+    if (other.eager_n != *count) { /* cannot happen; the peer's number keeps both going */
       res = mpn_error_set(comm, ncclInternalError,
                           "message %llu with rank %d: eager number %llu here, %llu at the peer",
-                          (unsigned long long)p->seq, op->peer, (unsigned long long)p->eager_n,
+                          (unsigned long long)p->seq, op->peer, (unsigned long long)*count,
                           (unsigned long long)other.eager_n);
       mpn_comm_set_async(comm, res);
-      p->eager_n = other.eager_n;
     }
+    p->eager_n = other.eager_n;
     int same = res == ncclSuccess && other.count == mine.count && other.dtype == mine.dtype;
     if (res == ncclSuccess && !same) report_mismatch(p, &mine, &other); /* and nothing moves */
-    eager_plan(p, same ? op->bytes : 0);
-    *eager_count = p->eager_n + 1;
+    eager_plan(p, other.eager, same ? op->bytes : 0);
+    *count = p->eager_n + 1;
     return res;
   }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */

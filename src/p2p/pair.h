@@ -26,6 +26,8 @@ enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 /** Slots of a pair's inbox (p2p/eager.h): messages a sender may run ahead of
  * the receiver's copies before its small messages take the two-hop path. */
 #define MPN_EAGER_SLOTS 256
+/** Slots of its ring of big slots (messages above MPINCCL_EAGER_MAX). */
+#define MPN_EAGER_BIG_SLOTS 4
 
 /** RMA contexts a pair carries signals for (the largest numRmaCtx accepted). */
 #define MPN_PAIR_RMA_CTX 64
@@ -41,7 +43,7 @@ typedef struct {
   int32_t dtype;
   int32_t exported;    /**< ipc is valid (owner is another process) */
   int32_t event_dev;   /**< device of event */
-  int32_t eager;       /**< the message takes the inbox (eager.h) if this side posted first */
+  int32_t eager;       /**< the inbox ring (eager.h, MPN_EAGER_*) the message takes if this side posted first */
   uint64_t event;      /**< same process: cudaEvent_t recorded where this side posted, or 0 */
   uint64_t eager_n;    /**< eager: the message's number among the pair's eager ones */
   mpn_ipc_desc_t ipc;
@@ -90,6 +92,7 @@ typedef struct {
   /** Inbox slots (p2p/eager.h): the eager number + 1 of the last message
    * copied out of each, written by the receiver's streams, read by both hosts. */
   uint64_t eager_free[MPN_EAGER_SLOTS] __attribute__((aligned(64)));
+  uint64_t eager_big_free[MPN_EAGER_BIG_SLOTS] __attribute__((aligned(64))); /**< the same, big slots */
   mpn_slot_t slots[MPN_PAIR_SLOTS];
   mpn_slot_t graph_slots[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_mem_t;

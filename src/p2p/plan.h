@@ -33,8 +33,8 @@ typedef struct {
   int spin;           /* the peer's kernels run beside ours: flags may be polled by a kernel */
   cudaEvent_t ev;     /* local, second side: the first side's "posted" event to wait for */
   int ev_dev;
-  int eager_ok;       /* this side would take the pair's inbox (eager.h) if it posts first */
-  int eager;          /* the message goes through the inbox: src/dst name it, bytes below */
+  int eager_ok;       /* the inbox ring (eager.h, MPN_EAGER_*) this side would take if it posts first, or 0 */
+  int eager;          /* the ring the message goes through (src/dst name its slot, bytes below), or 0 */
   size_t eager_bytes; /* send: bytes copied in; receive: most bytes copied out */
   uint64_t eager_n;   /* its number among the pair's eager messages (eager.h) */
 } plan_t;

@@ -508,6 +508,35 @@ static void many_small(void) {
   cudaFree(r);
 }
 
+/* Messages around the inbox's big slots (under MPS, 4 KiB to 192 KiB take
+ * one of 4 per pair and direction, when it is free), back to back in more
+ * groups than there are slots, each round in buffers of its own. */
+static void big_inbox(void) {
+  enum { ROUNDS = 12 };
+  static const size_t sizes[ROUNDS] = {4097, 150000, 196608, 196609, 8192, 150000,
+                                       150000, 150000, 150000, 100003, 4096, 196608};
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s[ROUNDS], *r[ROUNDS];
+  for (int k = 0; k < ROUNDS; k++) {
+    s[k] = dev_alloc(sizes[k]);
+    r[k] = dev_alloc(sizes[k]);
+    pattern_fill(s[k], sizes[k], seed_of(rank, to, 9000 + k), stream);
+  }
+  for (int k = 0; k < ROUNDS; k++) {
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
+    EXPECT_OK(ncclRecv(r[k], sizes[k], ncclInt8, from, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+  }
+  for (int k = 0; k < ROUNDS; k++) {
+    char what[64];
+    snprintf(what, sizeof(what), "big_inbox round %d (%zu B)", k, sizes[k]);
+    expect_pattern(r[k], sizes[k], seed_of(from, rank, 9000 + k), what);
+    cudaFree(s[k]);
+    cudaFree(r[k]);
+  }
+}
+
 /* More than 512 messages to one peer in one group are refused before
  * anything is posted (messages 512 apart share a slot's flags, p2p.c), and
  * the communicator goes on working; 512 pass. */
@@ -580,6 +609,7 @@ int main(int argc, char** argv) {
   STEP(same_peer_order());
   STEP(many_small());
   STEP(host_ahead());
+  STEP(big_inbox());
   STEP(if (!harness_over_ucx()) group_limit());
   STEP(reallocated());
   STEP(two_comms());

@@ -1,6 +1,7 @@
 /*
- * eager.h - the inbox of a pair, for small messages between processes whose
- * kernels run at the same time (MPS).  Where the two-hop handshake ("ready",
+ * eager.h - the inbox of a pair, for small and medium messages (two rings
+ * of slots, below) between processes whose kernels run at the same time
+ * (MPS).  Where the two-hop handshake ("ready",
  * copy, "done") costs two flag latencies, an eager message costs one: the
  * sender copies it into the inbox slot of its number and raises the
  * message's "done" flag; the receiver waits for that flag and copies the
@@ -29,7 +30,7 @@
 #include "cuda/ipc.h"
 #include "p2p/pair.h"
 
-/** Bytes of one slot: the largest eager message (MPINCCL_EAGER_MAX at most). */
+/** Bytes of one small slot: the largest message of the small ring (MPINCCL_EAGER_MAX at most). */
 #define MPN_EAGER_SLOT_BYTES 4096
 /** Offsets in the device flag block: the size words, one per slot, then the slots. */
 #define MPN_EAGER_SIZES_OFFSET ((size_t)16384)

@@ -50,6 +50,8 @@ struct mpn_p2p {
   peer_state_t* peers; /* nranks, filled on first use */
   /* How messages went (logged at destroy, NCCL_DEBUG=INFO, subsystem P2P). */
   uint64_t posted, moved, delegate_timeouts;
+  uint64_t eager[2];  /* messages through the inbox's small and big rings (mpn_p2p_stats) */
+  uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
 };
 
 
@@ -216,13 +218,13 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   /* Only where both processes' kernels run at once: elsewhere (a time-sliced
    * GPU) both sides' copies would cost a context switch each exchange.  The
    * inbox (and a free slot in it) is checked when posting (plan_post). */
-  int inbox = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
-              mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
   size_t small = (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX), big = (size_t)mpn_param_int(MPN_PARAM_EAGER_BIG_MAX);
+  int inbox = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
+              mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) && small > 0; /* 0: no inbox at all */
   p->eager_ok = !inbox ? MPN_EAGER_NONE
-                : op->bytes <= small && small > 0 ? MPN_EAGER_SMALL
-                : op->bytes > small && op->bytes <= big ? MPN_EAGER_BIG
-                                                        : MPN_EAGER_NONE;
+                : op->bytes <= small ? MPN_EAGER_SMALL
+                : op->bytes <= big   ? MPN_EAGER_BIG
+                                     : MPN_EAGER_NONE;
   p->prepared = 1;
   return ncclSuccess;
 }
@@ -307,7 +309,10 @@ static ncclResult_t plan_post(plan_t* p) {
   uint64_t* eager_counts = send ? ps->eager_sends : ps->eager_recvs; /* per ring */
   /* Every earlier message of the pair is posted: its path is known. */
   p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
-  if (p->eager_ok && !mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) p->eager_ok = MPN_EAGER_NONE;
+  if (p->eager_ok && !mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) {
+    p->eager_ok = MPN_EAGER_NONE;
+    comm->p2p->no_slot++;
+  }
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
@@ -317,6 +322,7 @@ static ncclResult_t plan_post(plan_t* p) {
     if (mine.eager) {
       eager_plan(p, mine.eager, op->bytes);
       eager_counts[mine.eager - 1]++;
+      comm->p2p->eager[mine.eager - 1]++;
     }
     return bad;
   }
@@ -341,6 +347,7 @@ static ncclResult_t plan_post(plan_t* p) {
     if (res == ncclSuccess && !same) report_mismatch(p, &mine, &other); /* and nothing moves */
     eager_plan(p, other.eager, same ? op->bytes : 0);
     *count = p->eager_n + 1;
+    comm->p2p->eager[other.eager - 1]++;
     return res;
   }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */
@@ -662,11 +669,20 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
 }
 
+void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot) {
+  const struct mpn_p2p* s = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  eager[0] = s ? s->eager[0] : 0;
+  eager[1] = s ? s->eager[1] : 0;
+  *no_slot = s ? s->no_slot : 0;
+}
+
 void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
-           "ran out", comm->rank, (unsigned long long)comm->p2p->posted,
-           (unsigned long long)comm->p2p->moved, (unsigned long long)comm->p2p->delegate_timeouts);
+           "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot",
+           comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
+           (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
+           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);

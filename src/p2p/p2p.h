@@ -49,4 +49,9 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 /** Releases the communicator's point-to-point state. */
 void mpn_p2p_free(struct ncclComm* comm);
 
+/** How comm's messages went so far: through the inbox's small and big rings
+ * (eager[0], eager[1]), and how many first sides found their slot in use
+ * (for tests and the destroy log). */
+void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot);
+
 #endif /* MPN_P2P_P2P_H_ */

@@ -13,9 +13,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/comm.h"
+#include "core/topo.h"
 #include "harness.h"
 #include "mpinccl.h"
+#include "p2p/p2p.h"
 #include "pattern.h"
+#include "transport.h"
 
 static void* dev_alloc(size_t bytes) {
   void* p = NULL;
@@ -457,8 +461,8 @@ static void mismatch_case(ncclComm_t pair, MPI_Comm two, float* buf, size_t send
 }
 
 /* A receive whose count differs from the send: both sides hear of it, also
- * when one side's size would take the pair's inbox and the other's not
- * (MPINCCL_EAGER_MAX, 4096 bytes: whichever posts first decides). */
+ * when the two sizes would take different paths (MPINCCL_EAGER_MAX, 4096
+ * bytes; MPINCCL_EAGER_BIG_MAX, 196608: whichever side posts first decides). */
 static void mismatch(void) {
   if (nranks < 2) return;
   MPI_Comm two;
@@ -466,11 +470,13 @@ static void mismatch(void) {
   if (rank > 1) return;
   ncclComm_t pair;
   EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
-  float* buf = dev_alloc(2048 * sizeof(float));
+  float* buf = dev_alloc(49153 * sizeof(float));
   mismatch_case(pair, two, buf, 10, 12);
   if (!harness_over_ucx()) {
-    mismatch_case(pair, two, buf, 1000, 1250);
+    mismatch_case(pair, two, buf, 1000, 1250); /* small ring against big ring */
     mismatch_case(pair, two, buf, 1250, 1000);
+    mismatch_case(pair, two, buf, 49152, 49153); /* big ring against the two-hop path */
+    mismatch_case(pair, two, buf, 49153, 49152);
   }
   cudaFree(buf);
   EXPECT_OK(ncclCommDestroy(pair));
@@ -508,29 +514,74 @@ static void many_small(void) {
   cudaFree(r);
 }
 
-/* Messages around the inbox's big slots (under MPS, 4 KiB to 192 KiB take
- * one of 4 per pair and direction, when it is free), back to back in more
- * groups than there are slots, each round in buffers of its own. */
+/* Whether messages between this rank and peer may take the pair's inbox:
+ * another process on this GPU whose kernels run beside ours (MPS), with
+ * the inbox's parameters at their defaults. */
+static int inbox_between(int peer) {
+  return comm->transport[peer] == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(&comm->topo, rank, peer) &&
+         mpn_topo_kernels_concurrent(&comm->topo, rank, peer) && getenv("MPINCCL_EAGER_MAX") == NULL &&
+         getenv("MPINCCL_EAGER_BIG_MAX") == NULL;
+}
+
+/* Sums of every rank's inbox counters (mpn_p2p_stats): big ring, no free slot. */
+static void inbox_counts(uint64_t* big, uint64_t* no_slot) {
+  uint64_t eager[2], mine[2], all[2];
+  mpn_p2p_stats(comm, eager, &mine[1]);
+  mine[0] = eager[1];
+  MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  *big = all[0];
+  *no_slot = all[1];
+}
+
+/*
+ * Messages between MPINCCL_EAGER_MAX and 192 KiB take the inbox's 4 big
+ * slots under MPS.  One group of 6 each way: the 5th and 6th find their
+ * slots held by the 1st and 2nd, which cannot be copied out before the
+ * group runs, and take the two-hop path.  Then, one group at a time (each
+ * waited for), rounds reuse the slots.  Every byte is checked; where the
+ * inbox applies, the counters must show both paths.
+ */
 static void big_inbox(void) {
-  enum { ROUNDS = 12 };
-  static const size_t sizes[ROUNDS] = {4097, 150000, 196608, 196609, 8192, 150000,
-                                       150000, 150000, 150000, 100003, 4096, 196608};
+  enum { GROUP = 6, ROUNDS = 6 };
+  static const size_t sizes[GROUP + ROUNDS] = {4097, 150000, 196608, 100003, 150000, 8192,
+                                               150000, 196608, 4097, 150000, 150000, 150000};
   int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
-  char *s[ROUNDS], *r[ROUNDS];
-  for (int k = 0; k < ROUNDS; k++) {
+  int applies = nranks > 1 && inbox_between(to) && inbox_between(from), all_apply = 0;
+  MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  char *s[GROUP + ROUNDS], *r[GROUP + ROUNDS];
+  for (int k = 0; k < GROUP + ROUNDS; k++) {
     s[k] = dev_alloc(sizes[k]);
     r[k] = dev_alloc(sizes[k]);
     pattern_fill(s[k], sizes[k], seed_of(rank, to, 9000 + k), stream);
   }
-  for (int k = 0; k < ROUNDS; k++) {
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  uint64_t big0, none0, big1, none1, big2, none2;
+  inbox_counts(&big0, &none0);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < GROUP; k++) EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
+  for (int k = 0; k < GROUP; k++) EXPECT_OK(ncclRecv(r[k], sizes[k], ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  inbox_counts(&big1, &none1);
+  for (int k = GROUP; k < GROUP + ROUNDS; k++) {
     EXPECT_OK(ncclGroupStart());
     EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
     EXPECT_OK(ncclRecv(r[k], sizes[k], ncclInt8, from, comm, stream));
     EXPECT_OK(ncclGroupEnd());
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD); /* both sides' copies out: the slots are free */
   }
-  for (int k = 0; k < ROUNDS; k++) {
+  inbox_counts(&big2, &none2);
+  if (all_apply) { /* each message is counted by its two sides; nranks directed pairs */
+    uint64_t sides = 2 * (uint64_t)nranks;
+    EXPECT(big1 - big0 == sides * 4 && none1 - none0 >= (uint64_t)nranks * 2);
+    EXPECT(big2 - big1 == sides * ROUNDS && none2 == none1);
+  }
+  for (int k = 0; k < GROUP + ROUNDS; k++) {
     char what[64];
-    snprintf(what, sizeof(what), "big_inbox round %d (%zu B)", k, sizes[k]);
+    snprintf(what, sizeof(what), "big_inbox message %d (%zu B)", k, sizes[k]);
     expect_pattern(r[k], sizes[k], seed_of(from, rank, 9000 + k), what);
     cudaFree(s[k]);
     cudaFree(r[k]);

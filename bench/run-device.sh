@@ -141,12 +141,12 @@ rma_runs() { # regime: the one-sided operations
 halo3d_runs() { # regime
   local r=$1
   step "$r halo3d"
-  for mode in "" --put --flag-sync; do
+  for mode in "" --put --flag-sync --host-sync; do
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
-  # The exchange with every face in the polling kernel (where kernels run
-  # side by side: MPS), not only groups of at most 64 KiB.
+  # The exchange with every group in the polling kernel (where kernels run
+  # side by side: MPS), not only groups of at most 4 MiB.
   MPINCCL_KERNEL_SYNC=16777216 timeout 120 mpirun -np 4 $flags $extra -x MPINCCL_KERNEL_SYNC \
     ./examples/halo3d 2>&1 | grep -E '(time|comm|host)/iter|check' |
     sed "s/^/   halo3d exchange, MPINCCL_KERNEL_SYNC=16M: /" | tee -a "$out/$r-halo3d.txt"

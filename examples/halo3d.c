@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "halo3d_flags.h"
 #include "halo3d_kernels.h"
 #include "mpinccl.h"
 
@@ -46,8 +47,11 @@ typedef struct {
   int n[3]; /* global grid, interior cells */
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
-  int periodic, check, flag_sync, put;
+  int periodic, check, put;
+  int sync; /* SYNC_*: an exchange, or a reference synchronization without data */
 } options_t;
+
+enum { SYNC_NONE, SYNC_FLAGS /* --flag-sync */, SYNC_HOST /* --host-sync */ };
 
 /* One rank's share of the grid. */
 typedef struct {
@@ -59,7 +63,8 @@ typedef struct {
 typedef enum {
   EXCHANGE_NCCL,      /* ncclSend/ncclRecv with the neighbours */
   EXCHANGE_PUT,       /* ncclPutSignal into the neighbours' ghost faces (--put) */
-  EXCHANGE_FLAG_SYNC, /* no data: cudaStreamSynchronize + MPI_Barrier */
+  EXCHANGE_FLAG_SYNC, /* no data: stream-ordered flags with the neighbours (halo3d_flags.h) */
+  EXCHANGE_HOST_SYNC, /* no data: cudaStreamSynchronize + MPI_Barrier */
   EXCHANGE_LOCAL      /* one block, periodic wrap by device copies: the reference */
 } exchange_t;
 
@@ -75,6 +80,7 @@ typedef struct {
   size_t put_off[HALO_FACES];      /* --put: where face f lands in nbr[f]'s window */
   ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
   int ndesc;
+  halo_flags_t* flags;             /* --flag-sync */
 } solver_t;
 
 enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
@@ -92,8 +98,11 @@ static void usage(FILE* out) {
           "  --periodic       periodic boundaries (default: fixed boundary values, and\n"
           "                   MPINCCL_PROC_NULL as the neighbour beyond the edge)\n"
           "  --no-check       skip the comparison with a one-block reference run\n"
-          "  --flag-sync      no exchange: cudaStreamSynchronize + MPI_Barrier each\n"
-          "                   iteration, the cost of synchronizing without data\n"
+          "  --flag-sync      no exchange: flag-only synchronization with the neighbours\n"
+          "                   instead (each writes a flag of every neighbour and waits\n"
+          "                   for its own, stream memory operations on each rank's\n"
+          "                   stream): the cost of synchronizing without data\n"
+          "  --host-sync      no exchange: cudaStreamSynchronize + MPI_Barrier instead\n"
           "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
           "                   neighbour's ghost faces (a registered window), then\n"
           "                   ncclWaitSignal; a signal back says the ghosts were used\n"
@@ -135,6 +144,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
   static const struct option longopts[] = {{"periodic", no_argument, NULL, 'P'},
                                            {"no-check", no_argument, NULL, 'C'},
                                            {"flag-sync", no_argument, NULL, 'F'},
+                                           {"host-sync", no_argument, NULL, 'H'},
                                            {"put", no_argument, NULL, 'U'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -149,7 +159,8 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'w': bad = parse_count(optarg, &o->warmup); break;
       case 'P': o->periodic = 1; break;
       case 'C': o->check = 0; break;
-      case 'F': o->flag_sync = 1; break;
+      case 'F': o->sync = SYNC_FLAGS; break;
+      case 'H': o->sync = SYNC_HOST; break;
       case 'U': o->put = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
@@ -176,7 +187,7 @@ static int options_finish(options_t* o) {
     fixed *= o->p[d] > 0 && o->p[d] <= world_size ? o->p[d] : 1;
     free_dims += o->p[d] == 0;
   }
-  if (o->flag_sync) o->check = 0; /* no data moves: there is nothing to check */
+  if (o->sync) o->check = 0; /* no data moves: there is nothing to check */
   const char* err = NULL;
   if (o->p[0] > world_size || o->p[1] > world_size || o->p[2] > world_size)
     err = "more processes along a dimension than ranks";
@@ -255,7 +266,7 @@ static void solver_create(solver_t* s, domain_t dom, exchange_t exchange, ncclCo
   } else {
     CUDA_CHECK(cudaMalloc((void**)&s->recv, face_cells * sizeof(double)));
   }
-  /* Deterministic ghosts in --flag-sync mode, where nothing arrives. */
+  /* Deterministic ghosts in --flag-sync and --host-sync modes, where nothing arrives. */
   CUDA_CHECK(cudaMemsetAsync(s->recv, 0, face_cells * sizeof(double), stream));
   CUDA_CHECK(halo_init(s->u, dom.box, dom.place, stream));
   CUDA_CHECK(halo_init(s->unew, dom.box, dom.place, stream));
@@ -264,6 +275,7 @@ static void solver_create(solver_t* s, domain_t dom, exchange_t exchange, ncclCo
 
 static void solver_destroy(solver_t* s) {
   CUDA_CHECK(cudaStreamSynchronize(s->stream));
+  halo_flags_close(s->flags);
   CUDA_CHECK(cudaFree(s->u));
   CUDA_CHECK(cudaFree(s->unew));
   CUDA_CHECK(cudaFree(s->send));
@@ -352,11 +364,10 @@ static void exchange_local(solver_t* s) {
   }
 }
 
-/* --flag-sync: every rank waits for its own packing and then for all others,
- * as an exchange would wait for its neighbours, but nothing moves.  The
- * barrier is global, not between neighbours only: an upper bound on the
- * synchronization an exchange implies. */
-static void exchange_flag_sync(solver_t* s) {
+/* --host-sync: every rank waits for its own packing and then for all others,
+ * as an exchange would wait for its neighbours, but nothing moves and the
+ * host takes part.  The barrier is global, not between neighbours only. */
+static void exchange_host_sync(solver_t* s) {
   CUDA_CHECK(cudaStreamSynchronize(s->stream));
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -367,7 +378,8 @@ static void solver_step(solver_t* s, int sweep) {
   switch (s->exchange) {
     case EXCHANGE_NCCL: exchange_nccl(s); break;
     case EXCHANGE_PUT: exchange_put(s); break;
-    case EXCHANGE_FLAG_SYNC: exchange_flag_sync(s); break;
+    case EXCHANGE_FLAG_SYNC: CUDA_CHECK(halo_flags_sync(s->flags, s->stream)); break;
+    case EXCHANGE_HOST_SYNC: exchange_host_sync(s); break;
     case EXCHANGE_LOCAL: exchange_local(s); break;
   }
   CUDA_CHECK(halo_unpack(s->u, s->recv, s->dom.box, s->faces, s->stream));
@@ -380,7 +392,7 @@ static void solver_step(solver_t* s, int sweep) {
 }
 
 /* Milliseconds for iters steps, from events on the stream: the loop itself
- * never waits for the GPU (except in --flag-sync mode, by design).  *host_ms
+ * never waits for the GPU (except in --host-sync mode, by design).  *host_ms
  * (unless NULL) gets the host's time to enqueue them: when it comes near the GPU's, the
  * host sets the pace. */
 static double solver_time(solver_t* s, int iters, int sweep, double* host_ms) {
@@ -534,9 +546,11 @@ static void print_header(const options_t* o, int gpus) {
   printf("  processes   %d x %d x %d, %d ranks on %d GPU%s\n", o->p[0], o->p[1], o->p[2],
          world_size, gpus, gpus == 1 ? "" : "s");
   printf("  iterations  %d timed, after %d warm-up\n", o->iters, o->warmup);
-  printf("  exchange    %s\n", o->flag_sync ? "none (--flag-sync: cudaStreamSynchronize + MPI_Barrier)"
-                               : o->put    ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
-                                           : "ncclSend/ncclRecv in one group");
+  printf("  exchange    %s\n",
+         o->sync == SYNC_FLAGS  ? "none (--flag-sync: flags with the neighbours, stream memory operations)"
+         : o->sync == SYNC_HOST ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
+         : o->put               ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
+                                : "ncclSend/ncclRecv in one group");
   fflush(stdout);
 }
 
@@ -557,10 +571,10 @@ static void print_times(const options_t* o, double full_ms, double comm_ms, doub
          max[0] * per_iter, sum[0] > 0 ? 100 * sum[1] / sum[0] : 0.0);
   printf("comm/iter  %.1f us (max %.1f us)  pack + %s + unpack alone\n",
          sum[1] / world_size * per_iter, max[1] * per_iter,
-         o->flag_sync ? "synchronization" : "exchange");
+         o->sync ? "synchronization" : "exchange");
   printf("host/iter  %.1f us (max %.1f us)  the host's time to enqueue an iteration%s\n",
          sum[2] / world_size * per_iter, max[2] * per_iter,
-         o->flag_sync ? " (it waits for the GPU)" : "");
+         o->sync == SYNC_HOST ? " (it waits for the GPU)" : "");
   fflush(stdout);
 }
 
@@ -574,9 +588,23 @@ static int run(const options_t* o, int gpus) {
   NCCL_CHECK(NULL, mpincclCommInitMPI(&comm, MPI_COMM_WORLD, &config));
   print_header(o, gpus);
   solver_t s;
-  exchange_t ex = o->flag_sync ? EXCHANGE_FLAG_SYNC : o->put ? EXCHANGE_PUT : EXCHANGE_NCCL;
+  exchange_t ex = o->sync == SYNC_FLAGS ? EXCHANGE_FLAG_SYNC
+                  : o->sync == SYNC_HOST ? EXCHANGE_HOST_SYNC
+                  : o->put               ? EXCHANGE_PUT
+                                         : EXCHANGE_NCCL;
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
+  if (ex == EXCHANGE_FLAG_SYNC) {
+    char why[160] = "";
+    s.flags = halo_flags_open(MPI_COMM_WORLD, s.dom.nbr, why, sizeof(why));
+    if (s.flags == NULL) {
+      fprintf(stderr, "halo3d: rank %d: --flag-sync is not available: %s\n", world_rank, why);
+      solver_destroy(&s);
+      NCCL_CHECK(comm, ncclCommDestroy(comm));
+      CUDA_CHECK(cudaStreamDestroy(stream));
+      return 1;
+    }
+  }
   for (int it = 0; it < o->warmup; it++) solver_step(&s, 1);
   double host_ms = 0;
   double full_ms = solver_time(&s, o->iters, 1, &host_ms);
@@ -592,7 +620,7 @@ static int run(const options_t* o, int gpus) {
   if (o->check)
     pass = check_field(o, gathered, stream);
   else if (world_rank == 0)
-    printf("check: skipped (%s)\n", o->flag_sync ? "--flag-sync moves no halo data" : "--no-check");
+    printf("check: skipped (%s)\n", o->sync ? "no halo data moves" : "--no-check");
   free(gathered);
   CUDA_CHECK(cudaStreamDestroy(stream));
   return pass ? 0 : 1;

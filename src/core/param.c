@@ -37,14 +37,16 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "Milliseconds between checks that the processes of peers on this "
                             "host are alive; a peer found gone sets ncclRemoteError on the "
                             "communicator and releases the streams waiting for it. 0 disables."},
-    [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "524288", NULL, 0, 1 << 30,
+    [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "4194304", NULL, 0, 1 << 30,
                                "Between processes whose kernels run at the same time (MPS, or "
                                "one process per GPU), a stream's flag writes and waits of one "
                                "group (always when the group has one stream, else from "
                                "MPINCCL_KERNEL_SYNC_WAITS waits) and its copies between ranks of one "
                                "GPU, when they total at most this many bytes, run as one kernel "
-                               "that polls the flags instead of stream memory operations around a "
-                               "copy kernel; 0: always memory operations."},
+                               "that polls the flags (one block per 64 KiB of copies, up to 32) "
+                               "instead of stream memory operations around copies; at most "
+                               "512 KiB in a CUDA graph (one block there); 0: always memory "
+                               "operations."},
     [MPN_PARAM_KERNEL_SYNC_WAITS] = {"MPINCCL_KERNEL_SYNC_WAITS", MPN_PARAM_INT, "3", NULL, 1, 96,
                                      "Fewest waits of a stream in one group for which that polling "
                                      "kernel is used (MPINCCL_KERNEL_SYNC) by one-sided calls and by "

@@ -50,6 +50,24 @@ typedef struct {
  */
 #define MPN_SYNC_ROUNDS 3
 
+/*
+ * Blocks of one launch.  One block polls and writes the flags; where the
+ * copies are large, more blocks share them (MPN_SYNC_BLOCK_BYTES each, up to
+ * MPN_SYNC_BLOCKS).  Every block polls a round's waits itself, and the last
+ * block to finish its share of a round's copies writes the round's flags:
+ * it counts the blocks on a counter that no other running launch uses
+ * (mpn_sync_grid_take), so no block ever waits for another.
+ */
+#define MPN_SYNC_BLOCKS 32
+#define MPN_SYNC_BLOCK_BYTES ((size_t)65536)
+
+typedef struct {
+  int blocks;       /* 1: no counter */
+  uint64_t counter; /* device address of MPN_SYNC_ROUNDS 32-bit counters at 0 (a slot's), blocks > 1 */
+  uint64_t done;    /* device address of the slot's word in host memory ... */
+  uint64_t epoch;   /* ... which the launch sets to this once the counter is back at 0 */
+} mpn_sync_grid_t;
+
 /* Parts of the table, in the order their flags are stored. */
 enum { MPN_SYNC_FIRST = 0, MPN_SYNC_WAIT = 1, MPN_SYNC_LAST = 2 };
 
@@ -63,6 +81,7 @@ typedef struct {
   int nlast[MPN_SYNC_ROUNDS];   /* then writes */
   mpn_sync_flag_t flags[MPN_SYNC_FLAGS]; /* first writes, then each round's waits and writes */
   mpn_copy_t copies[MPN_SYNC_COPIES];    /* each round's copies, round 0 first */
+  mpn_sync_grid_t grid;                  /* blocks of the launch (one unless mpn_sync_grid_take) */
 } mpn_sync_t;
 
 /** An empty table. */
@@ -70,6 +89,8 @@ static inline void mpn_sync_init(mpn_sync_t* k) {
   k->device_scope = 0;
   k->nfirst = 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) k->nwait[r] = k->ncopy[r] = k->nlast[r] = 0;
+  k->grid.blocks = 1;
+  k->grid.counter = k->grid.done = k->grid.epoch = 0;
 }
 
 /** Flags in the table so far. */
@@ -133,6 +154,23 @@ static inline int mpn_sync_push_copy(mpn_sync_t* k, int round, mpn_copy_t c) {
   k->ncopy[round]++;
   return 1;
 }
+
+/** Blocks that k's copies call for: one per MPN_SYNC_BLOCK_BYTES of them. */
+static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
+  size_t bytes = 0;
+  for (int i = 0; i < mpn_sync_ncopies(k); i++) bytes += k->copies[i].bytes;
+  size_t b = (bytes + MPN_SYNC_BLOCK_BYTES - 1) / MPN_SYNC_BLOCK_BYTES;
+  return b < 1 ? 1 : b > MPN_SYNC_BLOCKS ? MPN_SYNC_BLOCKS : (int)b;
+}
+
+/**
+ * Gives k the blocks its copies call for (mpn_sync_blocks_wanted) on device
+ * dev, with a counter of the device's pool that no launch still running
+ * holds; one block when there is no free counter or the pool could not be
+ * made.  Not for launches captured in a CUDA graph: a replay may run beside
+ * another launch that took the same counter.
+ */
+void mpn_sync_grid_take(int dev, mpn_sync_t* k);
 
 /** Enqueues s as one kernel on stream: first writes, then each round's waits, copies, writes. */
 cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream);

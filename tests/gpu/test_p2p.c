@@ -645,6 +645,42 @@ static void host_ahead(void) {
   cudaFree(buf);
 }
 
+/* Launches back to back, never waited for in between, each with two odd
+ * sizes above one block's share of a flag kernel's copies (sync.h,
+ * MPN_SYNC_BLOCK_BYTES: under MPS the copies are shared by several blocks),
+ * more of them than a device's pool has counters, every one into its own
+ * buffer and checked. */
+static void grid_copies(void) {
+  enum { ROUNDS = 300 };
+  static const size_t sizes[2] = {40001, 200003}; /* the inbox's big slot and above */
+  const size_t per_round = sizes[0] + sizes[1];
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = dev_alloc(ROUNDS * per_round), *r = dev_alloc(ROUNDS * per_round);
+  for (int k = 0; k < ROUNDS; k++)
+    for (int m = 0; m < 2; m++)
+      pattern_fill(s + k * per_round + m * sizes[0], sizes[m], seed_of(rank, to, 11000 + 2 * k + m), stream);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int k = 0; k < ROUNDS; k++) {
+    EXPECT_OK(ncclGroupStart());
+    for (int m = 0; m < 2; m++) {
+      size_t at = k * per_round + m * sizes[0];
+      EXPECT_OK(ncclSend(s + at, sizes[m], ncclInt8, to, comm, stream));
+      EXPECT_OK(ncclRecv(r + at, sizes[m], ncclInt8, from, comm, stream));
+    }
+    EXPECT_OK(ncclGroupEnd());
+  }
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  for (int k = 0; k < ROUNDS; k++)
+    for (int m = 0; m < 2; m++) {
+      char what[64];
+      snprintf(what, sizeof(what), "grid_copies round %d message %d", k, m);
+      expect_pattern(r + k * per_round + m * sizes[0], sizes[m], seed_of(from, rank, 11000 + 2 * k + m), what);
+    }
+  cudaFree(s);
+  cudaFree(r);
+}
+
 int main(int argc, char** argv) {
   int started = harness_start(argc, argv, "test_p2p", "1 2 3 4 8", "TEST_P2P_ONLY", 0);
   if (started >= 0) return started;
@@ -661,6 +697,7 @@ int main(int argc, char** argv) {
   STEP(many_small());
   STEP(host_ahead());
   STEP(big_inbox());
+  STEP(grid_copies());
   STEP(if (!harness_over_ucx()) group_limit());
   STEP(reallocated());
   STEP(two_comms());

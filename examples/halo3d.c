@@ -47,7 +47,7 @@ typedef struct {
   int n[3]; /* global grid, interior cells */
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
-  int periodic, check, put;
+  int periodic, check, put, ipc;
   int sync; /* SYNC_*: an exchange, or a reference synchronization without data */
 } options_t;
 
@@ -65,6 +65,7 @@ typedef enum {
   EXCHANGE_PUT,       /* ncclPutSignal into the neighbours' ghost faces (--put) */
   EXCHANGE_FLAG_SYNC, /* no data: stream-ordered flags with the neighbours (halo3d_flags.h) */
   EXCHANGE_HOST_SYNC, /* no data: cudaStreamSynchronize + MPI_Barrier */
+  EXCHANGE_IPC,       /* plain CUDA IPC copies and flags, no mpinccl (halo3d_flags.h) */
   EXCHANGE_LOCAL      /* one block, periodic wrap by device copies: the reference */
 } exchange_t;
 
@@ -77,10 +78,10 @@ typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
   ncclWindow_t win;                /* --put: recv, this rank's window */
-  size_t put_off[HALO_FACES];      /* --put: where face f lands in nbr[f]'s window */
+  size_t put_off[HALO_FACES];      /* --put, --ipc-exchange: where face f lands in nbr[f]'s ghost faces */
   ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
   int ndesc;
-  halo_flags_t* flags;             /* --flag-sync */
+  halo_flags_t* flags;             /* --flag-sync, --ipc-exchange */
 } solver_t;
 
 enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
@@ -103,6 +104,9 @@ static void usage(FILE* out) {
           "                   for its own, stream memory operations on each rank's\n"
           "                   stream): the cost of synchronizing without data\n"
           "  --host-sync      no exchange: cudaStreamSynchronize + MPI_Barrier instead\n"
+          "  --ipc-exchange   the exchange in plain CUDA, without mpinccl: faces copied\n"
+          "                   into the neighbours' ghost faces through CUDA IPC (two\n"
+          "                   buffers used in turn), then the flags of --flag-sync\n"
           "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
           "                   neighbour's ghost faces (a registered window), then\n"
           "                   ncclWaitSignal; a signal back says the ghosts were used\n"
@@ -145,6 +149,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
                                            {"no-check", no_argument, NULL, 'C'},
                                            {"flag-sync", no_argument, NULL, 'F'},
                                            {"host-sync", no_argument, NULL, 'H'},
+                                           {"ipc-exchange", no_argument, NULL, 'I'},
                                            {"put", no_argument, NULL, 'U'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -161,6 +166,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'C': o->check = 0; break;
       case 'F': o->sync = SYNC_FLAGS; break;
       case 'H': o->sync = SYNC_HOST; break;
+      case 'I': o->ipc = 1; break;
       case 'U': o->put = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
@@ -297,11 +303,15 @@ static void solver_destroy(solver_t* s) {
  * never overwrites ghosts not yet unpacked.  One round of acknowledgements is
  * sent at the start.
  */
+static void neighbour_offsets(solver_t* s, const options_t* o) {
+  for (int f = 0; f < HALO_FACES; f++)
+    if ((s->faces >> f) & 1u) s->put_off[f] = halo_face_offset(domain_of(o, s->dom.nbr[f]).box, halo_opposite(f));
+}
+
 static void put_setup(solver_t* s, const options_t* o) {
+  neighbour_offsets(s, o);
   for (int f = 0; f < HALO_FACES; f++) {
     if (!((s->faces >> f) & 1u)) continue;
-    domain_t nd = domain_of(o, s->dom.nbr[f]);
-    s->put_off[f] = halo_face_offset(nd.box, halo_opposite(f));
     s->data[s->ndesc] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, CTX_DATA};
     s->acks[s->ndesc++] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, CTX_ACK};
   }
@@ -372,17 +382,28 @@ static void exchange_host_sync(solver_t* s) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* --ipc-exchange: what plain CUDA pays for the exchange (halo3d_flags.h). */
+static void exchange_ipc(solver_t* s) {
+  halo_face_copy_t copy[HALO_FACES];
+  for (int f = 0; f < HALO_FACES; f++)
+    copy[f] = (halo_face_copy_t){s->send + halo_face_offset(s->dom.box, f),
+                                 halo_face_count(s->dom.box, f) * sizeof(double), s->put_off[f] * sizeof(double)};
+  CUDA_CHECK(halo_flags_sync(s->flags, copy, s->stream));
+}
+
 /* One iteration; without the sweep, only the communication part of it. */
 static void solver_step(solver_t* s, int sweep) {
   CUDA_CHECK(halo_pack(s->u, s->send, s->dom.box, s->faces, s->stream));
   switch (s->exchange) {
     case EXCHANGE_NCCL: exchange_nccl(s); break;
     case EXCHANGE_PUT: exchange_put(s); break;
-    case EXCHANGE_FLAG_SYNC: CUDA_CHECK(halo_flags_sync(s->flags, s->stream)); break;
+    case EXCHANGE_FLAG_SYNC: CUDA_CHECK(halo_flags_sync(s->flags, NULL, s->stream)); break;
+    case EXCHANGE_IPC: exchange_ipc(s); break;
     case EXCHANGE_HOST_SYNC: exchange_host_sync(s); break;
     case EXCHANGE_LOCAL: exchange_local(s); break;
   }
-  CUDA_CHECK(halo_unpack(s->u, s->recv, s->dom.box, s->faces, s->stream));
+  double* ghosts = s->exchange == EXCHANGE_IPC ? halo_flags_received(s->flags) : s->recv;
+  CUDA_CHECK(halo_unpack(s->u, ghosts, s->dom.box, s->faces, s->stream));
   if (s->exchange == EXCHANGE_PUT) put_release(s);
   if (!sweep) return;
   CUDA_CHECK(halo_jacobi(s->u, s->unew, s->dom.box, s->stream));
@@ -550,6 +571,7 @@ static void print_header(const options_t* o, int gpus) {
          o->sync == SYNC_FLAGS  ? "none (--flag-sync: flags with the neighbours, stream memory operations)"
          : o->sync == SYNC_HOST ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
          : o->put               ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
+         : o->ipc               ? "plain CUDA IPC copies and stream memory operations (--ipc-exchange)"
                                 : "ncclSend/ncclRecv in one group");
   fflush(stdout);
 }
@@ -591,14 +613,18 @@ static int run(const options_t* o, int gpus) {
   exchange_t ex = o->sync == SYNC_FLAGS ? EXCHANGE_FLAG_SYNC
                   : o->sync == SYNC_HOST ? EXCHANGE_HOST_SYNC
                   : o->put               ? EXCHANGE_PUT
+                  : o->ipc               ? EXCHANGE_IPC
                                          : EXCHANGE_NCCL;
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
-  if (ex == EXCHANGE_FLAG_SYNC) {
+  if (ex == EXCHANGE_FLAG_SYNC || ex == EXCHANGE_IPC) {
     char why[160] = "";
-    s.flags = halo_flags_open(MPI_COMM_WORLD, s.dom.nbr, why, sizeof(why));
+    size_t ghosts = ex == EXCHANGE_IPC ? halo_face_offset(s.dom.box, HALO_FACES) * sizeof(double) : 0;
+    neighbour_offsets(&s, o);
+    s.flags = halo_flags_open(MPI_COMM_WORLD, s.dom.nbr, ghosts, why, sizeof(why));
     if (s.flags == NULL) {
-      fprintf(stderr, "halo3d: rank %d: --flag-sync is not available: %s\n", world_rank, why);
+      fprintf(stderr, "halo3d: rank %d: %s is not available: %s\n", world_rank,
+              ex == EXCHANGE_IPC ? "--ipc-exchange" : "--flag-sync", why);
       solver_destroy(&s);
       NCCL_CHECK(comm, ncclCommDestroy(comm));
       CUDA_CHECK(cudaStreamDestroy(stream));

@@ -44,9 +44,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "MPINCCL_KERNEL_SYNC_WAITS waits) and its copies between ranks of one "
                                "GPU, when they total at most this many bytes, run as one kernel "
                                "that polls the flags (one block per 64 KiB of copies, up to 32) "
-                               "instead of stream memory operations around copies; at most "
-                               "512 KiB in a CUDA graph (one block there); 0: always memory "
-                               "operations."},
+                               "instead of stream memory operations around copies; 0: always "
+                               "memory operations."},
     [MPN_PARAM_KERNEL_SYNC_WAITS] = {"MPINCCL_KERNEL_SYNC_WAITS", MPN_PARAM_INT, "3", NULL, 1, 96,
                                      "Fewest waits of a stream in one group for which that polling "
                                      "kernel is used (MPINCCL_KERNEL_SYNC) by one-sided calls and by "

@@ -1,8 +1,10 @@
 // sync.cu - the flag-and-copy kernel (sync.h).  One block, or more where
-// the copies are large (their share of each copy goes to every block; the
-// last block of a round to finish writes its flags).  Flags are
-// read and written volatile; fences are at system scope unless the table says
-// that everything is in this GPU's memory.  The table travels as the kernel's
+// the copies are large.  Blocks share the work through lists that they take
+// items from (sync.h's counters), never waiting for one another: whichever
+// blocks are resident do all of it, one alone if need be, so a grid that is
+// only partly resident on a busy GPU cannot hang.  Flags are read and
+// written volatile; fences are at system scope unless the table says that
+// everything is in this GPU's memory.  The table travels as the kernel's
 // argument, so a small one goes to a kernel with a small table: the launch
 // costs less host time.
 #include "cuda/sync.h"
@@ -13,6 +15,9 @@
 namespace {
 
 constexpr int kThreads = 512;
+// A chunk: what one block moves in one step of the copy loop.
+constexpr size_t kChunk = (size_t)kThreads * 16 * mpn::kUnroll;
+static_assert(kChunk == MPN_SYNC_BLOCK_BYTES, "a block's share (sync.h) is one step of its copy loop");
 
 __device__ void flag_write(const mpn_sync_flag_t& f) {
   *(volatile unsigned long long*)f.addr = f.value;
@@ -26,22 +31,32 @@ __device__ void flag_wait(const mpn_sync_flag_t& f) {
     while (*p < f.value) __nanosleep(100);
 }
 
-__device__ void copy_one(const mpn_copy_t& c) {
+__host__ __device__ inline size_t chunks_of(const mpn_copy_t& c) {
+  return c.bytes <= kChunk ? 1 : (c.bytes + kChunk - 1) / kChunk;
+}
+
+// Chunk k of copy c (bytes [k * kChunk, (k + 1) * kChunk) of what it moves:
+// no more than its limit word says), by this block's threads; the first
+// chunk's block also writes the size word.
+__device__ void copy_chunk(const mpn_copy_t& c, size_t k) {
   size_t bytes = c.bytes;
   if (c.limit) {
     const unsigned long long limit = *(volatile const unsigned long long*)c.limit;
     if (limit < bytes) bytes = (size_t)limit;
   }
-  if (c.size_out && threadIdx.x == 0 && blockIdx.x == 0) *(volatile unsigned long long*)c.size_out = bytes;
-  mpn::copy_range(c.src, c.dst, bytes, (size_t)blockIdx.x * kThreads + threadIdx.x, (size_t)gridDim.x * kThreads);
+  if (k == 0 && c.size_out && threadIdx.x == 0) *(volatile unsigned long long*)c.size_out = bytes;
+  size_t from = k * kChunk;
+  if (from >= bytes) return;
+  size_t n = bytes - from < kChunk ? bytes - from : kChunk;
+  mpn::copy_range((const char*)c.src + from, (char*)c.dst + from, n, threadIdx.x, kThreads);
 }
 
 template <int F, int C>
 struct table_t {
-  int device_scope, nfirst, counted;
+  int device_scope, nfirst;
   int nwait[MPN_SYNC_ROUNDS], ncopy[MPN_SYNC_ROUNDS], nlast[MPN_SYNC_ROUNDS];
-  unsigned* counter;          // several blocks: one counter per round with writes
-  unsigned long long* done;   // gets epoch once counter is back at 0
+  unsigned* counter;          // several blocks: MPN_SYNC_COUNTERS, at 0 (sync.h)
+  unsigned long long* done;   // gets epoch once they are back at 0
   unsigned long long epoch;
   mpn_sync_flag_t flags[F];
   mpn_copy_t copies[C];
@@ -54,64 +69,77 @@ __device__ inline void fence(int device_scope) {
     __threadfence_system();
 }
 
-// With several blocks, whether this block is the last of the grid to end
-// round number `counted` (from 1) that has writes: each block fences its
-// threads' copies and adds one to that round's counter (a block may reach a
-// later round before another ends this one); the one that brings it to the
-// number of blocks writes the round's flags, after a fence, so that every
-// block's copies are ordered before them.  The last of the last such round
-// (every block has counted every round by then) puts the counters back at 0
-// and then says so (epoch), for the host to give them to another launch.
-template <int F, int C>
-__device__ bool last_block(const table_t<F, C>& s, int counted) {
-  __shared__ int last;
+// Adds one to counter i and returns what it was, for every thread of the
+// block: the grid's counter with several blocks, else the block's own.
+__device__ unsigned count(unsigned* counter, unsigned* own, int i) {
+  __shared__ unsigned got;
+  __syncthreads(); /* every thread has read the last value */
+  if (threadIdx.x == 0) got = counter ? atomicAdd(&counter[i], 1u) : own[i]++;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    fence(s.device_scope);
-    last = atomicAdd(&s.counter[counted - 1], 1u) + 1 == gridDim.x;
-    if (last) fence(s.device_scope);
-    if (last && counted == s.counted) {
-      for (int r = 0; r < s.counted; r++) atomicExch(&s.counter[r], 0u);
-      __threadfence_system();
-      *(volatile unsigned long long*)s.done = s.epoch;
-    }
-  }
-  __syncthreads();
-  return last;
+  return got;
 }
 
-// Writers fence before they write: through the barrier before them, every
-// thread's earlier writes (copies, size words) are ordered before the flag.
-// Pollers fence after they see a flag, before the barrier: what the peers
-// wrote before it is seen by every thread after.  Every block polls; the
-// first block writes the first flags, and a round's writes are the first
-// block's (one block) or the last block's to end the round (last_block).
+// Each list below is taken item by item: the first writes (one item), then
+// each round's chunks (at least one, so that some block polls its waits
+// even without copies).  A block polls a round's waits before its first
+// chunk of the round; each chunk's threads fence before the chunk is counted
+// done, and the block that counts the round's last chunk done writes the
+// round's flags, after a fence: every block's copies are ordered before
+// them.  Writers fence before they write; pollers fence after they see a
+// flag, before the barrier.  The last block to leave puts the counters back
+// at 0 and says so (epoch), for the host to give them to another launch.
 template <int F, int C>
 __global__ void sync_kernel(const table_t<F, C> s) {
+  __shared__ unsigned own[MPN_SYNC_COUNTERS];
+  __shared__ int last;
   const int t = threadIdx.x;
-  if (t < s.nfirst && blockIdx.x == 0) {
+  if (t < MPN_SYNC_COUNTERS) own[t] = 0;
+  if (count(s.counter, own, 0) == 0 && t < s.nfirst) {
     fence(s.device_scope);
     flag_write(s.flags[t]);
   }
-  int flag = s.nfirst, copy = 0, counted = 0;
+  int flag = s.nfirst, copy = 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
-    if (s.nwait[r] + s.ncopy[r] + s.nlast[r] == 0) continue;
-    if (t < s.nwait[r]) {
-      flag_wait(s.flags[flag + t]);
-      fence(s.device_scope);
-    }
-    flag += s.nwait[r];
-    __syncthreads();
-    for (int i = 0; i < s.ncopy[r]; i++) copy_one(s.copies[copy + i]);
+    const int first_copy = copy, first_flag = flag;
     copy += s.ncopy[r];
-    __syncthreads();
-    bool writer = blockIdx.x == 0;
-    if (gridDim.x > 1 && s.nlast[r] > 0 && s.counter) writer = last_block(s, ++counted);
-    if (writer && t < s.nlast[r]) {
+    flag += s.nwait[r] + s.nlast[r];
+    if (s.nwait[r] + s.ncopy[r] + s.nlast[r] == 0) continue;
+    size_t total = 0;
+    for (int i = first_copy; i < copy; i++) total += chunks_of(s.copies[i]);
+    if (total == 0) total = 1;
+    bool polled = false;
+    for (size_t k; (k = count(s.counter, own, 1 + r)) < total;) {
+      if (!polled) {
+        if (t < s.nwait[r]) {
+          flag_wait(s.flags[first_flag + t]);
+          fence(s.device_scope);
+        }
+        __syncthreads();
+        polled = true;
+      }
+      for (int i = first_copy; i < copy; i++) { /* k: chunk of copy i? */
+        size_t n = chunks_of(s.copies[i]);
+        if (k < n) {
+          copy_chunk(s.copies[i], k);
+          break;
+        }
+        k -= n;
+      }
       fence(s.device_scope);
-      flag_write(s.flags[flag + t]);
+      if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r) + 1 == total && t < s.nlast[r]) {
+        fence(s.device_scope);
+        flag_write(s.flags[first_flag + s.nwait[r] + t]);
+      }
     }
-    flag += s.nlast[r];
+  }
+  if (!s.counter) return;
+  __syncthreads();
+  if (t == 0) last = atomicAdd(&s.counter[MPN_SYNC_COUNTERS - 1], 1u) + 1 == gridDim.x;
+  __syncthreads();
+  if (last && t == 0) {
+    for (int i = 0; i < MPN_SYNC_COUNTERS; i++) atomicExch(&s.counter[i], 0u);
+    __threadfence_system();
+    *(volatile unsigned long long*)s.done = s.epoch;
   }
 }
 
@@ -120,11 +148,7 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stre
   table_t<F, C> t;
   t.device_scope = s->device_scope;
   t.nfirst = s->nfirst;
-  t.counted = 0;
-  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
-    t.nwait[r] = s->nwait[r], t.ncopy[r] = s->ncopy[r], t.nlast[r] = s->nlast[r];
-    t.counted += s->nlast[r] > 0;
-  }
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) t.nwait[r] = s->nwait[r], t.ncopy[r] = s->ncopy[r], t.nlast[r] = s->nlast[r];
   t.counter = (unsigned*)(uintptr_t)s->grid.counter;
   t.done = (unsigned long long*)(uintptr_t)s->grid.done;
   t.epoch = s->grid.epoch;
@@ -143,9 +167,7 @@ extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream)
     flags += s->nwait[r] + s->nlast[r];
     copies += s->ncopy[r];
   }
-  bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS;
-  for (int r = 0; r < MPN_SYNC_ROUNDS && s->grid.blocks > 1; r++)
-    bad |= s->nlast[r] > 0 && !s->grid.counter; /* the blocks could not count */
+  bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS || (s->grid.blocks > 1 && !s->grid.counter);
   if (bad || flags > MPN_SYNC_FLAGS || copies > MPN_SYNC_COPIES) return cudaErrorInvalidValue;
   if (flags <= 16 && copies <= 4) return launch<16, 4>(s, flags, copies, stream);
   return launch<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>(s, flags, copies, stream);

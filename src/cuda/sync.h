@@ -51,19 +51,23 @@ typedef struct {
 #define MPN_SYNC_ROUNDS 3
 
 /*
- * Blocks of one launch.  One block polls and writes the flags; where the
- * copies are large, more blocks share them (MPN_SYNC_BLOCK_BYTES each, up to
- * MPN_SYNC_BLOCKS).  Every block polls a round's waits itself, and the last
- * block to finish its share of a round's copies writes the round's flags:
- * it counts the blocks on a counter that no other running launch uses
- * (mpn_sync_grid_take), so no block ever waits for another.
+ * Blocks of one launch: one, or where the copies are large, one per
+ * MPN_SYNC_BLOCK_BYTES of them up to MPN_SYNC_BLOCKS.  The copies are cut
+ * into chunks of that size; blocks take the first writes and each round's
+ * chunks from shared counters that no other running launch uses
+ * (mpn_sync_grid_take), poll a round's waits before their first chunk of
+ * it, and the block that finishes a round's last chunk writes its flags.
+ * No block waits for another: the blocks that are resident do everything.
  */
 #define MPN_SYNC_BLOCKS 32
 #define MPN_SYNC_BLOCK_BYTES ((size_t)65536)
+/* Counters of a launch: the first writes, each round's next chunk and
+ * chunks done, and the blocks that left. */
+#define MPN_SYNC_COUNTERS (2 * MPN_SYNC_ROUNDS + 2)
 
 typedef struct {
   int blocks;       /* 1: no counter */
-  uint64_t counter; /* device address of MPN_SYNC_ROUNDS 32-bit counters at 0 (a slot's), blocks > 1 */
+  uint64_t counter; /* device address of MPN_SYNC_COUNTERS 32-bit counters at 0 (a slot's), blocks > 1 */
   uint64_t done;    /* device address of the slot's word in host memory ... */
   uint64_t epoch;   /* ... which the launch sets to this once the counter is back at 0 */
 } mpn_sync_grid_t;
@@ -165,12 +169,15 @@ static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
 
 /**
  * Gives k the blocks its copies call for (mpn_sync_blocks_wanted) on device
- * dev, with a counter of the device's pool that no launch still running
- * holds; one block when there is no free counter or the pool could not be
+ * dev (current), with counters of the device's pool that no launch still
+ * running holds; one block when none are free or the pool could not be
  * made.  Not for launches captured in a CUDA graph: a replay may run beside
- * another launch that took the same counter.
+ * another launch that took the same counters.
  */
 void mpn_sync_grid_take(int dev, mpn_sync_t* k);
+
+/** Gives k's counters back when its launch failed (it never ran). */
+void mpn_sync_grid_release(const mpn_sync_t* k);
 
 /** Enqueues s as one kernel on stream: first writes, then each round's waits, copies, writes. */
 cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream);

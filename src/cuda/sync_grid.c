@@ -1,15 +1,15 @@
 /*
  * sync_grid.c - the counters of flag kernels of several blocks (sync.h,
- * mpn_sync_grid_take): a pool per device, made on first use, of counters
- * in device memory (each on its own line) and, for each, a word in mapped
- * host memory where a launch that used the counter leaves its epoch once
- * the counter is back at 0.  A counter is taken again only after its last
- * launch left its epoch; a launch that never runs keeps its counter, and
- * when none is free, launches get one block.
+ * mpn_sync_grid_take): a pool per device, made on first use, of counter
+ * slots in device memory (each on its own lines) and, for each, a word in
+ * mapped host memory where a launch that used the slot leaves its epoch
+ * once its counters are back at 0.  A slot is taken again only after its
+ * last launch left its epoch (or never ran: mpn_sync_grid_release); when
+ * none is free, a launch gets one block.
  */
 #include <pthread.h>
-#include <stdlib.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "cuda/device.h"
@@ -18,29 +18,36 @@
 enum { POOL_SLOTS = 256, POOL_STRIDE = 128, POOL_DEVICES = 64 };
 
 typedef struct {
-  CUdeviceptr counters;      /* POOL_SLOTS counters, POOL_STRIDE bytes apart */
-  uint64_t* done;            /* host view of the words the launches set */
-  CUdeviceptr done_dev;      /* their device address */
-  uint64_t taken[POOL_SLOTS]; /* epoch of the last launch given each slot, 0: never */
+  CUdeviceptr counters;       /* POOL_SLOTS slots of MPN_SYNC_COUNTERS counters, POOL_STRIDE bytes apart */
+  uint64_t* done;             /* host view of the words the launches set */
+  CUdeviceptr done_dev;       /* their device address */
+  uint64_t taken[POOL_SLOTS]; /* epoch of the last launch given each slot, 0: free */
   uint64_t epoch;
   unsigned cursor;
 } pool_t;
 
+_Static_assert(MPN_SYNC_COUNTERS * sizeof(unsigned) <= POOL_STRIDE, "a slot's counters fit its stride");
+
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static pool_t* pools[POOL_DEVICES];
-static int pool_failed[POOL_DEVICES];
+static int pool_tried[POOL_DEVICES];
 
-/* Makes dev's pool (dev current); NULL on failure, said once.  Relaxed
- * capture mode: a graph captured by another thread is not disturbed. */
+/* Makes the current device's pool, or NULL (said once).  Zeroes the
+ * counters on a stream of its own, so that no stream of the application is
+ * waited for; relaxed capture mode, so that a capture another thread has
+ * open is not disturbed. */
 static pool_t* pool_make(int dev) {
   pool_t* p = calloc(1, sizeof(*p));
   void* counters = NULL;
+  cudaStream_t zero = NULL;
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
   cudaError_t err = p ? cudaMalloc(&counters, (size_t)POOL_SLOTS * POOL_STRIDE) : cudaErrorMemoryAllocation;
-  if (err == cudaSuccess) err = cudaMemset(counters, 0, (size_t)POOL_SLOTS * POOL_STRIDE);
-  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaMemsetAsync(counters, 0, (size_t)POOL_SLOTS * POOL_STRIDE, zero);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(zero);
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(POOL_SLOTS * sizeof(uint64_t), (void**)&p->done, &p->done_dev);
+  if (zero) cudaStreamDestroy(zero);
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -54,25 +61,49 @@ static pool_t* pool_make(int dev) {
   return p;
 }
 
+/* dev's pool, made on the first call (once: a failure leaves one block per
+ * launch for the life of the process). */
+static pool_t* pool_of(int dev) {
+  pthread_mutex_lock(&pools_lock);
+  int make = !pool_tried[dev];
+  pool_tried[dev] = 1;
+  pool_t* p = pools[dev];
+  pthread_mutex_unlock(&pools_lock);
+  if (!make) return p; /* NULL while another thread still makes it: one block meanwhile */
+  p = pool_make(dev);
+  pthread_mutex_lock(&pools_lock);
+  pools[dev] = p;
+  pthread_mutex_unlock(&pools_lock);
+  return p;
+}
+
 void mpn_sync_grid_take(int dev, mpn_sync_t* k) {
-  int blocks = mpn_sync_blocks_wanted(k), counted = 0;
-  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) counted += k->nlast[r] > 0;
+  int blocks = mpn_sync_blocks_wanted(k);
   k->grid.blocks = 1;
   if (blocks == 1 || dev < 0 || dev >= POOL_DEVICES) return;
-  if (!counted) { /* no flag after the copies: the blocks need not count */
-    k->grid.blocks = blocks;
-    return;
-  }
+  pool_t* p = pool_of(dev);
+  if (!p) return;
   pthread_mutex_lock(&pools_lock);
-  pool_t* p = pools[dev];
-  if (!p && !pool_failed[dev] && !(p = pools[dev] = pool_make(dev))) pool_failed[dev] = 1;
-  for (int tries = 0; p && tries < POOL_SLOTS; tries++) {
+  for (int tries = 0; tries < POOL_SLOTS; tries++) {
     unsigned i = p->cursor++ % POOL_SLOTS;
     if (p->taken[i] && __atomic_load_n(&p->done[i], __ATOMIC_ACQUIRE) != p->taken[i]) continue;
     p->taken[i] = ++p->epoch;
     k->grid = (mpn_sync_grid_t){blocks, p->counters + (CUdeviceptr)i * POOL_STRIDE,
                                 p->done_dev + i * sizeof(uint64_t), p->epoch};
     break;
+  }
+  pthread_mutex_unlock(&pools_lock);
+}
+
+void mpn_sync_grid_release(const mpn_sync_t* k) {
+  if (k->grid.blocks <= 1) return;
+  pthread_mutex_lock(&pools_lock);
+  for (int dev = 0; dev < POOL_DEVICES; dev++) {
+    pool_t* p = pools[dev];
+    if (!p || k->grid.counter < p->counters || k->grid.counter >= p->counters + (CUdeviceptr)POOL_SLOTS * POOL_STRIDE)
+      continue;
+    unsigned i = (unsigned)((k->grid.counter - p->counters) / POOL_STRIDE);
+    if (p->taken[i] == k->grid.epoch) p->taken[i] = 0;
   }
   pthread_mutex_unlock(&pools_lock);
 }

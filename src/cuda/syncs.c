@@ -44,6 +44,7 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaSt
   cudaError_t err = mpn_sync_launch(k, s);
   if (err == cudaSuccess) return ncclSuccess;
   cudaGetLastError();
+  mpn_sync_grid_release(k);
   MPN_WARN("the flag kernel could not be launched (%s): stream memory operations instead",
            cudaGetErrorString(err));
   ncclResult_t first = ncclSuccess, res;

@@ -310,18 +310,16 @@ static int plan_copy(const plan_t* p, int phase, mpn_copy_t* c) {
 /* What halves half0..half1 of stream s would put in the kernel. */
 typedef struct {
   int ok;                 /* every message of the stream may be polled for by a kernel */
-  int graph;              /* one of them is captured: the kernel keeps one block */
   int flags, copies, waits, eager;
   size_t bytes;
 } sync_count_t;
 
 static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
-  sync_count_t c = {1, 0, 0, 0, 0, 0, 0};
+  sync_count_t c = {1, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
     if (!p->spin || p->stage) c.ok = 0;
-    c.graph |= p->graph;
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
@@ -338,14 +336,9 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   return c;
 }
 
-/* Copies of a captured launch go to one block (grid_device): past
- * MPN_SYNC_GRAPH_BYTES the copy engine is faster. */
-#define MPN_SYNC_GRAPH_BYTES ((size_t)524288)
-
 static int sync_fits(const sync_count_t* c) {
-  size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
-  if (c->graph && most > MPN_SYNC_GRAPH_BYTES) most = MPN_SYNC_GRAPH_BYTES;
-  return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES && c->bytes <= most;
+  return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES &&
+         c->bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
 }
 
 static int sync_wanted(const sync_count_t* c) {
@@ -385,7 +378,8 @@ static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
 }
 
 /* Device of stream s's messages, or -1 when one of them is captured in a
- * CUDA graph (its kernel keeps one block: mpn_sync_grid_take). */
+ * CUDA graph (its kernel would keep one block: mpn_sync_grid_take; today
+ * captured messages never take the kernel, plan.spin). */
 static int grid_device(const plan_t* plans, int n, cudaStream_t s) {
   int dev = -1;
   for (int i = 0; i < n; i++) {

@@ -141,9 +141,14 @@ rma_runs() { # regime: the one-sided operations
 halo3d_runs() { # regime
   local r=$1
   step "$r halo3d"
-  for mode in "" --put --flag-sync --host-sync; do
+  for mode in "" --put --flag-sync --host-sync --ipc-exchange; do
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
+  done
+  # Two ranks: one neighbour each, faces of 288 KiB.
+  for mode in "" --flag-sync --ipc-exchange; do
+    timeout 120 mpirun -np 2 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
+      sed "s/^/   halo3d np2 ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
   # The exchange with every group in the polling kernel (where kernels run
   # side by side: MPS), not only groups of at most 4 MiB.

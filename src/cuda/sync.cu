@@ -70,11 +70,18 @@ __device__ inline void fence(int device_scope) {
 }
 
 // Adds one to counter i and returns what it was, for every thread of the
-// block: the grid's counter with several blocks, else the block's own.
-__device__ unsigned count(unsigned* counter, unsigned* own, int i) {
+// block: the grid's counter with several blocks (after a barrier: the
+// block's threads are done with what came before), else the thread's own
+// count, the same in every thread of the one block (the caller places the
+// barriers it needs).
+__device__ unsigned count(unsigned* counter, unsigned* own, int i, int fence_scope = -1) {
+  if (!counter) return own[i]++;
   __shared__ unsigned got;
-  __syncthreads(); /* every thread has read the last value */
-  if (threadIdx.x == 0) got = counter ? atomicAdd(&counter[i], 1u) : own[i]++;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (fence_scope >= 0) fence(fence_scope); /* fences are cumulative: the block's writes too */
+    got = atomicAdd(&counter[i], 1u);
+  }
   __syncthreads();
   return got;
 }
@@ -82,18 +89,19 @@ __device__ unsigned count(unsigned* counter, unsigned* own, int i) {
 // Each list below is taken item by item: the first writes (one item), then
 // each round's chunks (at least one, so that some block polls its waits
 // even without copies).  A block polls a round's waits before its first
-// chunk of the round; each chunk's threads fence before the chunk is counted
-// done, and the block that counts the round's last chunk done writes the
-// round's flags, after a fence: every block's copies are ordered before
-// them.  Writers fence before they write; pollers fence after they see a
-// flag, before the barrier.  The last block to leave puts the counters back
-// at 0 and says so (epoch), for the host to give them to another launch.
+// chunk of the round.  Before a chunk is counted done, thread 0 fences
+// after the block's barrier (fences are cumulative: they order the block's
+// copies too); the block that counts the round's last chunk done writes
+// the round's flags, after a fence, so every block's copies are ordered
+// before them.  Writers fence before they write; pollers fence after they
+// see a flag, before the barrier.  The last block to leave puts the
+// counters back at 0 and says so (epoch), for the host to give them to
+// another launch.
 template <int F, int C>
 __global__ void sync_kernel(const table_t<F, C> s) {
-  __shared__ unsigned own[MPN_SYNC_COUNTERS];
+  unsigned own[MPN_SYNC_COUNTERS] = {0};
   __shared__ int last;
   const int t = threadIdx.x;
-  if (t < MPN_SYNC_COUNTERS) own[t] = 0;
   if (count(s.counter, own, 0) == 0 && t < s.nfirst) {
     fence(s.device_scope);
     flag_write(s.flags[t]);
@@ -125,8 +133,8 @@ __global__ void sync_kernel(const table_t<F, C> s) {
         }
         k -= n;
       }
-      fence(s.device_scope);
-      if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r) + 1 == total && t < s.nlast[r]) {
+      if (!s.counter) __syncthreads(); /* (count's own barrier otherwise) */
+      if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total && t < s.nlast[r]) {
         fence(s.device_scope);
         flag_write(s.flags[first_flag + s.nwait[r] + t]);
       }

@@ -43,7 +43,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "group (always when the group has one stream, else from "
                                "MPINCCL_KERNEL_SYNC_WAITS waits) and its copies between ranks of one "
                                "GPU, when they total at most this many bytes, run as one kernel "
-                               "that polls the flags (one block per 64 KiB of copies, up to 32) "
+                               "that polls the flags (one block per 64 KiB of copies, up to 32 "
+                               "and half the GPU's multiprocessors shared among its ranks; one "
+                               "block and at most 512 KiB in a launch of several streams) "
                                "instead of stream memory operations around copies; 0: always "
                                "memory operations."},
     [MPN_PARAM_KERNEL_SYNC_WAITS] = {"MPINCCL_KERNEL_SYNC_WAITS", MPN_PARAM_INT, "3", NULL, 1, 96,

@@ -102,6 +102,6 @@ extern "C" cudaError_t mpn_apply_launch(uint64_t wins, const mpn_apply_range_t* 
   a.error = error;
   a.n = n;
   for (int i = 0; i < n; i++) a.r[i] = ranges[i];
-  apply<<<kBlocks, kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  void* args[] = {&a}; /* the launch's own result, not an older error of the thread */
+  return cudaLaunchKernel((const void*)apply, dim3(kBlocks), dim3(kThreads), args, 0, stream);
 }

@@ -53,8 +53,8 @@ cudaError_t launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
   b.n = n;
   b.blocks = blocks_per_copy(copies, n);
   for (int i = 0; i < n; i++) b.c[i] = copies[i];
-  copy_batch<N><<<n * b.blocks, kThreads, 0, stream>>>(b);
-  return cudaGetLastError();
+  void* args[] = {&b}; /* the launch's own result, not an older error of the thread */
+  return cudaLaunchKernel((const void*)copy_batch<N>, dim3(n * b.blocks), dim3(kThreads), args, 0, stream);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ constexpr int kThreads = 512;
 // A chunk: what one block moves in one step of the copy loop.
 constexpr size_t kChunk = (size_t)kThreads * 16 * mpn::kUnroll;
 static_assert(kChunk == MPN_SYNC_BLOCK_BYTES, "a block's share (sync.h) is one step of its copy loop");
+static_assert(MPN_SYNC_FLAGS <= kThreads, "one thread per flag of a part");
 
 __device__ void flag_write(const mpn_sync_flag_t& f) {
   *(volatile unsigned long long*)f.addr = f.value;
@@ -98,7 +99,7 @@ __device__ unsigned count(unsigned* counter, unsigned* own, int i, int fence_sco
 // counters back at 0 and says so (epoch), for the host to give them to
 // another launch.
 template <int F, int C>
-__global__ void sync_kernel(const table_t<F, C> s) {
+__global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s) {
   unsigned own[MPN_SYNC_COUNTERS] = {0};
   __shared__ int last;
   const int t = threadIdx.x;
@@ -142,7 +143,11 @@ __global__ void sync_kernel(const table_t<F, C> s) {
   }
   if (!s.counter) return;
   __syncthreads();
-  if (t == 0) last = atomicAdd(&s.counter[MPN_SYNC_COUNTERS - 1], 1u) + 1 == gridDim.x;
+  if (t == 0) {
+    __threadfence(); /* this block's counts before its leaving */
+    last = atomicAdd(&s.counter[MPN_SYNC_COUNTERS - 1], 1u) + 1 == gridDim.x;
+    if (last) __threadfence(); /* every block's counts before the reset */
+  }
   __syncthreads();
   if (last && t == 0) {
     for (int i = 0; i < MPN_SYNC_COUNTERS; i++) atomicExch(&s.counter[i], 0u);
@@ -162,8 +167,8 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stre
   t.epoch = s->grid.epoch;
   for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
   for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
-  sync_kernel<F, C><<<s->grid.blocks, kThreads, 0, stream>>>(t);
-  return cudaGetLastError();
+  void* args[] = {&t}; /* the launch's own result, not an older error of the thread */
+  return cudaLaunchKernel((const void*)sync_kernel<F, C>, dim3(s->grid.blocks), dim3(kThreads), args, 0, stream);
 }
 
 }  // namespace
@@ -175,7 +180,8 @@ extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream)
     flags += s->nwait[r] + s->nlast[r];
     copies += s->ncopy[r];
   }
-  bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS || (s->grid.blocks > 1 && !s->grid.counter);
+  bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS ||
+         (s->grid.blocks > 1 && (!s->grid.counter || !s->grid.done || !s->grid.epoch));
   if (bad || flags > MPN_SYNC_FLAGS || copies > MPN_SYNC_COPIES) return cudaErrorInvalidValue;
   if (flags <= 16 && copies <= 4) return launch<16, 4>(s, flags, copies, stream);
   return launch<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>(s, flags, copies, stream);

@@ -169,12 +169,15 @@ static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
 
 /**
  * Gives k the blocks its copies call for (mpn_sync_blocks_wanted) on device
- * dev (current), with counters of the device's pool that no launch still
- * running holds; one block when none are free or the pool could not be
- * made.  Not for launches captured in a CUDA graph: a replay may run beside
- * another launch that took the same counters.
+ * dev (current), at most half the device's multiprocessors shared out among
+ * the sharers ranks that use it, with counters of the device's pool that no
+ * launch still running holds; one block when none are free or the pool
+ * could not be made.  Not for launches captured in a CUDA graph (a replay
+ * may run beside another launch that took the same counters), nor for
+ * launches of several streams (a rank's kernel that fills the GPU must not
+ * keep out its own kernel of another stream that a peer waits for).
  */
-void mpn_sync_grid_take(int dev, mpn_sync_t* k);
+void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k);
 
 /** Gives k's counters back when its launch failed (it never ran). */
 void mpn_sync_grid_release(const mpn_sync_t* k);

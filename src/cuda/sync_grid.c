@@ -24,6 +24,7 @@ typedef struct {
   uint64_t taken[POOL_SLOTS]; /* epoch of the last launch given each slot, 0: free */
   uint64_t epoch;
   unsigned cursor;
+  int sms;                    /* the device's multiprocessors */
 } pool_t;
 
 _Static_assert(MPN_SYNC_COUNTERS * sizeof(unsigned) <= POOL_STRIDE, "a slot's counters fit its stride");
@@ -47,6 +48,7 @@ static pool_t* pool_make(int dev) {
   if (err == cudaSuccess) err = cudaMemsetAsync(counters, 0, (size_t)POOL_SLOTS * POOL_STRIDE, zero);
   if (err == cudaSuccess) err = cudaStreamSynchronize(zero);
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(POOL_SLOTS * sizeof(uint64_t), (void**)&p->done, &p->done_dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&p->sms, cudaDevAttrMultiProcessorCount, dev);
   if (zero) cudaStreamDestroy(zero);
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
@@ -77,12 +79,17 @@ static pool_t* pool_of(int dev) {
   return p;
 }
 
-void mpn_sync_grid_take(int dev, mpn_sync_t* k) {
+void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {
   int blocks = mpn_sync_blocks_wanted(k);
   k->grid.blocks = 1;
   if (blocks == 1 || dev < 0 || dev >= POOL_DEVICES) return;
   pool_t* p = pool_of(dev);
   if (!p) return;
+  /* A block may fill a multiprocessor (sync.cu's bounds); the blocks that
+   * poll, of all the GPU's ranks together, keep to half of them. */
+  int most = p->sms / (2 * (sharers > 1 ? sharers : 1));
+  if (blocks > most) blocks = most;
+  if (blocks <= 1) return;
   pthread_mutex_lock(&pools_lock);
   for (int tries = 0; tries < POOL_SLOTS; tries++) {
     unsigned i = p->cursor++ % POOL_SLOTS;

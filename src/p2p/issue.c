@@ -336,9 +336,16 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   return c;
 }
 
-static int sync_fits(const sync_count_t* c) {
-  return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES &&
-         c->bytes <= (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
+/* Copies a kernel of one block takes (launches of several streams: see
+ * mpn_sync_grid_take); past this the copy engine is faster (the bound
+ * before the kernel had several blocks). */
+#define ONE_BLOCK_BYTES ((size_t)524288)
+
+/* Whether c fits a kernel; grid: of several blocks. */
+static int sync_fits(const sync_count_t* c, int grid) {
+  size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
+  if (!grid && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
+  return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES && c->bytes <= most;
 }
 
 static int sync_wanted(const sync_count_t* c) {
@@ -377,24 +384,25 @@ static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
   return 1;
 }
 
-/* Device of stream s's messages, or -1 when one of them is captured in a
- * CUDA graph (its kernel would keep one block: mpn_sync_grid_take; today
- * captured messages never take the kernel, plan.spin). */
-static int grid_device(const plan_t* plans, int n, cudaStream_t s) {
-  int dev = -1;
+/* Gives k the blocks its copies call for (mpn_sync_grid_take) unless one of
+ * stream s's messages is captured in a CUDA graph (today captured messages
+ * never take the kernel, plan.spin). */
+static void grid_take(const plan_t* plans, int n, cudaStream_t s, mpn_sync_t* k) {
+  const struct ncclComm* comm = NULL;
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if (p->graph) return -1;
-    dev = p->op->comm->cuda_dev;
+    if (p->graph) return;
+    comm = p->op->comm;
   }
-  return dev;
+  if (comm) mpn_sync_grid_take(comm->cuda_dev, comm->topo.n_same_gpu, k);
 }
 
-/* Halves half0..half1 of stream s as one kernel, each phase a round; 0 in
- * *issued (nothing enqueued) if the table refused an operation. */
+/* Halves half0..half1 of stream s as one kernel, each phase a round (its
+ * copies on several blocks when grid: the launch has this stream only); 0
+ * in *issued (nothing enqueued) if the table refused an operation. */
 static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1,
-                               int* issued) {
+                               int grid, int* issued) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(plans, n, s);
@@ -407,7 +415,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cu
     return ncclSuccess;
   }
   if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
-  mpn_sync_grid_take(grid_device(plans, n, s), &k);
+  if (grid) grid_take(plans, n, s, &k);
   ncclResult_t res = mpn_sync_issue(drv, &k, s);
   if (half0 == 0) mark_imports_used(plans, n, s);
   return res;
@@ -427,9 +435,9 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
   if (single_stream(plans, n, &only)) {
     sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
-    if (sync_fits(&both)) { /* one stream item for the whole launch */
+    if (sync_fits(&both, 1)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
-      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, &issued);
+      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, 1, &issued);
       if (issued) return res;
     }
   }
@@ -442,7 +450,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half, half);
       int issued = 0;
-      if (sync_wanted(&c) && sync_fits(&c)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, &issued));
+      if (sync_wanted(&c) && sync_fits(&c, 0)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, &issued));
       if (!issued) mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }
   return first;

@@ -13,7 +13,8 @@
 # test_p2p and test_rma with host flags, and
 # test_p2p over UCX with one hardware queue (a known hang in threads_ring).
 # Always run: make check, the benchmarks, halo3d (also with every face in
-# the flag kernel), test_p2p/test_rma under MPS (also with memops only), the
+# the flag kernel), bench/mpinccl_protocols (shapes of a 2-rank exchange in
+# plain CUDA), test_p2p/test_rma under MPS (also with memops only), the
 # UCX path forced with --net floors, NVIDIA's NCCL built from the same
 # benchmark where it is installed (NCCL_HOME, default /usr), the plot and
 # compute-sanitizer.  All of it takes several minutes; split it over calls
@@ -161,8 +162,18 @@ halo3d_runs() { # regime
     sed "s/^/   halo3d exchange, MPINCCL_KERNEL_SYNC=16M, MPINCCL_KERNEL_SYNC_WAITS=1: /" | tee -a "$out/$r-halo3d.txt"
 }
 
+protocol_runs() { # regime: shapes of a 2-rank exchange in plain CUDA (bench/protocols.cu)
+  local r=$1
+  step "$r protocols"
+  for k in "" -k; do
+    timeout 120 mpirun -np 2 $flags $extra ./bench/mpinccl_protocols $k >>"$out/$r-protocols.txt" 2>&1
+  done
+  cat "$out/$r-protocols.txt"
+}
+
 extra=""
 regime_runs mps-off
+protocol_runs mps-off
 ucx_runs() { # regime [all]: the UCX path forced between the processes
   # (device data staged through pinned host memory, src/ucx/staged.c),
   # against its own floors (--net); test_p2p_ucx.sh and test_rma_ucx.sh ran
@@ -206,6 +217,7 @@ if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
       done
     fi
     regime_runs mps-on
+    protocol_runs mps-on
     ucx_runs mps-on
     echo quit | nvidia-cuda-mps-control
     sleep 1

@@ -274,6 +274,30 @@ START_TEST(refused_calls) {
 }
 END_TEST
 
+/* Blocks the flag kernel's copies call for: one per 64 KiB of them, at
+ * least one, at most MPN_SYNC_BLOCKS; a new table has one block and no
+ * counters. */
+START_TEST(sync_blocks_wanted) {
+  mpn_sync_t k;
+  mpn_sync_init(&k);
+  ck_assert_int_eq(k.grid.blocks, 1);
+  ck_assert(k.grid.counter == 0 && k.grid.done == 0 && k.grid.epoch == 0);
+  ck_assert_int_eq(mpn_sync_blocks_wanted(&k), 1); /* no copies */
+  mpn_copy_t c = {NULL, NULL, 0, NULL, NULL};
+  ck_assert(mpn_sync_push_copy(&k, 0, c));
+  ck_assert_int_eq(mpn_sync_blocks_wanted(&k), 1); /* a copy of 0 bytes */
+  k.copies[0].bytes = MPN_SYNC_BLOCK_BYTES;
+  ck_assert_int_eq(mpn_sync_blocks_wanted(&k), 1);
+  k.copies[0].bytes = MPN_SYNC_BLOCK_BYTES + 1;
+  ck_assert_int_eq(mpn_sync_blocks_wanted(&k), 2);
+  c.bytes = 3 * MPN_SYNC_BLOCK_BYTES; /* the blocks count the bytes of every round */
+  ck_assert(mpn_sync_push_copy(&k, 1, c));
+  ck_assert_int_eq(mpn_sync_blocks_wanted(&k), 5);
+  k.copies[1].bytes = (size_t)1 << 30;
+  ck_assert_int_eq(mpn_sync_blocks_wanted(&k), MPN_SYNC_BLOCKS);
+}
+END_TEST
+
 /* The flag kernel's table keeps its parts in order (first writes, then each
  * round's waits and writes) and refuses what would go before an entry
  * already there, or past its capacity. */
@@ -331,6 +355,7 @@ int main(void) {
   tcase_add_test(tc, debug_file);
   tcase_add_test(tc, refused_calls);
   tcase_add_test(tc, sync_table_order);
+  tcase_add_test(tc, sync_blocks_wanted);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -208,10 +208,15 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   /* The CUDA driver sets environment variables while it starts: start it
    * here (test_comm_local crashed in getenv on the GPU machine otherwise),
    * with the current device's context (it crashed once more, rarely, after
-   * the driver alone was started here). */
-  if (mpn_cuda_device_count() > 0)
+   * the driver alone was started here, and again in the tenth session
+   * with the context started).  hwloc reads the environment while it loads
+   * the topology, and its components may start GPU libraries: load it here
+   * too, once per process. */
+  if (mpn_cuda_device_count() > 0) {
     for (mpn_init_job_t* job = jobs; job; job = job->next)
       if (job->device >= 0) mpn_cuda_context_start(job->device);
+    mpn_numa_preload(); /* the GPUs' NUMA nodes come from hwloc (topo.c) */
+  }
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

@@ -41,6 +41,8 @@ static hwloc_obj_t locked_ancestor_of_pci(const char* bus_id) {
   return anc;
 }
 
+void mpn_numa_preload(void) { pthread_once(&topology_once, topology_load); }
+
 int mpn_numa_node_of_pci(const char* bus_id) {
   hwloc_obj_t anc = locked_ancestor_of_pci(bus_id);
   if (anc == NULL) return -1;
@@ -61,6 +63,8 @@ int mpn_bind_thread_near_pci(const char* bus_id) {
 }
 
 #else
+
+void mpn_numa_preload(void) {}
 
 int mpn_numa_node_of_pci(const char* bus_id) {
   (void)bus_id;

@@ -72,6 +72,12 @@ void mpn_topo_log(const struct ncclComm* comm);
 /** NUMA node nearest a PCI device, from hwloc; -1 when unknown. */
 int mpn_numa_node_of_pci(const char* bus_id);
 
+/** Loads the host's topology now (once per process; later calls return at
+ * once): hwloc reads the environment while it loads, and its components
+ * may start GPU libraries that write it, which creation threads must not
+ * do beside the application's threads (init.c). */
+void mpn_numa_preload(void);
+
 /** Binds the calling thread to the CPUs nearest a PCI device; 0 on success. */
 int mpn_bind_thread_near_pci(const char* bus_id);
 

@@ -316,7 +316,15 @@ static ncclResult_t plan_post(plan_t* p) {
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
-  MPN_CHECK(mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role));
+  ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role);
+  if (refused != ncclSuccess) {
+    /* Its number is spent on this side only: no later message with that
+     * rank can match the peer's, so the communicator has failed. */
+    mpn_error_set(comm, refused, "%s; the messages with rank %d no longer match the peer's: abort the communicator",
+                  mpn_error_last(NULL), op->peer);
+    mpn_comm_set_async(comm, refused);
+    return refused;
+  }
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
     if (mine.eager) {

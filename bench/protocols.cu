@@ -199,7 +199,7 @@ void load_memops(ctx_t* c) {
 
 int usage(void) {
   if (my_rank == 0) fprintf(stderr, "usage: mpirun -np 2 mpinccl_protocols [-b BYTES] [-c US] [-n ITERS] [-k]\n");
-  return 2;
+  return 1;
 }
 
 }  // namespace
@@ -234,12 +234,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
-  MPI_Comm node;
-  int local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  CHECK_CUDA(cudaSetDevice(local % ndev));
+  CHECK_CUDA(cudaSetDevice(0)); /* both ranks on one GPU: what is measured */
   c.peer = 1 - my_rank;
   load_memops(&c);
   CHECK_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
@@ -254,12 +249,12 @@ int main(int argc, char** argv) {
                MPI_STATUS_IGNORE);
   CHECK_CUDA(cudaIpcOpenMemHandle((void**)&c.theirs.base, ph, cudaIpcMemLazyEnablePeerAccess));
   int mps = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, local % ndev));
+  CHECK_CUDA(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
   if (my_rank == 0)
-    printf("# %zu B each way, compute kernel %.0f us, %d iterations, copies by %s, MPS %s, %d GPU%s\n"
+    printf("# %zu B each way, compute kernel %.0f us, %d iterations, copies by %s, MPS %s, both ranks on GPU 0\n"
            "# %-10s %12s %10s %10s\n",
-           c.bytes, c.compute_us, iters, c.kernel_copies ? "kernel" : "copy engine", mps ? "on" : "off", ndev,
-           ndev == 1 ? "" : "s", "shape", "us/iter", "vs flags", "- compute");
+           c.bytes, c.compute_us, iters, c.kernel_copies ? "kernel" : "copy engine", mps ? "on" : "off", "shape",
+           "us/iter", "vs flags", "- compute");
   double us[SHAPES];
   for (int s = 0; s < SHAPES; s++) {
     us[s] = measure(&c, s, iters);

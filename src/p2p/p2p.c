@@ -300,7 +300,9 @@ static void eager_plan(plan_t* p, int kind, size_t bytes) {
   p->move = 1;
 }
 
-/* Posts one message; any failure still leaves a posted slot so nobody hangs. */
+/* Posts one message.  A failure after the slot is taken still leaves it
+ * posted, so nobody hangs; a refused slot (mpn_pair_post) fails both
+ * communicators instead. */
 static ncclResult_t plan_post(plan_t* p) {
   mpn_op_t* op = p->op;
   struct ncclComm* comm = op->comm;
@@ -317,14 +319,20 @@ static ncclResult_t plan_post(plan_t* p) {
   ncclResult_t bad = describe(p, &mine);
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role);
-  if (refused != ncclSuccess) {
-    /* Its number is spent on this side only: no later message with that
-     * rank can match the peer's, so the communicator has failed. */
-    mpn_error_set(comm, refused, "%s; the messages with rank %d no longer match the peer's: abort the communicator",
-                  mpn_error_last(NULL), op->peer);
+  if (refused != ncclSuccess && !p->graph) {
+    /* Its number is spent on this side only: the message numbering with
+     * that rank is out of step, and the peer's side of this message waits
+     * for flags nobody writes.  Both communicators are failed (the peer's
+     * through the pair).  Graph messages are refused alike on both sides,
+     * which stay in step. */
+    char text[sizeof(((mpn_pair_mem_t*)0)->error)];
+    snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
+             mpn_error_last(NULL), comm->rank, op->peer);
+    pair_report(p->pair, refused, text);
+    mpn_error_set(comm, refused, "%s", text);
     mpn_comm_set_async(comm, refused);
-    return refused;
   }
+  if (refused != ncclSuccess) return refused;
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
     if (mine.eager) {

@@ -15,29 +15,25 @@ static ncclResult_t flags_as_memops(const mpn_driver_t* drv, const mpn_sync_t* k
                                     cudaStream_t s) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
-  ncclResult_t first = ncclSuccess, res;
+  ncclResult_t first = ncclSuccess;
   for (int i = from; i < to; i++)
-    if ((res = mpn_memops_add(&b, (CUdeviceptr)k->flags[i].addr, k->flags[i].value, (int)k->flags[i].kind)) !=
-            ncclSuccess &&
-        first == ncclSuccess)
-      first = res;
-  res = mpn_memops_flush(&b);
-  return first != ncclSuccess ? first : res;
+    mpn_keep(&first, mpn_memops_add(&b, (CUdeviceptr)k->flags[i].addr, k->flags[i].value, (int)k->flags[i].kind));
+  mpn_keep(&first, mpn_memops_flush(&b));
+  return first;
 }
 
 /* The copies [from, to) of k, those with a size word through the kernel. */
 static ncclResult_t copies_as_launches(const mpn_sync_t* k, int from, int to, cudaStream_t s) {
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
-  ncclResult_t first = ncclSuccess, res;
+  ncclResult_t first = ncclSuccess;
   for (int i = from; i < to; i++) {
     const mpn_copy_t* c = &k->copies[i];
-    res = c->limit || c->size_out ? mpn_copies_add_kernel(&copies, c)
-                                  : mpn_copies_add(&copies, c->dst, c->src, c->bytes, 1);
-    if (res != ncclSuccess && first == ncclSuccess) first = res;
+    mpn_keep(&first, c->limit || c->size_out ? mpn_copies_add_kernel(&copies, c)
+                                             : mpn_copies_add(&copies, c->dst, c->src, c->bytes, 1));
   }
-  res = mpn_copies_flush(&copies);
-  return first != ncclSuccess ? first : res;
+  mpn_keep(&first, mpn_copies_flush(&copies));
+  return first;
 }
 
 ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaStream_t s) {
@@ -47,19 +43,16 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaSt
   mpn_sync_grid_release(k);
   MPN_WARN("the flag kernel could not be launched (%s): stream memory operations instead",
            cudaGetErrorString(err));
-  ncclResult_t first = ncclSuccess, res;
+  ncclResult_t first = ncclSuccess;
   int flag = 0, copy = 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
     int writes_before = r == 0 ? k->nfirst : 0; /* the first writes go with round 0's waits */
     int waits = writes_before + k->nwait[r];
-    if ((res = flags_as_memops(drv, k, flag, flag + waits, s)) != ncclSuccess && first == ncclSuccess)
-      first = res;
+    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, s));
     flag += waits;
-    if ((res = copies_as_launches(k, copy, copy + k->ncopy[r], s)) != ncclSuccess && first == ncclSuccess)
-      first = res;
+    mpn_keep(&first, copies_as_launches(k, copy, copy + k->ncopy[r], s));
     copy += k->ncopy[r];
-    if ((res = flags_as_memops(drv, k, flag, flag + k->nlast[r], s)) != ncclSuccess && first == ncclSuccess)
-      first = res;
+    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + k->nlast[r], s));
     flag += k->nlast[r];
   }
   return first;

@@ -113,6 +113,14 @@ static void pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
   __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
 }
 
+/* Fails both sides' communicators with text: the peer's through the pair,
+ * this one's as its last error and asynchronous error. */
+static void report_both(plan_t* p, ncclResult_t code, const char* text) {
+  pair_report(p->pair, code, text);
+  mpn_error_set(p->op->comm, code, "%s", text);
+  mpn_comm_set_async(p->op->comm, code);
+}
+
 /* Records a mismatch where both sides find it (peer through the pair). */
 static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other) {
   const mpn_op_t* op = p->op;
@@ -126,9 +134,7 @@ static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t*
            send ? op->peer : op->comm->rank, (unsigned long long)s->count,
            mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
            mpn_dtype_name((ncclDataType_t)r->dtype));
-  pair_report(p->pair, ncclInvalidUsage, text);
-  mpn_error_set(op->comm, ncclInvalidUsage, "%s", text);
-  mpn_comm_set_async(op->comm, ncclInvalidUsage);
+  report_both(p, ncclInvalidUsage, text);
 }
 
 /* Tells the message's other side that this side failed and moved nothing:
@@ -325,12 +331,10 @@ static ncclResult_t plan_post(plan_t* p) {
      * for flags nobody writes.  Both communicators are failed (the peer's
      * through the pair).  Graph messages are refused alike on both sides,
      * which stay in step. */
-    char text[sizeof(((mpn_pair_mem_t*)0)->error)];
+    char text[256];
     snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
              mpn_error_last(NULL), comm->rank, op->peer);
-    pair_report(p->pair, refused, text);
-    mpn_error_set(comm, refused, "%s", text);
-    mpn_comm_set_async(comm, refused);
+    report_both(p, refused, text);
   }
   if (refused != ncclSuccess) return refused;
   p->posted = 1;

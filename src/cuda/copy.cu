@@ -26,10 +26,7 @@ __global__ void copy_batch(const batch_t<N> b) {
   const int which = blockIdx.x / b.blocks;
   if (which >= b.n) return;
   mpn_copy_t c = b.c[which];
-  if (c.limit) {
-    const unsigned long long limit = *(volatile const unsigned long long*)c.limit;
-    if (limit < c.bytes) c.bytes = (size_t)limit;
-  }
+  c.bytes = mpn_copy_bytes(c);
   if (c.size_out && blockIdx.x % b.blocks == 0 && threadIdx.x == 0)
     *(volatile unsigned long long*)c.size_out = c.bytes;
   const size_t first = (size_t)(blockIdx.x % b.blocks) * kThreads + threadIdx.x;

@@ -37,4 +37,13 @@ cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, int n, cudaStream_t 
 }
 #endif
 
+#ifdef __CUDACC__
+/** Bytes c moves: c.bytes, or fewer where its limit word says so. */
+static __device__ inline size_t mpn_copy_bytes(const mpn_copy_t& c) {
+  if (!c.limit) return c.bytes;
+  const unsigned long long limit = *(volatile const unsigned long long*)c.limit;
+  return limit < c.bytes ? (size_t)limit : c.bytes;
+}
+#endif
+
 #endif /* MPN_CUDA_COPY_H_ */

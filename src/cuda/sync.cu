@@ -40,11 +40,7 @@ __host__ __device__ inline size_t chunks_of(const mpn_copy_t& c) {
 // no more than its limit word says), by this block's threads; the first
 // chunk's block also writes the size word.
 __device__ void copy_chunk(const mpn_copy_t& c, size_t k) {
-  size_t bytes = c.bytes;
-  if (c.limit) {
-    const unsigned long long limit = *(volatile const unsigned long long*)c.limit;
-    if (limit < bytes) bytes = (size_t)limit;
-  }
+  const size_t bytes = mpn_copy_bytes(c);
   if (k == 0 && c.size_out && threadIdx.x == 0) *(volatile unsigned long long*)c.size_out = bytes;
   size_t from = k * kChunk;
   if (from >= bytes) return;

@@ -61,7 +61,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                    "exchange of docs/PERFORMANCE.md ran 1.9x faster with MPS, 1.2x "
                                    "without); 0 keeps the copy engine for all."},
     [MPN_PARAM_EAGER_MAX] = {"MPINCCL_EAGER_MAX", MPN_PARAM_INT, "4096", NULL, 0, 4096,
-                             "Between processes on one GPU whose kernels run at the same time (MPS), a message of at "
+                             "Between processes on one GPU whose kernels run at the same time (MPS; without MPS see "
+                             "MPINCCL_SLICED_INBOX_WAIT_US), a message of at "
                              "most this many bytes goes through the pair's inbox (one hop: the sender copies "
                              "it in and raises a flag, the receiver copies it out) instead of the two-hop ready/done "
                              "handshake into the receiver's own buffer; at most 4096 (an inbox slot); 0: never."},
@@ -79,6 +80,15 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "engines in an exchange (without MPS each switch between "
                                  "processes costs a context switch); 0 lets whichever side "
                                  "posts second copy."},
+    [MPN_PARAM_SLICED_INBOX_WAIT] = {"MPINCCL_SLICED_INBOX_WAIT_US", MPN_PARAM_INT, "20000", NULL, 0, 10000000,
+                                     "Without MPS (processes time-slice the GPU), a launch that exchanges with "
+                                     "several processes of its GPU sends its messages of at most "
+                                     "MPINCCL_EAGER_BIG_MAX bytes through the receivers' inboxes too (one hop: "
+                                     "each side's copy runs in its own time slice, beside its own kernels), and "
+                                     "its host waits up to this many microseconds for a slot the receiver has "
+                                     "not yet freed (the GPU is behind: the wait costs no GPU time) before the "
+                                     "message takes the two-hop path; 0: no inbox on a time-sliced GPU "
+                                     "(launches with one such process keep delegation either way)."},
     [MPN_PARAM_LOCAL_WAIT] = {"MPINCCL_LOCAL_WAIT_US", MPN_PARAM_INT, "200000", NULL, 0,
                               60000000,
                               "Under MPS, ranks of one process order their streams with CUDA "

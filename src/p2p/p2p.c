@@ -43,6 +43,9 @@ typedef struct {
   uint64_t send_seq, recv_seq;             /* messages not captured */
   uint64_t graph_send_seq, graph_recv_seq; /* messages captured in graphs */
   uint64_t eager_sends[2], eager_recvs[2]; /* messages that took the pair's inbox rings (eager.h: small, big) */
+  uint64_t launch[2];                      /* per side (send, receive): the launch that posted last */
+  uint64_t eager_base[2][2];               /* per side and ring: the eager count when that launch began */
+  int slot_timed_out[2];                   /* per side: a host wait for a slot timed out, none again */
   uint64_t errors_seen[2];
 } peer_state_t;
 
@@ -52,7 +55,12 @@ struct mpn_p2p {
   uint64_t posted, moved, delegate_timeouts;
   uint64_t eager[2];  /* messages through the inbox's small and big rings (mpn_p2p_stats) */
   uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
+  uint64_t slot_waits; /* time-sliced GPU: posts that waited on the host for a slot */
 };
+
+/* Numbers the launches of the process, so a pair can tell which of its
+ * eager messages the current launch posted (slot_wait). */
+static uint64_t launches;
 
 
 /* Per-peer state, made on first use.  The watchdog thread reads these
@@ -199,6 +207,13 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
   return ncclSuccess;
 }
 
+/* Whether op's peer is another process on this rank's time-sliced GPU. */
+static int sliced_peer(const mpn_op_t* op) {
+  const struct ncclComm* comm = op->comm;
+  return comm->transport[op->peer] == MPN_TRANSPORT_IPC && comm->topo.gpu_sliced[comm->rank] &&
+         mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
+}
+
 /* Finds the message's pair and number (prev: the launch's message before,
  * whose stream's capture status holds for the same stream). */
 static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
@@ -221,12 +236,15 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   p->spin = !p->graph && !p->local && kind == MPN_TRANSPORT_IPC &&
             mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
-  /* Only where both processes' kernels run at once: elsewhere (a time-sliced
-   * GPU) both sides' copies would cost a context switch each exchange.  The
-   * inbox (and a free slot in it) is checked when posting (plan_post). */
+  /* Where both processes' kernels run at once; on a time-sliced GPU only in
+   * launches with several of its processes (sliced_inbox: elsewhere both
+   * sides' copies would cost a context switch that delegation avoids).  A
+   * free slot is checked when posting (plan_post). */
   size_t small = (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX), big = (size_t)mpn_param_int(MPN_PARAM_EAGER_BIG_MAX);
   int inbox = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
-              mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) && small > 0; /* 0: no inbox at all */
+              (mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) ||
+               (sliced_peer(op) && mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT) > 0)) &&
+              small > 0; /* 0: no inbox at all */
   p->eager_ok = !inbox ? MPN_EAGER_NONE
                 : op->bytes <= small ? MPN_EAGER_SMALL
                 : op->bytes <= big   ? MPN_EAGER_BIG
@@ -246,13 +264,6 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
  * Under MPS nothing switches and the wait only adds latency (8 B sendrecv
  * 9.4 us without it, 10.8 with it on the GPU machine): not done there.
  */
-/* Whether op's peer is another process on this rank's time-sliced GPU. */
-static int sliced_peer(const mpn_op_t* op) {
-  const struct ncclComm* comm = op->comm;
-  return comm->transport[op->peer] == MPN_TRANSPORT_IPC && comm->topo.gpu_sliced[comm->rank] &&
-         mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
-}
-
 static int delegates(const plan_t* p) {
   return p->prepared && p->op->comm->rank < p->op->peer && sliced_peer(p->op);
 }
@@ -275,6 +286,14 @@ static int one_sliced_peer(const plan_t* plans, int n) {
     else if (op->comm != first->comm || op->peer != first->peer) return 0;
   }
   return 1;
+}
+
+/* On a time-sliced GPU, the inbox is for launches with several of its
+ * processes; with one, delegation spares that process the engines. */
+static void sliced_inbox(plan_t* plans, int n) {
+  if (!one_sliced_peer(plans, n)) return;
+  for (int i = 0; i < n; i++)
+    if (plans[i].prepared && sliced_peer(plans[i].op)) plans[i].eager_ok = MPN_EAGER_NONE;
 }
 
 static void delegate_wait(const plan_t* plans, int n) {
@@ -306,6 +325,41 @@ static void eager_plan(plan_t* p, int kind, size_t bytes) {
   p->move = 1;
 }
 
+/*
+ * On a time-sliced GPU each iteration of an application pays context
+ * switches, so its host runs ahead of the GPU and the slot of its next
+ * message is rarely free yet.  Waiting on the host for the GPU to free it
+ * costs no GPU time (the GPU still has the other slots' messages queued)
+ * and keeps the one-hop path.  Bounded (MPINCCL_SLICED_INBOX_WAIT_US), so a
+ * receiver that cannot progress before this host posts more only delays;
+ * after one such timeout the pair's side waits no more.  Never for a slot
+ * whose previous message this launch posted: its copy-out comes after this
+ * launch's own flags.  Returns whether the slot is free.
+ */
+static int slot_wait(plan_t* p, peer_state_t* ps, int side) {
+  struct ncclComm* comm = p->op->comm;
+  uint64_t slots = mpn_eager_slots(p->eager_ok);
+  int64_t budget_us = mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT);
+  if (!sliced_peer(p->op) || budget_us <= 0 || ps->slot_timed_out[side] ||
+      p->eager_n - slots >= ps->eager_base[side][p->eager_ok - 1])
+    return 0;
+  comm->p2p->slot_waits++;
+  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
+  while (!mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) {
+    ncclResult_t async = mpn_comm_async(comm);
+    if (async != ncclSuccess || comm->abort_flag) return 0;
+    if (mpn_chan_now_ns() > deadline) {
+      ps->slot_timed_out[side] = 1;
+      MPN_INFO(MPN_SUBSYS_P2P, "rank %d: no inbox slot freed by rank %d within MPINCCL_SLICED_INBOX_WAIT_US=%lld; "
+               "its %s take the two-hop path when no slot is free",
+               comm->rank, p->op->peer, (long long)budget_us, side == 0 ? "sends" : "receives");
+      return 0;
+    }
+    usleep(5);
+  }
+  return 1;
+}
+
 /* Posts one message.  A failure after the slot is taken still leaves it
  * posted, so nobody hangs; a refused slot (mpn_pair_post) fails both
  * communicators instead. */
@@ -315,9 +369,14 @@ static ncclResult_t plan_post(plan_t* p) {
   int send = op->kind == MPN_OP_SEND;
   peer_state_t* ps = &comm->p2p->peers[op->peer];
   uint64_t* eager_counts = send ? ps->eager_sends : ps->eager_recvs; /* per ring */
+  int s = send ? 0 : 1;
+  if (ps->launch[s] != p->launch) { /* this launch's first message of the pair and side */
+    ps->launch[s] = p->launch;
+    memcpy(ps->eager_base[s], eager_counts, sizeof(ps->eager_base[s]));
+  }
   /* Every earlier message of the pair is posted: its path is known. */
   p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
-  if (p->eager_ok && !mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) {
+  if (p->eager_ok && !mpn_eager_free(p->pair, p->eager_ok, p->eager_n) && !slot_wait(p, ps, s)) {
     p->eager_ok = MPN_EAGER_NONE;
     comm->p2p->no_slot++;
   }
@@ -594,15 +653,18 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   cudaGetDevice(&saved);
   int current = saved;
   ncclResult_t first_error = ncclSuccess;
+  uint64_t launch = __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
   int i = 0;
   for (mpn_op_t* op = ops; op; op = op->next) {
     if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
     plans[i].op = op;
+    plans[i].launch = launch;
     mpn_cuda_switch_device(&current, op->comm->cuda_dev);
     ncclResult_t res = plan_prepare(&plans[i], i ? &plans[i - 1] : NULL);
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
+  sliced_inbox(plans, n);
   delegate_wait(plans, n);
   mpn_keep(&first_error, post_all(plans, n, &current));
   ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
@@ -699,10 +761,12 @@ void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_
 void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
-           "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot",
+           "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot, "
+           "%llu waited for one",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
-           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot);
+           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot,
+           (unsigned long long)comm->p2p->slot_waits);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);

@@ -37,6 +37,7 @@ typedef struct {
   int eager;          /* the ring the message goes through (src/dst name its slot, bytes below), or 0 */
   size_t eager_bytes; /* send: bytes copied in; receive: most bytes copied out */
   uint64_t eager_n;   /* its number among the pair's eager messages (eager.h) */
+  uint64_t launch;    /* which launch of the process posts it (p2p.c) */
 } plan_t;
 
 /**

@@ -314,14 +314,12 @@ typedef struct {
   size_t bytes;
 } sync_count_t;
 
-/* (nopoll: the kernel would take no waits, so it may run where processes
- * time-slice the GPU: see sliced_eager) */
-static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1, int nopoll) {
+static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
   sync_count_t c = {1, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if ((!p->spin && !nopoll) || p->stage) c.ok = 0;
+    if (!p->spin || p->stage) c.ok = 0;
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
@@ -354,14 +352,12 @@ static int sync_wanted(const sync_count_t* c) {
   return c->eager > 0 || c->waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS);
 }
 
-/* Adds phase's operations of stream s to round of k (in the table's order),
- * its waits too unless nopoll; 0 if the table refused one (sync_fits rules
- * that out). */
-static int sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int phase, int round, int nopoll) {
+/* Adds phase's operations of stream s to round of k (in the table's order);
+ * 0 if the table refused one (sync_fits rules that out). */
+static int sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int phase, int round) {
   int ok = 1;
   for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++)
     for (int i = 0; i < n; i++) {
-      if (nopoll && part == MPN_SYNC_WAIT) break;
       plan_t* p = &plans[i];
       mpn_sync_flag_t f;
       mpn_copy_t c;
@@ -404,62 +400,25 @@ static void grid_take(const plan_t* plans, int n, cudaStream_t s, mpn_sync_t* k)
 
 /* Halves half0..half1 of stream s as one kernel, each phase a round (its
  * copies on several blocks when grid: the launch has this stream only); 0
- * in *issued (nothing enqueued) if the table refused an operation.  With
- * nopoll the waits go before the kernel as one batch of stream memory
- * operations instead (a single half only). */
+ * in *issued (nothing enqueued) if the table refused an operation. */
 static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1,
-                               int grid, int nopoll, int* issued) {
+                               int grid, int* issued) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(plans, n, s);
   int first = half_phases[half0][0], ok = 1;
   for (int phase = first; phase <= half_phases[half1][1]; phase++)
-    ok &= sync_fill(&k, plans, n, s, phase, phase - first, nopoll);
+    ok &= sync_fill(&k, plans, n, s, phase, phase - first);
   *issued = ok;
   if (!ok) {
     MPN_WARN("a flag kernel's table refused an operation: stream memory operations instead");
     return ncclSuccess;
   }
-  ncclResult_t res = ncclSuccess;
-  if (nopoll) {
-    mpn_memops_t b;
-    mpn_memops_init(&b, drv, s);
-    for (int phase = first; phase <= half_phases[half1][1]; phase++)
-      for (int i = 0; i < n; i++) {
-        mpn_sync_flag_t f;
-        const plan_t* p = &plans[i];
-        if (p->posted && p->op->stream == s && plan_part(p, phase, MPN_SYNC_WAIT, &f))
-          mpn_keep(&res, mpn_memops_add(&b, f.addr, f.value, (int)f.kind));
-      }
-    mpn_keep(&res, mpn_memops_flush(&b));
-  }
-  if (mpn_sync_nflags(&k) == 0) return res;
+  if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
   if (grid) grid_take(plans, n, s, &k);
-  mpn_keep(&res, mpn_sync_issue(drv, &k, s));
+  ncclResult_t res = mpn_sync_issue(drv, &k, s);
   if (half0 == 0) mark_imports_used(plans, n, s);
   return res;
-}
-
-/*
- * Where processes time-slice the GPU, no kernel may poll for a peer (DESIGN
- * rule 1), but one without waits may still carry a half's copies and flag
- * writes.  A stream whose messages all go through inboxes (p2p.c: launches
- * with several processes of a time-sliced GPU) does its front half as one
- * kernel (copies in, "done") and its back half as one batch of waits for
- * "done" and one kernel (copies out, slots freed): three stream items
- * instead of five.  Each process's items run in its own time slice, one
- * process after another, so every item saved counts once per process and
- * exchange.
- */
-static int sliced_eager(const plan_t* plans, int n, cudaStream_t s) {
-  int any = 0;
-  for (int i = 0; i < n; i++) {
-    const plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s) continue;
-    if (!p->eager || p->spin || p->graph) return 0;
-    any = 1;
-  }
-  return any;
 }
 
 /* Whether every plan of the launch uses one stream (*out). */
@@ -473,13 +432,12 @@ static int single_stream(const plan_t* plans, int n, cudaStream_t* out) {
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current) {
   ncclResult_t first = ncclSuccess;
   cudaStream_t only = NULL;
-  int one = single_stream(plans, n, &only);
-  if (one) {
-    sync_count_t both = sync_count(plans, n, only, 0, 1, 0);
+  if (single_stream(plans, n, &only)) {
+    sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
     if (sync_fits(&both, 1)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
-      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, 1, 0, &issued);
+      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, 1, &issued);
       if (issued) return res;
     }
   }
@@ -490,13 +448,9 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
       if (seen) continue;
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      sync_count_t c = sync_count(plans, n, s, half, half, 0);
+      sync_count_t c = sync_count(plans, n, s, half, half);
       int issued = 0;
-      if (sync_wanted(&c) && sync_fits(&c, 0)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, 0, &issued));
-      if (!issued && sliced_eager(plans, n, s)) {
-        c = sync_count(plans, n, s, half, half, 1);
-        if (sync_fits(&c, one)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, one, 1, &issued));
-      }
+      if (sync_wanted(&c) && sync_fits(&c, 0)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, &issued));
       if (!issued) mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
     }
   return first;

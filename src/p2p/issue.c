@@ -149,13 +149,12 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
  * sends' copies into the inboxes and their "done" writes, which wait for
  * nothing and so come before any wait (a peer's later "ready" may depend on
  * them); the waits for the peers' "ready" (second side); the copies; one
- * batch with the "done" writes (second side).  Within a batch the
+ * batch with the "done" writes (second side), left open with keep_open
+ * for the back half's waits (b: an empty batch on s).  Within a batch the
  * operations run in order.
  */
-static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b, int keep_open) {
   ncclResult_t first = ncclSuccess;
-  mpn_memops_t b;
-  mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
@@ -166,15 +165,15 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
   for (int i = 0; i < n; i++) { /* ready writes */
     plan_t* p = &plans[i];
     if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager)
-      mpn_keep(&first, plan_flag(&b, p, 0, 0));
+      mpn_keep(&first, plan_flag(b, p, 0, 0));
   }
   int eager = 0;
   for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
   if (eager) { /* eager sends wait for nothing: before any wait for a peer */
-    mpn_keep(&first, mpn_memops_flush(&b));
+    mpn_keep(&first, mpn_memops_flush(b));
     mpn_keep(&first, issue_copies(plans, n, s, 1));
     for (int i = 0; i < n; i++)
-      if (eager_on(&plans[i], s, MPN_OP_SEND)) mpn_keep(&first, plan_flag(&b, &plans[i], 1, 0));
+      if (eager_on(&plans[i], s, MPN_OP_SEND)) mpn_keep(&first, plan_flag(b, &plans[i], 1, 0));
   }
   for (int i = 0; i < n; i++) { /* waits for ready */
     plan_t* p = &plans[i];
@@ -184,18 +183,18 @@ static ncclResult_t issue_front(const mpn_driver_t* drv, plan_t* plans, int n, c
       mpn_event_put(p->ev_dev, p->ev);
       p->ev = NULL;
     } else {
-      mpn_keep(&first, plan_flag(&b, p, 0, 1));
+      mpn_keep(&first, plan_flag(b, p, 0, 1));
     }
   }
-  mpn_keep(&first, mpn_memops_flush(&b));
+  mpn_keep(&first, mpn_memops_flush(b));
   mpn_keep(&first, issue_copies(plans, n, s, 0));
   for (int i = 0; i < n; i++) { /* done writes (and events) */
     plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
     if (p->local) publish_done(p, s);
-    mpn_keep(&first, plan_flag(&b, p, 1, 0));
+    mpn_keep(&first, plan_flag(b, p, 1, 0));
   }
-  mpn_keep(&first, mpn_memops_flush(&b));
+  if (!keep_open) mpn_keep(&first, mpn_memops_flush(b));
   return first;
 }
 
@@ -221,25 +220,25 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   return first;
 }
 
-/* Second half: the waits for "done" (first side), then a memory-pool
- * receive buffer's data comes out of its stage. */
-static ncclResult_t issue_back(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s) {
+/* Second half: the waits for "done" (first side; added to b, which may
+ * still hold the front's last batch), then a memory-pool receive buffer's
+ * data comes out of its stage. */
+static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b) {
   ncclResult_t first = ncclSuccess;
-  mpn_memops_t b;
-  mpn_memops_init(&b, drv, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (eager_on(p, s, MPN_OP_RECV)) mpn_keep(&first, plan_flag(&b, p, 1, 1));
+    if (eager_on(p, s, MPN_OP_RECV)) mpn_keep(&first, plan_flag(b, p, 1, 1));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
     cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
+    if (done) mpn_keep(&first, mpn_memops_flush(b)); /* what the batch holds comes first */
     ncclResult_t waited = done ? mpn_cuda_result(NULL, cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent")
                                : ncclInvalidUsage;
     if (done) mpn_event_put(dev, done);
-    if (waited != ncclSuccess) mpn_keep(&first, plan_flag(&b, p, 1, 1)); /* the flag, then */
+    if (waited != ncclSuccess) mpn_keep(&first, plan_flag(b, p, 1, 1)); /* the flag, then */
   }
-  mpn_keep(&first, mpn_memops_flush(&b));
-  mpn_keep(&first, issue_eager_out(plans, n, s, &b));
+  mpn_keep(&first, mpn_memops_flush(b));
+  mpn_keep(&first, issue_eager_out(plans, n, s, b));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->stage || !p->posted || p->op->stream != s) continue;
@@ -432,7 +431,9 @@ static int single_stream(const plan_t* plans, int n, cudaStream_t* out) {
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current) {
   ncclResult_t first = ncclSuccess;
   cudaStream_t only = NULL;
-  if (single_stream(plans, n, &only)) {
+  int one = single_stream(plans, n, &only);
+  mpn_memops_t open; /* a launch of one stream: the front's last batch, still open for the back's waits */
+  if (one) {
     sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
     if (sync_fits(&both, 1)) { /* one stream item for the whole launch */
@@ -450,8 +451,16 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half, half);
       int issued = 0;
-      if (sync_wanted(&c) && sync_fits(&c, 0)) mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, &issued));
-      if (!issued) mpn_keep(&first, half == 0 ? issue_front(drv, plans, n, s) : issue_back(drv, plans, n, s));
+      if (sync_wanted(&c) && sync_fits(&c, 0)) {
+        if (half == 1 && one) mpn_keep(&first, mpn_memops_flush(&open)); /* the front's batch goes first */
+        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, &issued));
+      }
+      if (issued) continue;
+      /* With one stream the front's "done" batch takes the back's waits as
+       * well: one stream item less, which on a time-sliced GPU every
+       * process pays in turn. */
+      if (half == 0 || !one) mpn_memops_init(&open, drv, s);
+      mpn_keep(&first, half == 0 ? issue_front(plans, n, s, &open, one) : issue_back(plans, n, s, &open));
     }
   return first;
 }

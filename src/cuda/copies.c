@@ -24,7 +24,7 @@ ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t 
     MPN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
     return ncclSuccess;
   }
-  return mpn_copies_add_kernel(c, &(mpn_copy_t){src, dst, bytes, NULL, NULL});
+  return mpn_copies_add_kernel(c, &(mpn_copy_t){src, dst, bytes, NULL, NULL, NULL, 0, NULL});
 }
 
 ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy) {

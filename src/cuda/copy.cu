@@ -31,6 +31,14 @@ __global__ void copy_batch(const batch_t<N> b) {
     *(volatile unsigned long long*)c.size_out = c.bytes;
   const size_t first = (size_t)(blockIdx.x % b.blocks) * kThreads + threadIdx.x;
   mpn::copy_range(c.src, c.dst, c.bytes, first, (size_t)b.blocks * kThreads);
+  if (!c.then) return;
+  __syncthreads(); /* every read of this block is done */
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(c.arrivals, 1u) != (unsigned)b.blocks - 1) return;
+  *(volatile unsigned*)c.arrivals = 0; /* the last block: ready for the next use */
+  __threadfence_system();
+  *(volatile unsigned long long*)c.then = c.then_value;
 }
 
 // Blocks per copy: one step of the copy loop (kUnroll 16-byte words per

@@ -25,6 +25,13 @@ typedef struct {
   size_t bytes;
   const unsigned long long* limit; /**< device address of a byte count, or NULL */
   unsigned long long* size_out;    /**< device address that receives bytes, or NULL */
+  /* Batched copy kernel only (the flag kernel writes its own flags): once
+   * every block of the copy is done with it, *then = then_value (a receive's
+   * inbox slot freed, read by a host: no stream operation of its own).
+   * arrivals counts the blocks; it is zero between uses. */
+  unsigned long long* then; /**< host-visible word, or NULL */
+  unsigned long long then_value;
+  unsigned int* arrivals; /**< device counter, with then */
 } mpn_copy_t;
 
 /** Copies per launch; the table travels as the kernel's argument. */

@@ -49,6 +49,12 @@ enum { MPN_EAGER_NONE = 0, MPN_EAGER_SMALL = 1, MPN_EAGER_BIG = 2 };
 #define MPN_EAGER_BIG_SIZES_OFFSET (MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t))
 #define MPN_EAGER_BIG_DATA_OFFSET (MPN_EAGER_DATA_OFFSET + (size_t)MPN_EAGER_SLOTS * MPN_EAGER_SLOT_BYTES)
 
+/* Then one counter per slot (small ones, then big ones), in the zeroed part
+ * of the block after the signals: the blocks of the receiver's copy out of
+ * the slot count themselves there, and the last frees the slot
+ * (mpn_copy_t.then). */
+#define MPN_EAGER_ARRIVALS_OFFSET ((size_t)24576)
+
 _Static_assert(MPN_PAIR_FLAGS * sizeof(uint64_t) <= MPN_EAGER_SIZES_OFFSET,
                "the pair's flags run into the inbox");
 _Static_assert(MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DSIGNAL_OFFSET,
@@ -56,6 +62,10 @@ _Static_assert(MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t) <= MP
 _Static_assert(MPN_PAIR_DSIGNAL_OFFSET + MPN_PAIR_RMA_CTX * sizeof(uint64_t) <= MPN_PAIR_DZERO_BYTES &&
                    MPN_PAIR_DZERO_BYTES <= MPN_EAGER_DATA_OFFSET,
                "the signals run into the inbox's slots");
+_Static_assert(MPN_PAIR_DSIGNAL_OFFSET + MPN_PAIR_RMA_CTX * sizeof(uint64_t) <= MPN_EAGER_ARRIVALS_OFFSET &&
+                   MPN_EAGER_ARRIVALS_OFFSET + (MPN_EAGER_SLOTS + MPN_EAGER_BIG_SLOTS) * sizeof(uint32_t) <=
+                       MPN_PAIR_DZERO_BYTES,
+               "the slots' counters run into the signals or out of the zeroed part");
 _Static_assert(MPN_EAGER_BIG_SIZES_OFFSET + MPN_EAGER_BIG_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DSIGNAL_OFFSET,
                "the big slots' size words run into the signals");
 _Static_assert(MPN_EAGER_BIG_DATA_OFFSET + (size_t)MPN_EAGER_BIG_SLOTS * MPN_EAGER_BIG_BYTES <= MPN_IPC_BLOCK_BYTES,
@@ -98,6 +108,12 @@ static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, int kind, uint6
 static inline CUdeviceptr mpn_eager_size(const mpn_pair_t* pair, int kind, uint64_t n) {
   size_t at = kind == MPN_EAGER_BIG ? MPN_EAGER_BIG_SIZES_OFFSET : MPN_EAGER_SIZES_OFFSET;
   return pair->dflags + at + (CUdeviceptr)(n % mpn_eager_slots(kind)) * sizeof(uint64_t);
+}
+
+/** Device address of the counter of eager message n's slot (zero between uses). */
+static inline CUdeviceptr mpn_eager_arrivals(const mpn_pair_t* pair, int kind, uint64_t n) {
+  uint64_t at = kind == MPN_EAGER_BIG ? MPN_EAGER_SLOTS + n % MPN_EAGER_BIG_SLOTS : n % MPN_EAGER_SLOTS;
+  return pair->dflags + MPN_EAGER_ARRIVALS_OFFSET + (CUdeviceptr)at * sizeof(uint32_t);
 }
 
 #endif /* MPN_P2P_EAGER_H_ */

@@ -40,7 +40,7 @@ static int eager_copy(const plan_t* p, mpn_copy_t* c) {
   int send = p->op->kind == MPN_OP_SEND;
   if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
   unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager, p->eager_n);
-  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
+  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL, NULL, 0, NULL};
   return 1;
 }
 
@@ -198,8 +198,9 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   return first;
 }
 
-/* Eager receives on stream s: copies out of the inbox, then the words that
- * free their slots. */
+/* Eager receives on stream s: copies out of the inbox, whose kernel then
+ * writes the words that free their slots (a batch of stream memory
+ * operations writes those of receives that copy nothing). */
 static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b) {
   ncclResult_t first = ncclSuccess;
   mpn_copies_t copies;
@@ -207,16 +208,19 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     mpn_copy_t c;
-    if (eager_on(p, s, MPN_OP_RECV) && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
-  }
-  mpn_keep(&first, mpn_copies_flush(&copies));
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (eager_on(p, s, MPN_OP_RECV))
-      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1,
-                                      MPN_MEMOP_WRITE));
+    if (!eager_on(p, s, MPN_OP_RECV)) continue;
+    CUdeviceptr freed = mpn_eager_freed(p->pair, p->eager, p->eager_n);
+    if (eager_copy(p, &c)) {
+      c.then = (unsigned long long*)(uintptr_t)freed;
+      c.then_value = p->eager_n + 1;
+      c.arrivals = (unsigned int*)(uintptr_t)mpn_eager_arrivals(p->pair, p->eager, p->eager_n);
+      mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
+    } else {
+      mpn_keep(&first, mpn_memops_add(b, freed, p->eager_n + 1, MPN_MEMOP_WRITE));
+    }
   }
   mpn_keep(&first, mpn_memops_flush(b));
+  mpn_keep(&first, mpn_copies_flush(&copies));
   return first;
 }
 
@@ -302,7 +306,7 @@ static int plan_copy(const plan_t* p, int phase, mpn_copy_t* c) {
   int send = p->op->kind == MPN_OP_SEND;
   if (p->eager) return ((phase == 0 && send) || (phase == 2 && !send)) && eager_copy(p, c);
   if (phase != 1 || p->role != MPN_POST_SECOND || !p->move || p->op->bytes == 0) return 0;
-  *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL};
+  *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL, NULL, 0, NULL};
   return 1;
 }
 

@@ -751,11 +751,12 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
 }
 
-void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot) {
+void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot, uint64_t* slot_waits) {
   const struct mpn_p2p* s = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   eager[0] = s ? s->eager[0] : 0;
   eager[1] = s ? s->eager[1] : 0;
   *no_slot = s ? s->no_slot : 0;
+  if (slot_waits) *slot_waits = s ? s->slot_waits : 0;
 }
 
 void mpn_p2p_free(struct ncclComm* comm) {

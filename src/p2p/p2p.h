@@ -50,8 +50,9 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 void mpn_p2p_free(struct ncclComm* comm);
 
 /** How comm's messages went so far: through the inbox's small and big rings
- * (eager[0], eager[1]), and how many first sides found their slot in use
- * (for tests and the destroy log). */
-void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot);
+ * (eager[0], eager[1]), how many first sides found their slot in use
+ * (no_slot), and how many waited on the host for it (slot_waits, a
+ * time-sliced GPU; may be NULL).  For tests and the destroy log. */
+void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot, uint64_t* slot_waits);
 
 #endif /* MPN_P2P_P2P_H_ */

@@ -22,6 +22,19 @@ __global__ static void check_kernel(const unsigned char* buf, size_t bytes, uint
   if (mine) atomicAdd(bad, mine);
 }
 
+__global__ static void busy_kernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+extern "C" void gpu_busy(unsigned us, cudaStream_t stream) {
+  busy_kernel<<<1, 1, 0, stream>>>(us * 1000ull);
+}
+
 static unsigned grid_for(size_t bytes) {
   size_t blocks = (bytes + 255) / 256;
   return (unsigned)(blocks < 4096 ? (blocks ? blocks : 1) : 4096);

@@ -17,6 +17,10 @@ extern "C" {
 /** Fills bytes at buf with the pattern of seed, on stream. */
 void pattern_fill(void* buf, size_t bytes, uint32_t seed, cudaStream_t stream);
 
+/** Keeps stream's GPU busy for about us microseconds (one thread; no
+ * other rank is polled): work that puts a GPU behind its host. */
+void gpu_busy(unsigned us, cudaStream_t stream);
+
 /** Number of bytes at buf that differ from the pattern of seed (synchronizes stream). */
 unsigned long long pattern_check(const void* buf, size_t bytes, uint32_t seed, cudaStream_t stream);
 

@@ -514,28 +514,39 @@ static void many_small(void) {
   cudaFree(r);
 }
 
-/* Whether messages between this rank and peer may take the pair's inbox:
- * another process on this GPU whose kernels run beside ours (MPS), with
- * the inbox's parameters at their defaults. */
-static int inbox_between(int peer) {
+/* Whether another process shares this rank's GPU without MPS (time-sliced),
+ * with the time-sliced inbox's parameter at its default. */
+static int sliced_between(int peer) {
   return comm->transport[peer] == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(&comm->topo, rank, peer) &&
-         mpn_topo_kernels_concurrent(&comm->topo, rank, peer) && getenv("MPINCCL_EAGER_MAX") == NULL &&
-         getenv("MPINCCL_EAGER_BIG_MAX") == NULL;
+         comm->topo.gpu_sliced[rank] && getenv("MPINCCL_SLICED_INBOX_WAIT_US") == NULL;
 }
 
-/* Sums of every rank's inbox counters (mpn_p2p_stats): big ring, no free slot. */
-static void inbox_counts(uint64_t* big, uint64_t* no_slot) {
-  uint64_t eager[2], mine[2], all[2];
-  mpn_p2p_stats(comm, eager, &mine[1]);
+/* Whether messages between this rank and peer may take the pair's inbox,
+ * with the inbox's parameters at their defaults: another process on this
+ * GPU whose kernels run beside ours (MPS), or, in launches with several
+ * processes of a time-sliced GPU (several_peers), any other process on it. */
+static int inbox_between(int peer, int several_peers) {
+  return comm->transport[peer] == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(&comm->topo, rank, peer) &&
+         (mpn_topo_kernels_concurrent(&comm->topo, rank, peer) || (several_peers && sliced_between(peer))) &&
+         getenv("MPINCCL_EAGER_MAX") == NULL && getenv("MPINCCL_EAGER_BIG_MAX") == NULL;
+}
+
+/* Sums of every rank's inbox counters (mpn_p2p_stats): big ring, no free
+ * slot, host waits for a slot. */
+static void inbox_counts(uint64_t* big, uint64_t* no_slot, uint64_t* waits) {
+  uint64_t eager[2], mine[3], all[3];
+  mpn_p2p_stats(comm, eager, &mine[1], &mine[2]);
   mine[0] = eager[1];
-  MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   *big = all[0];
   *no_slot = all[1];
+  if (waits) *waits = all[2];
 }
 
 /*
  * Messages between MPINCCL_EAGER_MAX and 192 KiB take the inbox's 4 big
- * slots under MPS.  One group of 6 each way: the 5th and 6th find their
+ * slots under MPS (and without it, from 3 ranks on, where each group has
+ * two peers on the time-sliced GPU).  One group of 6 each way: the 5th and 6th find their
  * slots held by the 1st and 2nd, which cannot be copied out before the
  * group runs, and take the two-hop path.  Then, one group at a time (each
  * waited for), rounds reuse the slots.  Every byte is checked; where the
@@ -546,7 +557,7 @@ static void big_inbox(void) {
   static const size_t sizes[GROUP + ROUNDS] = {4097, 150000, 196608, 100003, 150000, 8192,
                                                150000, 196608, 4097, 150000, 150000, 150000};
   int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
-  int applies = nranks > 1 && inbox_between(to) && inbox_between(from), all_apply = 0;
+  int applies = nranks > 1 && inbox_between(to, to != from) && inbox_between(from, to != from), all_apply = 0;
   MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   char *s[GROUP + ROUNDS], *r[GROUP + ROUNDS];
   for (int k = 0; k < GROUP + ROUNDS; k++) {
@@ -557,14 +568,14 @@ static void big_inbox(void) {
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
   uint64_t big0, none0, big1, none1, big2, none2;
-  inbox_counts(&big0, &none0);
+  inbox_counts(&big0, &none0, NULL);
   EXPECT_OK(ncclGroupStart());
   for (int k = 0; k < GROUP; k++) EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
   for (int k = 0; k < GROUP; k++) EXPECT_OK(ncclRecv(r[k], sizes[k], ncclInt8, from, comm, stream));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
-  inbox_counts(&big1, &none1);
+  inbox_counts(&big1, &none1, NULL);
   for (int k = GROUP; k < GROUP + ROUNDS; k++) {
     EXPECT_OK(ncclGroupStart());
     EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
@@ -573,7 +584,7 @@ static void big_inbox(void) {
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
     MPI_Barrier(MPI_COMM_WORLD); /* both sides' copies out: the slots are free */
   }
-  inbox_counts(&big2, &none2);
+  inbox_counts(&big2, &none2, NULL);
   if (all_apply) { /* each message is counted by its two sides; nranks directed pairs */
     uint64_t sides = 2 * (uint64_t)nranks;
     EXPECT(big1 - big0 == sides * 4 && none1 - none0 >= (uint64_t)nranks * 2);
@@ -586,6 +597,53 @@ static void big_inbox(void) {
     cudaFree(s[k]);
     cudaFree(r[k]);
   }
+}
+
+/*
+ * Without MPS a launch with several processes of the GPU takes the inbox
+ * too, its host waiting (MPINCCL_SLICED_INBOX_WAIT_US) for slots that the
+ * receiver's GPU has not freed yet.  A ring of 150000-byte messages (two
+ * peers per launch from 3 ranks on), 12 launches back to back, each behind
+ * 200 us of GPU work, so the hosts run ahead of the GPU and wait.  Then rank
+ * 0's host sleeps 100 ms before its launches: the rank that sends to it
+ * waits for slots rank 0 cannot free yet, gives up (20 ms) and sends the
+ * rest by the two-hop path.  Every byte is checked; where this applies the
+ * counters must show the big ring and the waits.
+ */
+static void sliced_inbox(void) {
+  enum { LAUNCHES = 12, BYTES = 150000 };
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  int applies = nranks > 2 && sliced_between(to) && sliced_between(from) && inbox_between(to, 1), all_apply = 0;
+  MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  char *s = dev_alloc((size_t)LAUNCHES * BYTES), *r = dev_alloc((size_t)LAUNCHES * BYTES);
+  for (int phase = 0; phase < 2; phase++) {
+    for (int k = 0; k < LAUNCHES; k++)
+      pattern_fill(s + (size_t)k * BYTES, BYTES, seed_of(rank, to, 11000 + phase * LAUNCHES + k), stream);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t big0, none0, waits0, big1, none1, waits1;
+    inbox_counts(&big0, &none0, &waits0);
+    if (phase == 1 && rank == 0) usleep(100000);
+    for (int k = 0; k < LAUNCHES; k++) {
+      gpu_busy(200, stream);
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(s + (size_t)k * BYTES, BYTES, ncclInt8, to, comm, stream));
+      EXPECT_OK(ncclRecv(r + (size_t)k * BYTES, BYTES, ncclInt8, from, comm, stream));
+      EXPECT_OK(ncclGroupEnd());
+    }
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+    inbox_counts(&big1, &none1, &waits1);
+    if (all_apply && phase == 0) /* both sides count each message; the slots were free for the first 4 */
+      EXPECT(big1 - big0 >= 2 * (uint64_t)nranks * 4 && waits1 > waits0);
+    for (int k = 0; k < LAUNCHES; k++) {
+      char what[64];
+      snprintf(what, sizeof(what), "sliced_inbox phase %d launch %d", phase, k);
+      expect_pattern(r + (size_t)k * BYTES, BYTES, seed_of(from, rank, 11000 + phase * LAUNCHES + k), what);
+    }
+  }
+  cudaFree(s);
+  cudaFree(r);
 }
 
 /* More than 512 messages to one peer in one group are refused before
@@ -697,6 +755,7 @@ int main(int argc, char** argv) {
   STEP(many_small());
   STEP(host_ahead());
   STEP(big_inbox());
+  STEP(sliced_inbox());
   STEP(grid_copies());
   STEP(if (!harness_over_ucx()) group_limit());
   STEP(reallocated());

@@ -437,6 +437,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
   cudaStream_t only = NULL;
   int one = single_stream(plans, n, &only);
   mpn_memops_t open; /* a launch of one stream: the front's last batch, still open for the back's waits */
+  if (one) mpn_memops_init(&open, drv, only);
   if (one) {
     sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
@@ -463,7 +464,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
       /* With one stream the front's "done" batch takes the back's waits as
        * well: one stream item less, which on a time-sliced GPU every
        * process pays in turn. */
-      if (half == 0 || !one) mpn_memops_init(&open, drv, s);
+      if (!one) mpn_memops_init(&open, drv, s);
       mpn_keep(&first, half == 0 ? issue_front(plans, n, s, &open, one) : issue_back(plans, n, s, &open));
     }
   return first;

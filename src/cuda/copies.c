@@ -7,14 +7,15 @@
 #include "core/param.h"
 
 void mpn_copies_init(mpn_copies_t* c, cudaStream_t stream) {
-  c->n = 0;
+  c->n = c->nthen = 0;
   c->kernel_max = (size_t)mpn_param_int(MPN_PARAM_COPY_KERNEL_MAX);
   c->stream = stream;
 }
 
 ncclResult_t mpn_copies_flush(mpn_copies_t* c) {
-  if (c->n) MPN_CUDA_CHECK(mpn_copy_batch_launch(c->batch, c->n, c->stream));
-  c->n = 0;
+  int n = c->n, nthen = c->nthen;
+  c->n = c->nthen = 0; /* a failed batch is not launched again by the next flush */
+  if (n) MPN_CUDA_CHECK(mpn_copy_batch_launch(c->batch, nthen ? c->then : NULL, n, c->stream));
   return ncclSuccess;
 }
 
@@ -24,10 +25,18 @@ ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t 
     MPN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
     return ncclSuccess;
   }
-  return mpn_copies_add_kernel(c, &(mpn_copy_t){src, dst, bytes, NULL, NULL, NULL, 0, NULL});
+  return mpn_copies_add_kernel(c, &(mpn_copy_t){src, dst, bytes, NULL, NULL});
 }
 
 ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy) {
+  c->then[c->n] = (mpn_copy_then_t){NULL, 0, NULL};
   c->batch[c->n++] = *copy;
   return c->n == MPN_COPY_BATCH ? mpn_copies_flush(c) : ncclSuccess;
+}
+
+ncclResult_t mpn_copies_add_then(mpn_copies_t* c, const mpn_copy_t* copy, const mpn_copy_then_t* then) {
+  c->then[c->n] = *then;
+  c->batch[c->n++] = *copy;
+  c->nthen++;
+  return c->n == MPN_COPY_BATCH || c->nthen == MPN_COPY_THENS ? mpn_copies_flush(c) : ncclSuccess;
 }

@@ -15,7 +15,8 @@
 
 typedef struct {
   mpn_copy_t batch[MPN_COPY_BATCH];
-  int n;
+  mpn_copy_then_t then[MPN_COPY_BATCH]; /* what each copy does afterwards (mpn_copies_add_then) */
+  int n, nthen;
   size_t kernel_max;
   cudaStream_t stream;
 } mpn_copies_t;
@@ -32,6 +33,12 @@ ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t 
  * the stream's GPU.
  */
 ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy);
+
+/**
+ * Adds one copy as mpn_copies_add_kernel does, after which the kernel does
+ * then (a word written once the copy is done).
+ */
+ncclResult_t mpn_copies_add_then(mpn_copies_t* c, const mpn_copy_t* copy, const mpn_copy_then_t* then);
 
 /** Launches the batched copies still held. */
 ncclResult_t mpn_copies_flush(mpn_copies_t* c);

@@ -19,6 +19,8 @@ template <int N>
 struct batch_t {
   int n, blocks; /* copies, blocks per copy */
   mpn_copy_t c[N];
+  mpn_copy_then_t then[MPN_COPY_THENS < N ? MPN_COPY_THENS : N];
+  signed char then_of[N]; /* index in then, or -1 */
 };
 
 template <int N>
@@ -31,14 +33,15 @@ __global__ void copy_batch(const batch_t<N> b) {
     *(volatile unsigned long long*)c.size_out = c.bytes;
   const size_t first = (size_t)(blockIdx.x % b.blocks) * kThreads + threadIdx.x;
   mpn::copy_range(c.src, c.dst, c.bytes, first, (size_t)b.blocks * kThreads);
-  if (!c.then) return;
+  if (b.then_of[which] < 0) return;
+  const mpn_copy_then_t t = b.then[b.then_of[which]];
   __syncthreads(); /* every read of this block is done */
   if (threadIdx.x != 0) return;
   __threadfence();
-  if (atomicAdd(c.arrivals, 1u) != (unsigned)b.blocks - 1) return;
-  *(volatile unsigned*)c.arrivals = 0; /* the last block: ready for the next use */
+  if (atomicAdd(t.arrivals, 1u) != (unsigned)b.blocks - 1) return;
+  *(volatile unsigned*)t.arrivals = 0; /* the last block: ready for the next use */
   __threadfence_system();
-  *(volatile unsigned long long*)c.then = c.then_value;
+  *(volatile unsigned long long*)t.word = t.value;
 }
 
 // Blocks per copy: one step of the copy loop (kUnroll 16-byte words per
@@ -53,19 +56,29 @@ int blocks_per_copy(const mpn_copy_t* copies, int n) {
 }
 
 template <int N>
-cudaError_t launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
+cudaError_t launch(const mpn_copy_t* copies, const mpn_copy_then_t* thens, int n, cudaStream_t stream) {
   batch_t<N> b;
+  const int most = (int)(sizeof(b.then) / sizeof(b.then[0]));
+  int nthen = 0;
   b.n = n;
   b.blocks = blocks_per_copy(copies, n);
-  for (int i = 0; i < n; i++) b.c[i] = copies[i];
+  for (int i = 0; i < n; i++) {
+    b.c[i] = copies[i];
+    b.then_of[i] = -1;
+    if (!thens || !thens[i].word) continue;
+    if (nthen == most) return cudaErrorInvalidValue;
+    b.then_of[i] = (signed char)nthen;
+    b.then[nthen++] = thens[i];
+  }
   void* args[] = {&b}; /* the launch's own result, not an older error of the thread */
   return cudaLaunchKernel((const void*)copy_batch<N>, dim3(n * b.blocks), dim3(kThreads), args, 0, stream);
 }
 
 }  // namespace
 
-extern "C" cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, int n, cudaStream_t stream) {
+extern "C" cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, const mpn_copy_then_t* thens, int n,
+                                             cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (n > MPN_COPY_BATCH) return cudaErrorInvalidValue;
-  return n <= 4 ? launch<4>(copies, n, stream) : launch<MPN_COPY_BATCH>(copies, n, stream);
+  return n <= 4 ? launch<4>(copies, thens, n, stream) : launch<MPN_COPY_BATCH>(copies, thens, n, stream);
 }

@@ -25,20 +25,32 @@ typedef struct {
   size_t bytes;
   const unsigned long long* limit; /**< device address of a byte count, or NULL */
   unsigned long long* size_out;    /**< device address that receives bytes, or NULL */
-  /* Batched copy kernel only (the flag kernel writes its own flags): once
-   * every block of the copy is done with it, *then = then_value (a receive's
-   * inbox slot freed, read by a host: no stream operation of its own).
-   * arrivals counts the blocks; it is zero between uses. */
-  unsigned long long* then; /**< host-visible word, or NULL */
-  unsigned long long then_value;
-  unsigned int* arrivals; /**< device counter, with then */
 } mpn_copy_t;
+
+/*
+ * What the batched copy kernel does once every block of a copy is done with
+ * it: *word = value (a receive's inbox slot freed, read by a host: no stream
+ * operation of its own).  arrivals counts the copy's blocks; it is zero
+ * between uses.
+ */
+typedef struct {
+  unsigned long long* word; /**< host-visible word, or NULL: nothing */
+  unsigned long long value;
+  unsigned int* arrivals; /**< device counter */
+} mpn_copy_then_t;
 
 /** Copies per launch; the table travels as the kernel's argument. */
 #define MPN_COPY_BATCH 64
+/** Copies with something to do afterwards (mpn_copy_then_t) per launch. */
+#define MPN_COPY_THENS 16
 
-/** Enqueues n (<= MPN_COPY_BATCH) copies on stream as one kernel. */
-cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, int n, cudaStream_t stream);
+/**
+ * Enqueues n (<= MPN_COPY_BATCH) copies on stream as one kernel; thens
+ * (NULL, or one per copy) says what each does afterwards, at most
+ * MPN_COPY_THENS of them something.
+ */
+cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, const mpn_copy_then_t* thens, int n,
+                                  cudaStream_t stream);
 
 #ifdef __cplusplus
 }

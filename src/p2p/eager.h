@@ -1,12 +1,12 @@
 /*
  * eager.h - the inbox of a pair, for small and medium messages (two rings
- * of slots, below) between processes whose kernels run at the same time
- * (MPS).  Where the two-hop handshake ("ready",
- * copy, "done") costs two flag latencies, an eager message costs one: the
- * sender copies it into the inbox slot of its number and raises the
- * message's "done" flag; the receiver waits for that flag and copies the
- * message out.  The inbox sits in the pair's device flag block, after the
- * flags.
+ * of slots, below) between processes of one GPU: whose kernels run at the
+ * same time (MPS), or, in launches with several processes of a time-sliced
+ * GPU, any (p2p.c).  Where the two-hop handshake ("ready", copy, "done")
+ * costs two flag latencies, an eager message costs one: the sender copies
+ * it into the inbox slot of its number and raises the message's "done"
+ * flag; the receiver waits for that flag and copies the message out.  The
+ * inbox sits in the pair's device flag block, after the flags.
  *
  * Which protocol a message takes is decided by the side that posts first
  * (by its own size and parameters) and followed by the second, so sides
@@ -15,11 +15,13 @@
  * post, and know whether every earlier message of the pair was eager), so
  * they fill the slots in turn whatever took the two-hop path in between.
  * The first side takes the inbox only if the message's slot is already
- * free: the receiver's stream writes its eager number + 1 to the pair's host
- * memory once it has copied a message out (mpn_pair_mem_t.eager_free), and
- * the host reads it there.  So no stream ever waits for a slot: a sender
- * never waits for a receiver's later work, whatever the groups on either
- * side hold.
+ * free: once the receiver has copied a message out, its eager number + 1
+ * reaches the pair's host memory (mpn_pair_mem_t.eager_free; written by
+ * the copy kernel or a stream memory operation), and the host reads it
+ * there.  So no stream ever waits for a slot: a sender's stream never waits
+ * for a receiver's later work, whatever the groups on either side hold.
+ * (On a time-sliced GPU the host may wait for the word, bounded: p2p.c,
+ * slot_wait.)
  */
 #ifndef MPN_P2P_EAGER_H_
 #define MPN_P2P_EAGER_H_

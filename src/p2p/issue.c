@@ -40,7 +40,7 @@ static int eager_copy(const plan_t* p, mpn_copy_t* c) {
   int send = p->op->kind == MPN_OP_SEND;
   if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
   unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager, p->eager_n);
-  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL, NULL, 0, NULL};
+  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
   return 1;
 }
 
@@ -199,28 +199,32 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
 }
 
 /* Eager receives on stream s: copies out of the inbox, whose kernel then
- * writes the words that free their slots (a batch of stream memory
- * operations writes those of receives that copy nothing). */
+ * writes the words that free their slots.  A batch of stream memory
+ * operations writes those of receives that copy nothing, and of all of
+ * them if a kernel launch failed (the data is lost, the slots are not). */
 static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b) {
-  ncclResult_t first = ncclSuccess;
+  ncclResult_t first = ncclSuccess, launched = ncclSuccess;
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     mpn_copy_t c;
-    if (!eager_on(p, s, MPN_OP_RECV)) continue;
-    CUdeviceptr freed = mpn_eager_freed(p->pair, p->eager, p->eager_n);
-    if (eager_copy(p, &c)) {
-      c.then = (unsigned long long*)(uintptr_t)freed;
-      c.then_value = p->eager_n + 1;
-      c.arrivals = (unsigned int*)(uintptr_t)mpn_eager_arrivals(p->pair, p->eager, p->eager_n);
-      mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
-    } else {
-      mpn_keep(&first, mpn_memops_add(b, freed, p->eager_n + 1, MPN_MEMOP_WRITE));
-    }
+    if (!eager_on(p, s, MPN_OP_RECV) || !eager_copy(p, &c)) continue;
+    mpn_copy_then_t then = {(unsigned long long*)(uintptr_t)mpn_eager_freed(p->pair, p->eager, p->eager_n),
+                            p->eager_n + 1,
+                            (unsigned int*)(uintptr_t)mpn_eager_arrivals(p->pair, p->eager, p->eager_n)};
+    mpn_keep(&launched, mpn_copies_add_then(&copies, &c, &then));
   }
+  mpn_keep(&launched, mpn_copies_flush(&copies));
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    mpn_copy_t c;
+    if (eager_on(p, s, MPN_OP_RECV) && (launched != ncclSuccess || !eager_copy(p, &c)))
+      mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1,
+                                      MPN_MEMOP_WRITE));
+  }
+  mpn_keep(&first, launched);
   mpn_keep(&first, mpn_memops_flush(b));
-  mpn_keep(&first, mpn_copies_flush(&copies));
   return first;
 }
 
@@ -234,8 +238,8 @@ static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_
     if (eager_on(p, s, MPN_OP_RECV)) mpn_keep(&first, plan_flag(b, p, 1, 1));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
+    if (p->local) mpn_keep(&first, mpn_memops_flush(b)); /* the batch's writes go out before a host wait */
     cudaEvent_t done = p->local ? await_done(p, &dev) : NULL;
-    if (done) mpn_keep(&first, mpn_memops_flush(b)); /* what the batch holds comes first */
     ncclResult_t waited = done ? mpn_cuda_result(NULL, cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent")
                                : ncclInvalidUsage;
     if (done) mpn_event_put(dev, done);
@@ -306,7 +310,7 @@ static int plan_copy(const plan_t* p, int phase, mpn_copy_t* c) {
   int send = p->op->kind == MPN_OP_SEND;
   if (p->eager) return ((phase == 0 && send) || (phase == 2 && !send)) && eager_copy(p, c);
   if (phase != 1 || p->role != MPN_POST_SECOND || !p->move || p->op->bytes == 0) return 0;
-  *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL, NULL, 0, NULL};
+  *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL};
   return 1;
 }
 

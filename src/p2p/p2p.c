@@ -8,10 +8,13 @@
  * stream's "ready" handshake, copies and "done" writes, then every stream's
  * waits for "done"; waits depend only on other ranks' earlier steps, so any
  * pattern of sends and receives inside one group completes.  Of two
- * processes sharing a GPU the lower rank waits briefly to arrive second, so
- * that it moves both directions and the other process needs no engine at
- * all (delegate_wait).  Messages enqueued while their stream is captured in
- * a CUDA graph use slots of their own whose flags go back to 0, so that every
+ * processes that time-slice a GPU (no MPS) the lower rank waits briefly to
+ * arrive second, so that it moves both directions and the other process
+ * needs no engine at all (delegate_wait); with several such processes in a
+ * launch, messages go through the receivers' inboxes instead (eager.h),
+ * the host waiting, bounded, for a slot the GPU has not freed yet
+ * (slot_wait).  Messages enqueued while their stream is captured in a CUDA
+ * graph use slots of their own whose flags go back to 0, so that every
  * replay repeats the same handshake.
  */
 #include "p2p/p2p.h"
@@ -45,7 +48,7 @@ typedef struct {
   uint64_t eager_sends[2], eager_recvs[2]; /* messages that took the pair's inbox rings (eager.h: small, big) */
   uint64_t launch[2];                      /* per side (send, receive): the launch that posted last */
   uint64_t eager_base[2][2];               /* per side and ring: the eager count when that launch began */
-  int slot_timed_out[2];                   /* per side: a host wait for a slot timed out, none again */
+  int slot_timed_out[2];                   /* per side: a host wait for a slot ran out; none until a slot is free at once */
   uint64_t errors_seen[2];
 } peer_state_t;
 
@@ -55,7 +58,8 @@ struct mpn_p2p {
   uint64_t posted, moved, delegate_timeouts;
   uint64_t eager[2];  /* messages through the inbox's small and big rings (mpn_p2p_stats) */
   uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
-  uint64_t slot_waits; /* time-sliced GPU: posts that waited on the host for a slot */
+  uint64_t slot_waits;    /* time-sliced GPU: posts that waited on the host for a slot and got it */
+  uint64_t slot_timeouts; /* ... and that waited in vain */
 };
 
 /* Numbers the launches of the process, so a pair can tell which of its
@@ -332,31 +336,37 @@ static void eager_plan(plan_t* p, int kind, size_t bytes) {
  * costs no GPU time (the GPU still has the other slots' messages queued)
  * and keeps the one-hop path.  Bounded (MPINCCL_SLICED_INBOX_WAIT_US), so a
  * receiver that cannot progress before this host posts more only delays;
- * after one such timeout the pair's side waits no more.  Never for a slot
- * whose previous message this launch posted: its copy-out comes after this
- * launch's own flags.  Returns whether the slot is free.
+ * after one such timeout the pair's side waits no more until a slot is
+ * free at once again (the peer caught up).  Never for a slot whose previous
+ * message this launch posted (its copy out comes after this launch's own
+ * flags), nor once the peer has posted this message (it chose the path
+ * already).  Returns whether the slot is free.
  */
 static int slot_wait(plan_t* p, peer_state_t* ps, int side) {
   struct ncclComm* comm = p->op->comm;
   uint64_t slots = mpn_eager_slots(p->eager_ok);
   int64_t budget_us = mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT);
-  if (!sliced_peer(p->op) || budget_us <= 0 || ps->slot_timed_out[side] ||
-      p->eager_n - slots >= ps->eager_base[side][p->eager_ok - 1])
+  int pair_side = side == 0 ? MPN_SIDE_SEND : MPN_SIDE_RECV;
+  if (!sliced_peer(p->op) || budget_us <= 0 || ps->slot_timed_out[side] || p->pair->dflags == 0 ||
+      p->eager_n < slots || p->eager_n - slots >= ps->eager_base[side][p->eager_ok - 1])
     return 0;
-  comm->p2p->slot_waits++;
   uint64_t deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
   while (!mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) {
     ncclResult_t async = mpn_comm_async(comm);
-    if (async != ncclSuccess || comm->abort_flag) return 0;
+    if (async == ncclRemoteError || async == ncclTimeout || comm->abort_flag ||
+        mpn_pair_peer_posted(p->pair, p->seq, 0, pair_side))
+      return 0;
     if (mpn_chan_now_ns() > deadline) {
       ps->slot_timed_out[side] = 1;
+      comm->p2p->slot_timeouts++;
       MPN_INFO(MPN_SUBSYS_P2P, "rank %d: no inbox slot freed by rank %d within MPINCCL_SLICED_INBOX_WAIT_US=%lld; "
-               "its %s take the two-hop path when no slot is free",
+               "its %s take the two-hop path when no slot is free, until one is free at once again",
                comm->rank, p->op->peer, (long long)budget_us, side == 0 ? "sends" : "receives");
       return 0;
     }
     usleep(5);
   }
+  comm->p2p->slot_waits++;
   return 1;
 }
 
@@ -376,7 +386,9 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   /* Every earlier message of the pair is posted: its path is known. */
   p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
-  if (p->eager_ok && !mpn_eager_free(p->pair, p->eager_ok, p->eager_n) && !slot_wait(p, ps, s)) {
+  int free_now = p->eager_ok && mpn_eager_free(p->pair, p->eager_ok, p->eager_n);
+  if (free_now) ps->slot_timed_out[s] = 0; /* the peer keeps up again */
+  if (p->eager_ok && !free_now && !slot_wait(p, ps, s)) {
     p->eager_ok = MPN_EAGER_NONE;
     comm->p2p->no_slot++;
   }
@@ -763,11 +775,11 @@ void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
            "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot, "
-           "%llu waited for one",
+           "%llu waited for one and got it, %llu in vain",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
            (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot,
-           (unsigned long long)comm->p2p->slot_waits);
+           (unsigned long long)comm->p2p->slot_waits, (unsigned long long)comm->p2p->slot_timeouts);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);

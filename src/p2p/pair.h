@@ -5,7 +5,9 @@
  * each side writes its descriptor, then claims the slot atomically; the side
  * that arrives second learns both buffers and moves the data on its own
  * stream, while the first only signals "my buffer is ready" and waits for
- * "done".  Neither host ever waits for the other.
+ * "done".  Neither host waits for the other to post, except briefly and
+ * bounded where that saves a GPU time-sliced between processes a context
+ * switch (p2p.c: delegation, inbox slots).
  */
 #ifndef MPN_P2P_PAIR_H_
 #define MPN_P2P_PAIR_H_

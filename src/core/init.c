@@ -194,6 +194,8 @@ static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
   return first;
 }
 
+static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
+
 ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   int n = 0, background = 0;
   for (mpn_init_job_t* job = jobs; job; job = job->next, n++) {
@@ -201,7 +203,11 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
     background |= !cfg->blocking;
   }
   /* Creation threads must not read the environment (see channel.c), nor
-   * start what writes it: both here, on the calling thread, before any starts. */
+   * start what writes it: both here, on the calling thread, before any
+   * starts; and one calling thread at a time (threads creating one rank
+   * each call this at once: one's driver start, which sets variables, must
+   * not meet another's first reads of the environment). */
+  pthread_mutex_lock(&preload_lock);
   mpn_log_init();
   (void)mpn_params_load();
   (void)mpn_chan_launcher_rank();
@@ -217,6 +223,7 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
       if (job->device >= 0) mpn_cuda_context_start(job->device);
     mpn_numa_preload(); /* the GPUs' NUMA nodes come from hwloc (topo.c) */
   }
+  pthread_mutex_unlock(&preload_lock);
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

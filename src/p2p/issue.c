@@ -441,8 +441,8 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* c
   cudaStream_t only = NULL;
   int one = single_stream(plans, n, &only);
   mpn_memops_t open; /* a launch of one stream: the front's last batch, still open for the back's waits */
-  if (one) mpn_memops_init(&open, drv, only);
   if (one) {
+    mpn_memops_init(&open, drv, only);
     sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
     if (sync_fits(&both, 1)) { /* one stream item for the whole launch */

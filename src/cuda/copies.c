@@ -29,14 +29,12 @@ ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t 
 }
 
 ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy) {
-  c->then[c->n] = (mpn_copy_then_t){NULL, 0, NULL};
-  c->batch[c->n++] = *copy;
-  return c->n == MPN_COPY_BATCH ? mpn_copies_flush(c) : ncclSuccess;
+  return mpn_copies_add_then(c, copy, NULL);
 }
 
 ncclResult_t mpn_copies_add_then(mpn_copies_t* c, const mpn_copy_t* copy, const mpn_copy_then_t* then) {
-  c->then[c->n] = *then;
+  c->then[c->n] = then ? *then : (mpn_copy_then_t){NULL, 0, NULL};
   c->batch[c->n++] = *copy;
-  c->nthen++;
+  c->nthen += then != NULL;
   return c->n == MPN_COPY_BATCH || c->nthen == MPN_COPY_THENS ? mpn_copies_flush(c) : ncclSuccess;
 }

@@ -36,7 +36,7 @@ ncclResult_t mpn_copies_add_kernel(mpn_copies_t* c, const mpn_copy_t* copy);
 
 /**
  * Adds one copy as mpn_copies_add_kernel does, after which the kernel does
- * then (a word written once the copy is done).
+ * then (a word written once the copy is done; NULL: nothing).
  */
 ncclResult_t mpn_copies_add_then(mpn_copies_t* c, const mpn_copy_t* copy, const mpn_copy_then_t* then);
 

@@ -45,10 +45,11 @@ typedef struct {
   mpn_pair_t *send, *recv; /* me -> peer, peer -> me */
   uint64_t send_seq, recv_seq;             /* messages not captured */
   uint64_t graph_send_seq, graph_recv_seq; /* messages captured in graphs */
-  uint64_t eager_sends[2], eager_recvs[2]; /* messages that took the pair's inbox rings (eager.h: small, big) */
-  uint64_t launch[2];                      /* per side (send, receive): the launch that posted last */
-  uint64_t eager_base[2][2];               /* per side and ring: the eager count when that launch began */
-  int slot_timed_out[2];                   /* per side: a host wait for a slot ran out; none until a slot is free at once */
+  /* Per side (MPN_SIDE_SEND, MPN_SIDE_RECV): */
+  uint64_t eager_count[2][2]; /* and ring: messages that took the pair's inbox rings (eager.h: small, big) */
+  uint64_t launch[2];         /* the launch that posted last */
+  uint64_t eager_base[2][2];  /* and ring: the eager count when that launch began */
+  int slot_timed_out[2];      /* a host wait for a slot ran out; none until a slot is free at once */
   uint64_t errors_seen[2];
 } peer_state_t;
 
@@ -211,6 +212,8 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
   return ncclSuccess;
 }
 
+static int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
+
 /* Whether op's peer is another process on this rank's time-sliced GPU. */
 static int sliced_peer(const mpn_op_t* op) {
   const struct ncclComm* comm = op->comm;
@@ -294,16 +297,16 @@ static int one_sliced_peer(const plan_t* plans, int n) {
 
 /* On a time-sliced GPU, the inbox is for launches with several of its
  * processes; with one, delegation spares that process the engines. */
-static void sliced_inbox(plan_t* plans, int n) {
-  if (!one_sliced_peer(plans, n)) return;
+static void sliced_inbox(plan_t* plans, int n, int one_peer) {
+  if (!one_peer) return;
   for (int i = 0; i < n; i++)
     if (plans[i].prepared && sliced_peer(plans[i].op)) plans[i].eager_ok = MPN_EAGER_NONE;
 }
 
-static void delegate_wait(const plan_t* plans, int n) {
+static void delegate_wait(const plan_t* plans, int n, int one_peer) {
   int64_t budget_us = mpn_param_int(MPN_PARAM_DELEGATE_WAIT);
   uint64_t deadline = 0;
-  if (budget_us > 0 && !one_sliced_peer(plans, n)) return;
+  if (budget_us > 0 && !one_peer) return;
   for (int i = 0; i < n && budget_us > 0; i++) {
     const plan_t* p = &plans[i];
     if (!delegates(p)) continue;
@@ -342,11 +345,10 @@ static void eager_plan(plan_t* p, int kind, size_t bytes) {
  * flags), nor once the peer has posted this message (it chose the path
  * already).  Returns whether the slot is free.
  */
-static int slot_wait(plan_t* p, peer_state_t* ps, int side) {
+static int slot_wait(plan_t* p, peer_state_t* ps, int side /* MPN_SIDE_* */) {
   struct ncclComm* comm = p->op->comm;
   uint64_t slots = mpn_eager_slots(p->eager_ok);
   int64_t budget_us = mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT);
-  int pair_side = side == 0 ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   if (!sliced_peer(p->op) || budget_us <= 0 || ps->slot_timed_out[side] || p->pair->dflags == 0 ||
       p->eager_n < slots || p->eager_n - slots >= ps->eager_base[side][p->eager_ok - 1])
     return 0;
@@ -354,14 +356,14 @@ static int slot_wait(plan_t* p, peer_state_t* ps, int side) {
   while (!mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) {
     ncclResult_t async = mpn_comm_async(comm);
     if (async == ncclRemoteError || async == ncclTimeout || comm->abort_flag ||
-        mpn_pair_peer_posted(p->pair, p->seq, 0, pair_side))
+        mpn_pair_peer_posted(p->pair, p->seq, 0, side))
       return 0;
     if (mpn_chan_now_ns() > deadline) {
       ps->slot_timed_out[side] = 1;
       comm->p2p->slot_timeouts++;
       MPN_INFO(MPN_SUBSYS_P2P, "rank %d: no inbox slot freed by rank %d within MPINCCL_SLICED_INBOX_WAIT_US=%lld; "
                "its %s take the two-hop path when no slot is free, until one is free at once again",
-               comm->rank, p->op->peer, (long long)budget_us, side == 0 ? "sends" : "receives");
+               comm->rank, p->op->peer, (long long)budget_us, side == MPN_SIDE_SEND ? "sends" : "receives");
       return 0;
     }
     usleep(5);
@@ -376,25 +378,23 @@ static int slot_wait(plan_t* p, peer_state_t* ps, int side) {
 static ncclResult_t plan_post(plan_t* p) {
   mpn_op_t* op = p->op;
   struct ncclComm* comm = op->comm;
-  int send = op->kind == MPN_OP_SEND;
+  int send = op->kind == MPN_OP_SEND, side = plan_side(p);
   peer_state_t* ps = &comm->p2p->peers[op->peer];
-  uint64_t* eager_counts = send ? ps->eager_sends : ps->eager_recvs; /* per ring */
-  int s = send ? 0 : 1;
-  if (ps->launch[s] != p->launch) { /* this launch's first message of the pair and side */
-    ps->launch[s] = p->launch;
-    memcpy(ps->eager_base[s], eager_counts, sizeof(ps->eager_base[s]));
+  uint64_t* eager_counts = ps->eager_count[side]; /* per ring */
+  if (ps->launch[side] != p->launch) { /* this launch's first message of the pair and side */
+    ps->launch[side] = p->launch;
+    memcpy(ps->eager_base[side], eager_counts, sizeof(ps->eager_base[side]));
   }
   /* Every earlier message of the pair is posted: its path is known. */
   p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
   int free_now = p->eager_ok && mpn_eager_free(p->pair, p->eager_ok, p->eager_n);
-  if (free_now) ps->slot_timed_out[s] = 0; /* the peer keeps up again */
-  if (p->eager_ok && !free_now && !slot_wait(p, ps, s)) {
+  if (free_now) ps->slot_timed_out[side] = 0; /* the peer keeps up again */
+  if (p->eager_ok && !free_now && !slot_wait(p, ps, side)) {
     p->eager_ok = MPN_EAGER_NONE;
     comm->p2p->no_slot++;
   }
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
-  int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role);
   if (refused != ncclSuccess && !p->graph) {
     /* Its number is spent on this side only: the message numbering with
@@ -548,8 +548,6 @@ typedef struct {
   int side;
 } pair_side_t;
 
-static int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
-
 /* Whether p's pair and side are among those held back in this sweep. */
 static int pair_held(const pair_side_t* held, int nheld, const plan_t* p) {
   for (int k = 0; k < nheld; k++)
@@ -676,8 +674,9 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
-  sliced_inbox(plans, n);
-  delegate_wait(plans, n);
+  int one_peer = one_sliced_peer(plans, n);
+  sliced_inbox(plans, n, one_peer);
+  delegate_wait(plans, n, one_peer);
   mpn_keep(&first_error, post_all(plans, n, &current));
   ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */

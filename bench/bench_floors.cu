@@ -14,10 +14,7 @@
 #include <string.h>
 
 #include "bench_floors.h"
-
-#if CUDART_VERSION < 12050
-#error "bench_floors.cu needs CUDA 12.5 or later (cudaGetDriverEntryPointByVersion)"
-#endif
+#include "memops64.h"
 
 enum { COPY_REPS = 5, EXCHANGE_ITERS = 1000, EXCHANGE_LOOPS = 3 };
 /* Layout of each rank's exchange region. */
@@ -44,8 +41,6 @@ static int my_rank;
       MPI_Abort(MPI_COMM_WORLD, 1);                                                               \
     }                                                                                             \
   } while (0)
-
-typedef CUresult (*memop64_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 
 /* The two ranks of the exchanges, each with its region and the peer's. */
 typedef struct {
@@ -110,15 +105,7 @@ static double copy_rate(size_t* bytes) {
 /* ------------------------------------------------------------- exchanges -- */
 
 static int load_memops(pair_t* p, char* why, size_t whylen) {
-  enum cudaDriverEntryPointQueryResult q1, q2;
-  cudaError_t e1 = cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void**)&p->write64,
-                                                    12000, cudaEnableDefault, &q1);
-  cudaError_t e2 = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void**)&p->wait64,
-                                                    12000, cudaEnableDefault, &q2);
-  if (e1 == cudaSuccess && e2 == cudaSuccess && q1 == cudaDriverEntryPointSuccess &&
-      q2 == cudaDriverEntryPointSuccess && p->write64 && p->wait64)
-    return 0;
-  (void)cudaGetLastError();
+  if (bench_memops64_load(&p->write64, &p->wait64)) return 0;
   snprintf(why, whylen, "the CUDA driver lacks cuStreamWriteValue64/cuStreamWaitValue64");
   return -1;
 }

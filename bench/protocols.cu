@@ -35,9 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#if CUDART_VERSION < 12050
-#error "protocols.cu needs CUDA 12.5 or later (cudaGetDriverEntryPointByVersion)"
-#endif
+#include "memops64.h"
 
 namespace {
 
@@ -60,8 +58,6 @@ int my_rank;
       MPI_Abort(MPI_COMM_WORLD, 1);                                                              \
     }                                                                                            \
   } while (0)
-
-typedef CUresult (*memop64_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 
 enum { F_DATA = 0, F_READY = 1, F_DONE = 2, FLAG_STRIDE = 64, FLAGS_BYTES = 4096 };
 enum { COMPUTE, FLAGS, PUSH1, PUSH2, PULL, DELEGATED, SHAPES };
@@ -186,12 +182,7 @@ double measure(ctx_t* c, int shape, int iters) {
 }
 
 void load_memops(ctx_t* c) {
-  cudaDriverEntryPointQueryResult q1, q2;
-  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void**)&c->write64, 12000,
-                                              cudaEnableDefault, &q1));
-  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void**)&c->wait64, 12000,
-                                              cudaEnableDefault, &q2));
-  if (q1 != cudaDriverEntryPointSuccess || q2 != cudaDriverEntryPointSuccess) {
+  if (!bench_memops64_load(&c->write64, &c->wait64)) {
     fprintf(stderr, "mpinccl_protocols: the CUDA driver lacks stream memory operations\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

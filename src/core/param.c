@@ -66,11 +66,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "most this many bytes goes through the pair's inbox (one hop: the sender copies "
                              "it in and raises a flag, the receiver copies it out) instead of the two-hop ready/done "
                              "handshake into the receiver's own buffer; at most 4096 (an inbox slot); 0: never."},
-    [MPN_PARAM_EAGER_BIG_MAX] = {"MPINCCL_EAGER_BIG_MAX", MPN_PARAM_INT, "196608", NULL, 0, 196608,
+    [MPN_PARAM_EAGER_BIG_MAX] = {"MPINCCL_EAGER_BIG_MAX", MPN_PARAM_INT, "385024", NULL, 0, 385024,
                                  "Where the inbox is used (MPINCCL_EAGER_MAX), a larger message of at most this "
                                  "many bytes takes one of the inbox's 4 big slots the same way, when one is free "
                                  "(a halo's faces: one flag hop, the copies beside the sender's pack and the "
-                                 "receiver's unpack); at most 196608; 0: never."},
+                                 "receiver's unpack); at most 385024 (376 KiB); 0: never."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
                                  "one moves the data of both directions when it can: in a "
@@ -88,7 +88,16 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                      "its host waits up to this many microseconds for a slot the receiver has "
                                      "not yet freed (the GPU is behind: the wait costs no GPU time) before the "
                                      "message takes the two-hop path; 0: no inbox on a time-sliced GPU "
-                                     "(launches with one such process keep delegation either way)."},
+                                     "(launches with one such process then always delegate)."},
+    [MPN_PARAM_SLICED_GAP] = {"MPINCCL_SLICED_GAP_US", MPN_PARAM_INT, "10", NULL, 0, 10000000,
+                              "Without MPS, a launch that exchanges with one other process of its GPU delegates "
+                              "its copies to one of the two (MPINCCL_DELEGATE_WAIT_US) while the rank runs no GPU "
+                              "work of its own between launches, and takes the inbox like a launch with several "
+                              "(MPINCCL_SLICED_INBOX_WAIT_US) once its stream runs at least this many microseconds "
+                              "of other work between them (timed with events, one launch pair in a few; two "
+                              "samples in a row change the choice): an application that computes pays the "
+                              "context switches anyway, and one hop keeps each side's copies beside its own "
+                              "kernels; 0: always delegate."},
     [MPN_PARAM_LOCAL_WAIT] = {"MPINCCL_LOCAL_WAIT_US", MPN_PARAM_INT, "200000", NULL, 0,
                               60000000,
                               "Under MPS, ranks of one process order their streams with CUDA "

@@ -47,7 +47,9 @@
  * first side decides.
  */
 enum { MPN_EAGER_NONE = 0, MPN_EAGER_SMALL = 1, MPN_EAGER_BIG = 2 };
-#define MPN_EAGER_BIG_BYTES ((size_t)196608)
+/* 376 KiB: with 128 small slots, 4 of them fill the pair's 2 MiB block and
+ * take the faces of a 2-rank decomposition (halo3d's are 288 KiB). */
+#define MPN_EAGER_BIG_BYTES ((size_t)385024)
 #define MPN_EAGER_BIG_SIZES_OFFSET (MPN_EAGER_SIZES_OFFSET + MPN_EAGER_SLOTS * sizeof(uint64_t))
 #define MPN_EAGER_BIG_DATA_OFFSET (MPN_EAGER_DATA_OFFSET + (size_t)MPN_EAGER_SLOTS * MPN_EAGER_SLOT_BYTES)
 

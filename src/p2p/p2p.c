@@ -33,6 +33,7 @@
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "p2p/eager.h"
+#include "p2p/gap.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
 #include "p2p/stage.h"
@@ -61,6 +62,7 @@ struct mpn_p2p {
   uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
   uint64_t slot_waits;    /* time-sliced GPU: posts that waited on the host for a slot and got it */
   uint64_t slot_timeouts; /* ... and that waited in vain */
+  mpn_gap_t gap;          /* GPU work between launches with one process of a time-sliced GPU */
 };
 
 /* Numbers the launches of the process, so a pair can tell which of its
@@ -295,18 +297,34 @@ static int one_sliced_peer(const plan_t* plans, int n) {
   return 1;
 }
 
-/* On a time-sliced GPU, the inbox is for launches with several of its
- * processes; with one, delegation spares that process the engines. */
-static void sliced_inbox(plan_t* plans, int n, int one_peer) {
-  if (!one_peer) return;
+/* The launch's first message with a process of a time-sliced GPU that is
+ * not captured: its stream is where the gap between launches is timed. */
+static const plan_t* sliced_timed(const plan_t* plans, int n) {
   for (int i = 0; i < n; i++)
-    if (plans[i].prepared && sliced_peer(plans[i].op)) plans[i].eager_ok = MPN_EAGER_NONE;
+    if (plans[i].prepared && !plans[i].graph && sliced_peer(plans[i].op)) return &plans[i];
+  return NULL;
 }
 
-static void delegate_wait(const plan_t* plans, int n, int one_peer) {
+/*
+ * On a time-sliced GPU, the inbox is for launches with several of its
+ * processes, and for launches with one whose rank computes between them
+ * (gap.h): delegation spares the other process the engines only where it
+ * runs nothing else on the GPU (bench/mpinccl_protocols, after a 100 us
+ * kernel per rank: one hop 1.01x the flag-only exchange, delegation 1.41x;
+ * 8 B sendrecv with nothing between launches: delegation 13 us, one hop
+ * 155 us).  Returns whether the launch delegates.
+ */
+static int sliced_inbox(plan_t* plans, int n, int one_peer, int computes) {
+  if (!one_peer || computes) return 0;
+  for (int i = 0; i < n; i++)
+    if (plans[i].prepared && sliced_peer(plans[i].op)) plans[i].eager_ok = MPN_EAGER_NONE;
+  return 1;
+}
+
+static void delegate_wait(const plan_t* plans, int n, int delegating) {
   int64_t budget_us = mpn_param_int(MPN_PARAM_DELEGATE_WAIT);
   uint64_t deadline = 0;
-  if (budget_us > 0 && !one_peer) return;
+  if (!delegating) return;
   for (int i = 0; i < n && budget_us > 0; i++) {
     const plan_t* p = &plans[i];
     if (!delegates(p)) continue;
@@ -674,11 +692,20 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
-  int one_peer = one_sliced_peer(plans, n);
-  sliced_inbox(plans, n, one_peer);
-  delegate_wait(plans, n, one_peer);
+  int one_peer = one_sliced_peer(plans, n), computes = 0;
+  const plan_t* timed = one_peer ? sliced_timed(plans, n) : NULL;
+  struct ncclComm* tcomm = timed ? timed->op->comm : NULL;
+  if (timed) {
+    mpn_cuda_switch_device(&current, tcomm->cuda_dev);
+    computes = mpn_gap_before(&tcomm->p2p->gap, tcomm->cuda_dev, timed->op->stream);
+  }
+  delegate_wait(plans, n, sliced_inbox(plans, n, one_peer, computes));
   mpn_keep(&first_error, post_all(plans, n, &current));
   ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
+  if (timed) {
+    mpn_cuda_switch_device(&current, tcomm->cuda_dev);
+    mpn_gap_after(&tcomm->p2p->gap, tcomm->cuda_dev, timed->op->stream);
+  }
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
 #ifdef HAVE_UCX
@@ -774,17 +801,19 @@ void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
            "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot, "
-           "%llu waited for one and got it, %llu in vain",
+           "%llu waited for one and got it, %llu in vain; %llu gaps between launches timed",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
            (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot,
-           (unsigned long long)comm->p2p->slot_waits, (unsigned long long)comm->p2p->slot_timeouts);
+           (unsigned long long)comm->p2p->slot_waits, (unsigned long long)comm->p2p->slot_timeouts,
+           (unsigned long long)comm->p2p->gap.samples);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);
       if (comm->p2p->peers[peer].recv) mpn_pair_unmap(comm->p2p->peers[peer].recv);
     }
   }
+  mpn_gap_destroy(&comm->p2p->gap);
   free(comm->p2p->peers);
   free(comm->p2p);
   comm->p2p = NULL;

@@ -27,7 +27,7 @@ enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 
 /** Slots of a pair's inbox (p2p/eager.h): messages a sender may run ahead of
  * the receiver's copies before its small messages take the two-hop path. */
-#define MPN_EAGER_SLOTS 256
+#define MPN_EAGER_SLOTS 128
 /** Slots of its ring of big slots (messages above MPINCCL_EAGER_MAX). */
 #define MPN_EAGER_BIG_SLOTS 4
 

@@ -462,7 +462,7 @@ static void mismatch_case(ncclComm_t pair, MPI_Comm two, float* buf, size_t send
 
 /* A receive whose count differs from the send: both sides hear of it, also
  * when the two sizes would take different paths (MPINCCL_EAGER_MAX, 4096
- * bytes; MPINCCL_EAGER_BIG_MAX, 196608: whichever side posts first decides). */
+ * bytes; MPINCCL_EAGER_BIG_MAX, 385024: whichever side posts first decides). */
 static void mismatch(void) {
   if (nranks < 2) return;
   MPI_Comm two;
@@ -470,13 +470,13 @@ static void mismatch(void) {
   if (rank > 1) return;
   ncclComm_t pair;
   EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
-  float* buf = dev_alloc(49153 * sizeof(float));
+  float* buf = dev_alloc(96257 * sizeof(float));
   mismatch_case(pair, two, buf, 10, 12);
   if (!harness_over_ucx()) {
     mismatch_case(pair, two, buf, 1000, 1250); /* small ring against big ring */
     mismatch_case(pair, two, buf, 1250, 1000);
-    mismatch_case(pair, two, buf, 49152, 49153); /* big ring against the two-hop path */
-    mismatch_case(pair, two, buf, 49153, 49152);
+    mismatch_case(pair, two, buf, 96256, 96257); /* big ring against the two-hop path */
+    mismatch_case(pair, two, buf, 96257, 96256);
   }
   cudaFree(buf);
   EXPECT_OK(ncclCommDestroy(pair));
@@ -485,10 +485,10 @@ static void mismatch(void) {
 
 /*
  * Many messages of mixed sizes to one peer in one group: more than a pair's
- * inbox has slots (256), sizes on both sides of MPINCCL_EAGER_MAX, at odd
+ * inbox has slots (128), sizes on both sides of MPINCCL_EAGER_MAX, at odd
  * offsets.  Under MPS the small ones take the inbox while it has free slots
  * and the others the two-hop path; every byte arrives, in order.  Three
- * groups: about 740 eager messages go through the 256 slots, so later
+ * groups: about 740 eager messages go through the 128 slots, so later
  * groups reuse slots earlier ones freed.
  */
 static void many_small(void) {
@@ -546,7 +546,7 @@ static void inbox_counts(uint64_t* big, uint64_t* no_slot, uint64_t* waits) {
 }
 
 /*
- * Messages between MPINCCL_EAGER_MAX and 192 KiB take the inbox's 4 big
+ * Messages between MPINCCL_EAGER_MAX and 376 KiB take the inbox's 4 big
  * slots under MPS (and without it, from 3 ranks on, where each group has
  * two peers on the time-sliced GPU).  One group of 6 each way: the 5th and 6th find their
  * slots held by the 1st and 2nd, which cannot be copied out before the
@@ -644,6 +644,73 @@ static void sliced_inbox(void) {
       char what[64];
       snprintf(what, sizeof(what), "sliced_inbox phase %d launch %d", phase, k);
       expect_pattern(r + (size_t)k * BYTES, BYTES, seed_of(from, rank, 11000 + phase * LAUNCHES + k), what);
+    }
+  }
+  cudaFree(s);
+  cudaFree(r);
+}
+
+/* This rank's messages through the inbox's big ring so far (both of its sides). */
+static uint64_t big_ring_count(void) {
+  uint64_t eager[2], no_slot;
+  mpn_p2p_stats(comm, eager, &no_slot, NULL);
+  return eager[1];
+}
+
+/* One launch of a sendrecv of bytes with peer. */
+static void pair_launch(char* s, char* r, size_t bytes, int peer) {
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, peer, comm, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, peer, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+}
+
+/*
+ * Two processes of a time-sliced GPU that exchange with each other alone
+ * (partners rank ^ 1; an odd last rank sits out): while a rank runs GPU
+ * work of its own between launches, its launches take the inbox's big ring
+ * (one hop, p2p/gap.h); with nothing between them, delegation again.  The
+ * gap is timed once in about 34 launches (258 while delegating), and two
+ * samples change the choice.  Launches of 150000 B each way, in rounds
+ * waited for: 32 rounds of 20 launches, each behind 100 us of GPU work;
+ * then 5 rounds of 40 launches back to back behind 2 ms of work (a sample
+ * that spans two rounds sees that work; one alone changes nothing); then
+ * the first kind again.  Every byte is checked; where this applies, the
+ * last round of each phase must have taken the path expected.
+ */
+static void sliced_pair(void) {
+  enum { BUSY_ROUNDS = 32, QUIET_ROUNDS = 5, BURST = 40, BYTES = 150000 };
+  int peer = rank ^ 1, in = peer < nranks;
+  int applies = !in || (sliced_between(peer) && inbox_between(peer, 1) && getenv("MPINCCL_SLICED_GAP_US") == NULL),
+      all_apply = 0;
+  MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  char *s = dev_alloc((size_t)BURST * BYTES), *r = dev_alloc((size_t)BURST * BYTES);
+  int k0 = 12000;
+  for (int phase = 0; phase < 3; phase++) {
+    int busy = phase != 1, rounds = busy ? BUSY_ROUNDS : QUIET_ROUNDS, n = busy ? BURST / 2 : BURST;
+    uint64_t before = 0;
+    for (int round = 0; round < rounds; round++, k0 += n) {
+      if (round == rounds - 1) before = big_ring_count();
+      for (int k = 0; in && k < n; k++) pattern_fill(s + (size_t)k * BYTES, BYTES, seed_of(rank, peer, k0 + k), stream);
+      if (in && !busy) gpu_busy(2000, stream); /* then nothing of the round's own between its launches */
+      for (int k = 0; in && k < n; k++) {
+        if (busy) gpu_busy(100, stream);
+        pair_launch(s + (size_t)k * BYTES, r + (size_t)k * BYTES, BYTES, peer);
+      }
+      EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+      MPI_Barrier(MPI_COMM_WORLD);
+      for (int k = 0; in && k < n; k++) {
+        char what[64];
+        snprintf(what, sizeof(what), "sliced_pair phase %d round %d launch %d", phase, round, k);
+        expect_pattern(r + (size_t)k * BYTES, BYTES, seed_of(peer, rank, k0 + k), what);
+      }
+    }
+    uint64_t got = big_ring_count() - before, want = busy ? 2 * (uint64_t)n : 0;
+    if (in && all_apply) { /* this rank's send and receive of each launch */
+      if (got != want)
+        fprintf(stderr, "[rank %d] sliced_pair phase %d: %llu big-ring messages in its last round, not %llu\n",
+                rank, phase, (unsigned long long)got, (unsigned long long)want);
+      EXPECT(got == want);
     }
   }
   cudaFree(s);
@@ -760,6 +827,7 @@ int main(int argc, char** argv) {
   STEP(host_ahead());
   STEP(big_inbox());
   STEP(sliced_inbox());
+  STEP(sliced_pair());
   STEP(grid_copies());
   STEP(if (!harness_over_ucx()) group_limit());
   STEP(reallocated());

@@ -1,0 +1,132 @@
+/*
+ * gap.c - times the GPU work a rank runs between its launches (gap.h).
+ * Costs the host two event records, an event query and a stream query per
+ * sample, and is asked only by launches with one other process of a
+ * time-sliced GPU.
+ */
+#include "p2p/gap.h"
+
+#include <unistd.h>
+
+#include "bootstrap/channel.h"
+#include "core/debug.h"
+#include "core/param.h"
+
+/* Samples in a row that must disagree before the answer changes. */
+#define GAP_VOTES 2
+/* Until that many samples have counted, the host waits up to this long for
+ * the one in flight (below). */
+#define GAP_LEARN_WAIT_US 5000
+/* Then a sample starts once in this many launches, enough to follow an
+ * application's phases.  Fewer while the rank delegates: there a timing
+ * event seems to cost the process that only signals a context switch
+ * (8 B sendrecv on the GPU machine, one sample in 34 launches: 2.5 us more
+ * per exchange than without samples). */
+#define GAP_PERIOD 32
+#define GAP_PERIOD_QUIET 256
+
+static int events_made(mpn_gap_t* g, int dev) {
+  if (g->end && g->dev == dev) return 1;
+  mpn_gap_destroy(g);
+  if (cudaEventCreate(&g->end) != cudaSuccess || cudaEventCreate(&g->start) != cudaSuccess) {
+    cudaGetLastError();
+    mpn_gap_destroy(g);
+    return 0;
+  }
+  g->dev = dev;
+  return 1;
+}
+
+static void vote(mpn_gap_t* g, float gap_us) {
+  int quiet = gap_us < (float)mpn_param_int(MPN_PARAM_SLICED_GAP);
+  g->samples++;
+  g->last_us = gap_us;
+  if (quiet == g->quiet) {
+    g->against = 0;
+    return;
+  }
+  if (++g->against < GAP_VOTES) return;
+  g->quiet = quiet;
+  g->against = 0;
+  MPN_INFO(MPN_SUBSYS_P2P, "%.0f us of GPU work between launches on stream %p: a launch with one other "
+           "process of this time-sliced GPU now %s", gap_us, (void*)g->stream,
+           quiet ? "delegates the copies to one process" : "sends through the inbox (one hop)");
+}
+
+/* A completed sample is read; one still running stays in flight. */
+static void read_sample(mpn_gap_t* g) {
+  cudaError_t done = cudaEventQuery(g->start);
+  if (done == cudaErrorNotReady) {
+    cudaGetLastError();
+    return;
+  }
+  float ms = 0;
+  if (done == cudaSuccess && cudaEventElapsedTime(&ms, g->end, g->start) == cudaSuccess) {
+    if (g->busy) vote(g, ms * 1000.0f);
+  } else {
+    cudaGetLastError();
+  }
+  g->state = MPN_GAP_IDLE;
+  g->skip = g->samples < GAP_VOTES ? 0 : g->quiet ? GAP_PERIOD_QUIET : GAP_PERIOD;
+}
+
+/*
+ * The answer is needed on the host, where launches are decided, but comes
+ * from the GPU, which may be many launches behind: a host that ran 128
+ * small messages ahead would send them all the wrong way before the first
+ * sample came back (8 B sendrecv at 44-138 us instead of 15 on the GPU
+ * machine).  So the first samples are waited for, bounded: at the start
+ * the host is at most a few launches ahead, and then it knows.
+ */
+static void learn_wait(const mpn_gap_t* g) {
+  if (g->samples >= GAP_VOTES) return;
+  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)GAP_LEARN_WAIT_US * 1000;
+  while (cudaEventQuery(g->start) == cudaErrorNotReady && mpn_chan_now_ns() < deadline) usleep(2);
+  cudaGetLastError();
+}
+
+int mpn_gap_before(mpn_gap_t* g, int dev, cudaStream_t s) {
+  if (mpn_param_int(MPN_PARAM_SLICED_GAP) <= 0) return 0;
+  if (g->state == MPN_GAP_TIMED) {
+    learn_wait(g);
+    read_sample(g);
+  }
+  if (g->state == MPN_GAP_ENDED) {
+    if (s != g->stream || g->dev != dev) {
+      g->state = MPN_GAP_IDLE;
+    } else {
+      cudaError_t q = cudaStreamQuery(s);
+      if (q != cudaSuccess) cudaGetLastError();
+      g->busy = q == cudaErrorNotReady;
+      if (cudaEventRecord(g->start, s) == cudaSuccess) {
+        g->state = MPN_GAP_TIMED;
+      } else {
+        cudaGetLastError();
+        g->state = MPN_GAP_IDLE;
+      }
+    }
+  }
+  return !g->quiet;
+}
+
+void mpn_gap_after(mpn_gap_t* g, int dev, cudaStream_t s) {
+  if (mpn_param_int(MPN_PARAM_SLICED_GAP) <= 0 || g->state != MPN_GAP_IDLE) return;
+  if (g->skip > 0) {
+    g->skip--;
+    return;
+  }
+  if (!events_made(g, dev)) return;
+  if (cudaEventRecord(g->end, s) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  g->stream = s;
+  g->state = MPN_GAP_ENDED;
+}
+
+void mpn_gap_destroy(mpn_gap_t* g) {
+  if (g->end && cudaEventDestroy(g->end) != cudaSuccess) cudaGetLastError(); /* (a context already gone) */
+  if (g->start && cudaEventDestroy(g->start) != cudaSuccess) cudaGetLastError();
+  g->end = g->start = NULL;
+  g->state = MPN_GAP_IDLE;
+}

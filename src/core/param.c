@@ -94,8 +94,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                               "its copies to one of the two (MPINCCL_DELEGATE_WAIT_US) while the rank runs no GPU "
                               "work of its own between launches, and takes the inbox like a launch with several "
                               "(MPINCCL_SLICED_INBOX_WAIT_US) once its stream runs at least this many microseconds "
-                              "of other work between them (timed with events, one launch pair in a few; two "
-                              "samples in a row change the choice): an application that computes pays the "
+                              "of other work between them (timed with CUDA events, the first two gaps at once, then "
+                              "one in 32 launches, one in 256 while delegating; two samples in a row change the "
+                              "choice): an application that computes pays the "
                               "context switches anyway, and one hop keeps each side's copies beside its own "
                               "kernels; 0: always delegate."},
     [MPN_PARAM_LOCAL_WAIT] = {"MPINCCL_LOCAL_WAIT_US", MPN_PARAM_INT, "200000", NULL, 0,

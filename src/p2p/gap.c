@@ -1,8 +1,7 @@
 /*
  * gap.c - times the GPU work a rank runs between its launches (gap.h).
- * Costs the host two event records, an event query and a stream query per
- * sample, and is asked only by launches with one other process of a
- * time-sliced GPU.
+ * Asked only by launches with one other process of a time-sliced GPU; a
+ * sample costs the host two event records and a few queries.
  */
 #include "p2p/gap.h"
 
@@ -12,10 +11,10 @@
 #include "core/debug.h"
 #include "core/param.h"
 
-/* Samples in a row that must disagree before the answer changes. */
+/* Counted samples in a row that must disagree before the answer changes;
+ * also the samples read while learning. */
 #define GAP_VOTES 2
-/* Until that many samples have counted, the host waits up to this long for
- * the one in flight (below). */
+/* While learning the host waits up to this long for the sample in flight. */
 #define GAP_LEARN_WAIT_US 5000
 /* Then a sample starts once in this many launches, enough to follow an
  * application's phases.  Fewer while the rank delegates: there a timing
@@ -27,30 +26,31 @@
 
 static int events_made(mpn_gap_t* g, int dev) {
   if (g->end && g->dev == dev) return 1;
+  if (g->broken) return 0;
   mpn_gap_destroy(g);
   if (cudaEventCreate(&g->end) != cudaSuccess || cudaEventCreate(&g->start) != cudaSuccess) {
     cudaGetLastError();
     mpn_gap_destroy(g);
+    g->broken = 1;
     return 0;
   }
   g->dev = dev;
   return 1;
 }
 
-static void vote(mpn_gap_t* g, float gap_us) {
-  int quiet = gap_us < (float)mpn_param_int(MPN_PARAM_SLICED_GAP);
+static void vote(mpn_gap_t* g, int computes, float gap_us) {
   g->samples++;
   g->last_us = gap_us;
-  if (quiet == g->quiet) {
+  if (computes == g->computes) {
     g->against = 0;
     return;
   }
   if (++g->against < GAP_VOTES) return;
-  g->quiet = quiet;
+  g->computes = computes;
   g->against = 0;
-  MPN_INFO(MPN_SUBSYS_P2P, "%.0f us of GPU work between launches on stream %p: a launch with one other "
-           "process of this time-sliced GPU now %s", gap_us, (void*)g->stream,
-           quiet ? "delegates the copies to one process" : "sends through the inbox (one hop)");
+  MPN_INFO(MPN_SUBSYS_P2P, "%.0f us between launches on stream %p: a launch with one other process of this "
+           "time-sliced GPU now %s", gap_us, (void*)g->stream,
+           computes ? "sends through the inbox (one hop)" : "delegates the copies to one process");
 }
 
 /* A completed sample is read; one still running stays in flight. */
@@ -62,12 +62,15 @@ static void read_sample(mpn_gap_t* g) {
   }
   float ms = 0;
   if (done == cudaSuccess && cudaEventElapsedTime(&ms, g->end, g->start) == cudaSuccess) {
-    if (g->busy) vote(g, ms * 1000.0f);
+    float us = ms * 1000.0f;
+    int computes = us >= (float)mpn_param_int(MPN_PARAM_SLICED_GAP);
+    if (g->busy || !computes) vote(g, computes, us); /* an idle stream's gap is the GPU's and the host's time */
   } else {
     cudaGetLastError();
   }
   g->state = MPN_GAP_IDLE;
-  g->skip = g->samples < GAP_VOTES ? 0 : g->quiet ? GAP_PERIOD_QUIET : GAP_PERIOD;
+  if (g->learned < GAP_VOTES) g->learned++;
+  g->skip = g->learned < GAP_VOTES ? 0 : g->computes ? GAP_PERIOD : GAP_PERIOD_QUIET;
 }
 
 /*
@@ -75,17 +78,22 @@ static void read_sample(mpn_gap_t* g) {
  * from the GPU, which may be many launches behind: a host that ran 128
  * small messages ahead would send them all the wrong way before the first
  * sample came back (8 B sendrecv at 44-138 us instead of 15 on the GPU
- * machine).  So the first samples are waited for, bounded: at the start
- * the host is at most a few launches ahead, and then it knows.
+ * machine, when the answer started as "computes"), and a change to the
+ * inbox found a host hundreds of launches ahead and stalled halo3d for
+ * 0.1-0.2 s.  So the first samples are waited for, bounded: at the start
+ * the host is at most a few launches ahead.  A wait that runs out (a peer
+ * that starts late) ends the waiting.
  */
-static void learn_wait(const mpn_gap_t* g) {
-  if (g->samples >= GAP_VOTES) return;
+static void learn_wait(mpn_gap_t* g) {
+  if (g->learned >= GAP_VOTES || g->impatient) return;
   uint64_t deadline = mpn_chan_now_ns() + (uint64_t)GAP_LEARN_WAIT_US * 1000;
-  while (cudaEventQuery(g->start) == cudaErrorNotReady && mpn_chan_now_ns() < deadline) usleep(2);
-  cudaGetLastError();
+  cudaError_t e;
+  while ((e = cudaEventQuery(g->start)) == cudaErrorNotReady && mpn_chan_now_ns() < deadline) usleep(2);
+  if (e != cudaSuccess) cudaGetLastError();
+  if (e == cudaErrorNotReady) g->impatient = 1;
 }
 
-int mpn_gap_before(mpn_gap_t* g, int dev, cudaStream_t s) {
+int mpn_gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s) {
   if (mpn_param_int(MPN_PARAM_SLICED_GAP) <= 0) return 0;
   if (g->state == MPN_GAP_TIMED) {
     learn_wait(g);
@@ -106,10 +114,10 @@ int mpn_gap_before(mpn_gap_t* g, int dev, cudaStream_t s) {
       }
     }
   }
-  return !g->quiet;
+  return g->computes;
 }
 
-void mpn_gap_after(mpn_gap_t* g, int dev, cudaStream_t s) {
+void mpn_gap_launch_end(mpn_gap_t* g, int dev, cudaStream_t s) {
   if (mpn_param_int(MPN_PARAM_SLICED_GAP) <= 0 || g->state != MPN_GAP_IDLE) return;
   if (g->skip > 0) {
     g->skip--;

@@ -312,13 +312,28 @@ static const plan_t* sliced_timed(const plan_t* plans, int n) {
  * runs nothing else on the GPU (bench/mpinccl_protocols, after a 100 us
  * kernel per rank: one hop 1.01x the flag-only exchange, delegation 1.41x;
  * 8 B sendrecv with nothing between launches: delegation 13 us, one hop
- * 155 us).  Returns whether the launch delegates.
+ * 155 us).  Where none of those messages may take the inbox (parameters,
+ * sizes, flags in host memory), delegation still saves a switch.  Returns
+ * whether the launch delegates.
  */
 static int sliced_inbox(plan_t* plans, int n, int one_peer, int computes) {
-  if (!one_peer || computes) return 0;
+  if (!one_peer) return 0;
+  for (int i = 0; computes && i < n; i++)
+    if (plans[i].prepared && sliced_peer(plans[i].op) && plans[i].eager_ok != MPN_EAGER_NONE &&
+        plans[i].pair->dflags != 0)
+      return 0;
   for (int i = 0; i < n; i++)
     if (plans[i].prepared && sliced_peer(plans[i].op)) plans[i].eager_ok = MPN_EAGER_NONE;
   return 1;
+}
+
+/* The gap before (end 0) or after (end 1) this launch on the timed plan's stream (gap.h). */
+static int gap_time(const plan_t* timed, int end, int* current) {
+  struct ncclComm* comm = timed->op->comm;
+  mpn_cuda_switch_device(current, comm->cuda_dev);
+  if (!end) return mpn_gap_launch_begin(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
+  mpn_gap_launch_end(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
+  return 0;
 }
 
 static void delegate_wait(const plan_t* plans, int n, int delegating) {
@@ -692,25 +707,18 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
-  int one_peer = one_sliced_peer(plans, n), computes = 0;
+  int one_peer = one_sliced_peer(plans, n);
   const plan_t* timed = one_peer ? sliced_timed(plans, n) : NULL;
-  struct ncclComm* tcomm = timed ? timed->op->comm : NULL;
-  if (timed) {
-    mpn_cuda_switch_device(&current, tcomm->cuda_dev);
-    computes = mpn_gap_before(&tcomm->p2p->gap, tcomm->cuda_dev, timed->op->stream);
-  }
+  int computes = timed && gap_time(timed, 0, &current);
   delegate_wait(plans, n, sliced_inbox(plans, n, one_peer, computes));
   mpn_keep(&first_error, post_all(plans, n, &current));
   ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
-  if (timed) {
-    mpn_cuda_switch_device(&current, tcomm->cuda_dev);
-    mpn_gap_after(&tcomm->p2p->gap, tcomm->cuda_dev, timed->op->stream);
-  }
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
 #endif
+  if (timed) gap_time(timed, 1, &current); /* after the join: the lanes' time is not the rank's work */
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(plans);
   free(net);
@@ -801,12 +809,12 @@ void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
            "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot, "
-           "%llu waited for one and got it, %llu in vain; %llu gaps between launches timed",
+           "%llu waited for one and got it, %llu in vain; %llu gaps between launches timed, the last %.0f us",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
            (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot,
            (unsigned long long)comm->p2p->slot_waits, (unsigned long long)comm->p2p->slot_timeouts,
-           (unsigned long long)comm->p2p->gap.samples);
+           (unsigned long long)comm->p2p->gap.samples, (double)comm->p2p->gap.last_us);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);

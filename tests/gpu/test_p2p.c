@@ -669,17 +669,17 @@ static void pair_launch(char* s, char* r, size_t bytes, int peer) {
  * Two processes of a time-sliced GPU that exchange with each other alone
  * (partners rank ^ 1; an odd last rank sits out): while a rank runs GPU
  * work of its own between launches, its launches take the inbox's big ring
- * (one hop, p2p/gap.h); with nothing between them, delegation again.  The
- * gap is timed once in about 34 launches (258 while delegating), and two
- * samples change the choice.  Launches of 150000 B each way, in rounds
- * waited for: 32 rounds of 20 launches, each behind 100 us of GPU work;
- * then 5 rounds of 40 launches back to back behind 2 ms of work (a sample
- * that spans two rounds sees that work; one alone changes nothing); then
- * the first kind again.  Every byte is checked; where this applies, the
+ * (one hop, p2p/gap.h); with nothing between them, delegation.  The gap
+ * is timed once in some 34 launches (258 while delegating), and two samples
+ * change the choice.  Launches of 150000 B each way, in rounds waited for:
+ * 32 rounds of 20 launches, each behind 100 us of GPU work; then 3 rounds
+ * of 120 launches back to back behind 5 ms of work (a sample that spans two
+ * rounds sees that work; one alone changes nothing); then the first kind
+ * again.  Every byte is checked; where this applies, the
  * last round of each phase must have taken the path expected.
  */
 static void sliced_pair(void) {
-  enum { BUSY_ROUNDS = 32, QUIET_ROUNDS = 5, BURST = 40, BYTES = 150000 };
+  enum { BUSY_ROUNDS = 32, BUSY_BURST = 20, QUIET_ROUNDS = 3, BURST = 120, BYTES = 150000 };
   int peer = rank ^ 1, in = peer < nranks;
   int applies = !in || (sliced_between(peer) && inbox_between(peer, 1) && getenv("MPINCCL_SLICED_GAP_US") == NULL),
       all_apply = 0;
@@ -687,12 +687,12 @@ static void sliced_pair(void) {
   char *s = dev_alloc((size_t)BURST * BYTES), *r = dev_alloc((size_t)BURST * BYTES);
   int k0 = 12000;
   for (int phase = 0; phase < 3; phase++) {
-    int busy = phase != 1, rounds = busy ? BUSY_ROUNDS : QUIET_ROUNDS, n = busy ? BURST / 2 : BURST;
+    int busy = phase != 1, rounds = busy ? BUSY_ROUNDS : QUIET_ROUNDS, n = busy ? BUSY_BURST : BURST;
     uint64_t before = 0;
     for (int round = 0; round < rounds; round++, k0 += n) {
       if (round == rounds - 1) before = big_ring_count();
       for (int k = 0; in && k < n; k++) pattern_fill(s + (size_t)k * BYTES, BYTES, seed_of(rank, peer, k0 + k), stream);
-      if (in && !busy) gpu_busy(2000, stream); /* then nothing of the round's own between its launches */
+      if (in && !busy) gpu_busy(5000, stream); /* then nothing of the round's own between its launches */
       for (int k = 0; in && k < n; k++) {
         if (busy) gpu_busy(100, stream);
         pair_launch(s + (size_t)k * BYTES, r + (size_t)k * BYTES, BYTES, peer);

@@ -70,6 +70,7 @@ typedef struct {
   uint64_t counter; /* device address of MPN_SYNC_COUNTERS 32-bit counters at 0 (a slot's), blocks > 1 */
   uint64_t done;    /* device address of the slot's word in host memory ... */
   uint64_t epoch;   /* ... which the launch sets to this once the counter is back at 0 */
+  int dev;          /* the device whose pool the slot is of, blocks > 1 */
 } mpn_sync_grid_t;
 
 /* Parts of the table, in the order their flags are stored. */
@@ -95,6 +96,7 @@ static inline void mpn_sync_init(mpn_sync_t* k) {
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) k->nwait[r] = k->ncopy[r] = k->nlast[r] = 0;
   k->grid.blocks = 1;
   k->grid.counter = k->grid.done = k->grid.epoch = 0;
+  k->grid.dev = 0;
 }
 
 /** Flags in the table so far. */

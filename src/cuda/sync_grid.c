@@ -96,7 +96,7 @@ void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {
     if (p->taken[i] && __atomic_load_n(&p->done[i], __ATOMIC_ACQUIRE) != p->taken[i]) continue;
     p->taken[i] = ++p->epoch;
     k->grid = (mpn_sync_grid_t){blocks, p->counters + (CUdeviceptr)i * POOL_STRIDE,
-                                p->done_dev + i * sizeof(uint64_t), p->epoch};
+                                p->done_dev + i * sizeof(uint64_t), p->epoch, dev};
     break;
   }
   pthread_mutex_unlock(&pools_lock);
@@ -105,12 +105,8 @@ void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {
 void mpn_sync_grid_release(const mpn_sync_t* k) {
   if (k->grid.blocks <= 1) return;
   pthread_mutex_lock(&pools_lock);
-  for (int dev = 0; dev < POOL_DEVICES; dev++) {
-    pool_t* p = pools[dev];
-    if (!p || k->grid.counter < p->counters || k->grid.counter >= p->counters + (CUdeviceptr)POOL_SLOTS * POOL_STRIDE)
-      continue;
-    unsigned i = (unsigned)((k->grid.counter - p->counters) / POOL_STRIDE);
-    if (p->taken[i] == k->grid.epoch) p->taken[i] = 0;
-  }
+  pool_t* p = pools[k->grid.dev]; /* (a slot was taken from it: it exists) */
+  unsigned i = (unsigned)((k->grid.counter - p->counters) / POOL_STRIDE);
+  if (p->taken[i] == k->grid.epoch) p->taken[i] = 0;
   pthread_mutex_unlock(&pools_lock);
 }

@@ -5,6 +5,7 @@
  * between ranks of one process under MPS.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap/channel.h"
@@ -67,13 +68,13 @@ static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
  * engine.
  */
 
-static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager) {
+static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager, int step) {
   ncclResult_t first = ncclSuccess;
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (!p->posted || !p->move || p->op->stream != s || (p->eager != 0) != eager) continue;
+    if (!p->posted || !p->move || p->op->stream != s || (p->eager != 0) != eager || p->step != step) continue;
     mpn_copy_t c;
     if (p->eager) { /* receives copy out in the second half */
       if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
@@ -85,7 +86,6 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager
     mpn_keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
   }
   mpn_keep(&first, mpn_copies_flush(&copies));
-  if (!eager) mark_imports_used(plans, n, s);
   return first;
 }
 
@@ -138,6 +138,63 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
   return (cudaEvent_t)(uintptr_t)slot->done_event;
 }
 
+/* Whether this rank moves p's data by the two-hop handshake (its second side). */
+static int moved_here(const plan_t* p) {
+  return p->posted && p->role == MPN_POST_SECOND && !p->eager;
+}
+
+static int step_order(const void* a, const void* b) {
+  const plan_t *p = *(const plan_t* const*)a, *q = *(const plan_t* const*)b;
+  uintptr_t k[2][3] = {{(uintptr_t)p->op->stream, (uintptr_t)p->op->comm, (uintptr_t)p->op->peer},
+                       {(uintptr_t)q->op->stream, (uintptr_t)q->op->comm, (uintptr_t)q->op->peer}};
+  for (int i = 0; i < 3; i++)
+    if (k[0][i] != k[1][i]) return k[0][i] < k[1][i] ? -1 : 1;
+  return p->peer_launch < q->peer_launch ? -1 : p->peer_launch > q->peer_launch;
+}
+
+/*
+ * A stream's front half issues all its waits for the peers' "ready" before
+ * its copies.  Where a peer posted the first sides of this launch's
+ * messages in several launches of its own (a receive, then a send, each
+ * alone), the "ready" of its later launch comes only once its earlier one
+ * completed, which needs this rank's copy: waiting for both before copying
+ * would hang (NCCL and MPI complete such a pattern).  So the messages this
+ * rank moves go in steps, one per launch of the peer in their order (wait,
+ * copy, "done"), counted per stream and peer: step k holds each peer's
+ * k-th launch.  Nothing waits longer than before: a step's copies need the
+ * earlier steps' copies and its own waits only.  A peer that posted all of
+ * them in one group (the usual case) gives one step.  Without memory for
+ * the sort, everything stays in step 0, as before.
+ */
+static void assign_steps(plan_t* plans, int n) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    plans[i].step = 0;
+    m += moved_here(&plans[i]);
+  }
+  const plan_t** order = m > 1 ? malloc((size_t)m * sizeof(*order)) : NULL;
+  if (order == NULL) return;
+  m = 0;
+  for (int i = 0; i < n; i++)
+    if (moved_here(&plans[i])) order[m++] = &plans[i];
+  qsort(order, (size_t)m, sizeof(*order), step_order);
+  for (int i = 1; i < m; i++) {
+    const plan_t* prev = order[i - 1];
+    plan_t* p = (plan_t*)order[i];
+    int same_peer = p->op->stream == prev->op->stream && p->op->comm == prev->op->comm && p->op->peer == prev->op->peer;
+    if (same_peer) p->step = prev->step + (p->peer_launch != prev->peer_launch);
+  }
+  free(order);
+}
+
+/* Steps of stream s's front half (assign_steps). */
+static int front_steps(const plan_t* plans, int n, cudaStream_t s) {
+  int steps = 1;
+  for (int i = 0; i < n; i++)
+    if (moved_here(&plans[i]) && plans[i].op->stream == s && plans[i].step >= steps) steps = plans[i].step + 1;
+  return steps;
+}
+
 /*
  * Issuing goes on past a failure: the first error is kept (mpn_keep) and
  * returned, but every posted plan still gets its flag writes and waits, so
@@ -148,10 +205,11 @@ static cudaEvent_t await_done(const plan_t* p, int* dev) {
  * to its stage; one batch with the "ready" writes (first side); the eager
  * sends' copies into the inboxes and their "done" writes, which wait for
  * nothing and so come before any wait (a peer's later "ready" may depend on
- * them); the waits for the peers' "ready" (second side); the copies; one
- * batch with the "done" writes (second side), left open with keep_open
- * for the back half's waits (b: an empty batch on s).  Within a batch the
- * operations run in order.
+ * them); then per step (assign_steps) the waits for the peers' "ready"
+ * (second side), the copies and the "done" writes, which share a batch
+ * with the next step's waits; the last step's batch is left open with
+ * keep_open for the back half's waits (b: an empty batch on s).  Within a
+ * batch the operations run in order.
  */
 static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b, int keep_open) {
   ncclResult_t first = ncclSuccess;
@@ -171,29 +229,32 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
   if (eager) { /* eager sends wait for nothing: before any wait for a peer */
     mpn_keep(&first, mpn_memops_flush(b));
-    mpn_keep(&first, issue_copies(plans, n, s, 1));
+    mpn_keep(&first, issue_copies(plans, n, s, 1, 0));
     for (int i = 0; i < n; i++)
       if (eager_on(&plans[i], s, MPN_OP_SEND)) mpn_keep(&first, plan_flag(b, &plans[i], 1, 0));
   }
-  for (int i = 0; i < n; i++) { /* waits for ready */
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
-    if (p->ev) {
-      mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
-      mpn_event_put(p->ev_dev, p->ev);
-      p->ev = NULL;
-    } else {
-      mpn_keep(&first, plan_flag(b, p, 0, 1));
+  for (int step = 0, steps = front_steps(plans, n, s); step < steps; step++) {
+    for (int i = 0; i < n; i++) { /* waits for ready */
+      plan_t* p = &plans[i];
+      if (!moved_here(p) || p->op->stream != s || p->step != step) continue;
+      if (p->ev) {
+        mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
+        mpn_event_put(p->ev_dev, p->ev);
+        p->ev = NULL;
+      } else {
+        mpn_keep(&first, plan_flag(b, p, 0, 1));
+      }
+    }
+    mpn_keep(&first, mpn_memops_flush(b));
+    mpn_keep(&first, issue_copies(plans, n, s, 0, step));
+    for (int i = 0; i < n; i++) { /* done writes (and events), in the batch of the next step's waits */
+      plan_t* p = &plans[i];
+      if (!moved_here(p) || p->op->stream != s || p->step != step) continue;
+      if (p->local) publish_done(p, s);
+      mpn_keep(&first, plan_flag(b, p, 1, 0));
     }
   }
-  mpn_keep(&first, mpn_memops_flush(b));
-  mpn_keep(&first, issue_copies(plans, n, s, 0));
-  for (int i = 0; i < n; i++) { /* done writes (and events) */
-    plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s || p->role != MPN_POST_SECOND || p->eager) continue;
-    if (p->local) publish_done(p, s);
-    mpn_keep(&first, plan_flag(b, p, 1, 0));
-  }
+  mark_imports_used(plans, n, s); /* after the last step's copies */
   if (!keep_open) mpn_keep(&first, mpn_memops_flush(b));
   return first;
 }
@@ -325,7 +386,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if (!p->spin || p->stage) c.ok = 0;
+    if (!p->spin || p->stage || p->step > 0) c.ok = 0; /* steps: issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
@@ -438,6 +499,7 @@ static int single_stream(const plan_t* plans, int n, cudaStream_t* out) {
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current) {
   ncclResult_t first = ncclSuccess;
   cudaStream_t only = NULL;
+  assign_steps(plans, n);
   int one = single_stream(plans, n, &only);
   mpn_memops_t open; /* a launch of one stream: the front's last batch, still open for the back's waits */
   if (one) {

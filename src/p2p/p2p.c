@@ -189,6 +189,7 @@ static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
       mpn_event_put(dev, ev);
     }
   }
+  d->launch = p->launch;
   d->eager = p->eager_ok; /* the inbox needs neither an export nor a stage */
   d->eager_n = p->eager_n;
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) return ncclSuccess;
@@ -456,6 +457,7 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
+  p->peer_launch = other.launch;
   if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG) { /* the first side chose a ring: follow it */
     ncclResult_t res = ncclSuccess;
     uint64_t* count = &eager_counts[other.eager - 1];

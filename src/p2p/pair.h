@@ -48,6 +48,8 @@ typedef struct {
   int32_t eager;       /**< the inbox ring (eager.h, MPN_EAGER_*) the message takes if this side posted first */
   uint64_t event;      /**< same process: cudaEvent_t recorded where this side posted, or 0 */
   uint64_t eager_n;    /**< eager: the message's number among the pair's eager ones */
+  uint64_t launch;     /**< which launch of its process posted it: a second side moves the
+                            messages of each of this process's launches in their order (issue.c) */
   mpn_ipc_desc_t ipc;
 } mpn_side_t;
 

@@ -172,6 +172,49 @@ static void same_peer_order(void) {
   }
 }
 
+/*
+ * A group against separate launches (docs/P2P.md, known problem 8): one
+ * rank of each pair (rank ^ 1; an odd last rank sits out) posts its receive
+ * and its send as two launches on one stream, each alone, before the other
+ * posts both in one group.  The rank of the group moves both messages, and
+ * the early rank's second "ready" comes only once its first launch
+ * completed, which needs that rank's first copy: it must not wait for both
+ * before copying.  Both orders, each rank of the pair early in turn;
+ * messages above the inbox sizes, so they take the two-hop handshake.
+ */
+static void split_launches(void) {
+  enum { BYTES = 600001 };
+  int peer = rank ^ 1;
+  if (peer >= nranks) return;
+  char *s = dev_alloc(BYTES), *r = dev_alloc(BYTES);
+  for (int round = 0; round < 4; round++) {
+    int early = (rank & 1) == (round >> 1), recv_first = (round & 1) == 0;
+    pattern_fill(s, BYTES, seed_of(rank, peer, 12000 + round), stream);
+    EXPECT(cudaMemsetAsync(r, 0, BYTES, stream) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    if (early) {
+      if (recv_first) EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
+      EXPECT_OK(ncclSend(s, BYTES, ncclInt8, peer, comm, stream));
+      if (!recv_first) EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
+      MPI_Send(&round, 1, MPI_INT, peer, 700 + round, MPI_COMM_WORLD); /* both posted */
+    } else {
+      int posted = -1;
+      MPI_Recv(&posted, 1, MPI_INT, peer, 700 + round, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      EXPECT(posted == round);
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(s, BYTES, ncclInt8, peer, comm, stream));
+      EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
+      EXPECT_OK(ncclGroupEnd());
+    }
+    char what[80];
+    snprintf(what, sizeof(what), "split_launches round %d (%s, %s first)", round, early ? "early" : "group",
+             recv_first ? "receive" : "send");
+    expect_pattern(r, BYTES, seed_of(peer, rank, 12000 + round), what);
+  }
+  cudaFree(s);
+  cudaFree(r);
+}
+
 /* A freed buffer and a new one at the same address: the import cache notices. */
 static void reallocated(void) {
   size_t bytes = 1 << 20;
@@ -823,6 +866,7 @@ int main(int argc, char** argv) {
   STEP(host_buffers());
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
+  STEP(split_launches());
   STEP(many_small());
   STEP(host_ahead());
   STEP(big_inbox());

@@ -143,13 +143,15 @@ static int moved_here(const plan_t* p) {
   return p->posted && p->role == MPN_POST_SECOND && !p->eager;
 }
 
+/* qsort order of assign_steps: by stream, then process of the peer, then
+ * the launch of that process that posted the first side. */
 static int step_order(const void* a, const void* b) {
-  const plan_t *p = *(const plan_t* const*)a, *q = *(const plan_t* const*)b;
-  uintptr_t k[2][3] = {{(uintptr_t)p->op->stream, (uintptr_t)p->op->comm, (uintptr_t)p->op->peer},
-                       {(uintptr_t)q->op->stream, (uintptr_t)q->op->comm, (uintptr_t)q->op->peer}};
+  const plan_t *p = *(plan_t* const*)a, *q = *(plan_t* const*)b;
+  uintptr_t k[2][3] = {{(uintptr_t)p->op->stream, p->peer_proc, p->peer_launch},
+                       {(uintptr_t)q->op->stream, q->peer_proc, q->peer_launch}};
   for (int i = 0; i < 3; i++)
     if (k[0][i] != k[1][i]) return k[0][i] < k[1][i] ? -1 : 1;
-  return p->peer_launch < q->peer_launch ? -1 : p->peer_launch > q->peer_launch;
+  return 0;
 }
 
 /*
@@ -159,30 +161,39 @@ static int step_order(const void* a, const void* b) {
  * alone), the "ready" of its later launch comes only once its earlier one
  * completed, which needs this rank's copy: waiting for both before copying
  * would hang (NCCL and MPI complete such a pattern).  So the messages this
- * rank moves go in steps, one per launch of the peer in their order (wait,
- * copy, "done"), counted per stream and peer: step k holds each peer's
- * k-th launch.  Nothing waits longer than before: a step's copies need the
- * earlier steps' copies and its own waits only.  A peer that posted all of
- * them in one group (the usual case) gives one step.  Without memory for
- * the sort, everything stays in step 0, as before.
+ * rank moves go in steps, one per launch of the peer's process in their
+ * order (wait, copy, "done"), counted per stream and process (launches are
+ * numbered per process, whichever communicator or rank posted them): step
+ * k holds each process's k-th launch.  Nothing waits longer than before: a
+ * step's copies need the earlier steps' copies and its own waits only.  A
+ * peer that posted all of them in one group (the usual case) gives one
+ * step, found without sorting (plans of one peer usually come together).  Without memory for the sort, everything
+ * stays in step 0, as before.
  */
 static void assign_steps(plan_t* plans, int n) {
-  int m = 0;
+  int m = 0, several = 0;
   for (int i = 0; i < n; i++) {
-    plans[i].step = 0;
-    m += moved_here(&plans[i]);
+    plan_t* p = &plans[i];
+    p->step = 0;
+    if (!moved_here(p)) continue;
+    m++;
+    for (int j = i - 1; j >= 0 && !several; j--) { /* the last one before of the same stream and process */
+      const plan_t* q = &plans[j];
+      if (!moved_here(q) || q->op->stream != p->op->stream || q->peer_proc != p->peer_proc) continue;
+      several = q->peer_launch != p->peer_launch;
+      break;
+    }
   }
-  const plan_t** order = m > 1 ? malloc((size_t)m * sizeof(*order)) : NULL;
+  plan_t** order = several ? malloc((size_t)m * sizeof(*order)) : NULL;
   if (order == NULL) return;
   m = 0;
   for (int i = 0; i < n; i++)
     if (moved_here(&plans[i])) order[m++] = &plans[i];
   qsort(order, (size_t)m, sizeof(*order), step_order);
   for (int i = 1; i < m; i++) {
-    const plan_t* prev = order[i - 1];
-    plan_t* p = (plan_t*)order[i];
-    int same_peer = p->op->stream == prev->op->stream && p->op->comm == prev->op->comm && p->op->peer == prev->op->peer;
-    if (same_peer) p->step = prev->step + (p->peer_launch != prev->peer_launch);
+    const plan_t *prev = order[i - 1], *p = order[i];
+    if (p->op->stream == prev->op->stream && p->peer_proc == prev->peer_proc)
+      order[i]->step = prev->step + (p->peer_launch != prev->peer_launch);
   }
   free(order);
 }
@@ -237,7 +248,8 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
     for (int i = 0; i < n; i++) { /* waits for ready */
       plan_t* p = &plans[i];
       if (!moved_here(p) || p->op->stream != s || p->step != step) continue;
-      if (p->ev) {
+      if (p->ev) { /* the writes still in b (the previous step's "done") go first */
+        mpn_keep(&first, mpn_memops_flush(b));
         mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
         mpn_event_put(p->ev_dev, p->ev);
         p->ev = NULL;
@@ -386,7 +398,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if (!p->spin || p->stage || p->step > 0) c.ok = 0; /* steps: issue_front */
+    if (!p->spin || p->stage || (p->step > 0 && half0 == 0)) c.ok = 0; /* steps: issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);

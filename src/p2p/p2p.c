@@ -457,6 +457,7 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
+  p->peer_proc = other.proc;
   p->peer_launch = other.launch;
   if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG) { /* the first side chose a ring: follow it */
     ncclResult_t res = ncclSuccess;

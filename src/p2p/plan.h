@@ -38,7 +38,8 @@ typedef struct {
   size_t eager_bytes; /* send: bytes copied in; receive: most bytes copied out */
   uint64_t eager_n;   /* its number among the pair's eager messages (eager.h) */
   uint64_t launch;    /* which launch of the process posts it (p2p.c) */
-  uint64_t peer_launch; /* second side: which launch of the peer's process posted the first side */
+  uint64_t peer_proc;  /* second side: the process that posted the first side ... */
+  uint64_t peer_launch; /* ... and which of its launches (numbered per process) */
   int step;           /* second side of a two-hop message: its step of the front half (issue.c) */
 } plan_t;
 

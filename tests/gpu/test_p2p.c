@@ -179,22 +179,26 @@ static void same_peer_order(void) {
  * posts both in one group.  The rank of the group moves both messages, and
  * the early rank's second "ready" comes only once its first launch
  * completed, which needs that rank's first copy: it must not wait for both
- * before copying.  Both orders, each rank of the pair early in turn;
+ * before copying.  Both orders, each rank of the pair early in turn, then
+ * the receive and the send on two communicators (the group spans both);
  * messages above the inbox sizes, so they take the two-hop handshake.
  */
 static void split_launches(void) {
-  enum { BYTES = 600001 };
+  enum { BYTES = 600001, ROUNDS = 6 };
+  ncclComm_t other;
+  EXPECT_OK(ncclCommSplit(comm, 0, rank, &other, NULL));
   int peer = rank ^ 1;
-  if (peer >= nranks) return;
   char *s = dev_alloc(BYTES), *r = dev_alloc(BYTES);
-  for (int round = 0; round < 4; round++) {
-    int early = (rank & 1) == (round >> 1), recv_first = (round & 1) == 0;
+  for (int round = 0; round < ROUNDS && peer < nranks; round++) {
+    int two_comms = round >= 4; /* the receive on comm, the send on other */
+    int early = (rank & 1) == (two_comms ? round & 1 : (round >> 1) & 1);
+    int recv_first = two_comms || (round & 1) == 0;
     pattern_fill(s, BYTES, seed_of(rank, peer, 12000 + round), stream);
     EXPECT(cudaMemsetAsync(r, 0, BYTES, stream) == cudaSuccess);
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
     if (early) {
       if (recv_first) EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
-      EXPECT_OK(ncclSend(s, BYTES, ncclInt8, peer, comm, stream));
+      EXPECT_OK(ncclSend(s, BYTES, ncclInt8, peer, two_comms ? other : comm, stream));
       if (!recv_first) EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
       MPI_Send(&round, 1, MPI_INT, peer, 700 + round, MPI_COMM_WORLD); /* both posted */
     } else {
@@ -203,7 +207,7 @@ static void split_launches(void) {
       EXPECT(posted == round);
       EXPECT_OK(ncclGroupStart());
       EXPECT_OK(ncclSend(s, BYTES, ncclInt8, peer, comm, stream));
-      EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
+      EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, two_comms ? other : comm, stream));
       EXPECT_OK(ncclGroupEnd());
     }
     char what[80];
@@ -213,6 +217,43 @@ static void split_launches(void) {
   }
   cudaFree(s);
   cudaFree(r);
+  EXPECT_OK(ncclCommDestroy(other));
+}
+
+/* The same between two ranks of this process (ncclCommInitAll with a
+ * repeated device, one thread, a stream each): rank 0's receive and send
+ * alone, then rank 1's group.  Under MPS their streams are ordered with
+ * events (docs/P2P.md, "Ranks of one process under MPS"). */
+static void split_launches_local(void) {
+  enum { BYTES = 600001 };
+  int dev;
+  cudaGetDevice(&dev);
+  int devs[2] = {dev, dev};
+  ncclComm_t comms[2];
+  EXPECT_OK(ncclCommInitAll(comms, 2, devs));
+  cudaStream_t st[2] = {stream, NULL};
+  EXPECT(cudaStreamCreateWithFlags(&st[1], cudaStreamNonBlocking) == cudaSuccess);
+  char *s[2], *r[2];
+  for (int i = 0; i < 2; i++) {
+    s[i] = dev_alloc(BYTES);
+    r[i] = dev_alloc(BYTES);
+    pattern_fill(s[i], BYTES, seed_of(i, i ^ 1, 12100), stream);
+  }
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclRecv(r[0], BYTES, ncclInt8, 1, comms[0], st[0]));
+  EXPECT_OK(ncclSend(s[0], BYTES, ncclInt8, 1, comms[0], st[0]));
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s[1], BYTES, ncclInt8, 0, comms[1], st[1]));
+  EXPECT_OK(ncclRecv(r[1], BYTES, ncclInt8, 0, comms[1], st[1]));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(st[1]) == cudaSuccess);
+  for (int i = 0; i < 2; i++) {
+    expect_pattern(r[i], BYTES, seed_of(i ^ 1, i, 12100), "split_launches_local");
+    cudaFree(s[i]);
+    cudaFree(r[i]);
+  }
+  cudaStreamDestroy(st[1]);
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
 }
 
 /* A freed buffer and a new one at the same address: the import cache notices. */
@@ -867,6 +908,7 @@ int main(int argc, char** argv) {
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
   STEP(split_launches());
+  STEP(split_launches_local());
   STEP(many_small());
   STEP(host_ahead());
   STEP(big_inbox());

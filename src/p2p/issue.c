@@ -250,9 +250,11 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
       if (!moved_here(p) || p->op->stream != s || p->step != step) continue;
       if (p->ev) { /* the writes still in b (the previous step's "done") go first */
         mpn_keep(&first, mpn_memops_flush(b));
-        mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent"));
+        ncclResult_t waited = mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent");
+        mpn_keep(&first, waited);
         mpn_event_put(p->ev_dev, p->ev);
         p->ev = NULL;
+        if (waited != ncclSuccess) mpn_keep(&first, plan_flag(b, p, 0, 1)); /* the flag, then */
       } else {
         mpn_keep(&first, plan_flag(b, p, 0, 1));
       }

@@ -220,42 +220,6 @@ static void split_launches(void) {
   EXPECT_OK(ncclCommDestroy(other));
 }
 
-/* The same between two ranks of this process (ncclCommInitAll with a
- * repeated device, one thread, a stream each): rank 0's receive and send
- * alone, then rank 1's group.  Under MPS their streams are ordered with
- * events (docs/P2P.md, "Ranks of one process under MPS"). */
-static void split_launches_local(void) {
-  enum { BYTES = 600001 };
-  int dev;
-  cudaGetDevice(&dev);
-  int devs[2] = {dev, dev};
-  ncclComm_t comms[2];
-  EXPECT_OK(ncclCommInitAll(comms, 2, devs));
-  cudaStream_t st[2] = {stream, NULL};
-  EXPECT(cudaStreamCreateWithFlags(&st[1], cudaStreamNonBlocking) == cudaSuccess);
-  char *s[2], *r[2];
-  for (int i = 0; i < 2; i++) {
-    s[i] = dev_alloc(BYTES);
-    r[i] = dev_alloc(BYTES);
-    pattern_fill(s[i], BYTES, seed_of(i, i ^ 1, 12100), stream);
-  }
-  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-  EXPECT_OK(ncclRecv(r[0], BYTES, ncclInt8, 1, comms[0], st[0]));
-  EXPECT_OK(ncclSend(s[0], BYTES, ncclInt8, 1, comms[0], st[0]));
-  EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclSend(s[1], BYTES, ncclInt8, 0, comms[1], st[1]));
-  EXPECT_OK(ncclRecv(r[1], BYTES, ncclInt8, 0, comms[1], st[1]));
-  EXPECT_OK(ncclGroupEnd());
-  EXPECT(cudaStreamSynchronize(st[1]) == cudaSuccess);
-  for (int i = 0; i < 2; i++) {
-    expect_pattern(r[i], BYTES, seed_of(i ^ 1, i, 12100), "split_launches_local");
-    cudaFree(s[i]);
-    cudaFree(r[i]);
-  }
-  cudaStreamDestroy(st[1]);
-  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
-}
-
 /* A freed buffer and a new one at the same address: the import cache notices. */
 static void reallocated(void) {
   size_t bytes = 1 << 20;
@@ -908,7 +872,6 @@ int main(int argc, char** argv) {
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
   STEP(split_launches());
-  STEP(split_launches_local());
   STEP(many_small());
   STEP(host_ahead());
   STEP(big_inbox());

@@ -15,6 +15,7 @@
 #include "core/debug.h"
 #include "core/param.h"
 #include "cuda/sync.h"
+#include "p2p/eager.h"
 #include "mpinccl.h"
 
 START_TEST(abi_layout) {
@@ -167,6 +168,18 @@ START_TEST(params_table) {
     ck_assert_ptr_nonnull(mpn_param_table[i].name);
     ck_assert_int_gt(strlen(mpn_param_table[i].help), 10);
   }
+}
+END_TEST
+
+/* The inbox parameters (core, which knows no p2p header) end where the
+ * inbox's slots do (p2p/eager.h): a larger value would overrun a slot. */
+START_TEST(eager_param_bounds) {
+  const mpn_param_desc_t* small = &mpn_param_table[MPN_PARAM_EAGER_MAX];
+  const mpn_param_desc_t* big = &mpn_param_table[MPN_PARAM_EAGER_BIG_MAX];
+  ck_assert_int_eq(small->max, MPN_EAGER_SLOT_BYTES);
+  ck_assert_int_le(atoll(small->deflt), MPN_EAGER_SLOT_BYTES);
+  ck_assert_int_eq(big->max, MPN_EAGER_BIG_BYTES);
+  ck_assert_int_le(atoll(big->deflt), MPN_EAGER_BIG_BYTES);
 }
 END_TEST
 
@@ -351,6 +364,7 @@ int main(void) {
   tcase_add_test(tc, config_inherits_parent);
   tcase_add_test(tc, params_table);
   tcase_add_test(tc, readme_parameters);
+  tcase_add_test(tc, eager_param_bounds);
   tcase_add_test(tc, debug_options);
   tcase_add_test(tc, debug_file);
   tcase_add_test(tc, refused_calls);

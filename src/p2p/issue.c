@@ -167,8 +167,8 @@ static int step_order(const void* a, const void* b) {
  * k holds each process's k-th launch.  Nothing waits longer than before: a
  * step's copies need the earlier steps' copies and its own waits only.  A
  * peer that posted all of them in one group (the usual case) gives one
- * step, found without sorting (plans of one peer usually come together).  Without memory for the sort, everything
- * stays in step 0, as before.
+ * step, found without sorting (plans of one peer usually come together).
+ * Without memory for the sort, everything stays in step 0, as before.
  */
 static void assign_steps(plan_t* plans, int n) {
   int m = 0, several = 0;

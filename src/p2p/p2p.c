@@ -66,7 +66,9 @@ struct mpn_p2p {
 };
 
 /* Numbers the launches of the process, so a pair can tell which of its
- * eager messages the current launch posted (slot_wait). */
+ * eager messages the current launch posted (slot_wait), and a second side
+ * in which of this process's launches each first side came (mpn_side_t.launch,
+ * the steps of issue.c). */
 static uint64_t launches;
 
 

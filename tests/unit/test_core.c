@@ -15,8 +15,8 @@
 #include "core/debug.h"
 #include "core/param.h"
 #include "cuda/sync.h"
-#include "p2p/eager.h"
 #include "mpinccl.h"
+#include "p2p/eager.h"
 
 START_TEST(abi_layout) {
   ck_assert_int_eq(sizeof(ncclUniqueId), 128);

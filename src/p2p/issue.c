@@ -198,9 +198,12 @@ static void assign_steps(plan_t* plans, int n) {
   free(order);
 }
 
-/* Steps of stream s's front half (assign_steps). */
+/* Steps of stream s's front half (assign_steps); none where this rank moves
+ * nothing on s, whose "ready" writes then stay in the batch that the back
+ * half's waits join: one stream item less for a rank that only signals
+ * (the one whose copies a delegate moves). */
 static int front_steps(const plan_t* plans, int n, cudaStream_t s) {
-  int steps = 1;
+  int steps = 0;
   for (int i = 0; i < n; i++)
     if (moved_here(&plans[i]) && plans[i].op->stream == s && plans[i].step >= steps) steps = plans[i].step + 1;
   return steps;

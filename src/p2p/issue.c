@@ -216,10 +216,12 @@ static int front_steps(const plan_t* plans, int n, cudaStream_t s) {
  * lost).
  *
  * First half of the plans that use stream s: a memory-pool send buffer goes
- * to its stage; one batch with the "ready" writes (first side); the eager
- * sends' copies into the inboxes and their "done" writes, which wait for
- * nothing and so come before any wait (a peer's later "ready" may depend on
- * them); then per step (assign_steps) the waits for the peers' "ready"
+ * to its stage; one batch with the waits for the slots' previous messages
+ * of other streams (p2p.c: messages this rank posted earlier, never one of
+ * this launch) and the "ready" writes (first side); the eager sends' copies
+ * into the inboxes and their "done" writes, which wait for nothing of this
+ * launch and so come before any wait for a peer (a peer's later "ready" may
+ * depend on them); then per step (assign_steps) the waits for the peers' "ready"
  * (second side), the copies and the "done" writes, which share a batch
  * with the next step's waits; the last step's batch is left open with
  * keep_open for the back half's waits (b: an empty batch on s).  Within a
@@ -233,6 +235,12 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
       mpn_keep(&first, mpn_cuda_result(NULL, cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
                                                cudaMemcpyDeviceToDevice, s),
                                "copying a send buffer to its stage"));
+  }
+  for (int i = 0; i < n; i++) { /* the slot's previous message, of another stream */
+    plan_t* p = &plans[i];
+    if (p->posted && p->op->stream == s && p->after_prev)
+      mpn_keep(&first, mpn_memops_add(b, mpn_pair_flag(p->pair, p->seq - MPN_PAIR_SLOTS, 0, 1),
+                                      p->seq - MPN_PAIR_SLOTS, MPN_MEMOP_WAIT_GEQ));
   }
   for (int i = 0; i < n; i++) { /* ready writes */
     plan_t* p = &plans[i];
@@ -403,7 +411,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if (!p->spin || p->stage || (p->step > 0 && half0 == 0)) c.ok = 0; /* steps: issue_front */
+    if (!p->spin || p->stage || p->after_prev || (p->step > 0 && half0 == 0)) c.ok = 0; /* issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);

@@ -822,6 +822,63 @@ static void host_ahead(void) {
   cudaFree(buf);
 }
 
+/* A host function that holds its stream on the GPU for ms milliseconds. */
+static void CUDART_CB hold_stream(void* ms) { usleep((useconds_t)(uintptr_t)ms * 1000); }
+
+/*
+ * Messages k and k + 512 of a pair share a slot and its flag words
+ * (docs/P2P.md, known problem 5).  Each rank of a pair (rank ^ 1; alone,
+ * itself) posts three groups of sends and receives of WRAP_BYTES each:
+ * messages 0-511 on a stream held back on the GPU for a while, 512-1023 on
+ * another that is not, and 76 more on the first.  Each group is preceded,
+ * on its stream, by the fill of its send buffers and the clearing of its
+ * receive buffers, so a message that moved before its stream got there (a
+ * wait passed by the later message's flag) shows as wrong data.  One rank
+ * of the pair is held 0.3 s longer than the other, each in turn: the one
+ * that resumes first then runs ahead of the other's fills.
+ */
+enum { WRAP_BYTES = 4000, WRAP_HOLD_MS = 100 };
+
+static void wrap_group(char* s, char* r, int n, int peer, uint32_t seed, cudaStream_t on) {
+  pattern_fill(s, (size_t)n * WRAP_BYTES, seed, on);
+  EXPECT(cudaMemsetAsync(r, 0, (size_t)n * WRAP_BYTES, on) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < n; k++) {
+    EXPECT_OK(ncclSend(s + (size_t)k * WRAP_BYTES, WRAP_BYTES, ncclInt8, peer, comm, on));
+    EXPECT_OK(ncclRecv(r + (size_t)k * WRAP_BYTES, WRAP_BYTES, ncclInt8, peer, comm, on));
+  }
+  EXPECT_OK(ncclGroupEnd());
+}
+
+static void streams_wrap(void) {
+  static const int count[3] = {512, 512, 76};
+  if (harness_over_ucx()) return;
+  int peer = (rank ^ 1) < nranks ? rank ^ 1 : rank;
+  cudaStream_t other;
+  EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  size_t bytes = (size_t)(512 + 512 + 76) * WRAP_BYTES;
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+  for (int round = 0; round < 2; round++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    uintptr_t hold = (rank & 1) == round ? WRAP_HOLD_MS : 4 * WRAP_HOLD_MS;
+    EXPECT(cudaLaunchHostFunc(stream, hold_stream, (void*)hold) == cudaSuccess);
+    for (int g = 0, at = 0; g < 3; at += count[g++])
+      wrap_group(s + (size_t)at * WRAP_BYTES, r + (size_t)at * WRAP_BYTES, count[g], peer,
+                 seed_of(rank, peer, 13000 + 3 * round + g), g == 1 ? other : stream);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(other) == cudaSuccess);
+    for (int g = 0, at = 0; g < 3; at += count[g++]) {
+      char what[64];
+      snprintf(what, sizeof(what), "streams_wrap round %d group %d", round, g);
+      expect_pattern(r + (size_t)at * WRAP_BYTES, (size_t)count[g] * WRAP_BYTES,
+                     seed_of(peer, rank, 13000 + 3 * round + g), what);
+    }
+  }
+  cudaFree(s);
+  cudaFree(r);
+  EXPECT(cudaStreamDestroy(other) == cudaSuccess);
+}
+
 /* Launches back to back, never waited for in between, each with two odd
  * sizes above one block's share of a flag kernel's copies (sync.h,
  * MPN_SYNC_BLOCK_BYTES: under MPS the copies are shared by several blocks),
@@ -874,6 +931,7 @@ int main(int argc, char** argv) {
   STEP(split_launches());
   STEP(many_small());
   STEP(host_ahead());
+  STEP(streams_wrap());
   STEP(big_inbox());
   STEP(sliced_inbox());
   STEP(sliced_pair());

@@ -7,8 +7,9 @@
  * after the puts of each signal and publishes it with its count in a ring
  * of the pair (one per context, one producer and one consumer); the waiter,
  * on the host, takes the entry of the count it expects (dropping older
- * ones: the sender's signals come from one stream, so the later event
- * implies them) and makes its stream wait for that event, then gives it
+ * ones: the later event implies them, on one stream by its order, from
+ * another by the wait for the earlier count before it, rma.c) and makes
+ * its stream wait for that event, then gives it
  * back to the pool.  An event is never recorded again before its waiter
  * enqueued its wait.  The counter is still written, so a waiter that finds
  * no entry within MPINCCL_LOCAL_WAIT_US (a full ring, or a sender that

@@ -7,8 +7,10 @@
  * writes in program order, and one with the waits.  A signal writes the
  * sender's running count for (peer, ctx) into the pair file the two ranks
  * share, after the copies in stream order, so a receiver that sees count n
- * sees every put enqueued before the n-th signal on that stream.  Counts
- * only grow, so signals that arrive before their wait is enqueued are kept.
+ * sees every put enqueued before the n-th signal on that stream (and, as
+ * a signal on another stream waits for the count before it, before the
+ * earlier signals).  Counts only grow, so signals that arrive before their
+ * wait is enqueued are kept.
  * Signals captured in CUDA graphs use flags of their own (graph_slot);
  * between ranks of one process under MPS, events order the streams
  * (local.c).  With peers over UCX, puts and signals go through the staging
@@ -52,10 +54,12 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
       size_t n = (size_t)comm->nranks * (size_t)comm->config.num_rma_ctx;
       rma = calloc(1, sizeof(*rma));
       uint64_t* counts = calloc(4 * n, sizeof(uint64_t));
-      if (rma == NULL || counts == NULL) {
-        free(rma), free(counts);
+      cudaStream_t* streams = calloc(n, sizeof(cudaStream_t));
+      if (rma == NULL || counts == NULL || streams == NULL) {
+        free(rma), free(counts), free(streams);
         rma = NULL;
       } else {
+        rma->sent_stream = streams;
         pthread_mutex_init(&rma->lock, NULL);
         rma->sent = counts;
         rma->expected = counts + n;
@@ -76,6 +80,7 @@ void mpn_rma_free(struct ncclComm* comm) {
   mpn_win_free_all(comm);
   pthread_mutex_destroy(&comm->rma->lock);
   free(comm->rma->sent); /* all four counters */
+  free(comm->rma->sent_stream);
   free(comm->rma);
   comm->rma = NULL;
 }
@@ -230,13 +235,36 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
   return ncclSuccess;
 }
 
+/*
+ * A signal stores the sender's running count, so two signals to one peer
+ * and context from different streams, which the GPU runs in no order, could
+ * leave the lower count last: a wait for the higher would hang, or pass
+ * before the puts of the lower.  A signal counted on another stream than the
+ * one before it therefore first waits for the counter to hold the previous
+ * count (on one stream the order is the stream's).  NCCL's signals are
+ * atomic additions and need no such order; a program whose earlier signal
+ * could only be written after its later one's stream went on would hang here.
+ */
+static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t* op, cudaStream_t s) {
+  size_t pc = (size_t)op->peer * (size_t)comm->config.num_rma_ctx + (size_t)op->ctx;
+  return comm->rma->sent[pc] > 0 && comm->rma->sent_stream[pc] != s;
+}
+
 static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, int graph, int publish) {
   struct ncclComm* comm = op->comm;
   int nctx = comm->config.num_rma_ctx, slot = 0;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
   if (!graph) {
-    uint64_t count = ++comm->rma->sent[op->peer * nctx + op->ctx];
+    size_t pc = (size_t)op->peer * (size_t)nctx + (size_t)op->ctx;
+    int order = signal_after_other_stream(comm, op, s);
+    uint64_t count = ++comm->rma->sent[pc];
+    comm->rma->sent_stream[pc] = s;
+    if (order && to_sink->k) /* launches that need the order keep the memory operations (needs_order) */
+      return mpn_error_set(NULL, ncclInternalError, "a signal after another stream's in a flag kernel");
+    if (order) MPN_CHECK(sink_add(to_sink, mpn_pair_signal(to, op->ctx), count - 1, MPN_MEMOP_WAIT_GEQ));
+    if (order && publish && mpn_rma_local(comm, op->peer, graph))
+      MPN_CHECK(mpn_memops_flush(to_sink->b)); /* the event comes after the wait: it implies the earlier signal */
     if (publish && mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
@@ -445,6 +473,23 @@ static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
   return 1;
 }
 
+/* Whether a signal of the launch would be counted on another stream than the
+ * signal before it to the same peer and context (add_signal): then no
+ * stream of the launch takes the flag kernel, whose writes come before its
+ * waits and in no order. */
+static int needs_order(mpn_op_t** ops, int n) {
+  for (int i = 0; i < n; i++) {
+    const mpn_op_t* op = ops[i];
+    if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
+    if (signal_after_other_stream(op->comm, op, op->stream)) return 1;
+    for (int j = 0; j < i; j++)
+      if (ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm && ops[j]->peer == op->peer &&
+          ops[j]->ctx == op->ctx && ops[j]->stream != op->stream)
+        return 1;
+  }
+  return 0;
+}
+
 static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
   int flags = 0, waits = 0;
   if (graph || mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0) return 0;
@@ -578,6 +623,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
+  int ordered = res == ncclSuccess && needs_order(ops, n);
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
    * driving several ranks never waits (on the host, rma/local.c) for
@@ -595,7 +641,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       int graph = sync[i] >> 2;
       /* Decided once per stream, in the first pass: the counts it reads
        * change as signals are issued, and the passes must agree. */
-      if (pass == 0) sync[i] |= stream_syncs(ops, n, s, graph) ? 1 + self_consumed(ops, n, s) : 0;
+      if (pass == 0) sync[i] |= !ordered && stream_syncs(ops, n, s, graph) ? 1 + self_consumed(ops, n, s) : 0;
       if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
       if (res != ncclSuccess) break;
       int kernel = sync[i] & 3;

@@ -25,6 +25,7 @@ typedef struct mpn_rma {
   uint64_t* expected; /**< [peer * numRmaCtx + ctx]: signals from peer waited for so far */
   uint64_t* graph_sent;     /**< the same for signals captured in CUDA graphs */
   uint64_t* graph_expected;
+  cudaStream_t* sent_stream; /**< [peer * numRmaCtx + ctx]: the stream of the last signal counted in sent */
 } mpn_rma_t;
 
 /** The communicator's one-sided state, made on first use. */

@@ -3,8 +3,10 @@
  */
 #include "harness.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pattern.h"
 
@@ -17,6 +19,12 @@ static const char* only;
 static int step_barrier;
 
 uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 1); }
+
+static void CUDART_CB sleep_ms(void* ms) { usleep((useconds_t)(uintptr_t)ms * 1000); }
+
+void hold_stream(cudaStream_t s, unsigned ms) {
+  EXPECT(cudaLaunchHostFunc(s, sleep_ms, (void*)(uintptr_t)ms) == cudaSuccess);
+}
 
 void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what) {
   unsigned long long bad = pattern_check(buf, bytes, seed, stream);

@@ -39,6 +39,10 @@ extern cudaStream_t stream;
 /** The pattern seed of the k-th message from src to dst. */
 uint32_t seed_of(int src, int dst, int k);
 
+/** Holds stream s back on the GPU for about ms milliseconds from when it
+ * gets there (a host function that sleeps; no kernel, no rank polled). */
+void hold_stream(cudaStream_t s, unsigned ms);
+
 /** Counts a failure when bytes at buf differ from the pattern of seed (synchronizes stream). */
 void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* what);
 

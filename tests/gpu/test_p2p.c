@@ -822,9 +822,6 @@ static void host_ahead(void) {
   cudaFree(buf);
 }
 
-/* A host function that holds its stream on the GPU for ms milliseconds. */
-static void CUDART_CB hold_stream(void* ms) { usleep((useconds_t)(uintptr_t)ms * 1000); }
-
 /*
  * Messages k and k + 512 of a pair share a slot and its flag words
  * (docs/P2P.md, known problem 5).  Each rank of a pair (rank ^ 1; alone,
@@ -860,8 +857,7 @@ static void streams_wrap(void) {
   char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
   for (int round = 0; round < 2; round++) {
     MPI_Barrier(MPI_COMM_WORLD);
-    uintptr_t hold = (rank & 1) == round ? WRAP_HOLD_MS : 4 * WRAP_HOLD_MS;
-    EXPECT(cudaLaunchHostFunc(stream, hold_stream, (void*)hold) == cudaSuccess);
+    hold_stream(stream, (rank & 1) == round ? WRAP_HOLD_MS : 4 * WRAP_HOLD_MS);
     for (int g = 0, at = 0; g < 3; at += count[g++])
       wrap_group(s + (size_t)at * WRAP_BYTES, r + (size_t)at * WRAP_BYTES, count[g], peer,
                  seed_of(rank, peer, 13000 + 3 * round + g), g == 1 ? other : stream);

@@ -254,6 +254,48 @@ static void early_signals(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/*
+ * Signals to one peer and context from two streams: the first put and
+ * signal on a stream held back on the GPU for 0.3 s, the second on another
+ * that is not.  A signal stores a running count, so the second must not be
+ * seen before the first (the peer's wait for both would pass before the
+ * first put, or hang on the first count written last).  Three rounds.
+ */
+static void signal_streams(void) {
+  enum { BLOCK = 65536, HOLD_MS = 300 };
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  void* buf;
+  ncclWindow_t w = window(2 * BLOCK, &buf);
+  char* src = dev_alloc(2 * BLOCK);
+  cudaStream_t held, other;
+  EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  for (int round = 0; round < 3; round++) {
+    for (int b = 0; b < 2; b++) pattern_fill(src + b * BLOCK, BLOCK, seed_of(rank, to, 20 + 2 * round + b), stream);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+    hold_stream(held, HOLD_MS);
+    EXPECT_OK(ncclPutSignal(src, BLOCK, ncclInt8, to, w, 0, 0, 0, 0, comm, held));
+    EXPECT_OK(ncclPutSignal(src + BLOCK, BLOCK, ncclInt8, to, w, BLOCK, 0, 0, 0, comm, other));
+    ncclWaitSignalDesc_t d = {2, from, 0, 0};
+    EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+    for (int b = 0; b < 2; b++) {
+      char what[64];
+      snprintf(what, sizeof(what), "signal_streams round %d put %d", round, b);
+      expect_pattern((char*)buf + b * BLOCK, BLOCK, seed_of(from, rank, 20 + 2 * round + b), what);
+    }
+    EXPECT(cudaStreamSynchronize(held) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(other) == cudaSuccess);
+    EXPECT(cudaMemsetAsync(buf, 0, 2 * BLOCK, stream) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD); /* cleared before the next round's puts */
+  }
+  EXPECT(cudaStreamDestroy(held) == cudaSuccess);
+  EXPECT(cudaStreamDestroy(other) == cudaSuccess);
+  window_free(w, buf);
+  ncclMemFree(src);
+}
+
 /* A ring of sends and a ring of puts in one group. */
 static void mixed_group(void) {
   size_t bytes = 100000;
@@ -386,6 +428,7 @@ int main(int argc, char** argv) {
   STEP(alltoall(4096 + 8, 3));
   STEP(many_then_signal());
   STEP(early_signals());
+  STEP(signal_streams());
   STEP(mixed_group());
   STEP(graph_replay());
   STEP(threads_ring());

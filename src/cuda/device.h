@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
@@ -56,6 +57,20 @@ static inline void mpn_cuda_switch_device(int* current, int dev) {
   if (*current == dev) return;
   cudaSetDevice(dev);
   *current = dev;
+}
+
+/**
+ * An identity of stream s that no other stream of the program shares, even
+ * one created after s is destroyed at the same handle, and that resolves
+ * the per-thread and legacy default streams to the stream they name here
+ * (cudaStreamGetId).  Should the runtime refuse, the handle itself (with the
+ * top bit set, apart from the runtime's numbers).
+ */
+static inline unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
+  unsigned long long id = 0;
+  if (cudaStreamGetId(s, &id) == cudaSuccess) return id;
+  cudaGetLastError();
+  return (unsigned long long)(uintptr_t)s | (1ULL << 63);
 }
 
 #endif /* MPN_CUDA_DEVICE_H_ */

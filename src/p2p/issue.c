@@ -89,6 +89,22 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager
   return first;
 }
 
+/*
+ * Whether p must wait for the "done" of its slot's previous message, posted
+ * on another stream (p2p.c): where p's own first flag write would not
+ * otherwise come after it.  A first side writes "ready" and an eager send
+ * "done" straight away; a second side of the two-hop path writes only after
+ * its wait for the first side's "ready", which that side's gate orders, and
+ * an eager receive writes no pair flag.  Not between ranks of one process
+ * under MPS, whose streams are ordered by events only (a memory wait could
+ * block the stream that writes the flag): there the flags of k and k + 512
+ * may still land in either order, which only a fallback to the flags reads.
+ */
+static int gated(const plan_t* p) {
+  if (!p->after_prev || p->local) return 0;
+  return p->eager ? p->op->kind == MPN_OP_SEND : p->role == MPN_POST_FIRST;
+}
+
 /* Whether p is a posted eager message of kind (send or receive) on stream s. */
 static int eager_on(const plan_t* p, cudaStream_t s, mpn_op_kind_t kind) {
   return p->posted && p->op->stream == s && p->eager && p->op->kind == kind;
@@ -216,9 +232,9 @@ static int front_steps(const plan_t* plans, int n, cudaStream_t s) {
  * lost).
  *
  * First half of the plans that use stream s: a memory-pool send buffer goes
- * to its stage; one batch with the waits for the slots' previous messages
- * of other streams (p2p.c: messages this rank posted earlier, never one of
- * this launch) and the "ready" writes (first side); the eager sends' copies
+ * to its stage; one batch with the "ready" writes (first side), those that
+ * must wait for their slot's previous message of another stream last,
+ * behind that wait (gated); the eager sends' copies
  * into the inboxes and their "done" writes, which wait for nothing of this
  * launch and so come before any wait for a peer (a peer's later "ready" may
  * depend on them); then per step (assign_steps) the waits for the peers' "ready"
@@ -236,16 +252,18 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
                                                cudaMemcpyDeviceToDevice, s),
                                "copying a send buffer to its stage"));
   }
-  for (int i = 0; i < n; i++) { /* the slot's previous message, of another stream */
-    plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->after_prev)
-      mpn_keep(&first, mpn_memops_add(b, mpn_pair_flag(p->pair, p->seq - MPN_PAIR_SLOTS, 0, 1),
-                                      p->seq - MPN_PAIR_SLOTS, MPN_MEMOP_WAIT_GEQ));
-  }
-  for (int i = 0; i < n; i++) { /* ready writes */
-    plan_t* p = &plans[i];
-    if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager)
-      mpn_keep(&first, plan_flag(b, p, 0, 0));
+  for (int pass = 0; pass < 2; pass++) { /* the ungated "ready" writes, then the gates and the gated ones */
+    for (int i = 0; pass == 1 && i < n; i++) {
+      plan_t* p = &plans[i];
+      if (p->posted && p->op->stream == s && gated(p))
+        mpn_keep(&first, mpn_memops_add(b, mpn_pair_flag(p->pair, p->seq - MPN_PAIR_SLOTS, 0, 1),
+                                        p->seq - MPN_PAIR_SLOTS, MPN_MEMOP_WAIT_GEQ));
+    }
+    for (int i = 0; i < n; i++) {
+      plan_t* p = &plans[i];
+      if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager && gated(p) == pass)
+        mpn_keep(&first, plan_flag(b, p, 0, 0));
+    }
   }
   int eager = 0;
   for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
@@ -411,7 +429,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
-    if (!p->spin || p->stage || p->after_prev || (p->step > 0 && half0 == 0)) c.ok = 0; /* issue_front */
+    if (!p->spin || p->stage || (half0 == 0 && (gated(p) || p->step > 0))) c.ok = 0; /* issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);

@@ -52,9 +52,9 @@ typedef struct {
   uint64_t eager_base[2][2];  /* and ring: the eager count when that launch began */
   int slot_timed_out[2];      /* a host wait for a slot ran out; none until a slot is free at once */
   uint64_t errors_seen[2];
-  int streamed[2];            /* a message was posted: first_stream is known */
-  cudaStream_t first_stream[2]; /* the stream of the first message */
-  cudaStream_t* slot_stream[2]; /* once a second stream is used: the stream of each slot's last message */
+  int streamed[2];               /* 1: a message was posted, first_stream is known; 2: no table (memory) */
+  uint64_t first_stream[2];      /* the stream (mpn_cuda_stream_id) of the first message */
+  uint64_t* slot_stream[2];      /* once a second stream is used: the stream of each slot's last message */
 } peer_state_t;
 
 struct mpn_p2p {
@@ -235,27 +235,34 @@ static int sliced_peer(const mpn_op_t* op) {
  * earlier one's (a wait for the later would then see the earlier value last
  * and hang, or one for the earlier pass before its data moved).  Launches of
  * one stream keep that order; a message posted on another stream than the
- * slot's previous one first waits for that one's "done", which comes after
- * all its other writes (issue.c), and the peer does the same on its side
- * (docs/P2P.md, known problem 5).  A pair and side used from one stream, the
- * usual case, keeps no table.  Returns whether seq must wait.
+ * slot's previous one may first have to wait for that one's "done", which
+ * comes after all its other writes (issue.c, gated), and the peer does the
+ * same on its side (docs/P2P.md, known problem 5).  A pair and side used
+ * from one stream (id: mpn_cuda_stream_id), the usual case, keeps no
+ * table; without memory for one every later message counts as from
+ * another stream (a wait at once satisfied on one stream).  Returns
+ * whether seq comes from another stream than its slot's previous message.
  */
-static int after_other_stream(peer_state_t* ps, int side, uint64_t seq, cudaStream_t s) {
-  cudaStream_t* table = ps->slot_stream[side];
+static int after_other_stream(peer_state_t* ps, int side, uint64_t seq, uint64_t stream) {
+  uint64_t* table = ps->slot_stream[side];
   if (table == NULL) {
+    if (ps->streamed[side] == 2) return seq > MPN_PAIR_SLOTS;
     if (!ps->streamed[side]) {
       ps->streamed[side] = 1;
-      ps->first_stream[side] = s;
+      ps->first_stream[side] = stream;
     }
-    if (s == ps->first_stream[side]) return 0;
+    if (stream == ps->first_stream[side]) return 0;
     table = malloc(MPN_PAIR_SLOTS * sizeof(*table));
-    if (table == NULL) return seq > MPN_PAIR_SLOTS; /* not known: wait (at once satisfied on one stream) */
+    if (table == NULL) {
+      ps->streamed[side] = 2;
+      return seq > MPN_PAIR_SLOTS;
+    }
     for (int i = 0; i < MPN_PAIR_SLOTS; i++) table[i] = ps->first_stream[side];
     ps->slot_stream[side] = table;
   }
-  cudaStream_t prev = table[seq % MPN_PAIR_SLOTS];
-  table[seq % MPN_PAIR_SLOTS] = s;
-  return seq > MPN_PAIR_SLOTS && prev != s;
+  uint64_t prev = table[seq % MPN_PAIR_SLOTS];
+  table[seq % MPN_PAIR_SLOTS] = stream;
+  return seq > MPN_PAIR_SLOTS && prev != stream;
 }
 
 /* Finds the message's pair and number (prev: the launch's message before,
@@ -267,13 +274,17 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev)
+  if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev) {
     p->graph = prev->graph; /* (a per-thread stream handle names one stream per device) */
-  else p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+    p->stream_id = prev->stream_id;
+  } else {
+    p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+    p->stream_id = mpn_cuda_stream_id(op->stream);
+  }
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;
-  p->after_prev = !p->graph && after_other_stream(ps, send ? MPN_SIDE_SEND : MPN_SIDE_RECV, p->seq, op->stream);
+  p->after_prev = !p->graph && after_other_stream(ps, send ? MPN_SIDE_SEND : MPN_SIDE_RECV, p->seq, p->stream_id);
   const mpn_topo_t* t = &op->comm->topo;
   mpn_transport_kind_t kind = op->comm->transport[op->peer];
   p->local = !p->graph && (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&

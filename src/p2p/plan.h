@@ -41,7 +41,8 @@ typedef struct {
   uint64_t peer_proc;  /* second side: the process that posted the first side ... */
   uint64_t peer_launch; /* ... and which of its launches (numbered per process) */
   int step;           /* second side of a two-hop message: its step of the front half (issue.c) */
-  int after_prev;     /* the slot's previous message was posted on another stream: wait for its "done" (p2p.c) */
+  int after_prev;     /* the slot's previous message was posted on another stream (p2p.c; issue.c: gated) */
+  unsigned long long stream_id; /* mpn_cuda_stream_id of op->stream */
 } plan_t;
 
 /**

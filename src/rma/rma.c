@@ -54,7 +54,7 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
       size_t n = (size_t)comm->nranks * (size_t)comm->config.num_rma_ctx;
       rma = calloc(1, sizeof(*rma));
       uint64_t* counts = calloc(4 * n, sizeof(uint64_t));
-      cudaStream_t* streams = calloc(n, sizeof(cudaStream_t));
+      unsigned long long* streams = calloc(n, sizeof(*streams));
       if (rma == NULL || counts == NULL || streams == NULL) {
         free(rma), free(counts), free(streams);
         rma = NULL;
@@ -241,25 +241,28 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
  * leave the lower count last: a wait for the higher would hang, or pass
  * before the puts of the lower.  A signal counted on another stream than the
  * one before it therefore first waits for the counter to hold the previous
- * count (on one stream the order is the stream's).  NCCL's signals are
- * atomic additions and need no such order; a program whose earlier signal
- * could only be written after its later one's stream went on would hang here.
+ * count (on one stream the order is the stream's; streams are told apart
+ * by mpn_cuda_stream_id).  NCCL's signals are atomic additions, but its
+ * launches of one communicator wait for one another whatever the stream,
+ * so this adds no dependency NCCL does not have.
  */
-static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t* op, cudaStream_t s) {
+static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t* op, unsigned long long sid) {
   size_t pc = (size_t)op->peer * (size_t)comm->config.num_rma_ctx + (size_t)op->ctx;
-  return comm->rma->sent[pc] > 0 && comm->rma->sent_stream[pc] != s;
+  return comm->rma->sent[pc] > 0 && comm->rma->sent_stream[pc] != sid;
 }
 
-static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, int graph, int publish) {
+/* A signal of op on stream s, whose id (mpn_cuda_stream_id) is sid. */
+static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, unsigned long long sid, int graph,
+                               int publish) {
   struct ncclComm* comm = op->comm;
   int nctx = comm->config.num_rma_ctx, slot = 0;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
   if (!graph) {
     size_t pc = (size_t)op->peer * (size_t)nctx + (size_t)op->ctx;
-    int order = signal_after_other_stream(comm, op, s);
+    int order = signal_after_other_stream(comm, op, sid);
     uint64_t count = ++comm->rma->sent[pc];
-    comm->rma->sent_stream[pc] = s;
+    comm->rma->sent_stream[pc] = sid;
     if (order && to_sink->k) /* launches that need the order keep the memory operations (needs_order) */
       return mpn_error_set(NULL, ncclInternalError, "a signal after another stream's in a flag kernel");
     if (order) MPN_CHECK(sink_add(to_sink, mpn_pair_signal(to, op->ctx), count - 1, MPN_MEMOP_WAIT_GEQ));
@@ -378,6 +381,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
+  unsigned long long sid = wait ? 0 : mpn_cuda_stream_id(s);
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -387,7 +391,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-    if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, graph, 1);
+    if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, sid, graph, 1);
 #ifdef HAVE_UCX
     if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
       res = mpn_memops_flush(&b);
@@ -478,10 +482,14 @@ static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
  * stream of the launch takes the flag kernel, whose writes come before its
  * waits and in no order. */
 static int needs_order(mpn_op_t** ops, int n) {
+  cudaStream_t last = NULL;
+  unsigned long long sid = 0;
+  int known = 0;
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    if (signal_after_other_stream(op->comm, op, op->stream)) return 1;
+    if (!known || op->stream != last) sid = mpn_cuda_stream_id(last = op->stream), known = 1;
+    if (signal_after_other_stream(op->comm, op, sid)) return 1;
     for (int j = 0; j < i; j++)
       if (ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm && ops[j]->peer == op->peer &&
           ops[j]->ctx == op->ctx && ops[j]->stream != op->stream)
@@ -536,12 +544,13 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
   sink_t to = {NULL, &k};
+  unsigned long long sid = mpn_cuda_stream_id(s);
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
       if (!wait && (with_self || !local_self(op))) /* else issued before (issue_self) */
-        MPN_CHECK(add_signal(&to, op, s, 0, 0));
+        MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, 0));
     }
   return mpn_sync_nflags(&k) ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
@@ -554,9 +563,10 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
+  unsigned long long sid = mpn_cuda_stream_id(s);
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
-      MPN_CHECK(add_signal(&to, ops[i], s, 0, 1));
+      MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));
   return mpn_memops_flush(&b);
 }
 

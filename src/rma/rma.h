@@ -25,7 +25,8 @@ typedef struct mpn_rma {
   uint64_t* expected; /**< [peer * numRmaCtx + ctx]: signals from peer waited for so far */
   uint64_t* graph_sent;     /**< the same for signals captured in CUDA graphs */
   uint64_t* graph_expected;
-  cudaStream_t* sent_stream; /**< [peer * numRmaCtx + ctx]: the stream of the last signal counted in sent */
+  unsigned long long* sent_stream; /**< [peer * numRmaCtx + ctx]: the stream (mpn_cuda_stream_id) of the
+                                       last signal counted in sent */
 } mpn_rma_t;
 
 /** The communicator's one-sided state, made on first use. */

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -83,4 +84,15 @@ ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {
   info.mps = mps != 0;
   *out = info;
   return ncclSuccess;
+}
+
+unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  unsigned long long id = 0;
+  cudaError_t err = cudaStreamGetId(s, &id);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err == cudaSuccess) return id;
+  cudaGetLastError();
+  return (unsigned long long)(uintptr_t)s | (1ULL << 63);
 }

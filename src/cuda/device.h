@@ -64,13 +64,10 @@ static inline void mpn_cuda_switch_device(int* current, int dev) {
  * one created after s is destroyed at the same handle, and that resolves
  * the per-thread and legacy default streams to the stream they name here
  * (cudaStreamGetId).  Should the runtime refuse, the handle itself (with the
- * top bit set, apart from the runtime's numbers).
+ * top bit set, apart from the runtime's numbers).  Never for a stream being
+ * captured (the query ends the capture); asked in relaxed capture mode, so
+ * that another thread's capture goes on.
  */
-static inline unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
-  unsigned long long id = 0;
-  if (cudaStreamGetId(s, &id) == cudaSuccess) return id;
-  cudaGetLastError();
-  return (unsigned long long)(uintptr_t)s | (1ULL << 63);
-}
+unsigned long long mpn_cuda_stream_id(cudaStream_t s);
 
 #endif /* MPN_CUDA_DEVICE_H_ */

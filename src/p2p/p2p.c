@@ -279,7 +279,7 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
     p->stream_id = prev->stream_id;
   } else {
     p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
-    p->stream_id = mpn_cuda_stream_id(op->stream);
+    p->stream_id = p->graph ? 0 : mpn_cuda_stream_id(op->stream); /* (graph messages have slots of their own) */
   }
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);

@@ -381,7 +381,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
-  unsigned long long sid = wait ? 0 : mpn_cuda_stream_id(s);
+  unsigned long long sid = wait || graph ? 0 : mpn_cuda_stream_id(s);
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -484,12 +484,17 @@ static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
 static int needs_order(mpn_op_t** ops, int n) {
   cudaStream_t last = NULL;
   unsigned long long sid = 0;
-  int known = 0;
+  int known = 0, captured = 0;
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    if (!known || op->stream != last) sid = mpn_cuda_stream_id(last = op->stream), known = 1;
-    if (signal_after_other_stream(op->comm, op, sid)) return 1;
+    if (!known || op->stream != last) { /* captured signals have flags of their own */
+      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      captured = cudaStreamIsCapturing(last = op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+      sid = captured ? 0 : mpn_cuda_stream_id(op->stream);
+      known = 1;
+    }
+    if (!captured && signal_after_other_stream(op->comm, op, sid)) return 1;
     for (int j = 0; j < i; j++)
       if (ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm && ops[j]->peer == op->peer &&
           ops[j]->ctx == op->ctx && ops[j]->stream != op->stream)

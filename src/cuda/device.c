@@ -88,11 +88,11 @@ ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {
 
 unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess; /* mode: the thread's own */
   unsigned long long id = 0;
   cudaError_t err = cudaStreamGetId(s, &id);
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  if (err == cudaSuccess) return id;
+  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err == cudaSuccess && relaxed) return id;
   cudaGetLastError();
-  return (unsigned long long)(uintptr_t)s | (1ULL << 63);
+  return err == cudaSuccess ? id : (unsigned long long)(uintptr_t)s | (1ULL << 63);
 }

@@ -244,7 +244,8 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
  * count (on one stream the order is the stream's; streams are told apart
  * by mpn_cuda_stream_id).  NCCL's signals are atomic additions, but its
  * launches of one communicator wait for one another whatever the stream,
- * so this adds no dependency NCCL does not have.
+ * so across launches this adds no dependency NCCL does not have (within a
+ * group, and between ranks of one process under MPS: docs/RMA.md).
  */
 static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t* op, unsigned long long sid) {
   size_t pc = (size_t)op->peer * (size_t)comm->config.num_rma_ctx + (size_t)op->ctx;
@@ -261,10 +262,10 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
   if (!graph) {
     size_t pc = (size_t)op->peer * (size_t)nctx + (size_t)op->ctx;
     int order = signal_after_other_stream(comm, op, sid);
-    uint64_t count = ++comm->rma->sent[pc];
-    comm->rma->sent_stream[pc] = sid;
     if (order && to_sink->k) /* launches that need the order keep the memory operations (needs_order) */
       return mpn_error_set(NULL, ncclInternalError, "a signal after another stream's in a flag kernel");
+    uint64_t count = ++comm->rma->sent[pc];
+    comm->rma->sent_stream[pc] = sid;
     if (order) MPN_CHECK(sink_add(to_sink, mpn_pair_signal(to, op->ctx), count - 1, MPN_MEMOP_WAIT_GEQ));
     if (order && publish && mpn_rma_local(comm, op->peer, graph))
       MPN_CHECK(mpn_memops_flush(to_sink->b)); /* the event comes after the wait: it implies the earlier signal */
@@ -381,7 +382,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
-  unsigned long long sid = wait || graph ? 0 : mpn_cuda_stream_id(s);
+  unsigned long long sid = 0; /* asked at the stream's first signal within the host */
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -391,6 +392,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
+    if (!wait && !over_ucx(op->comm, op->peer) && !graph && sid == 0) sid = mpn_cuda_stream_id(s);
     if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, sid, graph, 1);
 #ifdef HAVE_UCX
     if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
@@ -481,15 +483,16 @@ static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
  * signal before it to the same peer and context (add_signal): then no
  * stream of the launch takes the flag kernel, whose writes come before its
  * waits and in no order. */
-static int needs_order(mpn_op_t** ops, int n) {
+static int needs_order(mpn_op_t** ops, int n, int* current) {
   cudaStream_t last = NULL;
   unsigned long long sid = 0;
-  int known = 0, captured = 0;
+  int known = 0, captured = 0, last_dev = -1;
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    if (!known || op->stream != last) { /* captured signals have flags of their own */
+    if (!known || op->stream != last || op->comm->cuda_dev != last_dev) { /* captured signals: flags of their own */
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      mpn_cuda_switch_device(current, last_dev = op->comm->cuda_dev); /* a per-thread handle names one per device */
       captured = cudaStreamIsCapturing(last = op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
       sid = captured ? 0 : mpn_cuda_stream_id(op->stream);
       known = 1;
@@ -638,7 +641,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
-  int ordered = res == ncclSuccess && needs_order(ops, n);
+  int ordered = res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, &current);
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
    * driving several ranks never waits (on the host, rma/local.c) for

@@ -2,8 +2,9 @@
  * test_p2p.c - ncclSend/ncclRecv between ranks sharing a GPU (run under
  * mpirun with 1 to 4 processes) and between ranks of one process: group
  * patterns, sizes, datatypes, offsets, re-allocated buffers, several
- * communicators at once, and mismatched counts.  Every received byte is
- * checked against the pattern its sender wrote.  Exits 77 without a GPU.
+ * communicators at once, messages 512 apart on two streams, and mismatched
+ * counts.  Every received byte is checked against the pattern its sender
+ * wrote.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
 #include <pthread.h>

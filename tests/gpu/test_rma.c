@@ -2,8 +2,9 @@
  * test_rma.c - windows and one-sided operations between ranks sharing a GPU
  * (run under mpirun with 1 to 8 processes) and between ranks of one process:
  * registration and its refusals, ping-pong, barrier, one-sided all-to-all,
- * many puts then a signal, signals before their wait, send/receive and RMA
- * in one group, a CUDA graph replayed 100 times.  Every byte put is checked.  Exits 77 without a GPU.
+ * many puts then a signal, signals before their wait, signals to one peer
+ * from two streams, send/receive and RMA in one group, a CUDA graph
+ * replayed 100 times.  Every byte put is checked.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
 #include <pthread.h>

@@ -34,6 +34,7 @@
 #include "cuda/event.h"
 #include "p2p/eager.h"
 #include "p2p/gap.h"
+#include "p2p/order.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
 #include "p2p/stage.h"
@@ -52,9 +53,7 @@ typedef struct {
   uint64_t eager_base[2][2];  /* and ring: the eager count when that launch began */
   int slot_timed_out[2];      /* a host wait for a slot ran out; none until a slot is free at once */
   uint64_t errors_seen[2];
-  int streamed[2];               /* 1: a message was posted, first_stream is known; 2: no table (memory) */
-  uint64_t first_stream[2];      /* the stream (mpn_cuda_stream_id) of the first message */
-  uint64_t* slot_stream[2];      /* once a second stream is used: the stream of each slot's last message */
+  mpn_slot_streams_t streams[2]; /* the stream each slot last served (order.h) */
 } peer_state_t;
 
 struct mpn_p2p {
@@ -229,42 +228,6 @@ static int sliced_peer(const mpn_op_t* op) {
          mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
 }
 
-/*
- * Messages seq and seq + MPN_PAIR_SLOTS share a slot and its flag words,
- * whose waits are "at least": no flag of the later may be written before the
- * earlier one's (a wait for the later would then see the earlier value last
- * and hang, or one for the earlier pass before its data moved).  Launches of
- * one stream keep that order; a message posted on another stream than the
- * slot's previous one may first have to wait for that one's "done", which
- * comes after all its other writes (issue.c, gated), and the peer does the
- * same on its side (docs/P2P.md, known problem 5).  A pair and side used
- * from one stream (id: mpn_cuda_stream_id), the usual case, keeps no
- * table; without memory for one every later message counts as from
- * another stream (a wait at once satisfied on one stream).  Returns
- * whether seq comes from another stream than its slot's previous message.
- */
-static int after_other_stream(peer_state_t* ps, int side, uint64_t seq, uint64_t stream) {
-  uint64_t* table = ps->slot_stream[side];
-  if (table == NULL) {
-    if (ps->streamed[side] == 2) return seq > MPN_PAIR_SLOTS;
-    if (!ps->streamed[side]) {
-      ps->streamed[side] = 1;
-      ps->first_stream[side] = stream;
-    }
-    if (stream == ps->first_stream[side]) return 0;
-    table = malloc(MPN_PAIR_SLOTS * sizeof(*table));
-    if (table == NULL) {
-      ps->streamed[side] = 2;
-      return seq > MPN_PAIR_SLOTS;
-    }
-    for (int i = 0; i < MPN_PAIR_SLOTS; i++) table[i] = ps->first_stream[side];
-    ps->slot_stream[side] = table;
-  }
-  uint64_t prev = table[seq % MPN_PAIR_SLOTS];
-  table[seq % MPN_PAIR_SLOTS] = stream;
-  return seq > MPN_PAIR_SLOTS && prev != stream;
-}
-
 /* Finds the message's pair and number (prev: the launch's message before,
  * whose stream's capture status holds for the same stream). */
 static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
@@ -284,7 +247,15 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;
-  p->after_prev = !p->graph && after_other_stream(ps, send ? MPN_SIDE_SEND : MPN_SIDE_RECV, p->seq, p->stream_id);
+  /* Messages seq and seq + MPN_PAIR_SLOTS share a slot and its flag words,
+   * whose waits are "at least": no flag of the later may be written before
+   * the earlier one's (a wait for the later would then see the earlier
+   * value last and hang, or one for the earlier pass before its data
+   * moved).  Launches of one stream keep that order; a message from another
+   * stream than its slot's previous one may have to wait for that one's
+   * "done" (issue.c, gated), and the peer does the same on its side. */
+  p->after_prev = !p->graph && mpn_slot_streams_note(&ps->streams[send ? MPN_SIDE_SEND : MPN_SIDE_RECV], p->seq,
+                                                     p->stream_id);
   const mpn_topo_t* t = &op->comm->topo;
   mpn_transport_kind_t kind = op->comm->transport[op->peer];
   p->local = !p->graph && (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&
@@ -868,8 +839,8 @@ void mpn_p2p_free(struct ncclComm* comm) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);
       if (comm->p2p->peers[peer].recv) mpn_pair_unmap(comm->p2p->peers[peer].recv);
-      free(comm->p2p->peers[peer].slot_stream[0]);
-      free(comm->p2p->peers[peer].slot_stream[1]);
+      mpn_slot_streams_free(&comm->p2p->peers[peer].streams[0]);
+      mpn_slot_streams_free(&comm->p2p->peers[peer].streams[1]);
     }
   }
   mpn_gap_destroy(&comm->p2p->gap);

@@ -17,6 +17,8 @@
 #include "cuda/sync.h"
 #include "mpinccl.h"
 #include "p2p/eager.h"
+#include "p2p/order.h"
+#include "p2p/pair.h"
 
 START_TEST(abi_layout) {
   ck_assert_int_eq(sizeof(ncclUniqueId), 128);
@@ -290,6 +292,34 @@ END_TEST
 /* Blocks the flag kernel's copies call for: one per 64 KiB of them, at
  * least one, at most MPN_SYNC_BLOCKS; a new table has one block and no
  * counters. */
+/* Messages 512 apart share a slot: a message must wait for the slot's
+ * previous one only when the two came from different streams (docs/P2P.md,
+ * known problem 5); a side seen on one stream keeps no table. */
+START_TEST(slot_streams) {
+  enum { A = 11, B = 22 };
+  mpn_slot_streams_t s = {0, 0, NULL};
+  uint64_t seq = 0;
+  for (int k = 0; k < 3 * MPN_PAIR_SLOTS; k++) ck_assert_int_eq(mpn_slot_streams_note(&s, ++seq, A), 0);
+  ck_assert_ptr_null(s.table);
+  /* Now MPN_PAIR_SLOTS messages from B: each follows one from A. */
+  for (int k = 0; k < MPN_PAIR_SLOTS; k++) ck_assert_int_eq(mpn_slot_streams_note(&s, ++seq, B), 1);
+  ck_assert_ptr_nonnull(s.table);
+  /* B again: the slots' previous messages were B's. */
+  for (int k = 0; k < MPN_PAIR_SLOTS; k++) ck_assert_int_eq(mpn_slot_streams_note(&s, ++seq, B), 0);
+  /* Alternating per message: slot n's previous message is n - 512, of the same parity. */
+  for (int k = 0; k < MPN_PAIR_SLOTS; k++) ck_assert_int_eq(mpn_slot_streams_note(&s, ++seq, k % 2 ? A : B), k % 2);
+  for (int k = 0; k < MPN_PAIR_SLOTS; k++) ck_assert_int_eq(mpn_slot_streams_note(&s, ++seq, k % 2 ? A : B), 0);
+  mpn_slot_streams_free(&s);
+  ck_assert_ptr_null(s.table);
+  /* A second stream before the ring wrapped: nothing to wait for yet. */
+  ck_assert_int_eq(mpn_slot_streams_note(&s, 1, A), 0);
+  ck_assert_int_eq(mpn_slot_streams_note(&s, 2, B), 0);
+  ck_assert_int_eq(mpn_slot_streams_note(&s, 1 + MPN_PAIR_SLOTS, B), 1);
+  ck_assert_int_eq(mpn_slot_streams_note(&s, 2 + MPN_PAIR_SLOTS, B), 0);
+  mpn_slot_streams_free(&s);
+}
+END_TEST
+
 START_TEST(sync_blocks_wanted) {
   mpn_sync_t k;
   mpn_sync_init(&k);
@@ -370,6 +400,7 @@ int main(void) {
   tcase_add_test(tc, refused_calls);
   tcase_add_test(tc, sync_table_order);
   tcase_add_test(tc, sync_blocks_wanted);
+  tcase_add_test(tc, slot_streams);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

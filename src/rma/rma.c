@@ -378,11 +378,10 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
  * then the landing of puts from UCX peers.  Puts and signals over UCX are
  * not here (ucx/staged.c). */
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
-                                  int graph, int wait) {
+                                  unsigned long long sid, int graph, int wait) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
-  unsigned long long sid = 0; /* asked at the stream's first signal within the host */
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -392,7 +391,6 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-    if (!wait && !over_ucx(op->comm, op->peer) && !graph && sid == 0) sid = mpn_cuda_stream_id(s);
     if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, sid, graph, 1);
 #ifdef HAVE_UCX
     if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
@@ -479,25 +477,33 @@ static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
   return 1;
 }
 
+/* The first of the launch's ops on ops[i]'s stream: where the stream's
+ * per-launch facts are kept (mpn_rma_launch). */
+static int stream_first(mpn_op_t** ops, int i) {
+  int j = 0;
+  while (ops[j]->stream != ops[i]->stream) j++;
+  return j;
+}
+
+/* Whether one of the launch's signals is to a peer within the host. */
+static int host_signals(mpn_op_t** ops, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++)
+    if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && !over_ucx(ops[i]->comm, ops[i]->peer)) return 1;
+  return 0;
+}
+
 /* Whether a signal of the launch would be counted on another stream than the
  * signal before it to the same peer and context (add_signal): then no
  * stream of the launch takes the flag kernel, whose writes come before its
- * waits and in no order. */
-static int needs_order(mpn_op_t** ops, int n, int* current) {
-  cudaStream_t last = NULL;
-  unsigned long long sid = 0;
-  int known = 0, captured = 0, last_dev = -1;
+ * waits and in no order.  sync and sids: per first op of a stream, whether
+ * it is captured (bit 2; captured signals have flags of their own) and its
+ * id. */
+static int needs_order(mpn_op_t** ops, int n, const char* sync, const unsigned long long* sids) {
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    if (!known || op->stream != last || op->comm->cuda_dev != last_dev) { /* captured signals: flags of their own */
-      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      mpn_cuda_switch_device(current, last_dev = op->comm->cuda_dev); /* a per-thread handle names one per device */
-      captured = cudaStreamIsCapturing(last = op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
-      sid = captured ? 0 : mpn_cuda_stream_id(op->stream);
-      known = 1;
-    }
-    if (!captured && signal_after_other_stream(op->comm, op, sid)) return 1;
+    int f = stream_first(ops, i);
+    if (!(sync[f] & 4) && signal_after_other_stream(op->comm, op, sids[f])) return 1;
     for (int j = 0; j < i; j++)
       if (ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm && ops[j]->peer == op->peer &&
           ops[j]->ctx == op->ctx && ops[j]->stream != op->stream)
@@ -547,12 +553,12 @@ static int device_scope(mpn_op_t** ops, int n, cudaStream_t s) {
 
 /* Stream s's signals (program order; its own under MPS only with_self,
  * else see issue_self), then its waits, as one kernel. */
-static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s, int with_self) {
+static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
+                               unsigned long long sid, int with_self) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
   sink_t to = {NULL, &k};
-  unsigned long long sid = mpn_cuda_stream_id(s);
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
@@ -567,11 +573,11 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
 /* A sync stream's signals to its own rank under MPS, with the first pass's
  * other signals: memory writes whose events are published right there
  * (local.c), as the memop path does, not after the kernel's waits. */
-static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s) {
+static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
+                               unsigned long long sid) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
-  unsigned long long sid = mpn_cuda_stream_id(s);
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
       MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));
@@ -591,8 +597,9 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   /* Per first op of a stream: its signals and waits in a kernel (1), its
    * signals to its own rank too (2); bit 2: captured. */
   char* sync = calloc((size_t)n, 1);
-  if (ops == NULL || puts == NULL || sync == NULL) {
-    free(ops), free(puts), free(sync);
+  unsigned long long* sids = calloc((size_t)n, sizeof(*sids)); /* per first op of a stream: its id */
+  if (ops == NULL || puts == NULL || sync == NULL || sids == NULL) {
+    free(ops), free(puts), free(sync), free(sids);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
   int saved = -1;
@@ -641,21 +648,26 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
-  int ordered = res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, &current);
+  /* Per stream, once: whether it is being captured (bit 2 of sync[i], at
+   * its first op) and, if not and it signals within the host, its id
+   * (never asked of a captured stream: the query would end the capture). */
+  for (i = 0; i < n && res == ncclSuccess; i++) {
+    if (stream_first(ops, i) != i) continue;
+    mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    sync[i] = cudaStreamIsCapturing(ops[i]->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive ? 4 : 0;
+    if (!sync[i] && host_signals(ops, n, ops[i]->stream)) sids[i] = mpn_cuda_stream_id(ops[i]->stream);
+  }
+  int ordered = res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, sync, sids);
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
    * driving several ranks never waits (on the host, rma/local.c) for
    * itself, and no kernel's signals queue behind another stream's waits. */
   for (int pass = 0; pass < 3; pass++)
     for (i = 0; i < n && res == ncclSuccess; i++) {
-      int seen = 0;
-      for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream;
-      if (seen) continue;
+      if (stream_first(ops, i) != i) continue;
       mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
       cudaStream_t s = ops[i]->stream;
-      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      if (pass == 0) /* bit 2 of sync[i]: the stream is being captured */
-        sync[i] = cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive ? 4 : 0;
       int graph = sync[i] >> 2;
       /* Decided once per stream, in the first pass: the counts it reads
        * change as signals are issued, and the passes must agree. */
@@ -664,9 +676,9 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       if (res != ncclSuccess) break;
       int kernel = sync[i] & 3;
       if (pass == 0 && kernel != 2)
-        res = kernel ? issue_self(drv, ops, n, s) : issue_signals(drv, ops, n, s, graph, 0);
-      else if (pass == 1 && kernel) res = issue_sync(drv, ops, n, s, kernel == 2);
-      else if (pass == 2 && !kernel) res = issue_signals(drv, ops, n, s, graph, 1);
+        res = kernel ? issue_self(drv, ops, n, s, sids[i]) : issue_signals(drv, ops, n, s, sids[i], graph, 0);
+      else if (pass == 1 && kernel) res = issue_sync(drv, ops, n, s, sids[i], kernel == 2);
+      else if (pass == 2 && !kernel) res = issue_signals(drv, ops, n, s, sids[i], graph, 1);
     }
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
@@ -680,5 +692,6 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   free(ops);
   free(puts);
   free(sync);
+  free(sids);
   return res;
 }

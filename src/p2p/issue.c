@@ -184,9 +184,11 @@ static int step_order(const void* a, const void* b) {
  * step's copies need the earlier steps' copies and its own waits only.  A
  * peer that posted all of them in one group (the usual case) gives one
  * step, found without sorting (plans of one peer usually come together).
- * Without memory for the sort, everything stays in step 0, as before.
+ * order has room for n pointers: the sort needs no memory of its own, so
+ * no launch goes without its steps (all in step 0, a launch could hang
+ * against such a peer, and behind a gated wait of its own).
  */
-static void assign_steps(plan_t* plans, int n) {
+static void assign_steps(plan_t* plans, plan_t** order, int n) {
   int m = 0, several = 0;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
@@ -200,8 +202,7 @@ static void assign_steps(plan_t* plans, int n) {
       break;
     }
   }
-  plan_t** order = several ? malloc((size_t)m * sizeof(*order)) : NULL;
-  if (order == NULL) return;
+  if (!several) return;
   m = 0;
   for (int i = 0; i < n; i++)
     if (moved_here(&plans[i])) order[m++] = &plans[i];
@@ -211,7 +212,6 @@ static void assign_steps(plan_t* plans, int n) {
     if (p->op->stream == prev->op->stream && p->peer_proc == prev->peer_proc)
       order[i]->step = prev->step + (p->peer_launch != prev->peer_launch);
   }
-  free(order);
 }
 
 /* Steps of stream s's front half (assign_steps); none where this rank moves
@@ -539,10 +539,10 @@ static int single_stream(const plan_t* plans, int n, cudaStream_t* out) {
   return n > 0;
 }
 
-ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current) {
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scratch, int n, int* current) {
   ncclResult_t first = ncclSuccess;
   cudaStream_t only = NULL;
-  assign_steps(plans, n);
+  assign_steps(plans, scratch, n);
   int one = single_stream(plans, n, &only);
   mpn_memops_t open; /* a launch of one stream: the front's last batch, still open for the back's waits */
   if (one) {

@@ -699,9 +699,11 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   mpn_op_t** net = NULL;
   int nnet = ucx_ops(ops, &net);
   plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
-  if (nnet < 0 || plans == NULL) {
+  plan_t** scratch = calloc((size_t)(n ? n : 1), sizeof(*scratch)); /* for issuing (mpn_p2p_issue) */
+  if (nnet < 0 || plans == NULL || scratch == NULL) {
     free(net);
     free(plans);
+    free(scratch);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
 #ifdef HAVE_UCX
@@ -731,7 +733,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int computes = timed && gap_time(timed, 0, &current);
   delegate_wait(plans, n, sliced_inbox(plans, n, one_peer, computes));
   mpn_keep(&first_error, post_all(plans, n, &current));
-  ncclResult_t res = mpn_p2p_issue(drv, plans, n, &current);
+  ncclResult_t res = mpn_p2p_issue(drv, plans, scratch, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
 #ifdef HAVE_UCX
@@ -740,6 +742,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   if (timed) gap_time(timed, 1, &current); /* after the join: the lanes' time is not the rank's work */
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(plans);
+  free(scratch);
   free(net);
   if (res == ncclSuccess) res = first_error;
   if (res == ncclSuccess) res = forked;

@@ -48,9 +48,12 @@ typedef struct {
 /**
  * Issues the posted plans on their streams: every stream's first half (the
  * "ready" handshake, the copies this rank moves, the "done" writes), then
- * every stream's second half (the waits for "done").  *current_device is the
- * caller's current device, kept up to date.
+ * every stream's second half (the waits for "done").  scratch has room for n
+ * pointers (the launch allocates it with the plans, so that issuing needs
+ * no memory).  *current_device is the caller's current device, kept up to
+ * date.
  */
-ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, int n, int* current_device);
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scratch, int n,
+                           int* current_device);
 
 #endif /* MPN_P2P_PLAN_H_ */

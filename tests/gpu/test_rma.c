@@ -260,7 +260,8 @@ static void early_signals(void) {
  * signal on a stream held back on the GPU for 0.3 s, the second on another
  * that is not.  A signal stores a running count, so the second must not be
  * seen before the first (the peer's wait for both would pass before the
- * first put, or hang on the first count written last).  Three rounds.
+ * first put, or hang on the first count written last).  Three rounds with
+ * each put a launch of its own, then three with both in one group.
  */
 static void signal_streams(void) {
   enum { BLOCK = 65536, HOLD_MS = 300 };
@@ -271,18 +272,21 @@ static void signal_streams(void) {
   cudaStream_t held, other;
   EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
   EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
-  for (int round = 0; round < 3; round++) {
+  for (int round = 0; round < 6; round++) {
+    int grouped = round >= 3;
     for (int b = 0; b < 2; b++) pattern_fill(src + b * BLOCK, BLOCK, seed_of(rank, to, 20 + 2 * round + b), stream);
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
     MPI_Barrier(MPI_COMM_WORLD);
     hold_stream(held, HOLD_MS);
+    if (grouped) EXPECT_OK(ncclGroupStart());
     EXPECT_OK(ncclPutSignal(src, BLOCK, ncclInt8, to, w, 0, 0, 0, 0, comm, held));
     EXPECT_OK(ncclPutSignal(src + BLOCK, BLOCK, ncclInt8, to, w, BLOCK, 0, 0, 0, comm, other));
+    if (grouped) EXPECT_OK(ncclGroupEnd());
     ncclWaitSignalDesc_t d = {2, from, 0, 0};
     EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
     for (int b = 0; b < 2; b++) {
       char what[64];
-      snprintf(what, sizeof(what), "signal_streams round %d put %d", round, b);
+      snprintf(what, sizeof(what), "signal_streams round %d%s put %d", round, grouped ? " (one group)" : "", b);
       expect_pattern((char*)buf + b * BLOCK, BLOCK, seed_of(from, rank, 20 + 2 * round + b), what);
     }
     EXPECT(cudaStreamSynchronize(held) == cudaSuccess);

@@ -25,6 +25,7 @@ typedef struct {
   double engine_us;    /**< engine exchange (both copy 8 bytes), us per exchange; < 0: not measured */
   char na_reason[160]; /**< why the exchange floors were not measured ("" when they were) */
   double barrier_us;   /**< flag-only barrier of every rank, us per barrier; < 0: not measured */
+  double barrier_batch_us; /**< the same in one batch of memory operations per barrier; < 0: not measured */
   int barrier_ranks;   /**< ranks in that barrier */
 } bench_floors_t;
 
@@ -68,8 +69,11 @@ void bench_floors_measure(MPI_Comm comm, size_t copy_bytes, int pair_ok, bench_f
  * i is, on each rank, cuStreamWriteValue64(rank r's flag [me], i) for every
  * rank r (itself included), then cuStreamWaitValue64(own flag [r], GEQ i)
  * for every r.  Timed like the exchanges (the slowest rank's time per
- * barrier, best of three loops after an untimed one).  Collective; the
- * floor the signal barrier cannot beat with memops alone.
+ * barrier, best of three loops after an untimed one).  barrier_batch_us is
+ * the same barrier issued as one cuStreamBatchMemOp of those writes and
+ * waits: one stream item per rank and barrier, the fewest a barrier of
+ * stream memory operations can have.  Collective; the floor the signal
+ * barrier cannot beat with memops alone.
  */
 void bench_floors_barrier(MPI_Comm comm, bench_floors_t* out);
 

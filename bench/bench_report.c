@@ -91,11 +91,14 @@ void bench_report_header(const bench_t* b) {
   printf("#           engine    %s (per exchange, ranks 0-1: each copies 8 B into the other)\n",
          f->engine_us > 0 ? fmt_us(f->engine_us, u2, sizeof(u2)) : "n/a");
   if (f->na_reason[0]) printf("#           exchange floors n/a: %s\n", f->na_reason);
-  if (o->op_set && o->op == OP_BARRIER)
+  if (o->op_set && o->op == OP_BARRIER) {
     printf("#           barrier   %s (flag-only barrier of all %d ranks: each writes every rank's "
            "flag, waits for all; memops)\n",
            f->barrier_us > 0 ? fmt_us(f->barrier_us, u1, sizeof(u1)) : "n/a (not all on one host, or no CUDA IPC)",
            f->barrier_ranks);
+    printf("#           batched   %s (the same barrier, its memops in one batch per rank: one stream item)\n",
+           f->barrier_batch_us > 0 ? fmt_us(f->barrier_batch_us, u1, sizeof(u1)) : "n/a");
+  }
   const bench_net_t* net = &b->net;
   if (o->net) {
     printf("# net       d2h %.1f GB/s, h2d %.1f GB/s (pinned cudaMemcpyAsync of %zu B, one stream, rank 0)\n",
@@ -251,6 +254,8 @@ void bench_report_json(const bench_t* b) {
   fprintf(f, ", \"barrier_us\": ");
   json_num(f, fl->barrier_us);
   fprintf(f, ", \"barrier_ranks\": %d", fl->barrier_ranks);
+  fprintf(f, ", \"barrier_batch_us\": ");
+  json_num(f, fl->barrier_batch_us);
   fprintf(f, ", \"exchange\": \"per exchange\", \"latency_floor\": \"%s\", \"latency_floor_us\": ",
           b->floor_name);
   json_num(f, b->floor_us);

@@ -29,4 +29,17 @@ static inline int bench_memops64_load(memop64_fn* write64, memop64_fn* wait64) {
   return ok;
 }
 
+typedef CUresult (*batch_memop_fn)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
+
+/** Finds cuStreamBatchMemOp; 1 when the driver has it, else 0 (and the
+ * thread's CUDA error is cleared). */
+static inline int bench_batch_memop_load(batch_memop_fn* batch) {
+  enum cudaDriverEntryPointQueryResult q;
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void**)batch, 12000,
+                                                   cudaEnableDefault, &q);
+  int ok = e == cudaSuccess && q == cudaDriverEntryPointSuccess && *batch;
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
 #endif /* MPN_BENCH_MEMOPS64_H_ */

@@ -47,11 +47,13 @@ typedef struct {
   int n[3]; /* global grid, interior cells */
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
-  int periodic, check, put, ipc;
+  int periodic, check, put;
+  int ipc; /* IPC_*: --ipc-exchange, --ipc-copy-out */
   int sync; /* SYNC_*: an exchange, or a reference synchronization without data */
 } options_t;
 
 enum { SYNC_NONE, SYNC_FLAGS /* --flag-sync */, SYNC_HOST /* --host-sync */ };
+enum { IPC_NONE, IPC_DIRECT /* --ipc-exchange */, IPC_COPY_OUT /* --ipc-copy-out */ };
 
 /* One rank's share of the grid. */
 typedef struct {
@@ -82,6 +84,7 @@ typedef struct {
   ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
   int ndesc;
   halo_flags_t* flags;             /* --flag-sync, --ipc-exchange */
+  int copy_out;                    /* --ipc-copy-out: unpack from recv, after a copy into it */
 } solver_t;
 
 enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
@@ -107,6 +110,10 @@ static void usage(FILE* out) {
           "  --ipc-exchange   the exchange in plain CUDA, without mpinccl: faces copied\n"
           "                   into the neighbours' ghost faces through CUDA IPC (two\n"
           "                   buffers used in turn), then the flags of --flag-sync\n"
+          "  --ipc-copy-out   as --ipc-exchange, then the received faces copied (one\n"
+          "                   kernel) into the rank's own receive buffer and unpacked\n"
+          "                   from there: what a receive into the caller's buffer with\n"
+          "                   one hop costs\n"
           "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
           "                   neighbour's ghost faces (a registered window), then\n"
           "                   ncclWaitSignal; a signal back says the ghosts were used\n"
@@ -150,6 +157,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
                                            {"flag-sync", no_argument, NULL, 'F'},
                                            {"host-sync", no_argument, NULL, 'H'},
                                            {"ipc-exchange", no_argument, NULL, 'I'},
+                                           {"ipc-copy-out", no_argument, NULL, 'O'},
                                            {"put", no_argument, NULL, 'U'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -166,7 +174,8 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'C': o->check = 0; break;
       case 'F': o->sync = SYNC_FLAGS; break;
       case 'H': o->sync = SYNC_HOST; break;
-      case 'I': o->ipc = 1; break;
+      case 'I': o->ipc = IPC_DIRECT; break;
+      case 'O': o->ipc = IPC_COPY_OUT; break;
       case 'U': o->put = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
@@ -402,7 +411,14 @@ static void solver_step(solver_t* s, int sweep) {
     case EXCHANGE_HOST_SYNC: exchange_host_sync(s); break;
     case EXCHANGE_LOCAL: exchange_local(s); break;
   }
-  double* ghosts = s->exchange == EXCHANGE_IPC ? halo_flags_received(s->flags) : s->recv;
+  double* ghosts = s->recv;
+  if (s->exchange == EXCHANGE_IPC) {
+    ghosts = halo_flags_received(s->flags);
+    if (s->copy_out) {
+      CUDA_CHECK(halo_copy_faces(s->recv, ghosts, s->dom.box, s->faces, s->stream));
+      ghosts = s->recv;
+    }
+  }
   CUDA_CHECK(halo_unpack(s->u, ghosts, s->dom.box, s->faces, s->stream));
   if (s->exchange == EXCHANGE_PUT) put_release(s);
   if (!sweep) return;
@@ -571,7 +587,8 @@ static void print_header(const options_t* o, int gpus) {
          o->sync == SYNC_FLAGS  ? "none (--flag-sync: flags with the neighbours, stream memory operations)"
          : o->sync == SYNC_HOST ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
          : o->put               ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
-         : o->ipc               ? "plain CUDA IPC copies and stream memory operations (--ipc-exchange)"
+         : o->ipc == IPC_DIRECT ? "plain CUDA IPC copies and stream memory operations (--ipc-exchange)"
+         : o->ipc               ? "plain CUDA IPC copies and stream memory operations, then a copy into the receive buffer (--ipc-copy-out)"
                                 : "ncclSend/ncclRecv in one group");
   fflush(stdout);
 }
@@ -617,6 +634,7 @@ static int run(const options_t* o, int gpus) {
                                          : EXCHANGE_NCCL;
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
+  s.copy_out = o->ipc == IPC_COPY_OUT;
   if (ex == EXCHANGE_FLAG_SYNC || ex == EXCHANGE_IPC) {
     char why[160] = "";
     size_t ghosts = ex == EXCHANGE_IPC ? halo_face_offset(s.dom.box, HALO_FACES) * sizeof(double) : 0;
@@ -624,7 +642,7 @@ static int run(const options_t* o, int gpus) {
     s.flags = halo_flags_open(MPI_COMM_WORLD, s.dom.nbr, ghosts, why, sizeof(why));
     if (s.flags == NULL) {
       fprintf(stderr, "halo3d: rank %d: %s is not available: %s\n", world_rank,
-              ex == EXCHANGE_IPC ? "--ipc-exchange" : "--flag-sync", why);
+              ex != EXCHANGE_IPC ? "--flag-sync" : s.copy_out ? "--ipc-copy-out" : "--ipc-exchange", why);
       solver_destroy(&s);
       NCCL_CHECK(comm, ncclCommDestroy(comm));
       CUDA_CHECK(cudaStreamDestroy(stream));

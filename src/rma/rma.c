@@ -375,13 +375,12 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
 }
 
 /* The signal writes (program order) of stream s, or (wait) its waits and
- * then the landing of puts from UCX peers.  Puts and signals over UCX are
- * not here (ucx/staged.c). */
+ * then the landing of puts from UCX peers, added to b (a batch on s), which
+ * is flushed unless keep_open.  Puts and signals over UCX are not here
+ * (ucx/staged.c). */
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
-                                  unsigned long long sid, int graph, int wait) {
-  mpn_memops_t b;
-  mpn_memops_init(&b, drv, s);
-  sink_t to = {&b, NULL};
+                                  unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open) {
+  sink_t to = {b, NULL};
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -394,7 +393,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
     if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, sid, graph, 1);
 #ifdef HAVE_UCX
     if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
-      res = mpn_memops_flush(&b);
+      res = mpn_memops_flush(b);
       if (res == ncclSuccess) res = ucx_graph_signal(drv, op);
     }
 #endif
@@ -405,7 +404,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
       ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
     }
   }
-  if (res == ncclSuccess) res = mpn_memops_flush(&b);
+  if (res == ncclSuccess && !keep_open) res = mpn_memops_flush(b);
   if (res == ncclSuccess && wait) res = land_ucx(drv, ops, n, s, ex, graph);
   free(ex);
   return res;
@@ -584,6 +583,26 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   return mpn_memops_flush(&b);
 }
 
+/*
+ * Whether a launch's signals and waits can share one batch of memory
+ * operations (one stream item, not two: the barrier's): all on one stream
+ * (nothing of another stream can be behind its waits), not captured, and
+ * with no peer over UCX nor of this process under MPS (waits for those are
+ * event waits or landings, which must come after the flushed signals).
+ */
+static int one_batch(mpn_op_t** ops, int n, const char* sync) {
+  if (n == 0 || (sync[0] & 4)) return 0;
+  for (int i = 0; i < n; i++) {
+    const mpn_op_t* op = ops[i];
+    if (op->stream != ops[0]->stream) return 0;
+    if (op->kind != MPN_OP_WAIT_SIGNAL && (over_ucx(op->comm, op->peer) || mpn_rma_local(op->comm, op->peer, 0)))
+      return 0;
+    for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++)
+      if (over_ucx(op->comm, op->descs[d].peer) || mpn_rma_local(op->comm, op->descs[d].peer, 0)) return 0;
+  }
+  return 1;
+}
+
 ncclResult_t mpn_rma_check(mpn_op_t* ops) {
   for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_check(op));
   return ncclSuccess;
@@ -659,6 +678,8 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     if (!sync[i] && host_signals(ops, n, ops[i]->stream)) sids[i] = mpn_cuda_stream_id(ops[i]->stream);
   }
   int ordered = res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, sync, sids);
+  int merged = res == ncclSuccess && one_batch(ops, n, sync);
+  mpn_memops_t open; /* a stream's signals, then (merged: still open) its waits */
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
    * driving several ranks never waits (on the host, rma/local.c) for
@@ -675,10 +696,17 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
       if (res != ncclSuccess) break;
       int kernel = sync[i] & 3;
-      if (pass == 0 && kernel != 2)
-        res = kernel ? issue_self(drv, ops, n, s, sids[i]) : issue_signals(drv, ops, n, s, sids[i], graph, 0);
-      else if (pass == 1 && kernel) res = issue_sync(drv, ops, n, s, sids[i], kernel == 2);
-      else if (pass == 2 && !kernel) res = issue_signals(drv, ops, n, s, sids[i], graph, 1);
+      if (pass == 0 && kernel) {
+        if (kernel != 2) res = issue_self(drv, ops, n, s, sids[i]);
+      } else if (pass == 0) {
+        mpn_memops_init(&open, drv, s);
+        res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged);
+      } else if (pass == 1 && kernel) {
+        res = issue_sync(drv, ops, n, s, sids[i], kernel == 2);
+      } else if (pass == 2 && !kernel) {
+        if (!merged) mpn_memops_init(&open, drv, s);
+        res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0);
+      }
     }
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));

@@ -22,11 +22,32 @@ const char* mpn_transport_name(mpn_transport_kind_t kind) {
   return (unsigned)kind < MPN_TRANSPORT_COUNT ? names[kind] : "?";
 }
 
+/*
+ * Ranks of one process with peers over UCX: each lane's stream waits for
+ * its proxy, and streams beyond CUDA_DEVICE_MAX_CONNECTIONS share hardware
+ * queues, where a wait holds what is queued behind it.  With 1 or 2 queues
+ * two ranks of one process driven by two threads hung on the GPU machine
+ * (docs/UCX.md); said once per process.
+ */
+static void transport_warn_queues(const struct ncclComm* comm) {
+  static int warned;
+  const char* env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  char* end = NULL;
+  long queues = env ? strtol(env, &end, 10) : 0;
+  if (comm->topo.n_same_process < 2 || env == NULL || end == env || queues > 2 ||
+      __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    return;
+  MPN_WARN("CUDA_DEVICE_MAX_CONNECTIONS=%s with %d ranks in this process and peers over UCX: their streams "
+           "share too few hardware queues and can hang (docs/UCX.md); leave it unset (8)",
+           env, comm->topo.n_same_process);
+}
+
 /* A peer on UCX needs a working UCX; learn what it can do, once per process. */
 static ncclResult_t transport_check_ucx(struct ncclComm* comm) {
   int any = 0;
   for (int peer = 0; peer < comm->nranks; peer++) any |= comm->transport[peer] == MPN_TRANSPORT_UCX;
   if (!any) return ncclSuccess;
+  transport_warn_queues(comm);
 #ifdef HAVE_UCX
   mpn_ucx_caps_t caps;
   return mpn_ucx_probe(&caps);

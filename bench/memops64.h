@@ -35,8 +35,7 @@ typedef CUresult (*batch_memop_fn)(CUstream, unsigned int, CUstreamBatchMemOpPar
  * thread's CUDA error is cleared). */
 static inline int bench_batch_memop_load(batch_memop_fn* batch) {
   enum cudaDriverEntryPointQueryResult q;
-  cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void**)batch, 12000,
-                                                   cudaEnableDefault, &q);
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void**)batch, 12000, cudaEnableDefault, &q);
   int ok = e == cudaSuccess && q == cudaDriverEntryPointSuccess && *batch;
   if (!ok) (void)cudaGetLastError();
   return ok;

@@ -48,7 +48,7 @@ typedef struct {
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
   int periodic, check, put;
-  int ipc; /* IPC_*: --ipc-exchange, --ipc-copy-out */
+  int ipc;  /* IPC_*: --ipc-exchange, --ipc-copy-out */
   int sync; /* SYNC_*: an exchange, or a reference synchronization without data */
 } options_t;
 
@@ -588,7 +588,7 @@ static void print_header(const options_t* o, int gpus) {
          : o->sync == SYNC_HOST ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
          : o->put               ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
          : o->ipc == IPC_DIRECT ? "plain CUDA IPC copies and stream memory operations (--ipc-exchange)"
-         : o->ipc               ? "plain CUDA IPC copies and stream memory operations, then a copy into the receive buffer (--ipc-copy-out)"
+         : o->ipc               ? "plain CUDA IPC copies and memory operations, then a local copy (--ipc-copy-out)"
                                 : "ncclSend/ncclRecv in one group");
   fflush(stdout);
 }
@@ -642,7 +642,10 @@ static int run(const options_t* o, int gpus) {
     s.flags = halo_flags_open(MPI_COMM_WORLD, s.dom.nbr, ghosts, why, sizeof(why));
     if (s.flags == NULL) {
       fprintf(stderr, "halo3d: rank %d: %s is not available: %s\n", world_rank,
-              ex != EXCHANGE_IPC ? "--flag-sync" : s.copy_out ? "--ipc-copy-out" : "--ipc-exchange", why);
+              ex != EXCHANGE_IPC ? "--flag-sync"
+              : s.copy_out       ? "--ipc-copy-out"
+                                 : "--ipc-exchange",
+              why);
       solver_destroy(&s);
       NCCL_CHECK(comm, ncclCommDestroy(comm));
       CUDA_CHECK(cudaStreamDestroy(stream));

@@ -88,8 +88,7 @@ __global__ void copy_faces_kernel(double* __restrict__ to, const double* __restr
   int f = blockIdx.y;
   if (!((faces >> f) & 1u)) return;
   size_t count = l.off[f + 1] - l.off[f];
-  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count;
-       e += (size_t)gridDim.x * blockDim.x)
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x)
     to[l.off[f] + e] = from[l.off[f] + e];
 }
 
@@ -152,7 +151,7 @@ extern "C" cudaError_t halo_unpack(double* u, const double* recv, halo_box_t box
 }
 
 extern "C" cudaError_t halo_copy_faces(double* to, const double* from, halo_box_t box, unsigned faces,
-                                      cudaStream_t stream) {
+                                       cudaStream_t stream) {
   if (faces == 0) return cudaSuccess;
   dim3 blocks(face_blocks(largest_face(box)), HALO_FACES);
   copy_faces_kernel<<<blocks, face_threads, 0, stream>>>(to, from, layout_of(box), faces);

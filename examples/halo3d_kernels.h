@@ -79,8 +79,7 @@ cudaError_t halo_unpack(double* u, const double* recv, halo_box_t box, unsigned 
 
 /** Copies the faces selected by faces from from into to (both in
  * halo_pack's layout), in one launch. */
-cudaError_t halo_copy_faces(double* to, const double* from, halo_box_t box, unsigned faces,
-                            cudaStream_t stream);
+cudaError_t halo_copy_faces(double* to, const double* from, halo_box_t box, unsigned faces, cudaStream_t stream);
 
 /** One Jacobi sweep: every interior cell of unew becomes the mean of the
  * same cell of u and its six neighbours (ghosts included).  Ghosts of unew

@@ -37,9 +37,10 @@ static void transport_warn_queues(const struct ncclComm* comm) {
   if (comm->topo.n_same_process < 2 || env == NULL || end == env || queues > 2 ||
       __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     return;
-  MPN_WARN("CUDA_DEVICE_MAX_CONNECTIONS=%s with %d ranks in this process and peers over UCX: their streams "
-           "share too few hardware queues and can hang (docs/UCX.md); leave it unset (8)",
-           env, comm->topo.n_same_process);
+  MPN_WARN(
+      "CUDA_DEVICE_MAX_CONNECTIONS=%s with %d ranks in this process and peers over UCX: their streams "
+      "share too few hardware queues and can hang (docs/UCX.md); leave it unset (8)",
+      env, comm->topo.n_same_process);
 }
 
 /* A peer on UCX needs a working UCX; learn what it can do, once per process. */

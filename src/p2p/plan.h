@@ -53,7 +53,6 @@ typedef struct {
  * no memory).  *current_device is the caller's current device, kept up to
  * date.
  */
-ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scratch, int n,
-                           int* current_device);
+ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scratch, int n, int* current_device);
 
 #endif /* MPN_P2P_PLAN_H_ */

@@ -10,7 +10,7 @@
  * pattern of sends and receives inside one group completes.  Of two
  * processes that time-slice a GPU (no MPS) the lower rank waits briefly to
  * arrive second, so that it moves both directions and the other process
- * needs no engine at all (delegate_wait); with several such processes in a
+ * needs no engine at all (sliced.c); with several such processes in a
  * launch, messages go through the receivers' inboxes instead (eager.h),
  * the host waiting, bounded, for a slot the GPU has not freed yet
  * (slot_wait).  Messages enqueued while their stream is captured in a CUDA
@@ -37,6 +37,7 @@
 #include "p2p/order.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
+#include "p2p/sliced.h"
 #include "p2p/stage.h"
 #include "transport.h"
 #ifdef HAVE_UCX
@@ -221,13 +222,6 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
 
 static int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
 
-/* Whether op's peer is another process on this rank's time-sliced GPU. */
-static int sliced_peer(const mpn_op_t* op) {
-  const struct ncclComm* comm = op->comm;
-  return comm->transport[op->peer] == MPN_TRANSPORT_IPC && comm->topo.gpu_sliced[comm->rank] &&
-         mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
-}
-
 /* Finds the message's pair and number (prev: the launch's message before,
  * whose stream's capture status holds for the same stream). */
 static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
@@ -263,13 +257,13 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
             mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
   /* Where both processes' kernels run at once; on a time-sliced GPU only in
-   * launches with several of its processes (sliced_inbox: elsewhere both
+   * launches with several of its processes (sliced.c: elsewhere both
    * sides' copies would cost a context switch that delegation avoids).  A
    * free slot is checked when posting (plan_post). */
   size_t small = (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX), big = (size_t)mpn_param_int(MPN_PARAM_EAGER_BIG_MAX);
   int inbox = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
               (mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) ||
-               (sliced_peer(op) && mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT) > 0)) &&
+               (mpn_sliced_peer(op) && mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT) > 0)) &&
               small > 0; /* 0: no inbox at all */
   p->eager_ok = !inbox ? MPN_EAGER_NONE
                 : op->bytes <= small ? MPN_EAGER_SMALL
@@ -279,71 +273,6 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   return ncclSuccess;
 }
 
-/*
- * Of two ranks of different processes that share a GPU, the lower one moves
- * the data of both directions whenever the other has posted its side first:
- * then only one process needs the GPU's engines in an exchange, and without
- * MPS that saves a context switch (the "delegated" floor of the benchmark).
- * So before posting, such a rank waits on the host, at most
- * MPINCCL_DELEGATE_WAIT_US for the whole launch, for its peers' posts; a
- * peer that comes later than that simply finds itself second and copies.
- * Under MPS nothing switches and the wait only adds latency (8 B sendrecv
- * 9.4 us without it, 10.8 with it on the GPU machine): not done there.
- */
-static int delegates(const plan_t* p) {
-  return p->prepared && p->op->comm->rank < p->op->peer && sliced_peer(p->op);
-}
-
-/*
- * Delegation spares the other process the engines only where the launch
- * exchanges with that one process alone.  With several peers on the GPU
- * (a halo of 8 ranks on one GPU) every process needs the engines anyway and
- * the wait is only host time: in run l the 8-rank halo took 162 us of host
- * time per group with it, 111 us without, and 1498 against 1429 us per
- * exchange.  Whether the launch's messages with processes on this
- * time-sliced GPU all go to one peer:
- */
-static int one_sliced_peer(const plan_t* plans, int n) {
-  const mpn_op_t* first = NULL;
-  for (int i = 0; i < n; i++) {
-    const mpn_op_t* op = plans[i].op;
-    if (!plans[i].prepared || !sliced_peer(op)) continue;
-    if (first == NULL) first = op;
-    else if (op->comm != first->comm || op->peer != first->peer) return 0;
-  }
-  return 1;
-}
-
-/* The launch's first message with a process of a time-sliced GPU that is
- * not captured: its stream is where the gap between launches is timed. */
-static const plan_t* sliced_timed(const plan_t* plans, int n) {
-  for (int i = 0; i < n; i++)
-    if (plans[i].prepared && !plans[i].graph && sliced_peer(plans[i].op)) return &plans[i];
-  return NULL;
-}
-
-/*
- * On a time-sliced GPU, the inbox is for launches with several of its
- * processes, and for launches with one whose rank computes between them
- * (gap.h): delegation spares the other process the engines only where it
- * runs nothing else on the GPU (bench/mpinccl_protocols, after a 100 us
- * kernel per rank: one hop 1.01x the flag-only exchange, delegation 1.41x;
- * 8 B sendrecv with nothing between launches: delegation 13 us, one hop
- * 155 us).  Where none of those messages may take the inbox (parameters,
- * sizes, flags in host memory), delegation still saves a switch.  Returns
- * whether the launch delegates.
- */
-static int sliced_inbox(plan_t* plans, int n, int one_peer, int computes) {
-  if (!one_peer) return 0;
-  for (int i = 0; computes && i < n; i++)
-    if (plans[i].prepared && sliced_peer(plans[i].op) && plans[i].eager_ok != MPN_EAGER_NONE &&
-        plans[i].pair->dflags != 0)
-      return 0;
-  for (int i = 0; i < n; i++)
-    if (plans[i].prepared && sliced_peer(plans[i].op)) plans[i].eager_ok = MPN_EAGER_NONE;
-  return 1;
-}
-
 /* The gap before (end 0) or after (end 1) this launch on the timed plan's stream (gap.h). */
 static int gap_time(const plan_t* timed, int end, int* current) {
   struct ncclComm* comm = timed->op->comm;
@@ -351,23 +280,6 @@ static int gap_time(const plan_t* timed, int end, int* current) {
   if (!end) return mpn_gap_launch_begin(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
   mpn_gap_launch_end(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
   return 0;
-}
-
-static void delegate_wait(const plan_t* plans, int n, int delegating) {
-  int64_t budget_us = mpn_param_int(MPN_PARAM_DELEGATE_WAIT);
-  uint64_t deadline = 0;
-  if (!delegating) return;
-  for (int i = 0; i < n && budget_us > 0; i++) {
-    const plan_t* p = &plans[i];
-    if (!delegates(p)) continue;
-    int side = p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV;
-    if (deadline == 0) deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
-    while (!mpn_pair_peer_posted(p->pair, p->seq, p->graph, side))
-      if (mpn_chan_now_ns() > deadline) {
-        p->op->comm->p2p->delegate_timeouts++;
-        return;
-      }
-  }
 }
 
 /* The message goes through the pair's inbox: the sender copies bytes in, the
@@ -399,7 +311,7 @@ static int slot_wait(plan_t* p, peer_state_t* ps, int side /* MPN_SIDE_* */) {
   struct ncclComm* comm = p->op->comm;
   uint64_t slots = mpn_eager_slots(p->eager_ok);
   int64_t budget_us = mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT);
-  if (!sliced_peer(p->op) || budget_us <= 0 || ps->slot_timed_out[side] || p->pair->dflags == 0 ||
+  if (!mpn_sliced_peer(p->op) || budget_us <= 0 || ps->slot_timed_out[side] || p->pair->dflags == 0 ||
       p->eager_n < slots || p->eager_n - slots >= ps->eager_base[side][p->eager_ok - 1])
     return 0;
   uint64_t deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
@@ -728,10 +640,11 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
-  int one_peer = one_sliced_peer(plans, n);
-  const plan_t* timed = one_peer ? sliced_timed(plans, n) : NULL;
+  int one_peer = mpn_sliced_one_peer(plans, n);
+  const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;
   int computes = timed && gap_time(timed, 0, &current);
-  delegate_wait(plans, n, sliced_inbox(plans, n, one_peer, computes));
+  int late = mpn_sliced_delegate_wait(plans, n, mpn_sliced_inbox(plans, n, one_peer, computes));
+  if (late >= 0) plans[late].op->comm->p2p->delegate_timeouts++;
   mpn_keep(&first_error, post_all(plans, n, &current));
   ncclResult_t res = mpn_p2p_issue(drv, plans, scratch, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */

@@ -365,8 +365,11 @@ extern "C" void bench_floors_barrier(MPI_Comm comm, bench_floors_t* out) {
   memset(&p, 0, sizeof(p));
   char why[8];
   batch_memop_fn batch = NULL;
-  int ok = local == n && load_memops(&p, why, sizeof(why)) == 0 && bench_batch_memop_load(&batch);
+  int ok = local == n && load_memops(&p, why, sizeof(why)) == 0;
+  /* A batch holds fewer than 256 operations: n writes and n waits. */
+  int batched = bench_batch_memop_load(&batch) && 2 * n < 256;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &batched, 1, MPI_INT, MPI_MIN, comm);
   if (!ok) return;
   char** all = (char**)calloc((size_t)n, sizeof(char*));
   CUstreamBatchMemOpParams* ops = (CUstreamBatchMemOpParams*)calloc(2 * (size_t)n, sizeof(*ops));
@@ -374,13 +377,13 @@ extern "C" void bench_floors_barrier(MPI_Comm comm, bench_floors_t* out) {
   FLOORS_CUDA(cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking));
   FLOORS_CUDA(cudaEventCreate(&p.start));
   FLOORS_CUDA(cudaEventCreate(&p.stop));
-  FLOORS_CUDA(cudaMalloc((void**)&p.mine, (size_t)n * 8 < REGION_BYTES ? REGION_BYTES : (size_t)n * 8));
+  FLOORS_CUDA(cudaMalloc((void**)&p.mine, (size_t)n * 8 < (size_t)REGION_BYTES ? (size_t)REGION_BYTES : (size_t)n * 8));
   FLOORS_CUDA(cudaMemset(p.mine, 0, (size_t)n * 8));
   FLOORS_CUDA(cudaDeviceSynchronize());
   double best = -1, best_batch = -1;
   if (barrier_open(comm, n, p.mine, all)) {
     best = barrier_time(comm, &p, all, n, NULL, ops);
-    best_batch = barrier_time(comm, &p, all, n, batch, ops);
+    if (batched) best_batch = barrier_time(comm, &p, all, n, batch, ops);
   }
   FLOORS_CUDA(cudaStreamSynchronize(p.stream));
   MPI_Barrier(comm); /* no memop of a peer still targets our region */

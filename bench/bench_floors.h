@@ -72,7 +72,8 @@ void bench_floors_measure(MPI_Comm comm, size_t copy_bytes, int pair_ok, bench_f
  * barrier, best of three loops after an untimed one).  barrier_batch_us is
  * the same barrier issued as one cuStreamBatchMemOp of those writes and
  * waits: one stream item per rank and barrier, the fewest a barrier of
- * stream memory operations can have.  Collective; the floor the signal
+ * stream memory operations can have (< 0 from 128 ranks on, which one
+ * batch cannot hold).  Collective; the floor the signal
  * barrier cannot beat with memops alone.
  */
 void bench_floors_barrier(MPI_Comm comm, bench_floors_t* out);

@@ -80,10 +80,10 @@ typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
   ncclWindow_t win;                /* --put: recv, this rank's window */
-  size_t put_off[HALO_FACES];      /* --put, --ipc-exchange: where face f lands in nbr[f]'s ghost faces */
+  size_t put_off[HALO_FACES];      /* --put, --ipc-*: where face f lands in nbr[f]'s ghost faces */
   ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
   int ndesc;
-  halo_flags_t* flags;             /* --flag-sync, --ipc-exchange */
+  halo_flags_t* flags;             /* --flag-sync, --ipc-exchange, --ipc-copy-out */
   int copy_out;                    /* --ipc-copy-out: unpack from recv, after a copy into it */
 } solver_t;
 
@@ -391,7 +391,8 @@ static void exchange_host_sync(solver_t* s) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* --ipc-exchange: what plain CUDA pays for the exchange (halo3d_flags.h). */
+/* --ipc-exchange and --ipc-copy-out: what plain CUDA pays for the exchange
+ * (halo3d_flags.h); the copy into the receive buffer comes in solver_step. */
 static void exchange_ipc(solver_t* s) {
   halo_face_copy_t copy[HALO_FACES];
   for (int f = 0; f < HALO_FACES; f++)

@@ -4,7 +4,8 @@
  * A launch checks every operation first (nothing is enqueued for a group
  * with a bad one), then issues per stream: the puts' copies (small ones
  * within a GPU batched into one kernel), one memop batch with the signal
- * writes in program order, and one with the waits.  A signal writes the
+ * writes in program order, and one with the waits (one batch for both
+ * where the launch has one stream: one_batch).  A signal writes the
  * sender's running count for (peer, ctx) into the pair file the two ranks
  * share, after the copies in stream order, so a receiver that sees count n
  * sees every put enqueued before the n-th signal on that stream (and, as
@@ -588,19 +589,24 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
  * operations (one stream item, not two: the barrier's): all on one stream
  * (nothing of another stream can be behind its waits), not captured, and
  * with no peer over UCX nor of this process under MPS (waits for those are
- * event waits or landings, which must come after the flushed signals).
+ * event waits or landings, which must come after the flushed signals).  And
+ * all of it fits one batch (a signal may add a wait: add_signal), so that
+ * the batch is never issued in part: should adding a wait fail, its signals
+ * alone still go out (mpn_rma_launch).
  */
 static int one_batch(mpn_op_t** ops, int n, const char* sync) {
   if (n == 0 || (sync[0] & 4)) return 0;
+  size_t items = 0;
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
+    items += op->kind == MPN_OP_WAIT_SIGNAL ? (size_t)op->ndesc : 2;
     if (op->stream != ops[0]->stream) return 0;
     if (op->kind != MPN_OP_WAIT_SIGNAL && (over_ucx(op->comm, op->peer) || mpn_rma_local(op->comm, op->peer, 0)))
       return 0;
     for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++)
       if (over_ucx(op->comm, op->descs[d].peer) || mpn_rma_local(op->comm, op->descs[d].peer, 0)) return 0;
   }
-  return 1;
+  return items < sizeof(((mpn_memops_t*)NULL)->ops) / sizeof(((mpn_memops_t*)NULL)->ops[0]);
 }
 
 ncclResult_t mpn_rma_check(mpn_op_t* ops) {
@@ -704,8 +710,13 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       } else if (pass == 1 && kernel) {
         res = issue_sync(drv, ops, n, s, sids[i], kernel == 2);
       } else if (pass == 2 && !kernel) {
+        unsigned nsig = merged ? open.n : 0; /* the signals still in the batch */
         if (!merged) mpn_memops_init(&open, drv, s);
         res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0);
+        if (res != ncclSuccess && merged) { /* the waits failed: the peers still get the signals */
+          open.n = nsig;
+          mpn_keep(&res, mpn_memops_flush(&open));
+        }
       }
     }
 #ifdef HAVE_UCX

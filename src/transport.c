@@ -6,6 +6,7 @@
  */
 #include "transport.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -29,18 +30,29 @@ const char* mpn_transport_name(mpn_transport_kind_t kind) {
  * two ranks of one process driven by two threads hung on the GPU machine
  * (docs/UCX.md); said once per process.
  */
-static void transport_warn_queues(const struct ncclComm* comm) {
-  static int warned;
+static long queues = -1; /* CUDA_DEVICE_MAX_CONNECTIONS, -1: unset or not a number */
+static pthread_once_t queues_once = PTHREAD_ONCE_INIT;
+
+/* Read once, on the thread that starts creation (mpn_transport_preload):
+ * creation threads never read the environment (bootstrap/channel.c). */
+static void queues_read(void) {
   const char* env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   char* end = NULL;
-  long queues = env ? strtol(env, &end, 10) : 0;
-  if (comm->topo.n_same_process < 2 || env == NULL || end == env || queues > 2 ||
-      __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+  long n = env ? strtol(env, &end, 10) : 0;
+  queues = env && end != env ? n : -1;
+}
+
+void mpn_transport_preload(void) { pthread_once(&queues_once, queues_read); }
+
+static void transport_warn_queues(const struct ncclComm* comm) {
+  static int warned;
+  mpn_transport_preload();
+  if (comm->topo.n_same_process < 2 || queues < 0 || queues > 2 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     return;
   MPN_WARN(
-      "CUDA_DEVICE_MAX_CONNECTIONS=%s with %d ranks in this process and peers over UCX: their streams "
+      "CUDA_DEVICE_MAX_CONNECTIONS=%ld with %d ranks in this process and peers over UCX: their streams "
       "share too few hardware queues and can hang (docs/UCX.md); leave it unset (8)",
-      env, comm->topo.n_same_process);
+      queues, comm->topo.n_same_process);
 }
 
 /* A peer on UCX needs a working UCX; learn what it can do, once per process. */

@@ -30,6 +30,10 @@ const char* mpn_transport_name(mpn_transport_kind_t kind);
  */
 ncclResult_t mpn_transport_choose(struct ncclComm* comm);
 
+/** Reads what the choice needs from the environment, once per process: on
+ * the thread that starts creation, never on a creation thread. */
+void mpn_transport_preload(void);
+
 /** Logs the choice per peer at INFO. */
 void mpn_transport_log(const struct ncclComm* comm);
 

@@ -211,6 +211,7 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   mpn_log_init();
   (void)mpn_params_load();
   (void)mpn_chan_launcher_rank();
+  mpn_transport_preload();
   /* The CUDA driver sets environment variables while it starts: start it
    * here (test_comm_local crashed in getenv on the GPU machine otherwise),
    * with the current device's context (it crashed once more, rarely, after

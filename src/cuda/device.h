@@ -59,6 +59,12 @@ static inline void mpn_cuda_switch_device(int* current, int dev) {
   *current = dev;
 }
 
+/** Whether stream s is being captured into a CUDA graph (capture active). */
+static inline int mpn_cuda_stream_captured(cudaStream_t s) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+}
+
 /**
  * An identity of stream s that no other stream of the program shares, even
  * one created after s is destroyed at the same handle, and that resolves

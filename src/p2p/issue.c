@@ -189,12 +189,11 @@ static int step_order(const void* a, const void* b) {
  * against such a peer, and behind a gated wait of its own).
  */
 static void assign_steps(plan_t* plans, plan_t** order, int n) {
-  int m = 0, several = 0;
+  int several = 0;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     p->step = 0;
     if (!moved_here(p)) continue;
-    m++;
     for (int j = i - 1; j >= 0 && !several; j--) { /* the last one before of the same stream and process */
       const plan_t* q = &plans[j];
       if (!moved_here(q) || q->op->stream != p->op->stream || q->peer_proc != p->peer_proc) continue;
@@ -203,7 +202,7 @@ static void assign_steps(plan_t* plans, plan_t** order, int n) {
     }
   }
   if (!several) return;
-  m = 0;
+  int m = 0;
   for (int i = 0; i < n; i++)
     if (moved_here(&plans[i])) order[m++] = &plans[i];
   qsort(order, (size_t)m, sizeof(*order), step_order);

@@ -220,8 +220,6 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
   return ncclSuccess;
 }
 
-static int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
-
 /* Finds the message's pair and number (prev: the launch's message before,
  * whose stream's capture status holds for the same stream). */
 static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
@@ -230,12 +228,11 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   MPN_CHECK(peer_state(op->comm, op->peer, &ps));
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev) {
     p->graph = prev->graph; /* (a per-thread stream handle names one stream per device) */
     p->stream_id = prev->stream_id;
   } else {
-    p->graph = cudaStreamIsCapturing(op->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
+    p->graph = mpn_cuda_stream_captured(op->stream);
     p->stream_id = p->graph ? 0 : mpn_cuda_stream_id(op->stream); /* (graph messages have slots of their own) */
   }
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)

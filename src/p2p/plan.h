@@ -45,6 +45,9 @@ typedef struct {
   unsigned long long stream_id; /* mpn_cuda_stream_id of op->stream */
 } plan_t;
 
+/** The pair side of p's message (MPN_SIDE_SEND or MPN_SIDE_RECV). */
+static inline int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
+
 /**
  * Issues the posted plans on their streams: every stream's first half (the
  * "ready" handshake, the copies this rank moves, the "done" writes), then

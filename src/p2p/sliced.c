@@ -90,9 +90,8 @@ int mpn_sliced_delegate_wait(const plan_t* plans, int n, int delegating) {
   for (int i = 0; i < n && budget_us > 0; i++) {
     const plan_t* p = &plans[i];
     if (!delegates(p)) continue;
-    int side = p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV;
     if (deadline == 0) deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
-    while (!mpn_pair_peer_posted(p->pair, p->seq, p->graph, side))
+    while (!mpn_pair_peer_posted(p->pair, p->seq, p->graph, plan_side(p)))
       if (mpn_chan_now_ns() > deadline) return i;
   }
   return -1;

@@ -679,8 +679,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   for (i = 0; i < n && res == ncclSuccess; i++) {
     if (stream_first(ops, i) != i) continue;
     mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    sync[i] = cudaStreamIsCapturing(ops[i]->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive ? 4 : 0;
+    sync[i] = mpn_cuda_stream_captured(ops[i]->stream) ? 4 : 0;
     if (!sync[i] && host_signals(ops, n, ops[i]->stream)) sids[i] = mpn_cuda_stream_id(ops[i]->stream);
   }
   int ordered = res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, sync, sids);

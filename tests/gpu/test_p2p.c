@@ -699,19 +699,14 @@ static void sliced_inbox(void) {
   cudaFree(r);
 }
 
-/* This rank's messages through the inbox's big ring so far (both of its sides). */
-static uint64_t big_ring_count(void) {
-  uint64_t eager[2], no_slot;
-  mpn_p2p_stats(comm, eager, &no_slot, NULL);
-  return eager[1];
-}
-
-/* Messages whose first side (this rank) found no free inbox slot, also
- * after its host's bounded wait for one: they take two hops. */
-static uint64_t no_slot_count(void) {
-  uint64_t eager[2], no_slot;
-  mpn_p2p_stats(comm, eager, &no_slot, NULL);
-  return no_slot;
+/* This rank's messages through the inbox's big ring so far (both of its
+ * sides), and those whose first side (this rank) found no free inbox slot,
+ * also after its host's bounded wait for one: they take two hops.
+ * (inbox_counts: the same summed over the ranks.) */
+static void rank_inbox_counts(uint64_t* big, uint64_t* no_slot) {
+  uint64_t eager[2];
+  mpn_p2p_stats(comm, eager, no_slot, NULL);
+  *big = eager[1];
 }
 
 /* One launch of a sendrecv of bytes with peer. */
@@ -750,7 +745,7 @@ static void sliced_pair(void) {
     int busy = phase != 1, rounds = busy ? BUSY_ROUNDS : QUIET_ROUNDS, n = busy ? BUSY_BURST : BURST;
     uint64_t before = 0, no_slot_before = 0;
     for (int round = 0; round < rounds; round++, k0 += n) {
-      if (round == rounds - 1) before = big_ring_count(), no_slot_before = no_slot_count();
+      if (round == rounds - 1) rank_inbox_counts(&before, &no_slot_before);
       for (int k = 0; in && k < n; k++) pattern_fill(s + (size_t)k * BYTES, BYTES, seed_of(rank, peer, k0 + k), stream);
       if (in && !busy) gpu_busy(5000, stream); /* then nothing of the round's own between its launches */
       for (int k = 0; in && k < n; k++) {
@@ -765,11 +760,13 @@ static void sliced_pair(void) {
         expect_pattern(r + (size_t)k * BYTES, BYTES, seed_of(peer, rank, k0 + k), what);
       }
     }
-    uint64_t got = big_ring_count() - before, want = busy ? 2 * (uint64_t)n : 0;
+    uint64_t got, no_slot, want = busy ? 2 * (uint64_t)n : 0, pair_no_slot = 0;
+    rank_inbox_counts(&got, &no_slot);
+    got -= before;
     /* A first side whose host waited in vain for a slot (a loaded GPU)
      * sends two-hop, by design: the pair's such messages, counted by
      * whichever of the two posted first, are not missing. */
-    uint64_t no_slot = no_slot_count() - no_slot_before, pair_no_slot = 0;
+    no_slot -= no_slot_before;
     if (in)
       MPI_Sendrecv(&no_slot, 1, MPI_UINT64_T, peer, 31, &pair_no_slot, 1, MPI_UINT64_T, peer, 31, MPI_COMM_WORLD,
                    MPI_STATUS_IGNORE);

@@ -289,9 +289,6 @@ START_TEST(refused_calls) {
 }
 END_TEST
 
-/* Blocks the flag kernel's copies call for: one per 64 KiB of them, at
- * least one, at most MPN_SYNC_BLOCKS; a new table has one block and no
- * counters. */
 /* Messages 512 apart share a slot: a message must wait for the slot's
  * previous one only when the two came from different streams (docs/P2P.md,
  * known problem 5); a side seen on one stream keeps no table. */
@@ -320,6 +317,9 @@ START_TEST(slot_streams) {
 }
 END_TEST
 
+/* Blocks the flag kernel's copies call for: one per 64 KiB of them, at
+ * least one, at most MPN_SYNC_BLOCKS; a new table has one block and no
+ * counters. */
 START_TEST(sync_blocks_wanted) {
   mpn_sync_t k;
   mpn_sync_init(&k);

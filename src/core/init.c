@@ -22,6 +22,7 @@
 #include "ucx/net.h"
 #endif
 #include "cuda/device.h"
+#include "cuda/kernels.h"
 #include "p2p/p2p.h"
 #include "transport.h"
 
@@ -90,7 +91,10 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
   mpn_bootstrap_t* b = NULL;
   MPI_Comm mpi = MPI_COMM_NULL;
   ncclResult_t res = ncclSuccess;
-  if (job->device >= 0) MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
+  if (job->device >= 0) {
+    MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
+    mpn_cuda_kernels_load(job->device); /* not at the first launch: kernels.c */
+  }
   MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);
   if (comm == NULL) return ncclSuccess; /* split without a color: done */
   b->abort = &comm->abort_flag;

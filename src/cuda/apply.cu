@@ -93,6 +93,11 @@ __global__ void apply(const args_t a) {
 
 }  // namespace
 
+extern "C" cudaError_t mpn_apply_kernel_load(void) {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, (const void*)apply);
+}
+
 extern "C" cudaError_t mpn_apply_launch(uint64_t wins, const mpn_apply_range_t* ranges, int n,
                                         uint64_t error, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;

@@ -50,6 +50,9 @@ typedef struct {
 /** Ranges per launch (the table is the kernel's argument). */
 #define MPN_APPLY_RANGES 32
 
+/** Loads the kernel into the current device's context (kernels.c). */
+cudaError_t mpn_apply_kernel_load(void);
+
 /**
  * Enqueues on stream the copies of every put of the n (<= MPN_APPLY_RANGES)
  * ranges from the mirrors into the windows of wins (device address of

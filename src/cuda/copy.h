@@ -44,6 +44,9 @@ typedef struct {
 /** Copies with something to do afterwards (mpn_copy_then_t) per launch. */
 #define MPN_COPY_THENS 16
 
+/** Loads the copy kernels into the current device's context (kernels.c). */
+cudaError_t mpn_copy_kernels_load(void);
+
 /**
  * Enqueues n (<= MPN_COPY_BATCH) copies on stream as one kernel; thens
  * (NULL, or one per copy) says what each does afterwards, at most

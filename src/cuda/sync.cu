@@ -169,6 +169,13 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stre
 
 }  // namespace
 
+extern "C" cudaError_t mpn_sync_kernels_load(void) {
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)sync_kernel<16, 4>);
+  return err != cudaSuccess ? err
+                            : cudaFuncGetAttributes(&attr, (const void*)sync_kernel<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>);
+}
+
 extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream) {
   int flags = s->nfirst, copies = 0, bad = s->nfirst < 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {

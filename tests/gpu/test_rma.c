@@ -6,12 +6,14 @@
  * from two streams, send/receive and RMA in one group, a CUDA graph
  * replayed 100 times.  Every byte put is checked.  Exits 77 without a GPU.
  */
+#define _GNU_SOURCE /* pthread_timedjoin_np */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "mpinccl.h"
@@ -367,6 +369,7 @@ typedef struct {
   ncclComm_t comm;
   int rank, n, bad, failed;
   pthread_barrier_t* sync;
+  volatile int stage; /* how far the thread got (threads_streams): a hang names its step */
 } thread_arg_t;
 
 /* A thread's window and buffers go, once every thread is done putting. */
@@ -412,11 +415,17 @@ static void threads_run(void* (*fn)(void*)) {
   pthread_barrier_t sync;
   pthread_barrier_init(&sync, NULL, N);
   for (int i = 0; i < N; i++) {
-    args[i] = (thread_arg_t){comms[i], i, N, 0, 0, &sync};
+    args[i] = (thread_arg_t){comms[i], i, N, 0, 0, &sync, 0};
     pthread_create(&t[i], NULL, fn, &args[i]);
   }
   for (int i = 0; i < N; i++) {
-    pthread_join(t[i], NULL);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    if (pthread_timedjoin_np(t[i], NULL, &until) != 0) {
+      for (int j = 0; j < N; j++) fprintf(stderr, "[rank %d] thread %d at stage %d\n", rank, j, args[j].stage);
+      pthread_join(t[i], NULL);
+    }
     EXPECT(args[i].failed == 0);
     EXPECT(args[i].bad == 0);
     EXPECT_OK(ncclCommDestroy(comms[i]));
@@ -430,9 +439,8 @@ static void threads_ring(void) { threads_run(thread_ring); }
  * Several ranks of one process, one thread each, each putting to the next
  * from two streams, the first held back on the GPU for 0.2 s: the
  * multi-stream signal order (signal_streams) between ranks of one process.
- * A known hang (docs/RMA.md, known problem 6): it hung at 1, 2 and 4
- * processes without MPS on the GPU machine.  Run only when named in
- * TEST_RMA_ONLY, so that make check stays usable until it is fixed.
+ * Run alone (tests/gpu/threads_alone.sh) it also catches kernels the
+ * library loads at their first launch (src/cuda/kernels.c).
  */
 static void* thread_streams(void* v) {
   thread_arg_t* a = v;
@@ -448,31 +456,32 @@ static void* thread_streams(void* v) {
   cudaMemsetAsync(buf, 0, 2 * bytes, st); /* on st: see window() */
   for (int b = 0; b < 2; b++) pattern_fill((char*)src + b * bytes, bytes, seed_of(a->rank, to, 40 + b), st);
   cudaStreamSynchronize(st);
-  a->failed |= ncclCommWindowRegister(a->comm, buf, 2 * bytes, &w, 0) != ncclSuccess;
+  /* Held before the registration, which no thread leaves before all
+   * arrive: a thread blocked in its check's copy to pageable memory holds
+   * a lock of the CUDA driver that a later cudaLaunchHostFunc waits for. */
   hold_stream(held, 200);
+  a->stage = 1;
+  a->failed |= ncclCommWindowRegister(a->comm, buf, 2 * bytes, &w, 0) != ncclSuccess;
+  a->stage = 2;
   a->failed |= ncclPutSignal(src, bytes, ncclInt8, to, w, 0, 0, 0, 0, a->comm, held) != ncclSuccess;
   a->failed |= ncclPutSignal((char*)src + bytes, bytes, ncclInt8, to, w, bytes, 0, 0, 0, a->comm, other) != ncclSuccess;
   ncclWaitSignalDesc_t d = {2, (a->rank + a->n - 1) % a->n, 0, 0};
   a->failed |= ncclWaitSignal(1, &d, a->comm, st) != ncclSuccess;
+  a->stage = 3;
   for (int b = 0; b < 2; b++)
     a->bad += pattern_check((char*)buf + b * bytes, bytes, seed_of(d.peer, a->rank, 40 + b), st) != 0;
+  a->stage = 4;
   cudaStreamSynchronize(held);
   cudaStreamSynchronize(other);
   thread_finish(a, w, buf, src);
+  a->stage = 5;
   cudaStreamDestroy(st);
   cudaStreamDestroy(held);
   cudaStreamDestroy(other);
   return NULL;
 }
 
-static void threads_streams(void) {
-  const char* only = getenv("TEST_RMA_ONLY");
-  if (only == NULL || strstr(only, "threads_streams") == NULL) {
-    if (rank == 0) printf("test_rma: threads_streams skipped (known hang; TEST_RMA_ONLY=threads_streams runs it)\n");
-    return;
-  }
-  threads_run(thread_streams);
-}
+static void threads_streams(void) { threads_run(thread_streams); }
 
 int main(int argc, char** argv) {
   int started = harness_start(argc, argv, "test_rma", "1 2 3 4 8", "TEST_RMA_ONLY", 1);

@@ -246,8 +246,14 @@ python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ $check = 1 ] && [ -x "$sanitizer" ]; then
   step "compute-sanitizer (memcheck) on the first test_p2p steps, 2 ranks"
+  # Memory accesses only: the import cache relies on the driver refusing
+  # to map a block twice (cudaErrorAlreadyMapped, handled in src/cuda/ipc.c),
+  # which the sanitizer would count as an error wherever the allocator
+  # happens to reuse an address; every other CUDA error the library
+  # checks and reports itself.
   TEST_P2P_ONLY="ring(sizes" timeout 180 mpirun -np 2 $flags -x TEST_P2P_ONLY \
-    "$sanitizer" --tool memcheck --error-exitcode 9 ./tests/gpu/test_p2p >"$out/sanitizer.log" 2>&1
+    "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 9 ./tests/gpu/test_p2p \
+    >"$out/sanitizer.log" 2>&1
   echo "   exit $?; $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") ranks with 0 errors"
 fi
 step "all done"

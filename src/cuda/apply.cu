@@ -93,9 +93,9 @@ __global__ void apply(const args_t a) {
 
 }  // namespace
 
-extern "C" cudaError_t mpn_apply_kernel_load(void) {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, (const void*)apply);
+extern "C" int mpn_apply_kernels(const void** out) {
+  out[0] = (const void*)apply;
+  return 1;
 }
 
 extern "C" cudaError_t mpn_apply_launch(uint64_t wins, const mpn_apply_range_t* ranges, int n,

@@ -50,8 +50,8 @@ typedef struct {
 /** Ranges per launch (the table is the kernel's argument). */
 #define MPN_APPLY_RANGES 32
 
-/** Loads the kernel into the current device's context (kernels.c). */
-cudaError_t mpn_apply_kernel_load(void);
+/** Sets out[0] to the kernel; returns 1 (kernels.c). */
+int mpn_apply_kernels(const void** out);
 
 /**
  * Enqueues on stream the copies of every put of the n (<= MPN_APPLY_RANGES)

@@ -76,10 +76,10 @@ cudaError_t launch(const mpn_copy_t* copies, const mpn_copy_then_t* thens, int n
 
 }  // namespace
 
-extern "C" cudaError_t mpn_copy_kernels_load(void) {
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)copy_batch<4>);
-  return err != cudaSuccess ? err : cudaFuncGetAttributes(&attr, (const void*)copy_batch<MPN_COPY_BATCH>);
+extern "C" int mpn_copy_kernels(const void** out) {
+  out[0] = (const void*)copy_batch<4>;
+  out[1] = (const void*)copy_batch<MPN_COPY_BATCH>;
+  return 2;
 }
 
 extern "C" cudaError_t mpn_copy_batch_launch(const mpn_copy_t* copies, const mpn_copy_then_t* thens, int n,

@@ -44,8 +44,8 @@ typedef struct {
 /** Copies with something to do afterwards (mpn_copy_then_t) per launch. */
 #define MPN_COPY_THENS 16
 
-/** Loads the copy kernels into the current device's context (kernels.c). */
-cudaError_t mpn_copy_kernels_load(void);
+/** Sets out[] (room for 2) to the copy kernels; returns their number (kernels.c). */
+int mpn_copy_kernels(const void** out);
 
 /**
  * Enqueues n (<= MPN_COPY_BATCH) copies on stream as one kernel; thens

@@ -169,11 +169,10 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stre
 
 }  // namespace
 
-extern "C" cudaError_t mpn_sync_kernels_load(void) {
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)sync_kernel<16, 4>);
-  return err != cudaSuccess ? err
-                            : cudaFuncGetAttributes(&attr, (const void*)sync_kernel<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>);
+extern "C" int mpn_sync_kernels(const void** out) {
+  out[0] = (const void*)sync_kernel<16, 4>;
+  out[1] = (const void*)sync_kernel<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>;
+  return 2;
 }
 
 extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream) {

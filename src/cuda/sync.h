@@ -184,8 +184,8 @@ void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k);
 /** Gives k's counters back when its launch failed (it never ran). */
 void mpn_sync_grid_release(const mpn_sync_t* k);
 
-/** Loads the flag kernels into the current device's context (kernels.c). */
-cudaError_t mpn_sync_kernels_load(void);
+/** Sets out[] (room for 2) to the flag kernels; returns their number (kernels.c). */
+int mpn_sync_kernels(const void** out);
 
 /** Enqueues s as one kernel on stream: first writes, then each round's waits, copies, writes. */
 cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream);

@@ -56,6 +56,18 @@ int harness_start(int argc, char** argv, const char* name, const char* np_list,
   }
   cudaSetDevice(world % ndev);
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  /* The test's own kernels are loaded now: loaded at a first launch, behind
+   * a stream's wait for another thread's flag, they could wait for good
+   * (CUDA loads lazily).  Before the communicator, so that nothing of the
+   * test loads the library's kernels (src/cuda/kernels.c). */
+  void* warm = NULL;
+  if (cudaMalloc(&warm, 64) == cudaSuccess) {
+    pattern_fill(warm, 64, 0, stream);
+    EXPECT(pattern_check(warm, 64, 0, stream) == 0);
+    gpu_busy(0, stream);
+    cudaStreamSynchronize(stream);
+    cudaFree(warm);
+  }
   if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
   ncclCommUserRank(comm, &rank);
   ncclCommCount(comm, &nranks);

@@ -146,6 +146,7 @@ halo3d_runs() { # regime
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
+  halo3d_best "$r"
   # Two ranks: one neighbour each, faces of 288 KiB.  --ipc-copy-out is
   # plain CUDA's cost of a receive into the caller's buffer with one hop.
   for mode in "" --flag-sync --ipc-exchange --ipc-copy-out; do
@@ -161,6 +162,27 @@ halo3d_runs() { # regime
   MPINCCL_KERNEL_SYNC=16777216 MPINCCL_KERNEL_SYNC_WAITS=1 timeout 120 mpirun -np 4 $flags $extra \
     -x MPINCCL_KERNEL_SYNC -x MPINCCL_KERNEL_SYNC_WAITS ./examples/halo3d 2>&1 | grep -E '(time|comm|host)/iter|check' |
     sed "s/^/   halo3d exchange, MPINCCL_KERNEL_SYNC=16M, MPINCCL_KERNEL_SYNC_WAITS=1: /" | tee -a "$out/$r-halo3d.txt"
+}
+
+# Without MPS, 4 processes sharing the GPU settle, run by run, into one of
+# two schedules one context switch apart, whichever loop they run
+# (PERFORMANCE.md, sixteenth session), so one run of each loop compares two
+# draws.  The demo and its flag-only loop, 3 runs each, interleaved, and the
+# ratio of the best of each.
+halo3d_best() { # regime
+  local r=$1 k mode t
+  for k in 1 2 3; do
+    for mode in exchange --flag-sync; do
+      t=$(timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d ${mode#exchange} 2>&1 |
+        sed -n 's|.*time/iter *\([0-9.]*\) us.*|\1|p')
+      echo "   halo3d $mode run $k: ${t:-failed} us"
+    done
+  done >"$out/$r-halo3d-best.txt"
+  awk '/ exchange run/ { v = $(NF - 1) + 0; if (v > 0 && (e == 0 || v < e)) e = v }
+       / --flag-sync run/ { v = $(NF - 1) + 0; if (v > 0 && (f == 0 || v < f)) f = v }
+       END { if (e > 0 && f > 0) printf "   halo3d best of 3: exchange %.1f us, flag-only %.1f us, ratio %.3f\n", e, f, e / f
+             else print "   halo3d best of 3: a run failed" }' "$out/$r-halo3d-best.txt" |
+    tee -a "$out/$r-halo3d-best.txt"
 }
 
 protocol_runs() { # regime: shapes of a 2-rank exchange in plain CUDA (bench/protocols.cu)

@@ -148,9 +148,11 @@ repeat_ratio() { # regime name np args...
       grep -E '^ +[0-9]+ +[0-9.]+ ' | head -n 1)
     echo "   $name job $k: ${line:-failed}"
   done >"$out/$r-$name-repeats.txt"
-  awk '$4 != "failed" { v[n++] = $9 + 0 }
+  # The median leaves out jobs without a ratio (a floor not measured prints
+  # n/a) and jobs with wrong bytes; their lines stay in the file.
+  awk '$4 != "failed" && $9 + 0 > 0 && $10 == 0 { v[n++] = $9 + 0 }
        END { for (i = 1; i < n; i++) for (j = i; j > 0 && v[j] < v[j - 1]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-             if (n == 0) { print "   median: every job failed"; exit }
+             if (n == 0) { print "   median: no job gave a ratio"; exit }
              m = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
              printf "   median of %d jobs: %.3g x the floor (lowest %.3g, highest %.3g)\n", n, m, v[0], v[n - 1] }' \
     "$out/$r-$name-repeats.txt" >>"$out/$r-$name-repeats.txt"

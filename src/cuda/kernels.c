@@ -6,6 +6,8 @@
  * a flag that this very launch is to write: the first put or send of a
  * process hung so (three ranks of one process, one thread each).  Loaded
  * here, before any of the communicator's work is enqueued, nothing waits.
+ * Each creation asks again (a loaded kernel costs nothing): a context made
+ * anew after cudaDeviceReset starts with none.
  */
 #include "cuda/kernels.h"
 
@@ -18,53 +20,50 @@
 #include "cuda/copy.h"
 #include "cuda/sync.h"
 
-#define KNOWN_DEVICES 64
 #define MOST_KERNELS 8
-
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned char loaded[KNOWN_DEVICES];
 
 typedef CUresult (*func_load_t)(CUfunction);
 
-/* cuFuncLoad (CUDA 12.4) finishes a lazy load; an older driver loads at
- * cudaFuncGetAttributes, if at all. */
-static func_load_t func_load(void) {
+static func_load_t func_load;
+static pthread_once_t func_load_once = PTHREAD_ONCE_INIT;
+
+/* cuFuncLoad (CUDA 12.4) finishes a lazy load; without it a kernel may be
+ * loaded at cudaFuncGetAttributes, or only at its first launch. */
+static void func_load_find(void) {
   void* fn = NULL;
   enum cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion("cuFuncLoad", &fn, 12040, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return NULL;
+  if (cudaGetDriverEntryPointByVersion("cuFuncLoad", &fn, 12040, cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess) {
+    func_load = (func_load_t)fn;
+    return;
   }
-  return (func_load_t)fn;
+  cudaGetLastError();
+  MPN_WARN(
+      "the CUDA driver lacks cuFuncLoad (CUDA 12.4): kernels may load at their first launch, which can hang "
+      "ranks of one process; set CUDA_MODULE_LOADING=EAGER");
 }
 
-static cudaError_t kernel_load(const void* kernel, func_load_t load) {
+static cudaError_t kernel_load(const void* kernel) {
   struct cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
   cudaFunction_t f = NULL;
-  if (err == cudaSuccess && load) err = cudaGetFuncBySymbol(&f, kernel);
-  if (err == cudaSuccess && load && load((CUfunction)f) != CUDA_SUCCESS) err = cudaErrorInvalidDeviceFunction;
+  if (err == cudaSuccess && func_load) err = cudaGetFuncBySymbol(&f, kernel);
+  if (err == cudaSuccess && func_load && func_load((CUfunction)f) != CUDA_SUCCESS) err = cudaErrorInvalidDeviceFunction;
   return err;
 }
 
 void mpn_cuda_kernels_load(int dev) {
-  pthread_mutex_lock(&load_lock);
-  if (dev < 0 || dev >= KNOWN_DEVICES || !loaded[dev]) {
-    const void* kernels[MOST_KERNELS];
-    int n = mpn_copy_kernels(kernels);
-    n += mpn_sync_kernels(kernels + n);
-    n += mpn_apply_kernels(kernels + n);
-    func_load_t load = func_load();
-    cudaError_t err = cudaSuccess;
-    for (int i = 0; i < n && err == cudaSuccess; i++) err = kernel_load(kernels[i], load);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      MPN_WARN("loading the library's kernels on device %d failed: %s", dev, cudaGetErrorString(err));
-    } else {
-      MPN_INFO(MPN_SUBSYS_INIT, "device %d: %d kernels loaded%s", dev, n, load ? "" : " (no cuFuncLoad)");
-      if (dev >= 0 && dev < KNOWN_DEVICES) loaded[dev] = 1;
-    }
+  pthread_once(&func_load_once, func_load_find);
+  const void* kernels[MOST_KERNELS];
+  int n = mpn_copy_kernels(kernels);
+  n += mpn_sync_kernels(kernels + n);
+  n += mpn_apply_kernels(kernels + n);
+  cudaError_t err = cudaSuccess;
+  for (int i = 0; i < n && err == cudaSuccess; i++) err = kernel_load(kernels[i]);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    MPN_WARN("loading the library's kernels on device %d failed: %s", dev, cudaGetErrorString(err));
+  } else {
+    MPN_TRACE(MPN_SUBSYS_INIT, "device %d: %d kernels loaded", dev, n);
   }
-  pthread_mutex_unlock(&load_lock);
 }

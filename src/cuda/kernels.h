@@ -7,8 +7,9 @@
 
 /**
  * Loads every kernel of the library into the context of dev, the calling
- * thread's current device, once per device and process.  A failure is
- * logged at WARN (the launches that need the kernel fail later, reported).
+ * thread's current device (kernels already loaded cost nothing).  A
+ * failure is logged at WARN (the launches that need the kernel fail later,
+ * reported).
  */
 void mpn_cuda_kernels_load(int dev);
 

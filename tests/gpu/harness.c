@@ -67,6 +67,8 @@ int harness_start(int argc, char** argv, const char* name, const char* np_list,
     gpu_busy(0, stream);
     cudaStreamSynchronize(stream);
     cudaFree(warm);
+  } else {
+    cudaGetLastError();
   }
   if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) return 1;
   ncclCommUserRank(comm, &rank);

@@ -364,12 +364,19 @@ static void graph_replay(void) {
   ncclMemFree(src);
 }
 
-/* Several ranks of one process, one thread each: a ring of puts. */
+/*
+ * Several ranks of one process, one thread each: a ring of puts.  The
+ * threads allocate their counter for pattern_check before the exchange,
+ * and none checks before every thread has enqueued its puts and waits: a
+ * thread blocked in a check's copy to pageable memory holds a lock of the
+ * CUDA driver that other calls (cudaLaunchHostFunc at least) wait for.
+ */
 typedef struct {
   ncclComm_t comm;
   int rank, n, bad, failed;
   pthread_barrier_t* sync;
   volatile int stage; /* how far the thread got (threads_streams): a hang names its step */
+  int dev;            /* the communicators' device: a new thread starts on device 0 */
 } thread_arg_t;
 
 /* A thread's window and buffers go, once every thread is done putting. */
@@ -384,6 +391,7 @@ static void thread_finish(thread_arg_t* a, ncclWindow_t w, void* buf, void* src)
 static void* thread_ring(void* v) {
   thread_arg_t* a = v;
   size_t bytes = 65536;
+  cudaSetDevice(a->dev);
   cudaStream_t st;
   cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
   void *buf, *src;
@@ -391,11 +399,12 @@ static void* thread_ring(void* v) {
   a->failed |= ncclMemAlloc(&buf, bytes) != ncclSuccess || ncclMemAlloc(&src, bytes) != ncclSuccess;
   cudaMemsetAsync(buf, 0, bytes, st); /* on st: see window() */
   pattern_fill(src, bytes, seed_of(a->rank, (a->rank + 1) % a->n, 30), st);
-  cudaStreamSynchronize(st);
+  pattern_check(buf, 0, 0, st); /* the counter, and a synchronization */
   a->failed |= ncclCommWindowRegister(a->comm, buf, bytes, &w, 0) != ncclSuccess;
   ncclWaitSignalDesc_t d = {1, (a->rank + a->n - 1) % a->n, 0, 0};
   a->failed |= ncclPutSignal(src, bytes, ncclInt8, (a->rank + 1) % a->n, w, 0, 0, 0, 0, a->comm, st) != ncclSuccess;
   a->failed |= ncclWaitSignal(1, &d, a->comm, st) != ncclSuccess;
+  pthread_barrier_wait(a->sync);
   a->bad = pattern_check(buf, bytes, seed_of(d.peer, a->rank, 30), st) != 0;
   thread_finish(a, w, buf, src);
   cudaStreamDestroy(st);
@@ -415,7 +424,7 @@ static void threads_run(void* (*fn)(void*)) {
   pthread_barrier_t sync;
   pthread_barrier_init(&sync, NULL, N);
   for (int i = 0; i < N; i++) {
-    args[i] = (thread_arg_t){comms[i], i, N, 0, 0, &sync, 0};
+    args[i] = (thread_arg_t){comms[i], i, N, 0, 0, &sync, 0, dev};
     pthread_create(&t[i], NULL, fn, &args[i]);
   }
   for (int i = 0; i < N; i++) {
@@ -446,6 +455,7 @@ static void* thread_streams(void* v) {
   thread_arg_t* a = v;
   size_t bytes = 65536;
   int to = (a->rank + 1) % a->n;
+  cudaSetDevice(a->dev);
   cudaStream_t st, held, other;
   cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
   cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking);
@@ -455,18 +465,16 @@ static void* thread_streams(void* v) {
   a->failed |= ncclMemAlloc(&buf, 2 * bytes) != ncclSuccess || ncclMemAlloc(&src, 2 * bytes) != ncclSuccess;
   cudaMemsetAsync(buf, 0, 2 * bytes, st); /* on st: see window() */
   for (int b = 0; b < 2; b++) pattern_fill((char*)src + b * bytes, bytes, seed_of(a->rank, to, 40 + b), st);
-  cudaStreamSynchronize(st);
-  /* Held before the registration, which no thread leaves before all
-   * arrive: a thread blocked in its check's copy to pageable memory holds
-   * a lock of the CUDA driver that a later cudaLaunchHostFunc waits for. */
-  hold_stream(held, 200);
+  pattern_check(buf, 0, 0, st); /* the counter, and a synchronization */
   a->stage = 1;
   a->failed |= ncclCommWindowRegister(a->comm, buf, 2 * bytes, &w, 0) != ncclSuccess;
   a->stage = 2;
+  hold_stream(held, 200);
   a->failed |= ncclPutSignal(src, bytes, ncclInt8, to, w, 0, 0, 0, 0, a->comm, held) != ncclSuccess;
   a->failed |= ncclPutSignal((char*)src + bytes, bytes, ncclInt8, to, w, bytes, 0, 0, 0, a->comm, other) != ncclSuccess;
   ncclWaitSignalDesc_t d = {2, (a->rank + a->n - 1) % a->n, 0, 0};
   a->failed |= ncclWaitSignal(1, &d, a->comm, st) != ncclSuccess;
+  pthread_barrier_wait(a->sync);
   a->stage = 3;
   for (int b = 0; b < 2; b++)
     a->bad += pattern_check((char*)buf + b * bytes, bytes, seed_of(d.peer, a->rank, 40 + b), st) != 0;

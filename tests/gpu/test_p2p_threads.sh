@@ -1,5 +1,7 @@
 #!/bin/sh
-# test_p2p_threads.sh - tests/gpu/test_p2p's steps with threads, alone in a
-# fresh process (threads_alone.sh); 1 and 2 processes.
+# test_p2p_threads.sh - tests/gpu/test_p2p's steps with threads alone, in a
+# fresh process: the library's kernels are then loaded by nothing but its
+# own set-up (src/cuda/kernels.c; loaded at a first launch instead, the
+# first send of such a process hung); 1 and 2 processes.
 [ "${1:-}" = --np-list ] && { echo "1 2"; exit 0; }
-exec "$(dirname "$0")/threads_alone.sh" test_p2p "$@"
+exec env TEST_P2P_ONLY=threads_ "$(dirname "$0")/gpu_program.sh" test_p2p "$@"

@@ -448,7 +448,7 @@ static void threads_ring(void) { threads_run(thread_ring); }
  * Several ranks of one process, one thread each, each putting to the next
  * from two streams, the first held back on the GPU for 0.2 s: the
  * multi-stream signal order (signal_streams) between ranks of one process.
- * Run alone (tests/gpu/threads_alone.sh) it also catches kernels the
+ * Run alone (tests/gpu/test_rma_threads.sh) it also catches kernels the
  * library loads at their first launch (src/cuda/kernels.c).
  */
 static void* thread_streams(void* v) {

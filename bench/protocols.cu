@@ -9,6 +9,11 @@
  *   flags      one flag each way (write the peer's, wait for one's own)
  *   push1      one hop: copy into the peer's receive buffer (two, used in
  *              turn), then the flag
+ *   push1+ce   one hop into a staging buffer of the peer's (two, used in
+ *              turn), the flag, then the peer copies the data into its
+ *              receive buffer by the copy engine: the shape a receive into
+ *              the caller's buffer takes in one hop (mpinccl's inbox)
+ *   push1+kernel  the same, copied out by a kernel
  *   push2      two hops: "my receive buffer is free", wait for the peer's,
  *              copy into it, "done", wait for the peer's "done"
  *   pull       "my send buffer is ready", wait for the peer's, copy out of
@@ -60,10 +65,12 @@ int my_rank;
   } while (0)
 
 enum { F_DATA = 0, F_READY = 1, F_DONE = 2, FLAG_STRIDE = 64, FLAGS_BYTES = 4096 };
-enum { COMPUTE, FLAGS, PUSH1, PUSH2, PULL, DELEGATED, SHAPES };
-const char* const shape_name[SHAPES] = {"compute", "flags", "push1", "push2", "pull", "delegated"};
+enum { COMPUTE, FLAGS, PUSH1, PUSH1_OUT_CE, PUSH1_OUT_KERNEL, PUSH2, PULL, DELEGATED, SHAPES };
+const char* const shape_name[SHAPES] = {"compute",      "flags", "push1", "push1+ce",
+                                        "push1+kernel", "push2", "pull",  "delegated"};
 
-/* A rank's region, which the peer maps: flags, its send buffer, two receive buffers. */
+/* A rank's region, which the peer maps: flags, its send buffer, three
+ * receive buffers (push1+ce and push1+kernel stage in the last two). */
 struct region_t {
   char* base;
   size_t bytes;
@@ -98,8 +105,8 @@ __global__ void copy_kernel(const uint4* src, uint4* dst, size_t n) {
     dst[i] = src[i];
 }
 
-void copy(ctx_t* c, const char* src, char* dst) {
-  if (!c->kernel_copies) {
+void copy_by(ctx_t* c, const char* src, char* dst, int kernel) {
+  if (!kernel) {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, c->bytes, cudaMemcpyDeviceToDevice, c->stream));
     return;
   }
@@ -108,6 +115,8 @@ void copy(ctx_t* c, const char* src, char* dst) {
   copy_kernel<<<blocks > 0 ? blocks : 1, 512, 0, c->stream>>>((const uint4*)src, (uint4*)dst, n);
   CHECK_CUDA(cudaGetLastError());
 }
+
+void copy(ctx_t* c, const char* src, char* dst) { copy_by(c, src, dst, c->kernel_copies); }
 
 void write_peer(ctx_t* c, int f) {
   CHECK_CU(c->write64((CUstream)c->stream, (CUdeviceptr)c->theirs.flag(f), c->seq, 0));
@@ -131,6 +140,13 @@ void iteration(ctx_t* c, int shape) {
       copy(c, c->mine.send(), c->theirs.recv((int)(c->seq % 2)));
       write_peer(c, F_DATA);
       wait_own(c, F_DATA);
+      break;
+    case PUSH1_OUT_CE:
+    case PUSH1_OUT_KERNEL:
+      copy(c, c->mine.send(), c->theirs.recv(1 + (int)(c->seq % 2)));
+      write_peer(c, F_DATA);
+      wait_own(c, F_DATA);
+      copy_by(c, c->mine.recv(1 + (int)(c->seq % 2)), c->mine.recv(0), shape == PUSH1_OUT_KERNEL);
       break;
     case PUSH2: /* F_READY: my receive buffer is free; F_DONE: yours is filled */
     case PULL:  /* F_READY: my send buffer is ready; F_DONE: I took yours */
@@ -230,7 +246,7 @@ int main(int argc, char** argv) {
   load_memops(&c);
   CHECK_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
   c.mine.bytes = c.theirs.bytes = c.bytes;
-  size_t region = FLAGS_BYTES + 3 * c.bytes;
+  size_t region = FLAGS_BYTES + 4 * c.bytes;
   CHECK_CUDA(cudaMalloc((void**)&c.mine.base, region));
   CHECK_CUDA(cudaMemset(c.mine.base, 0, region));
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -242,15 +258,16 @@ int main(int argc, char** argv) {
   int mps = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
   if (my_rank == 0)
-    printf("# %zu B each way, compute kernel %.0f us, %d iterations, copies by %s, MPS %s, both ranks on GPU 0\n"
-           "# %-10s %12s %10s %10s\n",
-           c.bytes, c.compute_us, iters, c.kernel_copies ? "kernel" : "copy engine", mps ? "on" : "off", "shape",
-           "us/iter", "vs flags", "- compute");
+    printf(
+        "# %zu B each way, compute kernel %.0f us, %d iterations, copies by %s, MPS %s, both ranks on GPU 0\n"
+        "# %-12s %12s %10s %10s\n",
+        c.bytes, c.compute_us, iters, c.kernel_copies ? "kernel" : "copy engine", mps ? "on" : "off", "shape",
+        "us/iter", "vs flags", "- compute");
   double us[SHAPES];
   for (int s = 0; s < SHAPES; s++) {
     us[s] = measure(&c, s, iters);
     if (my_rank == 0)
-      printf("  %-10s %12.1f %10.3f %10.1f\n", shape_name[s], us[s], s >= FLAGS ? us[s] / us[FLAGS] : 0.0,
+      printf("  %-12s %12.1f %10.3f %10.1f\n", shape_name[s], us[s], s >= FLAGS ? us[s] / us[FLAGS] : 0.0,
              us[s] - us[COMPUTE]);
   }
   CHECK_CUDA(cudaStreamSynchronize(c.stream));

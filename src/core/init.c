@@ -91,10 +91,7 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
   mpn_bootstrap_t* b = NULL;
   MPI_Comm mpi = MPI_COMM_NULL;
   ncclResult_t res = ncclSuccess;
-  if (job->device >= 0) {
-    MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
-    mpn_cuda_kernels_load(job->device); /* not at the first launch: kernels.c */
-  }
+  if (job->device >= 0) MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
   MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);
   if (comm == NULL) return ncclSuccess; /* split without a color: done */
   b->abort = &comm->abort_flag;
@@ -104,6 +101,11 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
   comm->mpi_comm = mpi;
   comm->mpi_comm_owned = job->kind == MPN_INIT_SPLIT && mpi != MPI_COMM_NULL;
   MPN_CHECK_GOTO(comm_setup(comm), res, fail);
+  /* The kernels load now, not at their first launch, and only once the
+   * communicator is set up (kernels.c); the barrier keeps every rank from
+   * enqueuing work before all have loaded them. */
+  if (job->device >= 0) mpn_cuda_kernels_load(job->device);
+  MPN_CHECK_GOTO(mpn_bootstrap_barrier(b), res, fail);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d cudaDev %d ready", (void*)comm, comm->rank,
            comm->nranks, comm->cuda_dev);
   __atomic_store_n(&comm->state, MPN_COMM_READY, __ATOMIC_RELEASE);

@@ -168,14 +168,14 @@ rma_runs() { # regime: the one-sided operations
 halo3d_runs() { # regime
   local r=$1
   step "$r halo3d"
-  for mode in "" --put --flag-sync --host-sync --ipc-exchange --ipc-copy-out; do
+  for mode in "" --put --flag-sync --host-sync --ipc-exchange --ipc-copy-out --ipc-copy-out-engine; do
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
   halo3d_best "$r"
-  # Two ranks: one neighbour each, faces of 288 KiB.  --ipc-copy-out is
-  # plain CUDA's cost of a receive into the caller's buffer with one hop.
-  for mode in "" --flag-sync --ipc-exchange --ipc-copy-out; do
+  # Two ranks: one neighbour each, faces of 288 KiB.  --ipc-copy-out(-engine)
+  # is plain CUDA's cost of a receive into the caller's buffer with one hop.
+  for mode in "" --flag-sync --ipc-exchange --ipc-copy-out --ipc-copy-out-engine; do
     timeout 120 mpirun -np 2 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d np2 ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done

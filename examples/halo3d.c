@@ -48,12 +48,17 @@ typedef struct {
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
   int periodic, check, put;
-  int ipc;  /* IPC_*: --ipc-exchange, --ipc-copy-out */
+  int ipc;  /* IPC_*: --ipc-exchange, --ipc-copy-out, --ipc-copy-out-engine */
   int sync; /* SYNC_*: an exchange, or a reference synchronization without data */
 } options_t;
 
 enum { SYNC_NONE, SYNC_FLAGS /* --flag-sync */, SYNC_HOST /* --host-sync */ };
-enum { IPC_NONE, IPC_DIRECT /* --ipc-exchange */, IPC_COPY_OUT /* --ipc-copy-out */ };
+enum {
+  IPC_NONE,
+  IPC_DIRECT /* --ipc-exchange */,
+  IPC_COPY_OUT /* --ipc-copy-out */,
+  IPC_COPY_OUT_ENGINE /* --ipc-copy-out-engine */
+};
 
 /* One rank's share of the grid. */
 typedef struct {
@@ -84,7 +89,8 @@ typedef struct {
   ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
   int ndesc;
   halo_flags_t* flags;             /* --flag-sync, --ipc-exchange, --ipc-copy-out */
-  int copy_out;                    /* --ipc-copy-out: unpack from recv, after a copy into it */
+  int copy_out;                    /* --ipc-copy-out(-engine): unpack from recv, after a copy into it */
+  int copy_engine;                 /* --ipc-copy-out-engine: that copy by the copy engine */
 } solver_t;
 
 enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
@@ -114,6 +120,8 @@ static void usage(FILE* out) {
           "                   kernel) into the rank's own receive buffer and unpacked\n"
           "                   from there: what a receive into the caller's buffer with\n"
           "                   one hop costs\n"
+          "  --ipc-copy-out-engine  as --ipc-copy-out, the copy by the copy engine (one\n"
+          "                   cudaMemcpyAsync per face) instead of a kernel\n"
           "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
           "                   neighbour's ghost faces (a registered window), then\n"
           "                   ncclWaitSignal; a signal back says the ghosts were used\n"
@@ -158,6 +166,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
                                            {"host-sync", no_argument, NULL, 'H'},
                                            {"ipc-exchange", no_argument, NULL, 'I'},
                                            {"ipc-copy-out", no_argument, NULL, 'O'},
+                                           {"ipc-copy-out-engine", no_argument, NULL, 'E'},
                                            {"put", no_argument, NULL, 'U'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -176,6 +185,7 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'H': o->sync = SYNC_HOST; break;
       case 'I': o->ipc = IPC_DIRECT; break;
       case 'O': o->ipc = IPC_COPY_OUT; break;
+      case 'E': o->ipc = IPC_COPY_OUT_ENGINE; break;
       case 'U': o->put = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
@@ -401,6 +411,16 @@ static void exchange_ipc(solver_t* s) {
   CUDA_CHECK(halo_flags_sync(s->flags, copy, s->stream));
 }
 
+/* --ipc-copy-out-engine: the received faces into the receive buffer, one
+ * copy-engine copy per face. */
+static void copy_faces_by_engine(solver_t* s, const double* ghosts) {
+  halo_box_t b = s->dom.box;
+  for (int f = 0; f < HALO_FACES; f++)
+    if ((s->faces >> f) & 1u)
+      CUDA_CHECK(cudaMemcpyAsync(s->recv + halo_face_offset(b, f), ghosts + halo_face_offset(b, f),
+                                 halo_face_count(b, f) * sizeof(double), cudaMemcpyDeviceToDevice, s->stream));
+}
+
 /* One iteration; without the sweep, only the communication part of it. */
 static void solver_step(solver_t* s, int sweep) {
   CUDA_CHECK(halo_pack(s->u, s->send, s->dom.box, s->faces, s->stream));
@@ -415,7 +435,10 @@ static void solver_step(solver_t* s, int sweep) {
   double* ghosts = s->recv;
   if (s->exchange == EXCHANGE_IPC) {
     ghosts = halo_flags_received(s->flags);
-    if (s->copy_out) {
+    if (s->copy_engine) {
+      copy_faces_by_engine(s, ghosts);
+      ghosts = s->recv;
+    } else if (s->copy_out) {
       CUDA_CHECK(halo_copy_faces(s->recv, ghosts, s->dom.box, s->faces, s->stream));
       ghosts = s->recv;
     }
@@ -585,12 +608,14 @@ static void print_header(const options_t* o, int gpus) {
          world_size, gpus, gpus == 1 ? "" : "s");
   printf("  iterations  %d timed, after %d warm-up\n", o->iters, o->warmup);
   printf("  exchange    %s\n",
-         o->sync == SYNC_FLAGS  ? "none (--flag-sync: flags with the neighbours, stream memory operations)"
-         : o->sync == SYNC_HOST ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
-         : o->put               ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
-         : o->ipc == IPC_DIRECT ? "plain CUDA IPC copies and stream memory operations (--ipc-exchange)"
-         : o->ipc               ? "plain CUDA IPC copies and memory operations, then a local copy (--ipc-copy-out)"
-                                : "ncclSend/ncclRecv in one group");
+         o->sync == SYNC_FLAGS    ? "none (--flag-sync: flags with the neighbours, stream memory operations)"
+         : o->sync == SYNC_HOST   ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
+         : o->put                 ? "ncclPutSignal into the neighbours' windows, ncclWaitSignal"
+         : o->ipc == IPC_DIRECT   ? "plain CUDA IPC copies and stream memory operations (--ipc-exchange)"
+         : o->ipc == IPC_COPY_OUT ? "plain CUDA IPC copies and memory operations, then a local copy (--ipc-copy-out)"
+         : o->ipc                 ? "plain CUDA IPC copies and memory operations, then local copies by the copy engine "
+                                    "(--ipc-copy-out-engine)"
+                                  : "ncclSend/ncclRecv in one group");
   fflush(stdout);
 }
 
@@ -635,7 +660,8 @@ static int run(const options_t* o, int gpus) {
                                          : EXCHANGE_NCCL;
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
-  s.copy_out = o->ipc == IPC_COPY_OUT;
+  s.copy_out = o->ipc == IPC_COPY_OUT || o->ipc == IPC_COPY_OUT_ENGINE;
+  s.copy_engine = o->ipc == IPC_COPY_OUT_ENGINE;
   if (ex == EXCHANGE_FLAG_SYNC || ex == EXCHANGE_IPC) {
     char why[160] = "";
     size_t ghosts = ex == EXCHANGE_IPC ? halo_face_offset(s.dom.box, HALO_FACES) * sizeof(double) : 0;
@@ -644,6 +670,7 @@ static int run(const options_t* o, int gpus) {
     if (s.flags == NULL) {
       fprintf(stderr, "halo3d: rank %d: %s is not available: %s\n", world_rank,
               ex != EXCHANGE_IPC ? "--flag-sync"
+              : s.copy_engine    ? "--ipc-copy-out-engine"
               : s.copy_out       ? "--ipc-copy-out"
                                  : "--ipc-exchange",
               why);

@@ -50,11 +50,13 @@ static void func_load_find(void) {
 }
 
 static cudaError_t kernel_load(const void* kernel) {
-  struct cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
+  if (func_load == NULL) {
+    struct cudaFuncAttributes attr;
+    return cudaFuncGetAttributes(&attr, kernel);
+  }
   cudaFunction_t f = NULL;
-  if (err == cudaSuccess && func_load) err = cudaGetFuncBySymbol(&f, kernel);
-  if (err == cudaSuccess && func_load && func_load((CUfunction)f) != CUDA_SUCCESS) err = cudaErrorInvalidDeviceFunction;
+  cudaError_t err = cudaGetFuncBySymbol(&f, kernel);
+  if (err == cudaSuccess && func_load((CUfunction)f) != CUDA_SUCCESS) err = cudaErrorInvalidDeviceFunction;
   return err;
 }
 

@@ -477,12 +477,17 @@ static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
   return 1;
 }
 
-/* The first of the launch's ops on ops[i]'s stream: where the stream's
- * per-launch facts are kept (mpn_rma_launch). */
-static int stream_first(mpn_op_t** ops, int i) {
-  int j = 0;
-  while (ops[j]->stream != ops[i]->stream) j++;
-  return j;
+/* first[i]: the first of the launch's ops on ops[i]'s stream, where the
+ * stream's per-launch facts are kept (mpn_rma_launch); found once a launch. */
+static void stream_firsts(mpn_op_t** ops, int n, int* first) {
+  for (int i = 0; i < n; i++) {
+    first[i] = i;
+    for (int j = 0; j < i; j++)
+      if (ops[j]->stream == ops[i]->stream) {
+        first[i] = first[j];
+        break;
+      }
+  }
 }
 
 /* Whether one of the launch's signals is to a peer within the host. */
@@ -495,14 +500,14 @@ static int host_signals(mpn_op_t** ops, int n, cudaStream_t s) {
 /* Whether a signal of the launch would be counted on another stream than the
  * signal before it to the same peer and context (add_signal): then no
  * stream of the launch takes the flag kernel, whose writes come before its
- * waits and in no order.  sync and sids: per first op of a stream, whether
- * it is captured (bit 2; captured signals have flags of their own) and its
- * id. */
-static int needs_order(mpn_op_t** ops, int n, const char* sync, const unsigned long long* sids) {
+ * waits and in no order.  first: stream_firsts; sync and sids: per first
+ * op of a stream, whether it is captured (bit 2; captured signals have
+ * flags of their own) and its id. */
+static int needs_order(mpn_op_t** ops, int n, const int* first, const char* sync, const unsigned long long* sids) {
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    int f = stream_first(ops, i);
+    int f = first[i];
     if (!(sync[f] & 4) && signal_after_other_stream(op->comm, op, sids[f])) return 1;
     for (int j = 0; j < i; j++)
       if (ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm && ops[j]->peer == op->peer &&
@@ -623,8 +628,9 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
    * signals to its own rank too (2); bit 2: captured. */
   char* sync = calloc((size_t)n, 1);
   unsigned long long* sids = calloc((size_t)n, sizeof(*sids)); /* per first op of a stream: its id */
-  if (ops == NULL || puts == NULL || sync == NULL || sids == NULL) {
-    free(ops), free(puts), free(sync), free(sids);
+  int* first = calloc((size_t)n, sizeof(*first));              /* stream_firsts */
+  if (ops == NULL || puts == NULL || sync == NULL || sids == NULL || first == NULL) {
+    free(ops), free(puts), free(sync), free(sids), free(first);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
   int saved = -1;
@@ -676,13 +682,15 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   /* Per stream, once: whether it is being captured (bit 2 of sync[i], at
    * its first op) and, if not and it signals within the host, its id
    * (never asked of a captured stream: the query would end the capture). */
+  stream_firsts(ops, n, first);
   for (i = 0; i < n && res == ncclSuccess; i++) {
-    if (stream_first(ops, i) != i) continue;
+    if (first[i] != i) continue;
     mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
     sync[i] = mpn_cuda_stream_captured(ops[i]->stream) ? 4 : 0;
     if (!sync[i] && host_signals(ops, n, ops[i]->stream)) sids[i] = mpn_cuda_stream_id(ops[i]->stream);
   }
-  int ordered = res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, sync, sids);
+  int ordered =
+      res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, first, sync, sids);
   int merged = res == ncclSuccess && one_batch(ops, n, sync);
   mpn_memops_t open; /* a stream's signals, then (merged: still open) its waits */
   /* Every stream's puts and signals, then the kernels of the streams that
@@ -691,7 +699,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
    * itself, and no kernel's signals queue behind another stream's waits. */
   for (int pass = 0; pass < 3; pass++)
     for (i = 0; i < n && res == ncclSuccess; i++) {
-      if (stream_first(ops, i) != i) continue;
+      if (first[i] != i) continue;
       mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
       cudaStream_t s = ops[i]->stream;
       int graph = sync[i] >> 2;
@@ -731,5 +739,6 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   free(puts);
   free(sync);
   free(sids);
+  free(first);
   return res;
 }

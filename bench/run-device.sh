@@ -14,8 +14,9 @@
 # test_p2p over UCX with one hardware queue (a known hang in threads_ring).
 # Always run: make check, the benchmarks, halo3d (also with every face in
 # the flag kernel), bench/mpinccl_protocols (shapes of a 2-rank exchange in
-# plain CUDA), test_p2p/test_rma under MPS (also with memops only), the
-# UCX path forced with --net floors, NVIDIA's NCCL built from the same
+# plain CUDA), bench/mpinccl_barriers (shapes of a barrier of memory
+# operations in plain CUDA), test_p2p/test_rma under MPS (also with memops
+# only), the UCX path forced with --net floors, NVIDIA's NCCL built from the same
 # benchmark where it is installed (NCCL_HOME, default /usr), the plot and
 # compute-sanitizer.  All of it takes several minutes; split it over calls
 # if needed.
@@ -218,6 +219,11 @@ protocol_runs() { # regime: shapes of a 2-rank exchange in plain CUDA (bench/pro
     timeout 120 mpirun -np 2 $flags $extra ./bench/mpinccl_protocols $k >>"$out/$r-protocols.txt" 2>&1
   done
   cat "$out/$r-protocols.txt"
+  step "$r barrier shapes (bench/barriers.cu)"
+  for np in 8 4; do
+    timeout 120 mpirun -np $np $flags $extra ./bench/mpinccl_barriers >>"$out/$r-barrier-shapes.txt" 2>&1
+  done
+  cat "$out/$r-barrier-shapes.txt"
 }
 
 extra=""

@@ -1,0 +1,265 @@
+/*
+ * barriers.cu - which shape of barrier made of stream memory operations
+ * costs what among the processes of one host that share a GPU, measured
+ * with plain CUDA and MPI (no mpinccl).  The one-sided barrier of the API
+ * (every rank signals every rank, then waits for every rank) needs one
+ * write per peer, since each signal counts per (source, target); the other
+ * shapes say what fewer writes would give.  Each rank's operations of one
+ * barrier are one cuStreamBatchMemOp.  Shapes:
+ *   flags    ranks 0 and 1 only (the others wait): one flag each way, the
+ *            two-rank flag-only exchange that bench/ reports as its floor
+ *   per-pair every rank writes its count into its slot in every peer's
+ *            region, then waits for every peer's slot in its own (the
+ *            layout of mpinccl's signals)
+ *   own-word every rank writes one word of its own region, then waits for
+ *            every peer's word (one write per rank)
+ *   central  every rank but 0 writes its slot in rank 0's region and waits
+ *            for rank 0's release word; rank 0 waits for every slot, then
+ *            writes the release word
+ *   proxy    as central, with the words in shared host memory and a thread
+ *            of rank 0's process (not its stream) releasing the others
+ * Words are 64-bit counts in device memory mapped through CUDA IPC (proxy:
+ * host memory registered with CUDA), waited for with GEQ.  Reported: time
+ * per barrier (the slowest rank's loop / barriers, best of 3 loops).
+ *
+ * Usage: mpirun -np N bench/mpinccl_barriers [-n ITERS]   (N <= 64, one host)
+ */
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <cuda.h> /* types and constants only: nothing links libcuda */
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memops64.h"
+
+namespace {
+
+enum { STRIDE = 64, MOST_RANKS = 64, RELEASE = MOST_RANKS, WORDS = MOST_RANKS + 1, HOST_BYTES = 8192 };
+static_assert(STRIDE * WORDS <= HOST_BYTES, "the shared host words fit their mapping");
+enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SHAPES };
+const char* const shape_name[SHAPES] = {"flags", "per-pair", "own-word", "central", "proxy"};
+
+int me, nranks;
+
+#define CHECK_CUDA(call)                                                                           \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    if (err_ != cudaSuccess) {                                                                     \
+      fprintf(stderr, "mpinccl_barriers: rank %d: %s: %s\n", me, #call, cudaGetErrorString(err_)); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                                \
+    }                                                                                              \
+  } while (0)
+
+struct ctx_t {
+  cudaStream_t stream;
+  batch_memop_fn batch;
+  char* region[MOST_RANKS]; /* every rank's device words, mapped (own: region[me]) */
+  char* host;               /* shared host words (proxy), host view */
+  CUdeviceptr host_dev;     /* and device view */
+  const char* shm_name;
+  CUstreamBatchMemOpParams ops[2 * MOST_RANKS];
+  int nops;
+};
+
+CUdeviceptr word(const ctx_t* c, int owner, int i) { return (CUdeviceptr)(c->region[owner] + STRIDE * i); }
+CUdeviceptr host_word(const ctx_t* c, int i) { return c->host_dev + STRIDE * i; }
+volatile uint64_t* host_view(const ctx_t* c, int i) { return (volatile uint64_t*)(c->host + STRIDE * i); }
+
+void add(ctx_t* c, CUdeviceptr addr, uint64_t value, int wait) {
+  CUstreamBatchMemOpParams* op = &c->ops[c->nops++];
+  memset(op, 0, sizeof(*op));
+  if (wait) {
+    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op->waitValue.address = addr;
+    op->waitValue.value64 = value;
+    op->waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  } else {
+    op->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op->writeValue.address = addr;
+    op->writeValue.value64 = value;
+  }
+}
+
+/* Barrier number k of a shape, on this rank's stream. */
+void barrier(ctx_t* c, int shape, uint64_t k) {
+  c->nops = 0;
+  switch (shape) {
+    case FLAGS:
+      if (me > 1) return;
+      add(c, word(c, 1 - me, me), k, 0);
+      add(c, word(c, me, 1 - me), k, 1);
+      break;
+    case PER_PAIR:
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, word(c, r, me), k, 0);
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, word(c, me, r), k, 1);
+      break;
+    case OWN_WORD:
+      add(c, word(c, me, me), k, 0);
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, word(c, r, r), k, 1);
+      break;
+    case CENTRAL:
+      if (me == 0) {
+        for (int r = 1; r < nranks; r++) add(c, word(c, 0, r), k, 1);
+        add(c, word(c, 0, RELEASE), k, 0);
+      } else {
+        add(c, word(c, 0, me), k, 0);
+        add(c, word(c, 0, RELEASE), k, 1);
+      }
+      break;
+    case PROXY:
+      add(c, host_word(c, me), k, 0);
+      add(c, host_word(c, RELEASE), k, 1);
+      break;
+  }
+  if (c->batch((CUstream)c->stream, (unsigned)c->nops, c->ops, 0) != CUDA_SUCCESS) {
+    fprintf(stderr, "mpinccl_barriers: rank %d: cuStreamBatchMemOp failed\n", me);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+/* proxy: a thread of rank 0 releases barrier k once every rank's word says k. */
+struct proxy_t {
+  const ctx_t* c;
+  uint64_t from, to; /* releases from + 1 .. to */
+};
+
+void* proxy_loop(void* arg) {
+  const proxy_t* p = (const proxy_t*)arg;
+  for (uint64_t k = p->from + 1; k <= p->to; k++) {
+    for (int r = 0; r < nranks; r++)
+      while (*host_view(p->c, r) < k) {}
+    __atomic_store_n((uint64_t*)host_view(p->c, RELEASE), k, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+double now_s() {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Best per-barrier time (us) of 3 loops of iters, the slowest rank's. */
+double measure(ctx_t* c, int shape, int iters, uint64_t* count) {
+  double best = -1;
+  for (int loop = 0; loop < 4; loop++) { /* the first untimed */
+    pthread_t thread;
+    proxy_t p = {c, *count, *count + (uint64_t)iters};
+    if (shape == PROXY && me == 0 && pthread_create(&thread, NULL, proxy_loop, &p) != 0) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++) barrier(c, shape, ++*count);
+    CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    double us = (now_s() - t0) * 1e6 / iters, slowest = 0;
+    if (shape == PROXY && me == 0) pthread_join(thread, NULL);
+    MPI_Allreduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (loop > 0 && (best < 0 || slowest < best)) best = slowest;
+  }
+  return best;
+}
+
+/* Device words of every rank mapped into every rank; shared host words. */
+void setup(ctx_t* c) {
+  size_t bytes = (size_t)STRIDE * WORDS;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMalloc((void**)&c->region[me], bytes));
+  CHECK_CUDA(cudaMemset(c->region[me], 0, bytes));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaIpcMemHandle_t mine, all[MOST_RANKS];
+  CHECK_CUDA(cudaIpcGetMemHandle(&mine, c->region[me]));
+  MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
+  for (int r = 0; r < nranks; r++)
+    if (r != me) CHECK_CUDA(cudaIpcOpenMemHandle((void**)&c->region[r], all[r], cudaIpcMemLazyEnablePeerAccess));
+  static char name[64];
+  int pid = (int)getpid();
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  snprintf(name, sizeof(name), "/mpinccl_barriers.%d", pid);
+  c->shm_name = name;
+  int fd = me == 0 ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : -1;
+  if (me == 0 && (fd < 0 || ftruncate(fd, HOST_BYTES) != 0)) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != 0) fd = shm_open(name, O_RDWR, 0600);
+  c->host = fd < 0 ? NULL : (char*)mmap(NULL, HOST_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd < 0 || c->host == MAP_FAILED) MPI_Abort(MPI_COMM_WORLD, 1);
+  close(fd);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) shm_unlink(name);
+  void* dev = NULL;
+  CHECK_CUDA(cudaHostRegister(c->host, HOST_BYTES, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  CHECK_CUDA(cudaHostGetDevicePointer(&dev, c->host, 0));
+  c->host_dev = (CUdeviceptr)dev;
+}
+
+void teardown(ctx_t* c) {
+  MPI_Barrier(MPI_COMM_WORLD); /* no rank's stream reads another's words any more */
+  for (int r = 0; r < nranks; r++)
+    if (r != me) CHECK_CUDA(cudaIpcCloseMemHandle(c->region[r]));
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_CUDA(cudaFree(c->region[me]));
+  CHECK_CUDA(cudaHostUnregister(c->host));
+  munmap(c->host, HOST_BYTES);
+  CHECK_CUDA(cudaStreamDestroy(c->stream));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  int iters = 500, opt;
+  while ((opt = getopt(argc, argv, "n:")) != -1)
+    if (opt == 'n' && atoi(optarg) > 0)
+      iters = atoi(optarg);
+    else {
+      if (me == 0) fprintf(stderr, "usage: mpinccl_barriers [-n ITERS]\n");
+      MPI_Finalize();
+      return 2;
+    }
+  int devices = 0, mps = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    if (me == 0) fprintf(stderr, "mpinccl_barriers: no CUDA device\n");
+    MPI_Finalize();
+    return 77;
+  }
+  if (nranks < 2 || nranks > MOST_RANKS) {
+    if (me == 0) fprintf(stderr, "mpinccl_barriers: needs 2 to %d ranks on one host\n", MOST_RANKS);
+    MPI_Finalize();
+    return 2;
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
+  ctx_t c;
+  memset(&c, 0, sizeof(c));
+  if (!bench_batch_memop_load(&c.batch)) {
+    if (me == 0) fprintf(stderr, "mpinccl_barriers: the driver lacks cuStreamBatchMemOp\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  setup(&c);
+  uint64_t count[SHAPES] = {0};
+  double us[SHAPES];
+  for (int s = 0; s < SHAPES; s++) us[s] = measure(&c, s, iters, &count[s]);
+  if (me == 0) {
+    printf("# %d ranks on GPU 0, MPS %s, %d barriers a loop, best of 3 loops\n", nranks, mps ? "on" : "off", iters);
+    printf("# shape      writes/rank   us/barrier   vs flags\n");
+    for (int s = 0; s < SHAPES; s++) {
+      const char* writes = s == PER_PAIR ? "ranks - 1" : "1";
+      printf("  %-10s %-12s %10.2f %10.2f\n", shape_name[s], writes, us[s], us[s] / us[FLAGS]);
+    }
+  }
+  teardown(&c);
+  MPI_Finalize();
+  return 0;
+}

@@ -8,7 +8,8 @@
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
 # half, --no-variants the runs with non-default options: copy engine only,
 # host-memory flags, the polling kernel from one wait, stream memory
-# operations instead of the flag kernel (benchmarks), no delegation
+# operations instead of the flag kernel (benchmarks), that kernel launched
+# the ordinary way (MPINCCL_KERNEL_SYNC_EARLY=0), no delegation
 # (MPINCCL_DELEGATE_WAIT_US=0), no eager inbox (MPINCCL_EAGER_MAX=0),
 # test_p2p and test_rma with host flags, and
 # test_p2p over UCX with one hardware queue (a known hang in threads_ring).
@@ -126,6 +127,13 @@ regime_runs() { # regime
   bench "$r" sendrecv-kernel1 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
   bench "$r" putpingpong-kernel1 2 -o putpingpong -b 8 -e 1M -f 8 -n 100 -w 10
   unset MPINCCL_KERNEL_SYNC_WAITS
+  # Polling kernels launched the ordinary way, not early (programmatic
+  # dependent launch; it matters only where the kernel is used: MPS).
+  export MPINCCL_KERNEL_SYNC_EARLY=0
+  extra="$saved -x MPINCCL_KERNEL_SYNC_EARLY"
+  bench "$r" sendrecv-noearly 2 -o sendrecv -b 8 -e 1M -f 8 -n 100 -w 10
+  bench "$r" barrier-np8-noearly 8 -o barrier -n 100 -w 10
+  unset MPINCCL_KERNEL_SYNC_EARLY
   # Without the eager inbox (small messages take the two-hop handshake).
   export MPINCCL_EAGER_MAX=0
   extra="$saved -x MPINCCL_EAGER_MAX"

@@ -20,6 +20,7 @@ typedef enum {
   MPN_PARAM_COPY_KERNEL_MAX,   /* messages up to this size move in one kernel */
   MPN_PARAM_KERNEL_SYNC,       /* flags and copies up to this size in one polling kernel */
   MPN_PARAM_KERNEL_SYNC_WAITS, /* fewest waits for which that kernel is used */
+  MPN_PARAM_KERNEL_SYNC_EARLY, /* one-block flag kernels launched while the kernel before runs */
   MPN_PARAM_EAGER_MAX,         /* messages up to this size go through the peer's inbox */
   MPN_PARAM_EAGER_BIG_MAX,     /* larger ones up to this size through its big slots */
   MPN_PARAM_DELEGATE_WAIT,     /* host wait for a peer's post to copy both directions */

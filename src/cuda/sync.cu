@@ -7,6 +7,18 @@
 // everything is in this GPU's memory.  The table travels as the kernel's
 // argument, so a small one goes to a kernel with a small table: the launch
 // costs less host time.
+//
+// A kernel of one block may be launched early (programmatic dependent
+// launch): every kernel lets the next such launch proceed as soon as all its
+// blocks run (griddepcontrol.launch_dependents), and waits, first thing, for
+// the grids before it to finish and their writes to be visible
+// (griddepcontrol.wait; a no-op for an ordinary launch).  So a flag kernel
+// that follows one of ours on a stream is resident before that one ends and
+// starts at once: one kernel launch's latency less per group where groups
+// follow each other.  Only a kernel after one of ours starts early (any
+// other kernel lets it run only when it ends), and only grids of one block
+// take part: an early grid holds its multiprocessors while it waits, and
+// one block per rank cannot keep out a peer's kernel.
 #include "cuda/sync.h"
 
 #include "cuda/copy_range.cuh"
@@ -96,6 +108,10 @@ __device__ unsigned count(unsigned* counter, unsigned* own, int i, int fence_sco
 // another launch.
 template <int F, int C>
 __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   unsigned own[MPN_SYNC_COUNTERS] = {0};
   __shared__ int last;
   const int t = threadIdx.x;
@@ -152,8 +168,26 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
   }
 }
 
+// Cleared for the process once an early launch is refused.
+int early_ok = 1;
+
+// One block as a programmatic dependent launch.
 template <int F, int C>
-cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stream) {
+cudaError_t launch_early(void** args, cudaStream_t stream) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelExC(&cfg, (const void*)sync_kernel<F, C>, args);
+}
+
+template <int F, int C>
+cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaStream_t stream) {
   table_t<F, C> t;
   t.device_scope = s->device_scope;
   t.nfirst = s->nfirst;
@@ -164,6 +198,11 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, cudaStream_t stre
   for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
   for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
   void* args[] = {&t}; /* the launch's own result, not an older error of the thread */
+  if (early && s->grid.blocks == 1 && __atomic_load_n(&early_ok, __ATOMIC_RELAXED)) {
+    if (launch_early<F, C>(args, stream) == cudaSuccess) return cudaSuccess;
+    cudaGetLastError(); /* refused (an older device or driver): ordinary launches from now on */
+    __atomic_store_n(&early_ok, 0, __ATOMIC_RELAXED);
+  }
   return cudaLaunchKernel((const void*)sync_kernel<F, C>, dim3(s->grid.blocks), dim3(kThreads), args, 0, stream);
 }
 
@@ -175,7 +214,7 @@ extern "C" int mpn_sync_kernels(const void** out) {
   return 2;
 }
 
-extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream) {
+extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, int early, cudaStream_t stream) {
   int flags = s->nfirst, copies = 0, bad = s->nfirst < 0;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
     bad |= s->nwait[r] < 0 || s->ncopy[r] < 0 || s->nlast[r] < 0;
@@ -185,6 +224,6 @@ extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream)
   bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS ||
          (s->grid.blocks > 1 && (!s->grid.counter || !s->grid.done || !s->grid.epoch));
   if (bad || flags > MPN_SYNC_FLAGS || copies > MPN_SYNC_COPIES) return cudaErrorInvalidValue;
-  if (flags <= 16 && copies <= 4) return launch<16, 4>(s, flags, copies, stream);
-  return launch<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>(s, flags, copies, stream);
+  if (flags <= 16 && copies <= 4) return launch<16, 4>(s, flags, copies, early, stream);
+  return launch<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>(s, flags, copies, early, stream);
 }

@@ -187,8 +187,13 @@ void mpn_sync_grid_release(const mpn_sync_t* k);
 /** Sets out[] (room for 2) to the flag kernels; returns their number (kernels.c). */
 int mpn_sync_kernels(const void** out);
 
-/** Enqueues s as one kernel on stream: first writes, then each round's waits, copies, writes. */
-cudaError_t mpn_sync_launch(const mpn_sync_t* s, cudaStream_t stream);
+/**
+ * Enqueues s as one kernel on stream: first writes, then each round's waits,
+ * copies, writes.  early: a grid of one block goes as a programmatic
+ * dependent launch (sync.cu), or as an ordinary one where the device or
+ * driver refuses that (from then on for the process).
+ */
+cudaError_t mpn_sync_launch(const mpn_sync_t* s, int early, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

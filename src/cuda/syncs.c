@@ -7,6 +7,7 @@
 #include "cuda/syncs.h"
 
 #include "core/error.h"
+#include "core/param.h"
 #include "cuda/copies.h"
 #include "cuda/memop.h"
 
@@ -37,7 +38,7 @@ static ncclResult_t copies_as_launches(const mpn_sync_t* k, int from, int to, cu
 }
 
 ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaStream_t s) {
-  cudaError_t err = mpn_sync_launch(k, s);
+  cudaError_t err = mpn_sync_launch(k, mpn_param_int(MPN_PARAM_KERNEL_SYNC_EARLY) > 0, s);
   if (err == cudaSuccess) return ncclSuccess;
   cudaGetLastError();
   mpn_sync_grid_release(k);

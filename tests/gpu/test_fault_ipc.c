@@ -1,0 +1,101 @@
+/*
+ * test_fault_ipc.c - run by launch_fault_ipc.sh with two ranks of one host
+ * (CUDA IPC between them).  Rank 1 sets up the pair state first, so the
+ * flags both ranks' streams wait on live in its device memory (docs/P2P.md,
+ * known problem 9); then it is killed while rank 0's stream waits for a
+ * message from it.  Rank 0 must see ncclRemoteError from
+ * ncclCommGetAsyncError within a few watchdog periods, its stream must be
+ * released, its CUDA context must still work, and ncclCommAbort must return
+ * promptly.  Rank 0 then leaves without MPI_Finalize (its peer is gone; the
+ * job runs with --enable-recovery).  Prints one line ending in "ok" or
+ * "FAIL".
+ */
+#include <cuda_runtime.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../fault.h"
+#include "mpinccl.h"
+
+enum { BYTES = 4096 };
+
+/* One exchange with the peer on stream; 1 when it was enqueued. */
+static int exchange(char* buf, int peer, ncclComm_t comm, cudaStream_t stream) {
+  ncclGroupStart();
+  ncclSend(buf, BYTES, ncclInt8, peer, comm, stream);
+  ncclRecv(buf + BYTES, BYTES, ncclInt8, peer, comm, stream);
+  return ncclGroupEnd() == ncclSuccess;
+}
+
+/* Whether the context still runs work: a fill of fresh memory on a fresh
+ * stream, synchronized, reports no error. */
+static int context_works(void) {
+  cudaStream_t s = NULL;
+  void* p = NULL;
+  int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+           cudaMalloc(&p, 1 << 20) == cudaSuccess && cudaMemsetAsync(p, 7, 1 << 20, s) == cudaSuccess &&
+           cudaStreamSynchronize(s) == cudaSuccess;
+  if (p) ok &= cudaFree(p) == cudaSuccess;
+  if (s) ok &= cudaStreamDestroy(s) == cudaSuccess;
+  return ok && cudaGetLastError() == cudaSuccess;
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size, ndev = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    if (rank == 0) printf("test_fault_ipc: no GPU: SKIP\n");
+    MPI_Finalize();
+    return 77;
+  }
+  if (size != 2) {
+    if (rank == 0) fprintf(stderr, "test_fault_ipc: needs 2 ranks, not %d\n", size);
+    MPI_Finalize();
+    return 1;
+  }
+  cudaSetDevice(rank % ndev);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  ncclComm_t comm = NULL;
+  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) {
+    fprintf(stderr, "rank %d: creation failed: %s\n", rank, ncclGetLastError(NULL));
+    return 1;
+  }
+  char* buf = NULL;
+  if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
+  /* Rank 1 posts first: it makes the pair state, flags included. */
+  int peer = 1 - rank, posted = rank == 1 ? exchange(buf, peer, comm, stream) : 1;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) posted = exchange(buf, peer, comm, stream);
+  if (!posted || cudaStreamSynchronize(stream) != cudaSuccess) {
+    fprintf(stderr, "rank %d: the first exchange failed: %s\n", rank, ncclGetLastError(comm));
+    return 1;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) raise(SIGKILL);
+  /* Rank 1 never posts its side: rank 0's stream waits for its flag. */
+  ncclResult_t recv = ncclRecv(buf, BYTES, ncclInt8, 1, comm, stream);
+  double seen = 0;
+  ncclResult_t async = fault_wait_async(comm, 30, &seen);
+  double t0 = fault_now();
+  while (cudaStreamQuery(stream) == cudaErrorNotReady && fault_now() - t0 < 10) usleep(1000);
+  cudaError_t drained = cudaStreamQuery(stream);
+  int works = context_works();
+  char why[256];
+  snprintf(why, sizeof(why), "%s", ncclGetLastError(comm)); /* before the abort frees comm */
+  t0 = fault_now();
+  ncclResult_t aborted = ncclCommAbort(comm);
+  double abort_s = fault_now() - t0;
+  int ok = recv == ncclSuccess && async == ncclRemoteError && seen < 5 && drained == cudaSuccess && works &&
+           aborted == ncclSuccess && abort_s < 5;
+  printf("test_fault_ipc: rank 0 saw %s after %.1f s (%s), stream %s, context %s, abort took %.2f s: %s\n",
+         ncclGetErrorString(async), seen, why, drained == cudaSuccess ? "released" : cudaGetErrorString(drained),
+         works ? "works" : "broken", abort_s, ok ? "ok" : "FAIL");
+  fflush(stdout);
+  _exit(ok ? 0 : 1);
+}

@@ -89,8 +89,7 @@ typedef struct {
   ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
   int ndesc;
   halo_flags_t* flags;             /* --flag-sync, --ipc-exchange, --ipc-copy-out */
-  int copy_out;                    /* --ipc-copy-out(-engine): unpack from recv, after a copy into it */
-  int copy_engine;                 /* --ipc-copy-out-engine: that copy by the copy engine */
+  int ipc;                         /* IPC_*: with --ipc-copy-out(-engine), unpack from recv after a copy into it */
 } solver_t;
 
 enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
@@ -435,10 +434,10 @@ static void solver_step(solver_t* s, int sweep) {
   double* ghosts = s->recv;
   if (s->exchange == EXCHANGE_IPC) {
     ghosts = halo_flags_received(s->flags);
-    if (s->copy_engine) {
+    if (s->ipc == IPC_COPY_OUT_ENGINE) {
       copy_faces_by_engine(s, ghosts);
       ghosts = s->recv;
-    } else if (s->copy_out) {
+    } else if (s->ipc == IPC_COPY_OUT) {
       CUDA_CHECK(halo_copy_faces(s->recv, ghosts, s->dom.box, s->faces, s->stream));
       ghosts = s->recv;
     }
@@ -660,8 +659,7 @@ static int run(const options_t* o, int gpus) {
                                          : EXCHANGE_NCCL;
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
-  s.copy_out = o->ipc == IPC_COPY_OUT || o->ipc == IPC_COPY_OUT_ENGINE;
-  s.copy_engine = o->ipc == IPC_COPY_OUT_ENGINE;
+  s.ipc = o->ipc;
   if (ex == EXCHANGE_FLAG_SYNC || ex == EXCHANGE_IPC) {
     char why[160] = "";
     size_t ghosts = ex == EXCHANGE_IPC ? halo_face_offset(s.dom.box, HALO_FACES) * sizeof(double) : 0;
@@ -669,10 +667,10 @@ static int run(const options_t* o, int gpus) {
     s.flags = halo_flags_open(MPI_COMM_WORLD, s.dom.nbr, ghosts, why, sizeof(why));
     if (s.flags == NULL) {
       fprintf(stderr, "halo3d: rank %d: %s is not available: %s\n", world_rank,
-              ex != EXCHANGE_IPC ? "--flag-sync"
-              : s.copy_engine    ? "--ipc-copy-out-engine"
-              : s.copy_out       ? "--ipc-copy-out"
-                                 : "--ipc-exchange",
+              ex != EXCHANGE_IPC             ? "--flag-sync"
+              : s.ipc == IPC_COPY_OUT_ENGINE ? "--ipc-copy-out-engine"
+              : s.ipc == IPC_COPY_OUT        ? "--ipc-copy-out"
+                                             : "--ipc-exchange",
               why);
       solver_destroy(&s);
       NCCL_CHECK(comm, ncclCommDestroy(comm));

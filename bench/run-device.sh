@@ -181,13 +181,14 @@ halo3d_runs() { # regime
     timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
-  halo3d_best "$r"
+  halo3d_best "$r" 4
   # Two ranks: one neighbour each, faces of 288 KiB.  --ipc-copy-out(-engine)
   # is plain CUDA's cost of a receive into the caller's buffer with one hop.
-  for mode in "" --flag-sync --ipc-exchange --ipc-copy-out --ipc-copy-out-engine; do
+  for mode in "" --put --flag-sync --ipc-exchange --ipc-copy-out --ipc-copy-out-engine; do
     timeout 120 mpirun -np 2 $flags $extra ./examples/halo3d $mode 2>&1 | grep -E '(time|comm|host)/iter|check' |
       sed "s/^/   halo3d np2 ${mode:-exchange}: /" | tee -a "$out/$r-halo3d.txt"
   done
+  halo3d_best "$r" 2
   # The exchange with every group in the polling kernel (where kernels run
   # side by side: MPS), not only groups of at most 4 MiB.
   MPINCCL_KERNEL_SYNC=16777216 timeout 120 mpirun -np 4 $flags $extra -x MPINCCL_KERNEL_SYNC \
@@ -202,22 +203,26 @@ halo3d_runs() { # regime
 # Without MPS, 4 processes sharing the GPU settle, run by run, into one of
 # two schedules one context switch apart, whichever loop they run
 # (PERFORMANCE.md, sixteenth session), so one run of each loop compares two
-# draws.  The demo and its flag-only loop, 3 runs each, interleaved, and the
-# ratio of the best of each.
-halo3d_best() { # regime
-  local r=$1 k mode t
+# draws.  The demo, its --put variant and its flag-only loop, 3 runs each,
+# interleaved, and the ratios of the best of each to the flag-only loop's.
+halo3d_best() { # regime np
+  local r=$1 np=$2 k mode t file
+  file=$out/$r-halo3d$([ "$np" = 4 ] || echo "-np$np")-best.txt
   for k in 1 2 3; do
-    for mode in exchange --flag-sync; do
-      t=$(timeout 120 mpirun -np 4 $flags $extra ./examples/halo3d ${mode#exchange} 2>&1 |
+    for mode in exchange --put --flag-sync; do
+      t=$(timeout 120 mpirun -np "$np" $flags $extra ./examples/halo3d ${mode#exchange} 2>&1 |
         sed -n 's|.*time/iter *\([0-9.]*\) us.*|\1|p')
-      echo "   halo3d $mode run $k: ${t:-failed} us"
+      echo "   halo3d np$np $mode run $k: ${t:-failed} us"
     done
-  done >"$out/$r-halo3d-best.txt"
-  awk '/ exchange run/ { v = $(NF - 1) + 0; if (v > 0 && (e == 0 || v < e)) e = v }
+  done >"$file"
+  awk -v np="$np" '
+       / exchange run/ { v = $(NF - 1) + 0; if (v > 0 && (e == 0 || v < e)) e = v }
+       / --put run/ { v = $(NF - 1) + 0; if (v > 0 && (p == 0 || v < p)) p = v }
        / --flag-sync run/ { v = $(NF - 1) + 0; if (v > 0 && (f == 0 || v < f)) f = v }
-       END { if (e > 0 && f > 0) printf "   halo3d best of 3: exchange %.1f us, flag-only %.1f us, ratio %.3f\n", e, f, e / f
-             else print "   halo3d best of 3: a run failed" }' "$out/$r-halo3d-best.txt" |
-    tee -a "$out/$r-halo3d-best.txt"
+       END { if (e > 0 && p > 0 && f > 0)
+               printf "   halo3d np%d best of 3: exchange %.1f us, --put %.1f us, flag-only %.1f us, ratios %.3f %.3f\n",
+                      np, e, p, f, e / f, p / f
+             else print "   halo3d np" np " best of 3: a run failed" }' "$file" | tee -a "$file"
 }
 
 protocol_runs() { # regime: shapes of a 2-rank exchange in plain CUDA (bench/protocols.cu)

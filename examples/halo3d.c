@@ -84,15 +84,16 @@ typedef struct {
   exchange_t exchange;
   ncclComm_t comm;
   cudaStream_t stream;
-  ncclWindow_t win;                /* --put: recv, this rank's window */
+  ncclWindow_t win;                /* --put: recv, this rank's window (two sets of ghost faces) */
   size_t put_off[HALO_FACES];      /* --put, --ipc-*: where face f lands in nbr[f]'s ghost faces */
-  ncclWaitSignalDesc_t data[HALO_FACES], acks[HALO_FACES]; /* one per face with a neighbour */
+  size_t nbr_set[HALO_FACES];      /* --put: cells in one set of nbr[f]'s ghost faces */
+  size_t set;                      /* --put: cells in one set of this rank's ghost faces */
+  int phase;                       /* --put: the set of ghost faces this iteration fills */
+  ncclWaitSignalDesc_t data[HALO_FACES]; /* --put: one per face with a neighbour */
   int ndesc;
   halo_flags_t* flags;             /* --flag-sync, --ipc-exchange, --ipc-copy-out */
   int ipc;                         /* IPC_*: with --ipc-copy-out(-engine), unpack from recv after a copy into it */
 } solver_t;
-
-enum { CTX_DATA = 0, CTX_ACK = 1 }; /* --put: two signal contexts (numRmaCtx 2) */
 
 /* ---------------------------------------------------------------- options -- */
 
@@ -122,8 +123,8 @@ static void usage(FILE* out) {
           "  --ipc-copy-out-engine  as --ipc-copy-out, the copy by the copy engine (one\n"
           "                   cudaMemcpyAsync per face) instead of a kernel\n"
           "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
-          "                   neighbour's ghost faces (a registered window), then\n"
-          "                   ncclWaitSignal; a signal back says the ghosts were used\n"
+          "                   neighbour's ghost faces (a registered window holding two\n"
+          "                   sets, used in turn), then ncclWaitSignal\n"
           "  -h, --help       this text\n");
 }
 
@@ -283,18 +284,23 @@ static void solver_create(solver_t* s, domain_t dom, exchange_t exchange, ncclCo
   CUDA_CHECK(cudaMalloc((void**)&s->u, cells * sizeof(double)));
   CUDA_CHECK(cudaMalloc((void**)&s->unew, cells * sizeof(double)));
   CUDA_CHECK(cudaMalloc((void**)&s->send, face_cells * sizeof(double)));
-  if (exchange == EXCHANGE_PUT) { /* the ghost faces are this rank's window */
-    NCCL_CHECK(comm, ncclMemAlloc((void**)&s->recv, face_cells * sizeof(double)));
-    NCCL_CHECK(comm, ncclCommWindowRegister(comm, s->recv, face_cells * sizeof(double), &s->win,
-                                            NCCL_WIN_DEFAULT));
+  size_t recv_cells = face_cells;
+  if (exchange == EXCHANGE_PUT) { /* two sets of ghost faces, used in turn, are this rank's window */
+    s->set = face_cells;
+    recv_cells = 2 * face_cells;
+    NCCL_CHECK(comm, ncclMemAlloc((void**)&s->recv, recv_cells * sizeof(double)));
   } else {
-    CUDA_CHECK(cudaMalloc((void**)&s->recv, face_cells * sizeof(double)));
+    CUDA_CHECK(cudaMalloc((void**)&s->recv, recv_cells * sizeof(double)));
   }
   /* Deterministic ghosts in --flag-sync and --host-sync modes, where nothing arrives. */
-  CUDA_CHECK(cudaMemsetAsync(s->recv, 0, face_cells * sizeof(double), stream));
+  CUDA_CHECK(cudaMemsetAsync(s->recv, 0, recv_cells * sizeof(double), stream));
   CUDA_CHECK(halo_init(s->u, dom.box, dom.place, stream));
   CUDA_CHECK(halo_init(s->unew, dom.box, dom.place, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
+  /* Registered only once its clear is done: registration is collective, so
+   * no neighbour's first put can come before it (docs/RMA.md, known problem 1). */
+  if (exchange == EXCHANGE_PUT)
+    NCCL_CHECK(comm, ncclCommWindowRegister(comm, s->recv, recv_cells * sizeof(double), &s->win, NCCL_WIN_DEFAULT));
 }
 
 static void solver_destroy(solver_t* s) {
@@ -314,47 +320,45 @@ static void solver_destroy(solver_t* s) {
 /*
  * --put: face f goes into the ghost plane of nbr[f] that faces this rank,
  * its opposite(f) plane (see exchange_nccl), whose offset depends on the
- * neighbour's box.  Every rank signals once per face it puts (context
- * CTX_DATA) and waits for one signal per ghost plane it expects; after
- * unpacking, it signals each sender once per plane (CTX_ACK), and a rank puts
- * again only once its neighbours acknowledged the previous faces, so a put
- * never overwrites ghosts not yet unpacked.  One round of acknowledgements is
- * sent at the start.
+ * neighbour's box, in the neighbour's set of ghost faces for this iteration.
+ * Every rank signals once per face it puts and waits for one signal per ghost
+ * plane it expects, then unpacks from that set.
+ *
+ * Two sets, used in turn, make this one hop with no acknowledgement: a put
+ * into set p at iteration n overwrites what the neighbour unpacked at n - 2.
+ * The neighbour's stream unpacked it before its puts of iteration n - 1, and
+ * this rank's stream waited for those before it reaches iteration n.  That
+ * holds because every neighbour relation goes both ways (B = nbr_A[f] exactly
+ * when A = nbr_B[opposite(f)]); an exchange that is not symmetric needs a
+ * signal back once the ghosts are used.
  */
 static void neighbour_offsets(solver_t* s, const options_t* o) {
-  for (int f = 0; f < HALO_FACES; f++)
-    if ((s->faces >> f) & 1u) s->put_off[f] = halo_face_offset(domain_of(o, s->dom.nbr[f]).box, halo_opposite(f));
+  for (int f = 0; f < HALO_FACES; f++) {
+    if (!((s->faces >> f) & 1u)) continue;
+    halo_box_t nb = domain_of(o, s->dom.nbr[f]).box;
+    s->put_off[f] = halo_face_offset(nb, halo_opposite(f));
+    s->nbr_set[f] = halo_face_offset(nb, HALO_FACES);
+  }
 }
 
 static void put_setup(solver_t* s, const options_t* o) {
   neighbour_offsets(s, o);
-  for (int f = 0; f < HALO_FACES; f++) {
-    if (!((s->faces >> f) & 1u)) continue;
-    s->data[s->ndesc] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, CTX_DATA};
-    s->acks[s->ndesc++] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, CTX_ACK};
-  }
   for (int f = 0; f < HALO_FACES; f++)
-    if ((s->faces >> f) & 1u) NCCL_CHECK(s->comm, ncclSignal(s->dom.nbr[f], 0, CTX_ACK, 0, s->comm, s->stream));
+    if ((s->faces >> f) & 1u) s->data[s->ndesc++] = (ncclWaitSignalDesc_t){1, s->dom.nbr[f], 0, 0};
 }
 
 static void exchange_put(solver_t* s) {
   halo_box_t b = s->dom.box;
   if (s->ndesc == 0) return;
-  NCCL_CHECK(s->comm, ncclWaitSignal(s->ndesc, s->acks, s->comm, s->stream));
   NCCL_CHECK(s->comm, ncclGroupStart());
   for (int f = 0; f < HALO_FACES; f++)
     if ((s->faces >> f) & 1u)
-      NCCL_CHECK(s->comm, ncclPutSignal(s->send + halo_face_offset(b, f), halo_face_count(b, f),
-                                        ncclDouble, s->dom.nbr[f], s->win,
-                                        s->put_off[f] * sizeof(double), 0, CTX_DATA, 0, s->comm,
-                                        s->stream));
+      NCCL_CHECK(
+          s->comm,
+          ncclPutSignal(s->send + halo_face_offset(b, f), halo_face_count(b, f), ncclDouble, s->dom.nbr[f], s->win,
+                        (s->phase * s->nbr_set[f] + s->put_off[f]) * sizeof(double), 0, 0, 0, s->comm, s->stream));
   NCCL_CHECK(s->comm, ncclWaitSignal(s->ndesc, s->data, s->comm, s->stream));
   NCCL_CHECK(s->comm, ncclGroupEnd());
-}
-
-static void put_release(solver_t* s) {
-  for (int f = 0; f < HALO_FACES; f++)
-    if ((s->faces >> f) & 1u) NCCL_CHECK(s->comm, ncclSignal(s->dom.nbr[f], 0, CTX_ACK, 0, s->comm, s->stream));
 }
 
 /* NCCL pairs the k-th send from A to B with the k-th receive on B from A,
@@ -432,7 +436,10 @@ static void solver_step(solver_t* s, int sweep) {
     case EXCHANGE_LOCAL: exchange_local(s); break;
   }
   double* ghosts = s->recv;
-  if (s->exchange == EXCHANGE_IPC) {
+  if (s->exchange == EXCHANGE_PUT) {
+    ghosts = s->recv + s->phase * s->set;
+    s->phase ^= 1;
+  } else if (s->exchange == EXCHANGE_IPC) {
     ghosts = halo_flags_received(s->flags);
     if (s->ipc == IPC_COPY_OUT_ENGINE) {
       copy_faces_by_engine(s, ghosts);
@@ -443,7 +450,6 @@ static void solver_step(solver_t* s, int sweep) {
     }
   }
   CUDA_CHECK(halo_unpack(s->u, ghosts, s->dom.box, s->faces, s->stream));
-  if (s->exchange == EXCHANGE_PUT) put_release(s);
   if (!sweep) return;
   CUDA_CHECK(halo_jacobi(s->u, s->unew, s->dom.box, s->stream));
   double* t = s->u;
@@ -647,9 +653,7 @@ static int run(const options_t* o, int gpus) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ncclComm_t comm = NULL;
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.numRmaCtx = 2; /* --put: data and acknowledgements */
-  NCCL_CHECK(NULL, mpincclCommInitMPI(&comm, MPI_COMM_WORLD, &config));
+  NCCL_CHECK(NULL, mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL));
   print_header(o, gpus);
   solver_t s;
   exchange_t ex = o->sync == SYNC_FLAGS ? EXCHANGE_FLAG_SYNC

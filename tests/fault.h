@@ -1,6 +1,6 @@
 /*
  * fault.h - what the fault tests share (tests/hosts/test_hosts_fault.c,
- * tests/gpu/test_fault_ucx.c): a monotonic clock and the wait for a
+ * tests/gpu/test_fault_*.c): a monotonic clock and the wait for a
  * communicator's asynchronous error after a peer was killed.
  */
 #ifndef MPN_TESTS_FAULT_H_

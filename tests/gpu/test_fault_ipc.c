@@ -10,15 +10,12 @@
  * job runs with --enable-recovery).  Prints one line ending in "ok" or
  * "FAIL".
  */
-#include <cuda_runtime.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "../fault.h"
-#include "mpinccl.h"
+#include "fault_gpu.h"
 
 enum { BYTES = 4096 };
 
@@ -44,52 +41,31 @@ static int context_works(void) {
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank, size, ndev = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    if (rank == 0) printf("test_fault_ipc: no GPU: SKIP\n");
-    MPI_Finalize();
-    return 77;
-  }
-  if (size != 2) {
-    if (rank == 0) fprintf(stderr, "test_fault_ipc: needs 2 ranks, not %d\n", size);
-    MPI_Finalize();
-    return 1;
-  }
-  cudaSetDevice(rank % ndev);
-  cudaStream_t stream;
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  ncclComm_t comm = NULL;
-  if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) {
-    fprintf(stderr, "rank %d: creation failed: %s\n", rank, ncclGetLastError(NULL));
-    return 1;
-  }
+  fault_gpu_t f;
+  int rc = fault_gpu_start("test_fault_ipc", &argc, &argv, &f);
+  if (rc != 0) return rc;
   char* buf = NULL;
   if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
   /* Rank 1 posts first: it makes the pair state, flags included. */
-  int peer = 1 - rank, posted = rank == 1 ? exchange(buf, peer, comm, stream) : 1;
+  int peer = 1 - f.rank, posted = f.rank == 1 ? exchange(buf, peer, f.comm, f.stream) : 1;
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) posted = exchange(buf, peer, comm, stream);
-  if (!posted || cudaStreamSynchronize(stream) != cudaSuccess) {
-    fprintf(stderr, "rank %d: the first exchange failed: %s\n", rank, ncclGetLastError(comm));
+  if (f.rank == 0) posted = exchange(buf, peer, f.comm, f.stream);
+  if (!posted || cudaStreamSynchronize(f.stream) != cudaSuccess) {
+    fprintf(stderr, "rank %d: the first exchange failed: %s\n", f.rank, ncclGetLastError(f.comm));
     return 1;
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 1) raise(SIGKILL);
+  if (f.rank == 1) raise(SIGKILL);
   /* Rank 1 never posts its side: rank 0's stream waits for its flag. */
-  ncclResult_t recv = ncclRecv(buf, BYTES, ncclInt8, 1, comm, stream);
+  ncclResult_t recv = ncclRecv(buf, BYTES, ncclInt8, 1, f.comm, f.stream);
   double seen = 0;
-  ncclResult_t async = fault_wait_async(comm, 30, &seen);
-  double t0 = fault_now();
-  while (cudaStreamQuery(stream) == cudaErrorNotReady && fault_now() - t0 < 10) usleep(1000);
-  cudaError_t drained = cudaStreamQuery(stream);
+  ncclResult_t async = fault_wait_async(f.comm, 30, &seen);
+  cudaError_t drained = fault_stream_drain(f.stream, 10);
   int works = context_works();
   char why[256];
-  snprintf(why, sizeof(why), "%s", ncclGetLastError(comm)); /* before the abort frees comm */
-  t0 = fault_now();
-  ncclResult_t aborted = ncclCommAbort(comm);
+  snprintf(why, sizeof(why), "%s", ncclGetLastError(f.comm)); /* before the abort frees comm */
+  double t0 = fault_now();
+  ncclResult_t aborted = ncclCommAbort(f.comm);
   double abort_s = fault_now() - t0;
   int ok = recv == ncclSuccess && async == ncclRemoteError && seen < 5 && drained == cudaSuccess && works &&
            aborted == ncclSuccess && abort_s < 5;

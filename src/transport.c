@@ -55,6 +55,13 @@ static void transport_warn_queues(const struct ncclComm* comm) {
       queues, comm->topo.n_same_process);
 }
 
+int mpn_transport_by_events(const struct ncclComm* comm, int peer) {
+  int kind = comm->transport[peer];
+  const mpn_topo_t* t = &comm->topo;
+  return (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&
+         (t->ranks[comm->rank].mps || t->ranks[peer].mps);
+}
+
 /* A peer on UCX needs a working UCX; learn what it can do, once per process. */
 static ncclResult_t transport_check_ucx(struct ncclComm* comm) {
   int any = 0;

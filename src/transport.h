@@ -34,6 +34,15 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm);
  * the thread that starts creation, never on a creation thread. */
 void mpn_transport_preload(void);
 
+/**
+ * 1 when peer is this rank or another of this process and MPS serves either
+ * of them: their streams are ordered with CUDA events instead of stream
+ * memory waits, which could hold one of an MPS client's few hardware queues
+ * while the stream that would release them sits behind it (docs/P2P.md,
+ * known problem 2).  Send/receive and the one-sided signals both ask here.
+ */
+int mpn_transport_by_events(const struct ncclComm* comm, int peer);
+
 /** Logs the choice per peer at INFO. */
 void mpn_transport_log(const struct ncclComm* comm);
 

@@ -248,8 +248,7 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   p->after_prev = !p->graph && mpn_slot_streams_note(&ps->streams[plan_side(p)], p->seq, p->stream_id);
   const mpn_topo_t* t = &op->comm->topo;
   mpn_transport_kind_t kind = op->comm->transport[op->peer];
-  p->local = !p->graph && (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&
-             (t->ranks[op->comm->rank].mps || t->ranks[op->peer].mps);
+  p->local = !p->graph && mpn_transport_by_events(op->comm, op->peer);
   p->spin = !p->graph && !p->local && kind == MPN_TRANSPORT_IPC &&
             mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);

@@ -61,10 +61,7 @@ static void rings_free(void* v) {
 }
 
 int mpn_rma_local(const struct ncclComm* comm, int peer, int graph) {
-  int kind = comm->transport[peer];
-  const mpn_topo_t* t = &comm->topo;
-  return !graph && (kind == MPN_TRANSPORT_SELF || kind == MPN_TRANSPORT_LOCAL) &&
-         (t->ranks[comm->rank].mps || t->ranks[peer].mps);
+  return !graph && mpn_transport_by_events(comm, peer);
 }
 
 /* The pair's ring of ctx (process memory: both ranks are in this process). */

@@ -234,6 +234,11 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   MPN_CHECK(mpn_comm_check(comm, "ncclCommAbort", 0));
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d aborted", (void*)comm, comm->rank);
+  /* Streams may wait for peers that will never write (a stuck or failed
+   * exchange is why programs abort): release them before anything is freed. */
+  comm_join_init(comm, 1);
+  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+  mpn_p2p_abort(comm);
   mpn_comm_free(comm);
   return ncclSuccess;
 }

@@ -728,6 +728,26 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
 }
 
+void mpn_p2p_abort(struct ncclComm* comm) {
+  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
+  if (peers == NULL) return;
+  char text[128];
+  snprintf(text, sizeof(text), "rank %d aborted its communicator; abort this one too", comm->rank);
+  int saved = -1;
+  cudaGetDevice(&saved);
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    mpn_pair_t* send = __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE);
+    mpn_pair_t* recv = __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE);
+    if (send == NULL && recv == NULL) continue;
+    if (peer != comm->rank && send) pair_report(send, ncclRemoteError, text);
+    if (peer != comm->rank && recv) pair_report(recv, ncclRemoteError, text);
+    mpn_p2p_release_peer(comm, peer);
+  }
+  if (saved >= 0) cudaSetDevice(saved);
+  cudaGetLastError();
+}
+
 void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot, uint64_t* slot_waits) {
   const struct mpn_p2p* s = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   eager[0] = s ? s->eager[0] : 0;

@@ -46,6 +46,15 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm);
  */
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 
+/**
+ * For ncclCommAbort, once no launch of comm is running: tells every peer it
+ * shares a pair with (ncclRemoteError through ncclCommGetAsyncError) and
+ * releases every flag of those pairs, so that no stream of this rank waits
+ * for a peer that will not write and freeing the pairs' device memory
+ * (which synchronizes the device) cannot hang.
+ */
+void mpn_p2p_abort(struct ncclComm* comm);
+
 /** Releases the communicator's point-to-point state. */
 void mpn_p2p_free(struct ncclComm* comm);
 

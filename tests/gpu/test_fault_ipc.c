@@ -19,49 +19,20 @@
 
 enum { BYTES = 4096 };
 
-/* One exchange with the peer on stream; 1 when it was enqueued. */
-static int exchange(char* buf, int peer, ncclComm_t comm, cudaStream_t stream) {
-  ncclGroupStart();
-  ncclSend(buf, BYTES, ncclInt8, peer, comm, stream);
-  ncclRecv(buf + BYTES, BYTES, ncclInt8, peer, comm, stream);
-  return ncclGroupEnd() == ncclSuccess;
-}
-
-/* Whether the context still runs work: a fill of fresh memory on a fresh
- * stream, synchronized, reports no error. */
-static int context_works(void) {
-  cudaStream_t s = NULL;
-  void* p = NULL;
-  int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-           cudaMalloc(&p, 1 << 20) == cudaSuccess && cudaMemsetAsync(p, 7, 1 << 20, s) == cudaSuccess &&
-           cudaStreamSynchronize(s) == cudaSuccess;
-  if (p) ok &= cudaFree(p) == cudaSuccess;
-  if (s) ok &= cudaStreamDestroy(s) == cudaSuccess;
-  return ok && cudaGetLastError() == cudaSuccess;
-}
-
 int main(int argc, char** argv) {
   fault_gpu_t f;
   int rc = fault_gpu_start("test_fault_ipc", &argc, &argv, &f);
   if (rc != 0) return rc;
   char* buf = NULL;
   if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
-  /* Rank 1 posts first: it makes the pair state, flags included. */
-  int peer = 1 - f.rank, posted = f.rank == 1 ? exchange(buf, peer, f.comm, f.stream) : 1;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (f.rank == 0) posted = exchange(buf, peer, f.comm, f.stream);
-  if (!posted || cudaStreamSynchronize(f.stream) != cudaSuccess) {
-    fprintf(stderr, "rank %d: the first exchange failed: %s\n", f.rank, ncclGetLastError(f.comm));
-    return 1;
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  fault_pair_setup(buf, BYTES, 1, &f); /* the flags in rank 1's memory */
   if (f.rank == 1) raise(SIGKILL);
   /* Rank 1 never posts its side: rank 0's stream waits for its flag. */
   ncclResult_t recv = ncclRecv(buf, BYTES, ncclInt8, 1, f.comm, f.stream);
   double seen = 0;
   ncclResult_t async = fault_wait_async(f.comm, 30, &seen);
   cudaError_t drained = fault_stream_drain(f.stream, 10);
-  int works = context_works();
+  int works = fault_context_works();
   char why[256];
   snprintf(why, sizeof(why), "%s", ncclGetLastError(f.comm)); /* before the abort frees comm */
   double t0 = fault_now();

@@ -1,0 +1,84 @@
+/*
+ * test_abort_ipc.c - run by launch_abort_ipc.sh with two ranks of one host
+ * (CUDA IPC between them), both alive throughout.  Rank 0 sets up the pair
+ * state first, so the flags live in its device memory, then its stream waits
+ * for a message rank 1 never sends.  Rank 0's ncclCommAbort must return
+ * promptly (freeing that device memory synchronizes the device, so a stream
+ * still waiting would hang it), its stream must be released and its CUDA
+ * context must still work; rank 1 must then see ncclRemoteError from
+ * ncclCommGetAsyncError and abort promptly too.  Rank 0 prints one line
+ * ending in "ok" or "FAIL".
+ */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "fault_gpu.h"
+
+enum { BYTES = 4096 };
+
+typedef struct {
+  double seen_s, abort_s; /* rank 1: when the error came; both: how long the abort took */
+  int async, aborted, ok;
+} outcome_t;
+
+/* Rank 0: a receive nobody matches, then the abort. */
+static outcome_t abort_stuck(const fault_gpu_t* f, char* buf, cudaError_t* drained, int* stuck, int* works) {
+  outcome_t o = {0};
+  ncclResult_t recv = ncclRecv(buf, BYTES, ncclInt8, 1, f->comm, f->stream);
+  usleep(300 * 1000);
+  *stuck = cudaStreamQuery(f->stream) == cudaErrorNotReady;
+  double t0 = fault_now();
+  o.aborted = ncclCommAbort(f->comm);
+  o.abort_s = fault_now() - t0;
+  *drained = fault_stream_drain(f->stream, 10);
+  *works = fault_context_works();
+  o.ok =
+      recv == ncclSuccess && *stuck && o.aborted == ncclSuccess && o.abort_s < 5 && *drained == cudaSuccess && *works;
+  return o;
+}
+
+/* Rank 1: hears of the peer's abort, then aborts. */
+static outcome_t abort_told(const fault_gpu_t* f, char* why, size_t len) {
+  outcome_t o = {0};
+  o.async = fault_wait_async(f->comm, 20, &o.seen_s);
+  snprintf(why, len, "%s", ncclGetLastError(f->comm));
+  double t0 = fault_now();
+  o.aborted = ncclCommAbort(f->comm);
+  o.abort_s = fault_now() - t0;
+  o.ok = o.async == ncclRemoteError && o.seen_s < 10 && o.aborted == ncclSuccess && o.abort_s < 5;
+  return o;
+}
+
+int main(int argc, char** argv) {
+  fault_gpu_t f;
+  int rc = fault_gpu_start("test_abort_ipc", &argc, &argv, &f);
+  if (rc != 0) return rc;
+  char* buf = NULL;
+  if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
+  fault_pair_setup(buf, BYTES, 0, &f); /* the flags in rank 0's memory */
+  cudaError_t drained = cudaSuccess;
+  int stuck = 0, works = 0;
+  char why[256] = "";
+  outcome_t mine = f.rank == 0 ? abort_stuck(&f, buf, &drained, &stuck, &works) : abort_told(&f, why, sizeof(why));
+  outcome_t told = mine;
+  if (f.rank == 1) MPI_Send(&mine, (int)sizeof(mine), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+  if (f.rank == 0) {
+    char text[256];
+    MPI_Recv(&told, (int)sizeof(told), MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(text, sizeof(text), MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int ok = mine.ok && told.ok;
+    printf(
+        "test_abort_ipc: rank 0's stream %s, abort took %.2f s, stream %s, context %s; rank 1 saw %s after "
+        "%.1f s (%s), abort took %.2f s: %s\n",
+        stuck ? "waited" : "did not wait", mine.abort_s,
+        drained == cudaSuccess ? "released" : cudaGetErrorString(drained), works ? "works" : "broken",
+        ncclGetErrorString((ncclResult_t)told.async), told.seen_s, text, told.abort_s, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    rc = ok ? 0 : 1;
+  } else {
+    MPI_Send(why, sizeof(why), MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+  }
+  cudaFree(buf);
+  MPI_Finalize();
+  return rc;
+}

@@ -108,13 +108,18 @@ static void comm_join_init(struct ncclComm* comm, int abort) {
   comm->job = NULL;
 }
 
-void mpn_comm_free(struct ncclComm* comm) {
+/* Frees comm; with abort (ncclCommAbort) it first lets go of what the
+ * streams wait for and tells the peers (mpn_p2p_abort). */
+static void comm_free(struct ncclComm* comm, int abort) {
   if (comm == NULL) return;
   registry_remove(comm);
   comm_join_init(comm, 1);
   /* A launch of another thread still using comm (waiting for peers, say)
    * sees abort_flag and ends: only then go. */
   while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+  /* Streams may wait for peers that will never write (a stuck or failed
+   * exchange is why programs abort): released before anything is freed. */
+  if (abort) mpn_p2p_abort(comm);
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX
@@ -141,6 +146,8 @@ void mpn_comm_free(struct ncclComm* comm) {
   comm->magic = 0;
   free(comm);
 }
+
+void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }
 
 ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_ready) {
   if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", caller);
@@ -234,12 +241,7 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   MPN_CHECK(mpn_comm_check(comm, "ncclCommAbort", 0));
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d aborted", (void*)comm, comm->rank);
-  /* Streams may wait for peers that will never write (a stuck or failed
-   * exchange is why programs abort): release them before anything is freed. */
-  comm_join_init(comm, 1);
-  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
-  mpn_p2p_abort(comm);
-  mpn_comm_free(comm);
+  comm_free(comm, 1);
   return ncclSuccess;
 }
 

@@ -34,5 +34,5 @@ ncclResult_t mpn_memops_add(mpn_memops_t* b, CUdeviceptr addr, uint64_t value, i
     op->writeValue.address = addr;
     op->writeValue.value64 = value;
   }
-  return b->n == sizeof(b->ops) / sizeof(b->ops[0]) ? mpn_memops_flush(b) : ncclSuccess;
+  return b->n == MPN_MEMOPS_MAX ? mpn_memops_flush(b) : ncclSuccess;
 }

@@ -14,8 +14,11 @@
 
 #include "cuda/flagop.h"
 
+/** Operations one batch holds (one cuStreamBatchMemOp call). */
+#define MPN_MEMOPS_MAX 128
+
 typedef struct {
-  CUstreamBatchMemOpParams ops[128];
+  CUstreamBatchMemOpParams ops[MPN_MEMOPS_MAX];
   unsigned n;
   const mpn_driver_t* drv;
   CUstream stream;

@@ -611,7 +611,7 @@ static int one_batch(mpn_op_t** ops, int n, const char* sync) {
     for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++)
       if (over_ucx(op->comm, op->descs[d].peer) || mpn_rma_local(op->comm, op->descs[d].peer, 0)) return 0;
   }
-  return items < sizeof(((mpn_memops_t*)NULL)->ops) / sizeof(((mpn_memops_t*)NULL)->ops[0]);
+  return items < MPN_MEMOPS_MAX;
 }
 
 ncclResult_t mpn_rma_check(mpn_op_t* ops) {

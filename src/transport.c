@@ -14,6 +14,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/device.h"
 #ifdef HAVE_UCX
 #include "ucx/ucx_probe.h"
 #endif
@@ -78,6 +79,19 @@ static ncclResult_t transport_check_ucx(struct ncclComm* comm) {
 #endif
 }
 
+/* Ranks of this process on other GPUs hand this rank plain device pointers
+ * (their buffers, the flags of pairs they made): map those GPUs. */
+static ncclResult_t transport_enable_peers(const struct ncclComm* comm) {
+  const mpn_rank_info_t* me = &comm->topo.ranks[comm->rank];
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    const mpn_rank_info_t* p = &comm->topo.ranks[peer];
+    if (comm->transport[peer] == MPN_TRANSPORT_LOCAL && me->cuda_dev >= 0 && p->cuda_dev >= 0 &&
+        p->cuda_dev != me->cuda_dev)
+      MPN_CHECK(mpn_cuda_peer_enable(me->cuda_dev, p->cuda_dev));
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
   const mpn_topo_t* t = &comm->topo;
   const char* forced = mpn_param_str(MPN_PARAM_TRANSPORT);
@@ -92,23 +106,28 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
   for (int peer = 0; peer < comm->nranks; peer++) {
     const mpn_rank_info_t* p = &t->ranks[peer];
     mpn_transport_kind_t k;
+    /* Device memory of the peer usable here: same GPU or peer access (a
+     * rank without a GPU has only host memory, which a process shares). */
+    int direct = me->cuda_dev < 0 || p->cuda_dev < 0 ? p->proc == me->proc : mpn_topo_direct(t, comm->rank, peer);
     if (peer == comm->rank) k = MPN_TRANSPORT_SELF;
-    else if (p->proc == me->proc) k = MPN_TRANSPORT_LOCAL;
-    else if (!force_ucx && mpn_topo_same_host(t, comm->rank, peer) && me->cuda_dev >= 0 &&
-             p->cuda_dev >= 0)
+    else if (p->proc == me->proc && direct)
+      k = MPN_TRANSPORT_LOCAL;
+    else if (!force_ucx && direct && p->proc != me->proc)
       k = MPN_TRANSPORT_IPC;
     else k = MPN_TRANSPORT_UCX;
     if (force_ipc && k == MPN_TRANSPORT_UCX) {
       free(kinds);
       return mpn_error_set(comm, ncclInvalidUsage,
-                           "MPINCCL_TRANSPORT=ipc, but rank %d (host %s) cannot be reached by "
-                           "CUDA IPC from rank %d (host %s)",
-                           peer, p->host, comm->rank, me->host);
+                           "MPINCCL_TRANSPORT=ipc, but rank %d (host %s, GPU %s) cannot be reached by "
+                           "CUDA IPC from rank %d (host %s, GPU %s): another host, or no peer access",
+                           peer, p->host, p->cuda_dev >= 0 ? p->pci_bus : "none", comm->rank, me->host,
+                           me->cuda_dev >= 0 ? me->pci_bus : "none");
     }
     kinds[peer] = (uint8_t)k;
   }
   free(comm->transport);
   comm->transport = kinds;
+  MPN_CHECK(transport_enable_peers(comm));
   return transport_check_ucx(comm);
 }
 

@@ -17,14 +17,34 @@
 #include "core/error.h"
 #include "cuda/device.h"
 
+#define FNV1A_START 0xcbf29ce484222325ull
+
 static uint64_t fnv1a(uint64_t h, const char* s) {
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
   return h;
 }
 
+/* A PCI bus id's hash; the id may come from a peer, unterminated. */
+static uint64_t bus_hash(const char bus[16]) {
+  char s[17];
+  memcpy(s, bus, 16);
+  s[16] = '\0';
+  return fnv1a(FNV1A_START, s);
+}
+
+/* The other devices of this process that device maps both ways. */
+static void describe_reach(int device, mpn_rank_info_t* r) {
+  int count = mpn_cuda_device_count();
+  for (int d = 0; d < count && r->nreach < MPN_TOPO_REACH; d++) {
+    char bus[16];
+    if (d != device && mpn_cuda_peer_capable(device, d) && mpn_cuda_bus_id(d, bus) == ncclSuccess)
+      r->reach[r->nreach++] = bus_hash(bus);
+  }
+}
+
 /* Host identity: name plus boot id, so that containers sharing a name differ. */
 static uint64_t host_hash(const char* host) {
-  uint64_t h = fnv1a(0xcbf29ce484222325ull, host);
+  uint64_t h = fnv1a(FNV1A_START, host);
   FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
     char boot[64] = "";
@@ -59,6 +79,7 @@ ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
     r.mps = info.mps;
     r.cc = info.cc;
     r.numa = mpn_numa_node_of_pci(info.pci_bus);
+    describe_reach(device, &r);
   }
   *out = r;
   return ncclSuccess;
@@ -68,6 +89,21 @@ int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b) {
   const mpn_rank_info_t *x = &t->ranks[a], *y = &t->ranks[b];
   return x->cuda_dev >= 0 && y->cuda_dev >= 0 && x->host_hash == y->host_hash &&
          memcmp(x->uuid, y->uuid, sizeof(x->uuid)) == 0;
+}
+
+/* x lists y's GPU among those it reaches. */
+static int reaches(const mpn_rank_info_t* x, const mpn_rank_info_t* y) {
+  uint64_t h = bus_hash(y->pci_bus);
+  for (int i = 0; i < x->nreach && i < MPN_TOPO_REACH; i++)
+    if (x->reach[i] == h) return 1;
+  return 0;
+}
+
+int mpn_topo_direct(const mpn_topo_t* t, int a, int b) {
+  const mpn_rank_info_t *x = &t->ranks[a], *y = &t->ranks[b];
+  if (x->cuda_dev < 0 || y->cuda_dev < 0 || x->host_hash != y->host_hash) return 0;
+  return mpn_topo_same_gpu(t, a, b) || memcmp(x->pci_bus, y->pci_bus, sizeof(x->pci_bus)) == 0 ||
+         (reaches(x, y) && reaches(y, x));
 }
 
 ncclResult_t mpn_topo_discover(struct ncclComm* comm) {

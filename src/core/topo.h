@@ -13,6 +13,9 @@
 struct ncclComm;
 
 /** One rank's description, exchanged by allgather (fixed size). */
+/** Other GPUs a rank lists as reachable by peer access (more are not listed). */
+#define MPN_TOPO_REACH 16
+
 typedef struct {
   uint64_t host_hash; /**< host name and boot id */
   uint64_t proc;      /**< process identity */
@@ -26,6 +29,9 @@ typedef struct {
   int32_t cc;         /**< compute capability, major*10+minor */
   unsigned char uuid[16];
   char pci_bus[16];
+  int32_t nreach;                 /**< entries of reach */
+  uint64_t reach[MPN_TOPO_REACH]; /**< hashes of the PCI bus ids of other GPUs of this process that
+                                       this rank's GPU maps, and that map it (peer access both ways) */
 } mpn_rank_info_t;
 
 typedef struct {
@@ -46,6 +52,13 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm);
 
 /** True when ranks a and b use the same physical GPU. */
 int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b);
+
+/**
+ * True when ranks a and b, on one host and each with a GPU, can use each
+ * other's device memory directly (CUDA IPC, or plain pointers in one
+ * process): the same GPU, or GPUs with peer access both ways.
+ */
+int mpn_topo_direct(const mpn_topo_t* t, int a, int b);
 
 /**
  * True when a kernel of rank a may poll for what rank b writes: both have a

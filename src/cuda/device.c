@@ -74,8 +74,7 @@ ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {
   MPN_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   memcpy(info.uuid, prop.uuid.bytes, sizeof(info.uuid));
   info.cc = prop.major * 10 + prop.minor;
-  MPN_CUDA_CHECK(cudaDeviceGetPCIBusId(info.pci_bus, sizeof(info.pci_bus), dev));
-  for (char* p = info.pci_bus; *p; p++) *p = (char)tolower((unsigned char)*p);
+  MPN_CHECK(mpn_cuda_bus_id(dev, info.pci_bus));
   int mps = 0;
   if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev) != cudaSuccess) {
     cudaGetLastError();
@@ -84,6 +83,35 @@ ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {
   info.mps = mps != 0;
   *out = info;
   return ncclSuccess;
+}
+
+ncclResult_t mpn_cuda_bus_id(int dev, char bus[16]) {
+  MPN_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, 16, dev));
+  for (char* p = bus; *p; p++) *p = (char)tolower((unsigned char)*p);
+  return ncclSuccess;
+}
+
+int mpn_cuda_peer_capable(int a, int b) {
+  int ab = 0, ba = 0;
+  if (cudaDeviceCanAccessPeer(&ab, a, b) != cudaSuccess || cudaDeviceCanAccessPeer(&ba, b, a) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return ab && ba;
+}
+
+ncclResult_t mpn_cuda_peer_enable(int dev, int peer) {
+  int saved = mpn_cuda_current_device();
+  MPN_CHECK(mpn_cuda_set_device(dev));
+  cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+    err = cudaSuccess;
+  }
+  if (saved >= 0) cudaSetDevice(saved);
+  char what[64];
+  snprintf(what, sizeof(what), "cudaDeviceEnablePeerAccess(%d) on device %d", peer, dev);
+  return mpn_cuda_result(NULL, err, what);
 }
 
 unsigned long long mpn_cuda_stream_id(cudaStream_t s) {

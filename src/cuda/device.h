@@ -48,6 +48,18 @@ cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev);
 /** Describes device dev. */
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out);
 
+/** Sets bus (16 bytes) to device dev's PCI bus id, lower case ("0000:8a:00.0"). */
+ncclResult_t mpn_cuda_bus_id(int dev, char bus[16]);
+
+/** True when devices a and b of this process can each map the other's
+ * memory (peer access both ways, so that ranks on either choose alike). */
+int mpn_cuda_peer_capable(int a, int b);
+
+/** Lets kernels, memory operations and copies of device dev reach peer's
+ * memory through plain pointers (peer access already on is fine); the
+ * calling thread's current device is kept. */
+ncclResult_t mpn_cuda_peer_enable(int dev, int peer);
+
 /**
  * Makes dev current for what follows, with *current the device the caller
  * knows to be current (-1: unknown); calls into CUDA only when it changes,

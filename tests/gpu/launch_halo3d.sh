@@ -7,19 +7,13 @@ top=${MPINCCL_TOP_BUILDDIR:-$(dirname "$0")/../..}
 bin=$top/examples/halo3d
 [ -x "$bin" ] || { echo "launch_halo3d: $bin not built"; exit 99; }
 flags=$("$(dirname "$0")/../run-test" --mpirun-flags)
+. "$(dirname "$0")/example_check.sh"
 status=0
 for np in ${MPINCCL_TEST_NP:-1 2 4}; do
   for mode in "" --put "--periodic" "--periodic --put"; do
     # shellcheck disable=SC2086 # flags and mode are words
-    out=$(timeout 120 ${MPINCCL_MPIRUN:-mpirun} -np "$np" $flags "$bin" -n 40,36,32 -i 20 -w 3 $mode 2>&1)
-    rc=$?
-    if [ $rc = 0 ] && printf '%s\n' "$out" | grep -q '^check: .*(PASS)$'; then
-      echo "launch_halo3d: np $np ${mode:-(two-sided)}: PASS"
-    else
-      printf '%s\n' "$out"
-      echo "launch_halo3d: np $np ${mode:-(two-sided)}: FAIL (exit $rc)"
-      status=1
-    fi
+    example_check launch_halo3d "np $np ${mode:-(two-sided)}" \
+      ${MPINCCL_MPIRUN:-mpirun} -np "$np" $flags "$bin" -n 40,36,32 -i 20 -w 3 $mode
   done
 done
 exit $status

@@ -63,6 +63,12 @@ int mpn_transport_by_events(const struct ncclComm* comm, int peer) {
          (t->ranks[comm->rank].mps || t->ranks[peer].mps);
 }
 
+int mpn_transport_kernel_reach(const struct ncclComm* comm, int peer) {
+  const mpn_topo_t* t = &comm->topo;
+  return comm->transport[peer] != MPN_TRANSPORT_UCX && t->ranks[comm->rank].cuda_dev >= 0 &&
+         t->ranks[peer].cuda_dev >= 0;
+}
+
 /* A peer on UCX needs a working UCX; learn what it can do, once per process. */
 static ncclResult_t transport_check_ucx(struct ncclComm* comm) {
   int any = 0;

@@ -43,6 +43,13 @@ void mpn_transport_preload(void);
  */
 int mpn_transport_by_events(const struct ncclComm* comm, int peer);
 
+/**
+ * 1 when kernels of this rank can read and write peer's device memory: a
+ * peer on the same GPU, or on a GPU this one maps (every peer that the
+ * choice gave CUDA IPC or plain pointers, both ranks with a GPU).
+ */
+int mpn_transport_kernel_reach(const struct ncclComm* comm, int peer);
+
 /** Logs the choice per peer at INFO. */
 void mpn_transport_log(const struct ncclComm* comm);
 

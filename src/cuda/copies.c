@@ -19,9 +19,9 @@ ncclResult_t mpn_copies_flush(mpn_copies_t* c) {
   return ncclSuccess;
 }
 
-ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int same_gpu) {
+ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int reach) {
   if (bytes == 0) return ncclSuccess;
-  if (bytes > c->kernel_max || !same_gpu) {
+  if (bytes > c->kernel_max || !reach) {
     MPN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
     return ncclSuccess;
   }

@@ -24,8 +24,8 @@ typedef struct {
 /** No copies yet on stream. */
 void mpn_copies_init(mpn_copies_t* c, cudaStream_t stream);
 
-/** Adds one copy; same_gpu: both buffers on the stream's GPU (the kernel may take it). */
-ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int same_gpu);
+/** Adds one copy; reach: the stream's GPU reaches both buffers (the kernel may take it). */
+ncclResult_t mpn_copies_add(mpn_copies_t* c, void* dst, const void* src, size_t bytes, int reach);
 
 /**
  * Adds one copy that the kernel must do whatever its size: one whose size

@@ -15,10 +15,13 @@
 #include "cuda/device.h"
 #include "core/param.h"
 #include "cuda/copies.h"
+#include "cuda/lanes.h"
+#include "transport.h"
 #include "cuda/memop.h"
 #include "cuda/syncs.h"
 #include "cuda/event.h"
 #include "p2p/eager.h"
+#include "p2p/p2p.h"
 #include "p2p/plan.h"
 
 /*
@@ -68,10 +71,29 @@ static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
  * engine.
  */
 
+/* Copies at least this large between GPUs go by the copy engine beside one
+ * another (lanes.h): a link's two directions, or several links, at once. */
+#define APART_MIN_BYTES ((size_t)4 << 20)
+
+static int copy_apart(const plan_t* p) {
+  const struct ncclComm* comm = p->op->comm;
+  return !p->graph && p->op->bytes >= APART_MIN_BYTES && !mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
+}
+
+/* p's copy by the copy engine on the fork's next stream. */
+static ncclResult_t issue_apart(mpn_fork_t* fork, const plan_t* p) {
+  cudaStream_t on;
+  MPN_CHECK(mpn_fork_next(fork, &on));
+  MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, on));
+  return ncclSuccess;
+}
+
 static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager, int step) {
   ncclResult_t first = ncclSuccess;
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
+  mpn_fork_t fork;
+  int forking = 0;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->posted || !p->move || p->op->stream != s || (p->eager != 0) != eager || p->step != step) continue;
@@ -80,12 +102,19 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager
       if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
       continue;
     }
-    /* The kernel reaches only memory of its own GPU (or mapped through IPC). */
     struct ncclComm* comm = p->op->comm;
-    int same_gpu = mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
-    mpn_keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, same_gpu));
+    if (copy_apart(p)) {
+      if (!forking) mpn_fork_init(&fork, s, comm->cuda_dev, mpn_p2p_lanes(comm));
+      forking = 1;
+      mpn_keep(&first, issue_apart(&fork, p));
+      continue;
+    }
+    /* The kernel reaches the peer's GPU where the transport maps it. */
+    int reach = mpn_transport_kernel_reach(comm, p->op->peer);
+    mpn_keep(&first, mpn_copies_add(&copies, p->dst, p->src, p->op->bytes, reach));
   }
   mpn_keep(&first, mpn_copies_flush(&copies));
+  if (forking) mpn_keep(&first, mpn_fork_join(&fork));
   return first;
 }
 
@@ -436,8 +465,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
       c.eager += p->eager && plan_part(p, phase, MPN_SYNC_LAST, &f); /* its "done" or its slot's word */
       mpn_copy_t copy;
       if (!plan_copy(p, phase, &copy)) continue;
-      struct ncclComm* comm = p->op->comm;
-      if (!mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)) c.ok = 0; /* the engine's */
+      if (!mpn_transport_kernel_reach(p->op->comm, p->op->peer)) c.ok = 0; /* the engine's */
       c.bytes += copy.bytes;
       c.copies++;
     }

@@ -66,7 +66,10 @@ struct mpn_p2p {
   uint64_t slot_waits;    /* time-sliced GPU: posts that waited on the host for a slot and got it */
   uint64_t slot_timeouts; /* ... and that waited in vain */
   mpn_gap_t gap;          /* GPU work between launches with one process of a time-sliced GPU */
+  mpn_lanes_t lanes;      /* streams for large copies to other GPUs beside one another (issue.c) */
 };
+
+mpn_lanes_t* mpn_p2p_lanes(struct ncclComm* comm) { return &comm->p2p->lanes; }
 
 /* Numbers the launches of the process, so a pair can tell which of its
  * eager messages the current launch posted (slot_wait), and a second side
@@ -775,6 +778,7 @@ void mpn_p2p_free(struct ncclComm* comm) {
     }
   }
   mpn_gap_destroy(&comm->p2p->gap);
+  mpn_lanes_destroy(&comm->p2p->lanes);
   free(comm->p2p->peers);
   free(comm->p2p);
   comm->p2p = NULL;

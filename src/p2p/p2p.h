@@ -6,6 +6,7 @@
 #define MPN_P2P_P2P_H_
 
 #include "core/enqueue.h"
+#include "cuda/lanes.h"
 
 struct ncclComm;
 
@@ -57,6 +58,9 @@ void mpn_p2p_abort(struct ncclComm* comm);
 
 /** Releases the communicator's point-to-point state. */
 void mpn_p2p_free(struct ncclComm* comm);
+
+/** The communicator's copy lanes (issue.c: large copies to other GPUs). */
+mpn_lanes_t* mpn_p2p_lanes(struct ncclComm* comm);
 
 /** How comm's messages went so far: through the inbox's small and big rings
  * (eager[0], eager[1]), how many first sides found their slot in use

@@ -180,8 +180,8 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->stream != s || op->kind != MPN_OP_PUT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    int same_gpu = mpn_topo_same_gpu(&op->comm->topo, op->comm->rank, op->peer);
-    MPN_CHECK(mpn_copies_add(&copies, puts[i].dst, op->buf, op->bytes, same_gpu));
+    int reach = mpn_transport_kernel_reach(op->comm, op->peer);
+    MPN_CHECK(mpn_copies_add(&copies, puts[i].dst, op->buf, op->bytes, reach));
   }
   MPN_CHECK(mpn_copies_flush(&copies));
   cudaEvent_t used = NULL;

@@ -1,0 +1,97 @@
+/*
+ * lanes.c - forks of a caller's stream onto streams of the library's own
+ * (lanes.h).  Events come from the device's pool and go back as soon as the
+ * wait for them is enqueued: a wait uses the record it found.
+ */
+#include "cuda/lanes.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "cuda/device.h"
+#include "cuda/event.h"
+
+void mpn_fork_init(mpn_fork_t* f, cudaStream_t origin, int dev, mpn_lanes_t* lanes) {
+  memset(f, 0, sizeof(*f));
+  f->origin = origin;
+  f->dev = dev;
+  f->lanes = lanes;
+}
+
+/* The lanes of the caller's stream, made on first use at origin's priority;
+ * NULL when they cannot be. */
+static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
+  unsigned long long id = mpn_cuda_stream_id(origin);
+  mpn_lane_set_t* oldest = &l->set[0];
+  for (int i = 0; i < MPN_LANE_SETS; i++) {
+    mpn_lane_set_t* s = &l->set[i];
+    if (s->owner == id) {
+      s->used = ++l->clock;
+      return s;
+    }
+    if (s->used < oldest->used) oldest = s;
+  }
+  for (int k = 0; k < MPN_LANES; k++)
+    if (oldest->lane[k]) cudaStreamDestroy(oldest->lane[k]);
+  memset(oldest, 0, sizeof(*oldest));
+  int priority = 0;
+  if (cudaStreamGetPriority(origin, &priority) != cudaSuccess) priority = 0;
+  for (int k = 0; k < MPN_LANES; k++)
+    if (cudaStreamCreateWithPriority(&oldest->lane[k], cudaStreamNonBlocking, priority) != cudaSuccess) {
+      cudaGetLastError();
+      for (int j = 0; j < k; j++) cudaStreamDestroy(oldest->lane[j]);
+      memset(oldest, 0, sizeof(*oldest));
+      return NULL;
+    }
+  oldest->owner = id;
+  oldest->used = ++l->clock;
+  return oldest;
+}
+
+ncclResult_t mpn_fork_next(mpn_fork_t* f, cudaStream_t* out) {
+  *out = f->origin;
+  if (f->lanes == NULL) return ncclSuccess;
+  if (f->copies++ == 0) {
+    f->set = lane_set(f->lanes, f->origin);
+    if (f->set == NULL) {
+      f->lanes = NULL;
+      return ncclSuccess;
+    }
+    MPN_CHECK(mpn_event_get(f->dev, &f->start));
+    MPN_CUDA_CHECK(cudaEventRecord(f->start, f->origin));
+    return ncclSuccess;
+  }
+  int k = (f->copies - 2) % MPN_LANES;
+  if (k == f->forked) {
+    MPN_CUDA_CHECK(cudaStreamWaitEvent(f->set->lane[k], f->start, 0));
+    f->forked++;
+  }
+  *out = f->set->lane[k];
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_fork_join(mpn_fork_t* f) {
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; k < f->forked; k++) {
+    cudaEvent_t done;
+    ncclResult_t got = mpn_event_get(f->dev, &done);
+    if (got == ncclSuccess) {
+      cudaError_t err = cudaEventRecord(done, f->set->lane[k]);
+      if (err == cudaSuccess) err = cudaStreamWaitEvent(f->origin, done, 0);
+      got = mpn_cuda_result(NULL, err, "joining a copy lane to its stream");
+      mpn_event_put(f->dev, done);
+    }
+    mpn_keep(&res, got);
+  }
+  if (f->start) mpn_event_put(f->dev, f->start);
+  f->start = NULL;
+  f->forked = f->copies = 0;
+  return res;
+}
+
+void mpn_lanes_destroy(mpn_lanes_t* l) {
+  for (int i = 0; i < MPN_LANE_SETS; i++)
+    for (int k = 0; k < MPN_LANES; k++)
+      if (l->set[i].lane[k]) cudaStreamDestroy(l->set[i].lane[k]);
+  memset(l, 0, sizeof(*l));
+}

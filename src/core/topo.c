@@ -24,8 +24,7 @@ static uint64_t fnv1a(uint64_t h, const char* s) {
   return h;
 }
 
-/* A PCI bus id's hash; the id may come from a peer, unterminated. */
-static uint64_t bus_hash(const char bus[16]) {
+uint64_t mpn_topo_bus_hash(const char bus[16]) {
   char s[17];
   memcpy(s, bus, 16);
   s[16] = '\0';
@@ -38,7 +37,7 @@ static void describe_reach(int device, mpn_rank_info_t* r) {
   for (int d = 0; d < count && r->nreach < MPN_TOPO_REACH; d++) {
     char bus[16];
     if (d != device && mpn_cuda_peer_capable(device, d) && mpn_cuda_bus_id(d, bus) == ncclSuccess)
-      r->reach[r->nreach++] = bus_hash(bus);
+      r->reach[r->nreach++] = mpn_topo_bus_hash(bus);
   }
 }
 
@@ -93,7 +92,7 @@ int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b) {
 
 /* x lists y's GPU among those it reaches. */
 static int reaches(const mpn_rank_info_t* x, const mpn_rank_info_t* y) {
-  uint64_t h = bus_hash(y->pci_bus);
+  uint64_t h = mpn_topo_bus_hash(y->pci_bus);
   for (int i = 0; i < x->nreach && i < MPN_TOPO_REACH; i++)
     if (x->reach[i] == h) return 1;
   return 0;

@@ -53,6 +53,10 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm);
 /** True when ranks a and b use the same physical GPU. */
 int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b);
 
+/** What mpn_rank_info_t.reach holds for a GPU: a hash of its PCI bus id
+ * (16 bytes, possibly unterminated). */
+uint64_t mpn_topo_bus_hash(const char bus[16]);
+
 /**
  * True when ranks a and b, on one host and each with a GPU, can use each
  * other's device memory directly (CUDA IPC, or plain pointers in one

@@ -18,8 +18,10 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "core/topo.h"
 #include "core/watchdog.h"
 #include "mpinccl.h"
+#include "transport.h"
 
 #define MAXR 8
 
@@ -436,6 +438,73 @@ START_TEST(register_handles) {
 }
 END_TEST
 
+/* Rank r of t as on GPU gpu (0, 1, 2: three GPUs of this host) of process
+ * proc, listing the GPUs in reach as peers. */
+static void describe_gpu(mpn_topo_t* t, int r, int gpu, uint64_t proc, const int* reach, int nreach) {
+  static const char* bus[3] = {"0000:1a:00.0", "0000:2b:00.0", "0000:3c:00.0"};
+  mpn_rank_info_t* x = &t->ranks[r];
+  x->cuda_dev = gpu;
+  x->proc = proc;
+  memset(x->uuid, 0, sizeof(x->uuid));
+  x->uuid[0] = (unsigned char)(gpu + 1);
+  memset(x->pci_bus, 0, sizeof(x->pci_bus));
+  memcpy(x->pci_bus, bus[gpu], strlen(bus[gpu]));
+  x->nreach = nreach;
+  for (int i = 0; i < nreach; i++) {
+    char b[16] = {0};
+    memcpy(b, bus[reach[i]], strlen(bus[reach[i]]));
+    x->reach[i] = mpn_topo_bus_hash(b);
+  }
+}
+
+/* Peers on other GPUs of the host: reached directly (CUDA IPC, or plain
+ * pointers within a process) only where both GPUs list each other as
+ * peers or they are the same GPU; the others go through UCX, and
+ * MPINCCL_TRANSPORT=ipc refuses them by name. */
+START_TEST(peer_gpus_reached) {
+  use_local_bootstrap();
+  ncclComm_t comms[5];
+  group_create(comms, 5);
+  mpn_topo_t* t = &comms[0]->topo;
+  mpn_rank_info_t saved[5];
+  memcpy(saved, t->ranks, sizeof(saved));
+  uint8_t kinds[5];
+  memcpy(kinds, comms[0]->transport, sizeof(kinds));
+  uint64_t me = t->ranks[0].proc;
+  const int gpu1[1] = {1}, gpu0[1] = {0};
+  describe_gpu(t, 0, 0, me, gpu1, 1);     /* this rank: GPU 0, peer of GPU 1 */
+  describe_gpu(t, 1, 0, me + 1, NULL, 0); /* another process on GPU 0 */
+  describe_gpu(t, 2, 1, me + 2, gpu0, 1); /* GPU 1, peer of GPU 0: both ways */
+  describe_gpu(t, 3, 2, me + 3, gpu0, 1); /* GPU 2 lists GPU 0, not the other way */
+  describe_gpu(t, 4, 2, me, gpu0, 1);     /* this process, GPU 2 */
+  ck_assert(mpn_topo_direct(t, 0, 1));
+  ck_assert(mpn_topo_direct(t, 0, 2) && mpn_topo_direct(t, 2, 0));
+  ck_assert(!mpn_topo_direct(t, 0, 3) && !mpn_topo_direct(t, 3, 0));
+  ck_assert(!mpn_topo_direct(t, 0, 4));
+  t->ranks[2].host_hash ^= 1; /* the same GPUs on another host */
+  ck_assert(!mpn_topo_direct(t, 0, 2));
+  t->ranks[2].host_hash ^= 1;
+  t->ranks[1].cuda_dev = -1; /* a rank without a GPU */
+  ck_assert(!mpn_topo_direct(t, 0, 1));
+  t->ranks[1].cuda_dev = 0;
+#ifdef HAVE_UCX
+  ck_assert_int_eq(mpn_transport_choose(comms[0]), ncclSuccess);
+  const uint8_t want[5] = {MPN_TRANSPORT_SELF, MPN_TRANSPORT_IPC, MPN_TRANSPORT_IPC, MPN_TRANSPORT_UCX,
+                           MPN_TRANSPORT_UCX};
+  for (int p = 0; p < 5; p++) ck_assert_int_eq(comms[0]->transport[p], want[p]);
+  set_param("MPINCCL_TRANSPORT", "ipc");
+  ck_assert_int_eq(mpn_transport_choose(comms[0]), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comms[0]), "rank 3 (host"));
+  ck_assert(contains(ncclGetLastError(comms[0]), "GPU 0000:3c:00.0) cannot be reached by CUDA IPC"));
+  unsetenv("MPINCCL_TRANSPORT");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+#endif
+  memcpy(t->ranks, saved, sizeof(saved));
+  memcpy(comms[0]->transport, kinds, sizeof(kinds));
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+}
+END_TEST
+
 /* A peer whose process is gone: ncclRemoteError with its name, once. */
 START_TEST(watchdog_peer_gone) {
   use_local_bootstrap();
@@ -567,6 +636,7 @@ int main(void) {
   tcase_add_test(tc, last_error_per_thread);
   tcase_add_test(tc, register_handles);
   tcase_add_test(tc, watchdog_peer_gone);
+  tcase_add_test(tc, peer_gpus_reached);
   tcase_add_test(tc, bootstrap_collectives_threads);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;

@@ -13,7 +13,7 @@
 # (MPINCCL_DELEGATE_WAIT_US=0), no eager inbox (MPINCCL_EAGER_MAX=0),
 # test_p2p and test_rma with host flags, and
 # test_p2p over UCX with one hardware queue (a known hang in threads_ring).
-# Always run: make check, the benchmarks, halo3d (also with every face in
+# Always run: make check, the benchmarks, examples/ring, halo3d (also with every face in
 # the flag kernel), bench/mpinccl_protocols (shapes of a 2-rank exchange in
 # plain CUDA), bench/mpinccl_barriers (shapes of a barrier of memory
 # operations in plain CUDA), test_p2p/test_rma under MPS (also with memops
@@ -89,6 +89,7 @@ regime_runs() { # regime
   repeat_ratio "$r" sendrecv-8B 2 -o sendrecv -b 8 -e 8 -n 100 -w 10
   repeat_ratio "$r" putpingpong-8B 2 -o putpingpong -b 8 -e 8 -n 50 -w 10
   repeat_ratio "$r" barrier-np8 8 -o barrier -n 100 -w 10
+  ring_runs "$r"
   [ $variants = 1 ] || { halo3d_runs "$r"; return; }
   # The same small-message runs with the copy engine only.
   local saved=$extra
@@ -205,6 +206,13 @@ halo3d_runs() { # regime
 # (PERFORMANCE.md, sixteenth session), so one run of each loop compares two
 # draws.  The demo, its --put variant and its flag-only loop, 3 runs each,
 # interleaved, and the ratios of the best of each to the flag-only loop's.
+ring_runs() { # regime: examples/ring, ranks of one process (under MPS ordered by events)
+  local r=$1 a
+  step "$r examples/ring"
+  for a in "-r 2" "-r 4" "-r 2 -c 1024 -i 200" "-r 8 -c 1024 -i 200"; do
+    echo "   ring $a: $(timeout 60 ./examples/ring $a 2>&1 | grep -E 'time/step|check' | tr '\n' ' ')"
+  done | tee "$out/$r-ring.txt"
+}
 halo3d_best() { # regime np
   local r=$1 np=$2 k mode t file
   file=$out/$r-halo3d$([ "$np" = 4 ] || echo "-np$np")-best.txt

@@ -31,13 +31,13 @@ uint64_t mpn_topo_bus_hash(const char bus[16]) {
   return fnv1a(FNV1A_START, s);
 }
 
-/* The other devices of this process that device maps both ways. */
-static void describe_reach(int device, mpn_rank_info_t* r) {
+/* The other devices of this process that device does not map both ways. */
+static void describe_apart(int device, mpn_rank_info_t* r) {
   int count = mpn_cuda_device_count();
-  for (int d = 0; d < count && r->nreach < MPN_TOPO_REACH; d++) {
+  for (int d = 0; d < count && r->napart < MPN_TOPO_APART; d++) {
     char bus[16];
-    if (d != device && mpn_cuda_peer_capable(device, d) && mpn_cuda_bus_id(d, bus) == ncclSuccess)
-      r->reach[r->nreach++] = mpn_topo_bus_hash(bus);
+    if (d != device && !mpn_cuda_peer_capable(device, d) && mpn_cuda_bus_id(d, bus) == ncclSuccess)
+      r->apart[r->napart++] = mpn_topo_bus_hash(bus);
   }
 }
 
@@ -78,7 +78,7 @@ ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
     r.mps = info.mps;
     r.cc = info.cc;
     r.numa = mpn_numa_node_of_pci(info.pci_bus);
-    describe_reach(device, &r);
+    describe_apart(device, &r);
   }
   *out = r;
   return ncclSuccess;
@@ -90,11 +90,11 @@ int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b) {
          memcmp(x->uuid, y->uuid, sizeof(x->uuid)) == 0;
 }
 
-/* x lists y's GPU among those it reaches. */
-static int reaches(const mpn_rank_info_t* x, const mpn_rank_info_t* y) {
+/* x lists y's GPU among those out of its reach. */
+static int apart(const mpn_rank_info_t* x, const mpn_rank_info_t* y) {
   uint64_t h = mpn_topo_bus_hash(y->pci_bus);
-  for (int i = 0; i < x->nreach && i < MPN_TOPO_REACH; i++)
-    if (x->reach[i] == h) return 1;
+  for (int i = 0; i < x->napart && i < MPN_TOPO_APART; i++)
+    if (x->apart[i] == h) return 1;
   return 0;
 }
 
@@ -102,7 +102,7 @@ int mpn_topo_direct(const mpn_topo_t* t, int a, int b) {
   const mpn_rank_info_t *x = &t->ranks[a], *y = &t->ranks[b];
   if (x->cuda_dev < 0 || y->cuda_dev < 0 || x->host_hash != y->host_hash) return 0;
   return mpn_topo_same_gpu(t, a, b) || memcmp(x->pci_bus, y->pci_bus, sizeof(x->pci_bus)) == 0 ||
-         (reaches(x, y) && reaches(y, x));
+         (!apart(x, y) && !apart(y, x));
 }
 
 ncclResult_t mpn_topo_discover(struct ncclComm* comm) {

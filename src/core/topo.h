@@ -13,8 +13,8 @@
 struct ncclComm;
 
 /** One rank's description, exchanged by allgather (fixed size). */
-/** Other GPUs a rank lists as reachable by peer access (more are not listed). */
-#define MPN_TOPO_REACH 16
+/** GPUs a rank lists as out of its GPU's reach (more are not listed). */
+#define MPN_TOPO_APART 16
 
 typedef struct {
   uint64_t host_hash; /**< host name and boot id */
@@ -29,9 +29,9 @@ typedef struct {
   int32_t cc;         /**< compute capability, major*10+minor */
   unsigned char uuid[16];
   char pci_bus[16];
-  int32_t nreach;                 /**< entries of reach */
-  uint64_t reach[MPN_TOPO_REACH]; /**< hashes of the PCI bus ids of other GPUs of this process that
-                                       this rank's GPU maps, and that map it (peer access both ways) */
+  int32_t napart;                 /**< entries of apart */
+  uint64_t apart[MPN_TOPO_APART]; /**< hashes of the PCI bus ids of other GPUs this process sees
+                                       that this rank's GPU cannot map, or that cannot map it */
 } mpn_rank_info_t;
 
 typedef struct {
@@ -53,14 +53,16 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm);
 /** True when ranks a and b use the same physical GPU. */
 int mpn_topo_same_gpu(const mpn_topo_t* t, int a, int b);
 
-/** What mpn_rank_info_t.reach holds for a GPU: a hash of its PCI bus id
+/** What mpn_rank_info_t.apart holds for a GPU: a hash of its PCI bus id
  * (16 bytes, possibly unterminated). */
 uint64_t mpn_topo_bus_hash(const char bus[16]);
 
 /**
  * True when ranks a and b, on one host and each with a GPU, can use each
  * other's device memory directly (CUDA IPC, or plain pointers in one
- * process): the same GPU, or GPUs with peer access both ways.
+ * process): the same GPU, or GPUs that neither rank lists as apart.  A
+ * process that does not see the other's GPU (CUDA_VISIBLE_DEVICES) cannot
+ * ask CUDA, so that counts as reachable, as NCCL's launchers expect.
  */
 int mpn_topo_direct(const mpn_topo_t* t, int a, int b);
 

@@ -439,8 +439,8 @@ START_TEST(register_handles) {
 END_TEST
 
 /* Rank r of t as on GPU gpu (0, 1, 2: three GPUs of this host) of process
- * proc, listing the GPUs in reach as peers. */
-static void describe_gpu(mpn_topo_t* t, int r, int gpu, uint64_t proc, const int* reach, int nreach) {
+ * proc, listing the GPUs in apart as out of its GPU's reach. */
+static void describe_gpu(mpn_topo_t* t, int r, int gpu, uint64_t proc, const int* apart, int napart) {
   static const char* bus[3] = {"0000:1a:00.0", "0000:2b:00.0", "0000:3c:00.0"};
   mpn_rank_info_t* x = &t->ranks[r];
   x->cuda_dev = gpu;
@@ -449,18 +449,19 @@ static void describe_gpu(mpn_topo_t* t, int r, int gpu, uint64_t proc, const int
   x->uuid[0] = (unsigned char)(gpu + 1);
   memset(x->pci_bus, 0, sizeof(x->pci_bus));
   memcpy(x->pci_bus, bus[gpu], strlen(bus[gpu]));
-  x->nreach = nreach;
-  for (int i = 0; i < nreach; i++) {
+  x->napart = napart;
+  for (int i = 0; i < napart; i++) {
     char b[16] = {0};
-    memcpy(b, bus[reach[i]], strlen(bus[reach[i]]));
-    x->reach[i] = mpn_topo_bus_hash(b);
+    memcpy(b, bus[apart[i]], strlen(bus[apart[i]]));
+    x->apart[i] = mpn_topo_bus_hash(b);
   }
 }
 
 /* Peers on other GPUs of the host: reached directly (CUDA IPC, or plain
- * pointers within a process) only where both GPUs list each other as
- * peers or they are the same GPU; the others go through UCX, and
- * MPINCCL_TRANSPORT=ipc refuses them by name. */
+ * pointers within a process) unless either rank's process sees the other's
+ * GPU and finds no peer access both ways; the others go through UCX, and
+ * MPINCCL_TRANSPORT=ipc refuses them by name.  A GPU a process does not
+ * see (CUDA_VISIBLE_DEVICES) counts as reachable. */
 START_TEST(peer_gpus_reached) {
   use_local_bootstrap();
   ncclComm_t comms[5];
@@ -471,16 +472,20 @@ START_TEST(peer_gpus_reached) {
   uint8_t kinds[5];
   memcpy(kinds, comms[0]->transport, sizeof(kinds));
   uint64_t me = t->ranks[0].proc;
-  const int gpu1[1] = {1}, gpu0[1] = {0};
-  describe_gpu(t, 0, 0, me, gpu1, 1);     /* this rank: GPU 0, peer of GPU 1 */
+  const int gpu2[1] = {2}, gpu0[1] = {0};
+  describe_gpu(t, 0, 0, me, gpu2, 1);     /* this rank: GPU 0, which cannot map GPU 2 */
   describe_gpu(t, 1, 0, me + 1, NULL, 0); /* another process on GPU 0 */
-  describe_gpu(t, 2, 1, me + 2, gpu0, 1); /* GPU 1, peer of GPU 0: both ways */
-  describe_gpu(t, 3, 2, me + 3, gpu0, 1); /* GPU 2 lists GPU 0, not the other way */
+  describe_gpu(t, 2, 1, me + 2, NULL, 0); /* GPU 1: nobody finds it apart */
+  describe_gpu(t, 3, 2, me + 3, NULL, 0); /* GPU 2, its process sees no other GPU */
   describe_gpu(t, 4, 2, me, gpu0, 1);     /* this process, GPU 2 */
   ck_assert(mpn_topo_direct(t, 0, 1));
   ck_assert(mpn_topo_direct(t, 0, 2) && mpn_topo_direct(t, 2, 0));
-  ck_assert(!mpn_topo_direct(t, 0, 3) && !mpn_topo_direct(t, 3, 0));
+  ck_assert(!mpn_topo_direct(t, 0, 3) && !mpn_topo_direct(t, 3, 0)); /* one side's word is enough */
   ck_assert(!mpn_topo_direct(t, 0, 4));
+  t->ranks[2].napart = 1; /* GPU 1's process finds GPU 0 apart */
+  t->ranks[2].apart[0] = t->ranks[4].apart[0];
+  ck_assert(!mpn_topo_direct(t, 0, 2) && !mpn_topo_direct(t, 2, 0));
+  t->ranks[2].napart = 0;
   t->ranks[2].host_hash ^= 1; /* the same GPUs on another host */
   ck_assert(!mpn_topo_direct(t, 0, 2));
   t->ranks[2].host_hash ^= 1;

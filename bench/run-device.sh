@@ -28,6 +28,12 @@ check=1 mps=1 variants=1
 for a in "$@"; do
   case $a in --no-check) check=0 ;; --no-mps) mps=0 ;; --no-variants) variants=0 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
 done
+# A machine may be handed out again with an earlier run's folder still
+# there: its files would pass for this run's.
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ]; then
+  echo "run-device.sh: $out is not empty (an earlier run's results?); give an empty or new folder" >&2
+  exit 2
+fi
 mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
 cd "$(dirname "$0")/.." || exit 1
 step() { echo "== $(date +%T) $*"; }

@@ -60,8 +60,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                      "(H200, MPS: the 8-rank signal barrier 8.2-9.3 us against 12.0-12.1 "
                                      "us); 0: ordinary launches."},
     [MPN_PARAM_COPY_KERNEL_MAX] = {"MPINCCL_COPY_KERNEL_MAX", MPN_PARAM_INT, "65536", NULL, 0, 1 << 30,
-                                   "Messages of at most this many bytes between ranks of one GPU "
-                                   "that a rank moves in one group are copied by one kernel launch "
+                                   "Messages of at most this many bytes to or from a GPU this rank "
+                                   "reaches (its own, or another with peer access) that a rank moves in one group are "
+                                   "copied by one kernel launch "
                                    "instead of one copy-engine copy each (the 26-neighbour halo "
                                    "exchange of docs/PERFORMANCE.md ran 1.9x faster with MPS, 1.2x "
                                    "without); 0 keeps the copy engine for all."},

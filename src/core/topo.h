@@ -12,10 +12,10 @@
 
 struct ncclComm;
 
-/** One rank's description, exchanged by allgather (fixed size). */
 /** GPUs a rank lists as out of its GPU's reach (more are not listed). */
 #define MPN_TOPO_APART 16
 
+/** One rank's description, exchanged by allgather (fixed size). */
 typedef struct {
   uint64_t host_hash; /**< host name and boot id */
   uint64_t proc;      /**< process identity */

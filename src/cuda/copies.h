@@ -1,6 +1,7 @@
 /*
  * copies.h - the copies one rank enqueues on one stream in a launch: those
- * of at most MPINCCL_COPY_KERNEL_MAX bytes within one GPU go through one
+ * of at most MPINCCL_COPY_KERNEL_MAX bytes that the stream's GPU reaches
+ * (its own memory, or a peer GPU's it maps) go through one
  * kernel launch per MPN_COPY_BATCH of them (DESIGN rule 4), the others each
  * through the copy engine.
  */

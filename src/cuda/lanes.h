@@ -2,9 +2,12 @@
  * lanes.h - streams of the library's own beside a caller's stream, so that a
  * launch's large copy-engine copies to and from other GPUs run at once, each
  * on an engine of its own, instead of one after another on the caller's
- * stream (an exchange's two directions, moved by one rank, would otherwise
- * share the link's time).  A fork starts where the copies may start and is
- * joined back before anything that follows them on the caller's stream.
+ * stream: between ranks of one process both directions of an exchange then
+ * overlap (examples/ring on two H200s: twice as fast).  Between processes
+ * the engines serve one process's copies to and from one peer's IPC memory
+ * one at a time all the same (bench/ipc_copies.cu).  A fork starts where
+ * the copies may start and is joined back before anything that follows
+ * them on the caller's stream.
  */
 #ifndef MPN_CUDA_LANES_H_
 #define MPN_CUDA_LANES_H_

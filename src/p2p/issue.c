@@ -1,7 +1,8 @@
 /*
  * issue.c - turns a launch's posted messages into stream work: memory
  * operations on the pair flags in batches, one kernel for the small copies
- * between ranks of one GPU, the copy engine for the others, and CUDA events
+ * (to and from any GPU the rank reaches), the copy engine for the others
+ * (those to other GPUs beside one another on lanes), and CUDA events
  * between ranks of one process under MPS.
  */
 #include <stdint.h>
@@ -66,22 +67,22 @@ static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
 
 /*
  * The copies this rank moves on stream s: messages up to
- * MPINCCL_COPY_KERNEL_MAX bytes between ranks of one GPU go through one
- * kernel launch per MPN_COPY_BATCH of them, the others each through the copy
- * engine.
+ * MPINCCL_COPY_KERNEL_MAX bytes to or from a GPU the rank reaches go through
+ * one kernel launch per MPN_COPY_BATCH of them, the others each through the
+ * copy engine, those of LANE_MIN_BYTES or more to other GPUs on lanes.
  */
 
-/* Copies at least this large between GPUs go by the copy engine beside one
- * another (lanes.h): a link's two directions, or several links, at once. */
-#define APART_MIN_BYTES ((size_t)4 << 20)
+/* Copies at least this large to or from other GPUs go by the copy engine
+ * beside one another (lanes.h). */
+#define LANE_MIN_BYTES ((size_t)4 << 20)
 
-static int copy_apart(const plan_t* p) {
+static int copy_on_lane(const plan_t* p) {
   const struct ncclComm* comm = p->op->comm;
-  return !p->graph && p->op->bytes >= APART_MIN_BYTES && !mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
+  return !p->graph && p->op->bytes >= LANE_MIN_BYTES && !mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer);
 }
 
 /* p's copy by the copy engine on the fork's next stream. */
-static ncclResult_t issue_apart(mpn_fork_t* fork, const plan_t* p) {
+static ncclResult_t issue_on_lane(mpn_fork_t* fork, const plan_t* p) {
   cudaStream_t on;
   MPN_CHECK(mpn_fork_next(fork, &on));
   MPN_CUDA_CHECK(cudaMemcpyAsync(p->dst, p->src, p->op->bytes, cudaMemcpyDefault, on));
@@ -103,10 +104,10 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager
       continue;
     }
     struct ncclComm* comm = p->op->comm;
-    if (copy_apart(p)) {
+    if (copy_on_lane(p)) {
       if (!forking) mpn_fork_init(&fork, s, comm->cuda_dev, mpn_p2p_lanes(comm));
       forking = 1;
-      mpn_keep(&first, issue_apart(&fork, p));
+      mpn_keep(&first, issue_on_lane(&fork, p));
       continue;
     }
     /* The kernel reaches the peer's GPU where the transport maps it. */

@@ -24,6 +24,8 @@ typedef enum {
   MPN_PARAM_EAGER_MAX,         /* messages up to this size go through the peer's inbox */
   MPN_PARAM_EAGER_BIG_MAX,     /* larger ones up to this size through its big slots */
   MPN_PARAM_DELEGATE_WAIT,     /* host wait for a peer's post to copy both directions */
+  MPN_PARAM_PUSH_MIN,          /* different GPUs: sends from this size move by their own side */
+  MPN_PARAM_PUSH_WAIT,         /* host wait for the peer's receive so that they do */
   MPN_PARAM_SLICED_INBOX_WAIT, /* time-sliced GPU: inbox for multi-peer launches, host wait for a slot */
   MPN_PARAM_SLICED_GAP,        /* time-sliced GPU: GPU work between launches that makes one-peer launches use it */
   MPN_PARAM_LOCAL_WAIT,        /* host wait for a same-process peer's "done" event */

@@ -13,7 +13,8 @@
  * needs no engine at all (sliced.c); with several such processes in a
  * launch, messages go through the receivers' inboxes instead (eager.h),
  * the host waiting, bounded, for a slot the GPU has not freed yet
- * (slot_wait).  Messages enqueued while their stream is captured in a CUDA
+ * (slot_wait).  Between processes on different GPUs each side moves its
+ * own large sends (push.h).  Messages enqueued while their stream is captured in a CUDA
  * graph use slots of their own whose flags go back to 0, so that every
  * replay repeats the same handshake.
  */
@@ -37,6 +38,7 @@
 #include "p2p/order.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
+#include "p2p/push.h"
 #include "p2p/sliced.h"
 #include "p2p/stage.h"
 #include "transport.h"
@@ -53,6 +55,7 @@ typedef struct {
   uint64_t launch[2];         /* the launch that posted last */
   uint64_t eager_base[2][2];  /* and ring: the eager count when that launch began */
   int slot_timed_out[2];      /* a host wait for a slot ran out; none until a slot is free at once */
+  int push_late;              /* a wait for the peer's receive ran out; none until it is there at once (push.h) */
   uint64_t errors_seen[2];
   mpn_slot_streams_t streams[2]; /* the stream each slot last served (order.h) */
 } peer_state_t;
@@ -65,6 +68,8 @@ struct mpn_p2p {
   uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
   uint64_t slot_waits;    /* time-sliced GPU: posts that waited on the host for a slot and got it */
   uint64_t slot_timeouts; /* ... and that waited in vain */
+  uint64_t pushed;        /* sends posted after the peer's receive, so this rank moved them (push.h) */
+  uint64_t push_timeouts; /* ... and those whose wait for it ran out */
   mpn_gap_t gap;          /* GPU work between launches with one process of a time-sliced GPU */
   mpn_lanes_t lanes;      /* streams for large copies to other GPUs beside one another (issue.c) */
 };
@@ -536,6 +541,35 @@ static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline
   return 1;
 }
 
+/* A wait for peers' receives ran out: the sends still waiting post as they
+ * are (the peer moves them when it posts), and their peers' sends post at
+ * once until the receive is found already there (push_late_filter). */
+static void push_give_up(plan_t* plans, const char* done, int n) {
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (done[i] || !mpn_push_pending(p)) continue;
+    p->push = 0;
+    p->op->comm->p2p->peers[p->op->peer].push_late = 1;
+    p->op->comm->p2p->push_timeouts++;
+  }
+}
+
+/* Sends marked to push (push.h) to a peer whose earlier wait ran out post at
+ * once, unless the peer's receive is already there: a peer that is late
+ * every time costs no wait per launch, and one that catches up is waited
+ * for again. */
+static void push_late_filter(plan_t* plans, int n) {
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->push) continue;
+    peer_state_t* ps = &p->op->comm->p2p->peers[p->op->peer];
+    if (!mpn_push_pending(p))
+      ps->push_late = 0;
+    else if (ps->push_late)
+      p->push = 0;
+  }
+}
+
 /*
  * Posts the prepared plans, in program order within each pair.  A plan
  * whose slot still holds message seq - MPN_PAIR_SLOTS (this rank's host is
@@ -548,7 +582,9 @@ static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline
  * left is of this process (the thread that would post its side may be this
  * one), the rest are posted anyway and refused (mpn_pair_post).  An abort
  * from another thread ends the wait; it frees the communicator only once
- * this launch is over (group.c).
+ * this launch is over (group.c).  A send that should push (push.h) waits
+ * likewise, once everything else is posted, for its peer's receive, at most
+ * MPINCCL_PUSH_WAIT_US for the launch, then posts as it is.
  */
 static ncclResult_t post_all(plan_t* plans, int n, int* current) {
   char* done = calloc((size_t)(n ? n : 1), 1);
@@ -560,16 +596,18 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
   ncclResult_t first = ncclSuccess, why = ncclSuccess;
   int left = 0, give_up = 0, waiting = 0;
   for (int i = 0; i < n; i++) left += plans[i].prepared;
-  uint64_t deadline = 0;
+  uint64_t deadline = 0, push_deadline = 0;
   while (left > 0) {
-    int nheld = 0, progress = 0, other_process = 0;
+    int nheld = 0, progress = 0, other_process = 0, pushing = 0;
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
       if (!p->prepared || done[i]) continue;
-      if (!give_up &&
-          ((nheld && pair_held(held, nheld, p)) || (!p->graph && mpn_pair_slot_held(p->pair, p->seq, plan_side(p))))) {
+      int ahead = !give_up && ((nheld && pair_held(held, nheld, p)) ||
+                               (!p->graph && mpn_pair_slot_held(p->pair, p->seq, plan_side(p))));
+      if (ahead || mpn_push_pending(p)) { /* later messages of the pair and side wait with it */
         if (!pair_held(held, nheld, p)) held[nheld++] = (pair_side_t){p->pair, plan_side(p)};
-        other_process |= p->op->comm->transport[p->op->peer] == MPN_TRANSPORT_IPC;
+        other_process |= ahead && p->op->comm->transport[p->op->peer] == MPN_TRANSPORT_IPC;
+        pushing |= !ahead;
         continue;
       }
       mpn_cuda_switch_device(current, p->op->comm->cuda_dev);
@@ -577,11 +615,16 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
       struct mpn_p2p* stats = p->op->comm->p2p;
       stats->posted += p->posted;
       stats->moved += p->posted && p->role == MPN_POST_SECOND;
+      stats->pushed += p->posted && p->push && p->role == MPN_POST_SECOND;
       done[i] = 1;
       left--;
       progress = 1;
     }
     if (progress || left == 0) continue;
+    if (pushing) { /* every other message is posted: wait for the peers' receives */
+      if (!mpn_push_wait(plans, done, n, &push_deadline)) push_give_up(plans, done, n);
+      continue;
+    }
     if (!waiting && other_process) {
       waiting = 1;
       deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
@@ -639,6 +682,8 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
+  mpn_push_mark(plans, n);
+  push_late_filter(plans, n);
   int one_peer = mpn_sliced_one_peer(plans, n);
   const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;
   int computes = timed && gap_time(timed, 0, &current);
@@ -751,6 +796,12 @@ void mpn_p2p_abort(struct ncclComm* comm) {
   cudaGetLastError();
 }
 
+void mpn_p2p_push_stats(const struct ncclComm* comm, uint64_t* pushed, uint64_t* timeouts) {
+  const struct mpn_p2p* s = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  *pushed = s ? s->pushed : 0;
+  *timeouts = s ? s->push_timeouts : 0;
+}
+
 void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot, uint64_t* slot_waits) {
   const struct mpn_p2p* s = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   eager[0] = s ? s->eager[0] : 0;
@@ -761,14 +812,17 @@ void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_
 
 void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
-  MPN_INFO(MPN_SUBSYS_P2P, "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
+  MPN_INFO(MPN_SUBSYS_P2P,
+           "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
            "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot, "
-           "%llu waited for one and got it, %llu in vain; %llu gaps between launches timed, the last %.0f us",
+           "%llu waited for one and got it, %llu in vain; %llu gaps between launches timed, the last %.0f us; "
+           "%llu sends pushed after the peer's receive, %llu waits for it ran out",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
            (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot,
            (unsigned long long)comm->p2p->slot_waits, (unsigned long long)comm->p2p->slot_timeouts,
-           (unsigned long long)comm->p2p->gap.samples, (double)comm->p2p->gap.last_us);
+           (unsigned long long)comm->p2p->gap.samples, (double)comm->p2p->gap.last_us,
+           (unsigned long long)comm->p2p->pushed, (unsigned long long)comm->p2p->push_timeouts);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);

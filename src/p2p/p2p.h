@@ -68,4 +68,9 @@ mpn_lanes_t* mpn_p2p_lanes(struct ncclComm* comm);
  * time-sliced GPU; may be NULL).  For tests and the destroy log. */
 void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot, uint64_t* slot_waits);
 
+/** Sends of comm that waited for their peer's receive and moved their own
+ * data (pushed; push.h), and those whose wait ran out (timeouts).  For
+ * tests and the destroy log. */
+void mpn_p2p_push_stats(const struct ncclComm* comm, uint64_t* pushed, uint64_t* timeouts);
+
 #endif /* MPN_P2P_P2P_H_ */

@@ -898,6 +898,55 @@ static void streams_wrap(void) {
   EXPECT_OK(ncclCommDestroy(c));
 }
 
+/*
+ * Between processes on different GPUs each side moves its own large sends
+ * (p2p/push.h; partners rank ^ 1, an odd last rank sits out).  Phase 0:
+ * 16 rounds of an 8 MiB sendrecv, each after a barrier, so the hosts post
+ * within microseconds of each other: where this applies each rank must
+ * have pushed its send in at least 4 of them (a host delayed past
+ * MPINCCL_PUSH_WAIT_US leaves that round to the peer).  Phase 1: the
+ * higher rank's host sleeps 5 ms before each of 3 rounds, so the lower
+ * rank's wait runs out and the higher moves both directions.  Phase 2: a
+ * one-way 8 MiB message, which nobody waits for.  Every byte is checked.
+ */
+static void push_own(void) {
+  enum { ROUNDS = 16, LATE = 3, BYTES = 8 << 20 };
+  int peer = rank ^ 1, in = peer < nranks;
+  int applies = !in || (comm->transport[peer] == MPN_TRANSPORT_IPC && !mpn_topo_same_gpu(&comm->topo, rank, peer) &&
+                        getenv("MPINCCL_PUSH_MIN") == NULL && getenv("MPINCCL_PUSH_WAIT_US") == NULL);
+  int all_apply = 0;
+  MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  char *s = dev_alloc(BYTES), *r = dev_alloc(BYTES);
+  uint64_t pushed[4], timeouts[4];
+  mpn_p2p_push_stats(comm, &pushed[0], &timeouts[0]);
+  for (int k = 0; k < ROUNDS + LATE + 1; k++) {
+    int phase = k < ROUNDS ? 0 : k < ROUNDS + LATE ? 1 : 2, key = 14000 + k;
+    if (in) pattern_fill(s, BYTES, seed_of(rank, peer, key), stream);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    if (k == ROUNDS || k == ROUNDS + LATE) mpn_p2p_push_stats(comm, &pushed[phase], &timeouts[phase]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (phase == 1 && rank > peer) usleep(5000);
+    if (in && phase < 2) pair_launch(s, r, BYTES, peer);
+    if (in && phase == 2 && rank < peer) EXPECT_OK(ncclSend(s, BYTES, ncclInt8, peer, comm, stream));
+    if (in && phase == 2 && rank > peer) EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, peer, comm, stream));
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    if (in && (phase < 2 || rank > peer)) {
+      char what[64];
+      snprintf(what, sizeof(what), "push_own round %d", k);
+      expect_pattern(r, BYTES, seed_of(peer, rank, key), what);
+    }
+  }
+  mpn_p2p_push_stats(comm, &pushed[3], &timeouts[3]);
+  if (all_apply && in) {
+    EXPECT(pushed[1] - pushed[0] >= ROUNDS / 4 && pushed[1] - pushed[0] + timeouts[1] - timeouts[0] <= ROUNDS);
+    if (rank < peer) EXPECT(timeouts[2] - timeouts[1] >= 1); /* then no more waits: the peer is late */
+    EXPECT(pushed[3] == pushed[2] && timeouts[3] == timeouts[2]);
+  }
+  if (all_apply == 0 || !in) EXPECT(pushed[3] == pushed[0] && timeouts[3] == timeouts[0]);
+  cudaFree(s);
+  cudaFree(r);
+}
+
 /* Launches back to back, never waited for in between, each with two odd
  * sizes above one block's share of a flag kernel's copies (sync.h,
  * MPN_SYNC_BLOCK_BYTES: under MPS the copies are shared by several blocks),
@@ -955,6 +1004,7 @@ int main(int argc, char** argv) {
   STEP(sliced_inbox());
   STEP(sliced_pair());
   STEP(grid_copies());
+  STEP(push_own());
   STEP(if (!harness_over_ucx()) group_limit());
   STEP(reallocated());
   STEP(two_comms());

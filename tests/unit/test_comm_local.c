@@ -21,6 +21,7 @@
 #include "core/topo.h"
 #include "core/watchdog.h"
 #include "mpinccl.h"
+#include "p2p/push.h"
 #include "transport.h"
 
 #define MAXR 8
@@ -510,6 +511,73 @@ START_TEST(peer_gpus_reached) {
 }
 END_TEST
 
+/* Which sends wait to move their own data (p2p/push.h): to another process
+ * on another GPU, from MPINCCL_PUSH_MIN bytes, in a launch that receives as
+ * much from that peer; nothing where MPINCCL_PUSH_WAIT_US is 0. */
+static void push_marks(ncclComm_t c, const mpn_op_kind_t* kind, const int* peer, const size_t* bytes, int n,
+                       int* marked) {
+  mpn_op_t ops[8];
+  plan_t plans[8];
+  memset(ops, 0, sizeof(ops));
+  memset(plans, 0, sizeof(plans));
+  for (int i = 0; i < n; i++) {
+    ops[i] = (mpn_op_t){.kind = kind[i], .comm = c, .peer = peer[i], .bytes = bytes[i], .count = bytes[i]};
+    plans[i].op = &ops[i];
+    plans[i].prepared = 1;
+  }
+  mpn_push_mark(plans, n);
+  for (int i = 0; i < n; i++) marked[i] = plans[i].push;
+}
+
+START_TEST(push_own_sends) {
+  use_local_bootstrap();
+  ncclComm_t comms[3];
+  group_create(comms, 3);
+  mpn_topo_t* t = &comms[0]->topo;
+  mpn_rank_info_t saved[3];
+  memcpy(saved, t->ranks, sizeof(saved));
+  uint8_t kinds[3];
+  memcpy(kinds, comms[0]->transport, sizeof(kinds));
+  uint64_t me = t->ranks[0].proc;
+  describe_gpu(t, 0, 0, me, NULL, 0);
+  describe_gpu(t, 1, 0, me + 1, NULL, 0); /* another process, same GPU */
+  describe_gpu(t, 2, 1, me + 2, NULL, 0); /* another process, another GPU */
+  comms[0]->transport[1] = comms[0]->transport[2] = MPN_TRANSPORT_IPC;
+  const size_t big = 2 << 20, small = 512 << 10;
+  const mpn_op_kind_t S = MPN_OP_SEND, R = MPN_OP_RECV;
+  int m[8];
+  /* sendrecv with rank 2, then with rank 1 (same GPU), in one launch */
+  push_marks(comms[0], (mpn_op_kind_t[]){S, R, S, R}, (int[]){2, 2, 1, 1}, (size_t[]){big, big, big, big}, 4, m);
+  ck_assert(m[0] && !m[1] && !m[2] && !m[3]);
+  /* a small receive, or none, from rank 2: one side moves one direction anyway */
+  push_marks(comms[0], (mpn_op_kind_t[]){S, R}, (int[]){2, 2}, (size_t[]){big, small}, 2, m);
+  ck_assert(!m[0] && !m[1]);
+  push_marks(comms[0], (mpn_op_kind_t[]){S, S}, (int[]){2, 2}, (size_t[]){big, big}, 2, m);
+  ck_assert(!m[0] && !m[1]);
+  /* a small send with a large receive */
+  push_marks(comms[0], (mpn_op_kind_t[]){R, S}, (int[]){2, 2}, (size_t[]){big, small}, 2, m);
+  ck_assert(!m[0] && !m[1]);
+  set_param("MPINCCL_PUSH_MIN", "4194304");
+  push_marks(comms[0], (mpn_op_kind_t[]){S, R}, (int[]){2, 2}, (size_t[]){big, big}, 2, m);
+  ck_assert(!m[0]);
+  set_param("MPINCCL_PUSH_MIN", "1");
+  push_marks(comms[0], (mpn_op_kind_t[]){S, R}, (int[]){2, 2}, (size_t[]){small, small}, 2, m);
+  ck_assert(m[0] && !m[1]);
+  set_param("MPINCCL_PUSH_WAIT_US", "0");
+  push_marks(comms[0], (mpn_op_kind_t[]){S, R}, (int[]){2, 2}, (size_t[]){big, big}, 2, m);
+  ck_assert(!m[0]);
+  unsetenv("MPINCCL_PUSH_MIN");
+  unsetenv("MPINCCL_PUSH_WAIT_US");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  comms[0]->transport[2] = MPN_TRANSPORT_LOCAL; /* ranks of this process: plain pointers, not pushed */
+  push_marks(comms[0], (mpn_op_kind_t[]){S, R}, (int[]){2, 2}, (size_t[]){big, big}, 2, m);
+  ck_assert(!m[0]);
+  memcpy(t->ranks, saved, sizeof(saved));
+  memcpy(comms[0]->transport, kinds, sizeof(kinds));
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+}
+END_TEST
+
 /* A peer whose process is gone: ncclRemoteError with its name, once. */
 START_TEST(watchdog_peer_gone) {
   use_local_bootstrap();
@@ -642,6 +710,7 @@ int main(void) {
   tcase_add_test(tc, register_handles);
   tcase_add_test(tc, watchdog_peer_gone);
   tcase_add_test(tc, peer_gpus_reached);
+  tcase_add_test(tc, push_own_sends);
   tcase_add_test(tc, bootstrap_collectives_threads);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;

@@ -86,7 +86,7 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "engines in an exchange (without MPS each switch between "
                                  "processes costs a context switch); 0 lets whichever side "
                                  "posts second copy."},
-    [MPN_PARAM_PUSH_MIN] = {"MPINCCL_PUSH_MIN", MPN_PARAM_INT, "1048576", NULL, 0, INT64_MAX,
+    [MPN_PARAM_PUSH_MIN] = {"MPINCCL_PUSH_MIN", MPN_PARAM_INT, "2097152", NULL, 0, INT64_MAX,
                             "Between processes on different GPUs, a send of at least this many bytes in "
                             "a launch that also receives at least as much from the same peer is moved by "
                             "its own side (MPINCCL_PUSH_WAIT_US): a process's copies to and from one "
@@ -96,10 +96,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "Such a send (MPINCCL_PUSH_MIN) is posted after the peer's receive, so that "
                              "its own side moves it: the launch's other messages are posted first, then "
                              "the host waits up to this many microseconds for the peer's receives, and "
-                             "posts what is still waiting as it is (the peer moves it). After a wait "
-                             "that ran out, sends to that peer wait only once its receive is found "
-                             "already posted again. 0: never wait (the side that posts second moves "
-                             "both directions)."},
+                             "posts what is still waiting as it is (the peer moves it). 0: never wait (the "
+                             "side that posts second moves both directions)."},
     [MPN_PARAM_SLICED_INBOX_WAIT] = {"MPINCCL_SLICED_INBOX_WAIT_US", MPN_PARAM_INT, "20000", NULL, 0, 10000000,
                                      "Without MPS (processes time-slice the GPU), a launch that exchanges with "
                                      "several processes of its GPU sends its messages of at most "

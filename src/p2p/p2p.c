@@ -55,7 +55,6 @@ typedef struct {
   uint64_t launch[2];         /* the launch that posted last */
   uint64_t eager_base[2][2];  /* and ring: the eager count when that launch began */
   int slot_timed_out[2];      /* a host wait for a slot ran out; none until a slot is free at once */
-  int push_late;              /* a wait for the peer's receive ran out; none until it is there at once (push.h) */
   uint64_t errors_seen[2];
   mpn_slot_streams_t streams[2]; /* the stream each slot last served (order.h) */
 } peer_state_t;
@@ -542,31 +541,13 @@ static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline
 }
 
 /* A wait for peers' receives ran out: the sends still waiting post as they
- * are (the peer moves them when it posts), and their peers' sends post at
- * once until the receive is found already there (push_late_filter). */
+ * are, and the peer moves them when it posts. */
 static void push_give_up(plan_t* plans, const char* done, int n) {
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (done[i] || !mpn_push_pending(p)) continue;
     p->push = 0;
-    p->op->comm->p2p->peers[p->op->peer].push_late = 1;
     p->op->comm->p2p->push_timeouts++;
-  }
-}
-
-/* Sends marked to push (push.h) to a peer whose earlier wait ran out post at
- * once, unless the peer's receive is already there: a peer that is late
- * every time costs no wait per launch, and one that catches up is waited
- * for again. */
-static void push_late_filter(plan_t* plans, int n) {
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (!p->push) continue;
-    peer_state_t* ps = &p->op->comm->p2p->peers[p->op->peer];
-    if (!mpn_push_pending(p))
-      ps->push_late = 0;
-    else if (ps->push_late)
-      p->push = 0;
   }
 }
 
@@ -683,7 +664,6 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   mpn_push_mark(plans, n);
-  push_late_filter(plans, n);
   int one_peer = mpn_sliced_one_peer(plans, n);
   const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;
   int computes = timed && gap_time(timed, 0, &current);

@@ -6,6 +6,8 @@
  */
 #include "p2p/push.h"
 
+#include <sched.h>
+
 #include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/param.h"
@@ -47,5 +49,6 @@ int mpn_push_wait(const plan_t* plans, const char* done, int n, uint64_t* deadli
       if (async == ncclRemoteError || async == ncclTimeout || p->op->comm->abort_flag) return 0;
     }
     if (mpn_chan_now_ns() > *deadline) return 0;
+    sched_yield(); /* the peer's process may share this core */
   }
 }

@@ -31,6 +31,8 @@ int mpn_push_pending(const plan_t* p);
  * (done[i] == 0) has posted its receive (returns 1), or until *deadline
  * (set on first use to MPINCCL_PUSH_WAIT_US from now) has passed or one of
  * their communicators failed (returns 0: the caller posts them as they are).
+ * Every launch waits afresh: a host that runs ahead of its peer's by more
+ * than the wait is slowed to within it, and from then on both sides push.
  */
 int mpn_push_wait(const plan_t* plans, const char* done, int n, uint64_t* deadline);
 

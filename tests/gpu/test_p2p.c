@@ -906,7 +906,7 @@ static void streams_wrap(void) {
  * have pushed its send in at least 4 of them (a host delayed past
  * MPINCCL_PUSH_WAIT_US leaves that round to the peer).  Phase 1: the
  * higher rank's host sleeps 5 ms before each of 3 rounds, so the lower
- * rank's wait runs out and the higher moves both directions.  Phase 2: a
+ * rank's waits run out and the higher moves both directions.  Phase 2: a
  * one-way 8 MiB message, which nobody waits for.  Every byte is checked.
  */
 static void push_own(void) {
@@ -939,7 +939,7 @@ static void push_own(void) {
   mpn_p2p_push_stats(comm, &pushed[3], &timeouts[3]);
   if (all_apply && in) {
     EXPECT(pushed[1] - pushed[0] >= ROUNDS / 4 && pushed[1] - pushed[0] + timeouts[1] - timeouts[0] <= ROUNDS);
-    if (rank < peer) EXPECT(timeouts[2] - timeouts[1] >= 1); /* then no more waits: the peer is late */
+    if (rank < peer) EXPECT(timeouts[2] - timeouts[1] == LATE);
     EXPECT(pushed[3] == pushed[2] && timeouts[3] == timeouts[2]);
   }
   if (all_apply == 0 || !in) EXPECT(pushed[3] == pushed[0] && timeouts[3] == timeouts[0]);

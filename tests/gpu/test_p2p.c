@@ -937,6 +937,10 @@ static void push_own(void) {
     }
   }
   mpn_p2p_push_stats(comm, &pushed[3], &timeouts[3]);
+  if (all_apply && in)
+    printf("push_own rank %d: pushed %llu of %d rounds (%llu waits ran out), then %llu waits ran out of %d\n", rank,
+           (unsigned long long)(pushed[1] - pushed[0]), ROUNDS, (unsigned long long)(timeouts[1] - timeouts[0]),
+           (unsigned long long)(timeouts[2] - timeouts[1]), LATE);
   if (all_apply && in) {
     EXPECT(pushed[1] - pushed[0] >= ROUNDS / 4 && pushed[1] - pushed[0] + timeouts[1] - timeouts[0] <= ROUNDS);
     if (rank < peer) EXPECT(timeouts[2] - timeouts[1] == LATE);

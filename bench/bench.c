@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_kernels.h"
 
@@ -702,13 +703,34 @@ static void buffers_destroy(bench_t* b) {
   free(b->msgs);
 }
 
+/* Before the first size of a send/receive operation: one iteration per rank
+ * in which that rank posts last (2 ms after the others), so that every rank
+ * has once moved its messages as the side that posts second, with the
+ * one-time CUDA IPC imports of its peers' buffers that takes.  Otherwise
+ * those imports land in the first timed loop wherever its roles differ from
+ * its warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md, twenty-first
+ * session). */
+static void roles_warmup(bench_t* b) {
+  data_prepare(b);
+  for (int last = 0; last < world_size; last++) {
+    CUDA_CHECK(cudaStreamSynchronize(b->stream));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank == last) usleep(2000);
+    iter_run(b);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(b->stream));
+}
+
 /* Every size from minbytes to maxbytes; returns the exit code. */
 static int sizes_run(bench_t* b) {
   const options_t* o = b->o;
   long long wrong_sizes = 0;
+  int roles = !bench_op_rma(o->op) && o->op != OP_BARRIER && world_size > 1;
   for (size_t size = o->minbytes; size <= o->maxbytes && b->nresults < MAX_SIZES;) {
     if (plan_build(b, size)) {
       result_t* r = &b->results[b->nresults];
+      if (roles) roles_warmup(b);
+      roles = 0;
       if (size_run(b, r) != 0) return 3;
       b->nresults++;
       wrong_sizes += r->wrong > 0;

@@ -23,6 +23,7 @@
 #endif
 #include "cuda/device.h"
 #include "cuda/kernels.h"
+#include "cuda/sync.h"
 #include "p2p/p2p.h"
 #include "transport.h"
 
@@ -58,6 +59,7 @@ static ncclResult_t comm_setup(struct ncclComm* comm) {
 #endif
   MPN_CALLOC(comm->peer_gone, comm->nranks);
   MPN_CHECK(mpn_p2p_connect_local(comm));
+  if (comm->nranks > 1 && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0) mpn_sync_grid_prepare(comm->cuda_dev);
   MPN_CHECK(mpn_watchdog_start(comm));
   mpn_topo_log(comm);
   mpn_transport_log(comm);

@@ -181,6 +181,16 @@ static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
  */
 void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k);
 
+/**
+ * Makes device dev's pool of counters now (communicator creation) rather
+ * than in the first launch that wants several blocks, where its allocation
+ * and synchronization would stall a running exchange (on two H200s about
+ * 1 ms, at the first size whose copies took several blocks on a rank that
+ * until then had moved nothing).  Failures are left to mpn_sync_grid_take
+ * (one block per launch).
+ */
+void mpn_sync_grid_prepare(int dev);
+
 /** Gives k's counters back when its launch failed (it never ran). */
 void mpn_sync_grid_release(const mpn_sync_t* k);
 

@@ -1,6 +1,7 @@
 /*
  * sync_grid.c - the counters of flag kernels of several blocks (sync.h,
- * mpn_sync_grid_take): a pool per device, made on first use, of counter
+ * mpn_sync_grid_take): a pool per device, made at communicator creation
+ * (mpn_sync_grid_prepare) or on first use, of counter
  * slots in device memory (each on its own lines) and, for each, a word in
  * mapped host memory where a launch that used the slot leaves its epoch
  * once its counters are back at 0.  A slot is taken again only after its
@@ -77,6 +78,15 @@ static pool_t* pool_of(int dev) {
   pools[dev] = p;
   pthread_mutex_unlock(&pools_lock);
   return p;
+}
+
+void mpn_sync_grid_prepare(int dev) {
+  if (dev < 0 || dev >= POOL_DEVICES) return;
+  int saved = -1;
+  cudaGetDevice(&saved);
+  if (saved != dev) cudaSetDevice(dev);
+  (void)pool_of(dev);
+  if (saved >= 0 && saved != dev) cudaSetDevice(saved);
 }
 
 void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {

@@ -259,12 +259,13 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   p->spin = !p->graph && !p->local && kind == MPN_TRANSPORT_IPC &&
             mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
-  /* Where both processes' kernels run at once; on a time-sliced GPU only in
-   * launches with several of its processes (sliced.c: elsewhere both
-   * sides' copies would cost a context switch that delegation avoids).  A
-   * free slot is checked when posting (plan_post). */
+  /* Where both processes' kernels run at once (MPS, or processes on
+   * different GPUs); on a time-sliced GPU only in launches with several of
+   * its processes (sliced.c: elsewhere both sides' copies would cost a
+   * context switch that delegation avoids).  A free slot is checked when
+   * posting (plan_post). */
   size_t small = (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX), big = (size_t)mpn_param_int(MPN_PARAM_EAGER_BIG_MAX);
-  int inbox = !p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(t, op->comm->rank, op->peer) &&
+  int inbox = !p->graph && kind == MPN_TRANSPORT_IPC &&
               (mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) ||
                (mpn_sliced_peer(op) && mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT) > 0)) &&
               small > 0; /* 0: no inbox at all */

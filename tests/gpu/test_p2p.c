@@ -571,13 +571,13 @@ static int sliced_between(int peer) {
 }
 
 /* Whether messages between this rank and peer may take the pair's inbox,
- * with the inbox's parameters at their defaults: another process on this
- * GPU whose kernels run beside ours (MPS), or, in launches with several
- * processes of a time-sliced GPU (several_peers), any other process on it. */
+ * with the inbox's parameters at their defaults: another process whose
+ * kernels run beside ours (on this GPU under MPS, or on another GPU), or,
+ * in launches with several processes of a time-sliced GPU (several_peers),
+ * any other process on it. */
 static int inbox_between(int peer, int several_peers) {
   const char* flags = getenv("MPINCCL_FLAGS"); /* the inbox lives with the flags in device memory */
-  return comm->transport[peer] == MPN_TRANSPORT_IPC && mpn_topo_same_gpu(&comm->topo, rank, peer) &&
-         (flags == NULL || strcmp(flags, "host") != 0) &&
+  return comm->transport[peer] == MPN_TRANSPORT_IPC && (flags == NULL || strcmp(flags, "host") != 0) &&
          (mpn_topo_kernels_concurrent(&comm->topo, rank, peer) || (several_peers && sliced_between(peer))) &&
          getenv("MPINCCL_EAGER_MAX") == NULL && getenv("MPINCCL_EAGER_BIG_MAX") == NULL;
 }

@@ -67,14 +67,15 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                    "exchange of docs/PERFORMANCE.md ran 1.9x faster with MPS, 1.2x "
                                    "without); 0 keeps the copy engine for all."},
     [MPN_PARAM_EAGER_MAX] = {"MPINCCL_EAGER_MAX", MPN_PARAM_INT, "4096", NULL, 0, 4096,
-                             "Between processes on one GPU whose kernels run at the same time (MPS; without MPS see "
-                             "MPINCCL_SLICED_INBOX_WAIT_US), a message of at "
+                             "Between processes whose kernels run at the same time (on one GPU under MPS, or on "
+                             "different GPUs; on a time-sliced GPU see MPINCCL_SLICED_INBOX_WAIT_US), a message of at "
                              "most this many bytes goes through the pair's inbox (one hop: the sender copies "
                              "it in and raises a flag, the receiver copies it out) instead of the two-hop ready/done "
                              "handshake into the receiver's own buffer; at most 4096 (an inbox slot); 0: never."},
     [MPN_PARAM_EAGER_BIG_MAX] = {"MPINCCL_EAGER_BIG_MAX", MPN_PARAM_INT, "385024", NULL, 0, 385024,
-                                 "Where the inbox is used (MPINCCL_EAGER_MAX), a larger message of at most this "
-                                 "many bytes takes one of the inbox's 4 big slots the same way, when one is free "
+                                 "Where the inbox is used (MPINCCL_EAGER_MAX) between processes of one GPU, a larger "
+                                 "message of at most this many bytes takes one of the inbox's 4 big slots the same "
+                                 "way, when one is free "
                                  "(a halo's faces: one flag hop, the copies beside the sender's pack and the "
                                  "receiver's unpack); at most 385024 (376 KiB); 0: never."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,

@@ -757,9 +757,13 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
   if (peers == NULL) return;
+  int saved = -1;
+  cudaGetDevice(&saved);
   if (comm->cuda_dev >= 0) cudaSetDevice(comm->cuda_dev);
   pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
   pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
+  if (saved >= 0) cudaSetDevice(saved); /* the caller's device, whichever thread it is */
+  cudaGetLastError();
 }
 
 void mpn_p2p_abort(struct ncclComm* comm) {
@@ -768,8 +772,6 @@ void mpn_p2p_abort(struct ncclComm* comm) {
   if (peers == NULL) return;
   char text[128];
   snprintf(text, sizeof(text), "rank %d aborted its communicator; abort this one too", comm->rank);
-  int saved = -1;
-  cudaGetDevice(&saved);
   for (int peer = 0; peer < comm->nranks; peer++) {
     mpn_pair_t* send = __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE);
     mpn_pair_t* recv = __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE);
@@ -778,8 +780,6 @@ void mpn_p2p_abort(struct ncclComm* comm) {
     if (peer != comm->rank && recv) pair_report(recv, ncclRemoteError, text);
     mpn_p2p_release_peer(comm, peer);
   }
-  if (saved >= 0) cudaSetDevice(saved);
-  cudaGetLastError();
 }
 
 void mpn_p2p_push_stats(const struct ncclComm* comm, uint64_t* pushed, uint64_t* timeouts) {

@@ -43,7 +43,8 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm);
 
 /**
  * Releases every stream flag shared with peer (its process is gone), so that
- * no stream of this rank waits for it any longer.
+ * no stream of this rank waits for it any longer.  The calling thread's
+ * current device is left as it was.
  */
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 

@@ -705,10 +705,10 @@ static void buffers_destroy(bench_t* b) {
 
 /* Before the first size of a send/receive operation: one iteration per rank
  * in which that rank posts last (2 ms after the others), so that every rank
- * has once moved its messages as the side that posts second, with the
- * one-time CUDA IPC imports of its peers' buffers that takes.  Otherwise
- * those imports land in the first timed loop wherever its roles differ from
- * its warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md, twenty-first
+ * has once been the side that posts second, which moves the data and makes
+ * the one-time CUDA IPC imports of its peers' buffers.  Otherwise those
+ * imports land in the first timed loop wherever its roles differ from its
+ * warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md, twenty-first
  * session). */
 static void roles_warmup(bench_t* b) {
   data_prepare(b);

@@ -14,9 +14,9 @@
  * launch, messages go through the receivers' inboxes instead (eager.h),
  * the host waiting, bounded, for a slot the GPU has not freed yet
  * (slot_wait).  Between processes on different GPUs each side moves its
- * own large sends (push.h).  Messages enqueued while their stream is captured in a CUDA
- * graph use slots of their own whose flags go back to 0, so that every
- * replay repeats the same handshake.
+ * own large sends (push.h).  Messages enqueued while their stream is
+ * captured in a CUDA graph use slots of their own whose flags go back to
+ * 0, so that every replay repeats the same handshake.
  */
 #include "p2p/p2p.h"
 

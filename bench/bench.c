@@ -703,14 +703,19 @@ static void buffers_destroy(bench_t* b) {
   free(b->msgs);
 }
 
-/* Before the first size of a send/receive operation: one iteration per rank
- * in which that rank posts last (2 ms after the others), so that every rank
- * has once been the side that posts second, which moves the data and makes
- * the one-time CUDA IPC imports of its peers' buffers.  Otherwise those
- * imports land in the first timed loop wherever its roles differ from its
- * warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md, twenty-first
- * session). */
+/* Before the first size of a send/receive operation, at the largest size
+ * (small messages may take the pair's inbox, which imports nothing): one
+ * iteration per rank in which that rank posts last (2 ms after the others),
+ * so that every rank has once been the side that posts second, which moves
+ * the data and makes the one-time CUDA IPC imports of its peers' buffers.
+ * Otherwise those imports land in the first timed loop whose roles differ
+ * from its warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md,
+ * twenty-first session). */
 static void roles_warmup(bench_t* b) {
+  const options_t* o = b->o;
+  size_t largest = o->minbytes;
+  while (largest <= o->maxbytes / (size_t)o->stepfactor) largest *= (size_t)o->stepfactor;
+  if (!plan_build(b, largest)) return;
   data_prepare(b);
   for (int last = 0; last < world_size; last++) {
     CUDA_CHECK(cudaStreamSynchronize(b->stream));
@@ -725,12 +730,10 @@ static void roles_warmup(bench_t* b) {
 static int sizes_run(bench_t* b) {
   const options_t* o = b->o;
   long long wrong_sizes = 0;
-  int roles = !bench_op_rma(o->op) && o->op != OP_BARRIER && world_size > 1;
+  if (!bench_op_rma(o->op) && o->op != OP_BARRIER && world_size > 1) roles_warmup(b);
   for (size_t size = o->minbytes; size <= o->maxbytes && b->nresults < MAX_SIZES;) {
     if (plan_build(b, size)) {
       result_t* r = &b->results[b->nresults];
-      if (roles) roles_warmup(b);
-      roles = 0;
       if (size_run(b, r) != 0) return 3;
       b->nresults++;
       wrong_sizes += r->wrong > 0;

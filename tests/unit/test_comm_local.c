@@ -458,20 +458,40 @@ static void describe_gpu(mpn_topo_t* t, int r, int gpu, uint64_t proc, const int
   }
 }
 
+/* Communicators whose rank 0 sees a made-up topology (describe_gpu) and
+ * transports; synthetic_end puts the real ones back and destroys them. */
+typedef struct {
+  ncclComm_t comms[MAXR];
+  int n;
+  mpn_rank_info_t saved[MAXR];
+  uint8_t kinds[MAXR];
+} synthetic_t;
+
+static mpn_topo_t* synthetic_begin(synthetic_t* s, int n) {
+  use_local_bootstrap();
+  s->n = n;
+  group_create(s->comms, n);
+  mpn_topo_t* t = &s->comms[0]->topo;
+  memcpy(s->saved, t->ranks, (size_t)n * sizeof(s->saved[0]));
+  memcpy(s->kinds, s->comms[0]->transport, (size_t)n * sizeof(s->kinds[0]));
+  return t;
+}
+
+static void synthetic_end(synthetic_t* s) {
+  memcpy(s->comms[0]->topo.ranks, s->saved, (size_t)s->n * sizeof(s->saved[0]));
+  memcpy(s->comms[0]->transport, s->kinds, (size_t)s->n * sizeof(s->kinds[0]));
+  for (int i = 0; i < s->n; i++) ck_assert_int_eq(ncclCommDestroy(s->comms[i]), ncclSuccess);
+}
+
 /* Peers on other GPUs of the host: reached directly (CUDA IPC, or plain
  * pointers within a process) unless either rank's process sees the other's
  * GPU and finds no peer access both ways; the others go through UCX, and
  * MPINCCL_TRANSPORT=ipc refuses them by name.  A GPU a process does not
  * see (CUDA_VISIBLE_DEVICES) counts as reachable. */
 START_TEST(peer_gpus_reached) {
-  use_local_bootstrap();
-  ncclComm_t comms[5];
-  group_create(comms, 5);
-  mpn_topo_t* t = &comms[0]->topo;
-  mpn_rank_info_t saved[5];
-  memcpy(saved, t->ranks, sizeof(saved));
-  uint8_t kinds[5];
-  memcpy(kinds, comms[0]->transport, sizeof(kinds));
+  synthetic_t syn;
+  mpn_topo_t* t = synthetic_begin(&syn, 5);
+  ncclComm_t* comms = syn.comms;
   uint64_t me = t->ranks[0].proc;
   const int gpu2[1] = {2}, gpu0[1] = {0};
   describe_gpu(t, 0, 0, me, gpu2, 1);     /* this rank: GPU 0, which cannot map GPU 2 */
@@ -505,9 +525,7 @@ START_TEST(peer_gpus_reached) {
   unsetenv("MPINCCL_TRANSPORT");
   ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
 #endif
-  memcpy(t->ranks, saved, sizeof(saved));
-  memcpy(comms[0]->transport, kinds, sizeof(kinds));
-  for (int i = 0; i < 5; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  synthetic_end(&syn);
 }
 END_TEST
 
@@ -530,14 +548,9 @@ static void push_marks(ncclComm_t c, const mpn_op_kind_t* kind, const int* peer,
 }
 
 START_TEST(push_own_sends) {
-  use_local_bootstrap();
-  ncclComm_t comms[3];
-  group_create(comms, 3);
-  mpn_topo_t* t = &comms[0]->topo;
-  mpn_rank_info_t saved[3];
-  memcpy(saved, t->ranks, sizeof(saved));
-  uint8_t kinds[3];
-  memcpy(kinds, comms[0]->transport, sizeof(kinds));
+  synthetic_t syn;
+  mpn_topo_t* t = synthetic_begin(&syn, 3);
+  ncclComm_t* comms = syn.comms;
   uint64_t me = t->ranks[0].proc;
   describe_gpu(t, 0, 0, me, NULL, 0);
   describe_gpu(t, 1, 0, me + 1, NULL, 0); /* another process, same GPU */
@@ -572,9 +585,7 @@ START_TEST(push_own_sends) {
   comms[0]->transport[2] = MPN_TRANSPORT_LOCAL; /* ranks of this process: plain pointers, not pushed */
   push_marks(comms[0], (mpn_op_kind_t[]){S, R}, (int[]){2, 2}, (size_t[]){big, big}, 2, m);
   ck_assert(!m[0]);
-  memcpy(t->ranks, saved, sizeof(saved));
-  memcpy(comms[0]->transport, kinds, sizeof(kinds));
-  for (int i = 0; i < 3; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  synthetic_end(&syn);
 }
 END_TEST
 

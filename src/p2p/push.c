@@ -17,9 +17,8 @@
 static int push_sized(const plan_t* p) {
   const mpn_op_t* op = p->op;
   const struct ncclComm* comm = op->comm;
-  return p->prepared && comm->transport[op->peer] == MPN_TRANSPORT_IPC &&
-         !mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer) &&
-         op->bytes >= (size_t)mpn_param_int(MPN_PARAM_PUSH_MIN);
+  return p->prepared && op->bytes >= (size_t)mpn_param_int(MPN_PARAM_PUSH_MIN) && /* cheapest first: every send */
+         comm->transport[op->peer] == MPN_TRANSPORT_IPC && !mpn_topo_same_gpu(&comm->topo, comm->rank, op->peer);
 }
 
 void mpn_push_mark(plan_t* plans, int n) {

@@ -532,52 +532,6 @@ static void mismatch(void) {
   MPI_Comm_free(&two);
 }
 
-/*
- * Many messages of mixed sizes to one peer in one group: more than a pair's
- * inbox has slots (128), sizes on both sides of MPINCCL_EAGER_MAX, at odd
- * offsets.  Where the inbox applies (MPS, processes on different GPUs,
- * several processes of a time-sliced GPU) the small ones take it while it
- * has free slots, and the others the two-hop path; every byte arrives, in order.  Three
- * groups: about 740 eager messages go through the 128 slots, so later
- * groups reuse slots earlier ones freed.
- */
-static int inbox_between(int peer, int several_peers, int big);
-
-/* This rank's messages through the inbox's small ring so far, summed over the ranks. */
-static uint64_t small_inbox_count(void) {
-  uint64_t eager[2], no_slot, all = 0;
-  mpn_p2p_stats(comm, eager, &no_slot, NULL);
-  MPI_Allreduce(&eager[0], &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  return all;
-}
-
-static void many_small(void) {
-  enum { N = 300 };
-  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
-  int applies = nranks > 1 && inbox_between(to, to != from, 0) && inbox_between(from, to != from, 0), all_apply = 0;
-  MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  uint64_t small0 = small_inbox_count();
-  size_t off[N + 1];
-  off[0] = 0;
-  for (int k = 0; k < N; k++) off[k + 1] = off[k] + 1 + (size_t)(k * 131) % 5000;
-  char *s = dev_alloc(off[N]), *r = dev_alloc(off[N]);
-  for (int round = 0; round < 3; round++) {
-    for (int k = 0; k < N; k++) pattern_fill(s + off[k], off[k + 1] - off[k], seed_of(rank, to, 1000 + round * N + k), stream);
-    EXPECT_OK(ncclGroupStart());
-    for (int k = 0; k < N; k++) EXPECT_OK(ncclSend(s + off[k], off[k + 1] - off[k], ncclInt8, to, comm, stream));
-    for (int k = 0; k < N; k++) EXPECT_OK(ncclRecv(r + off[k], off[k + 1] - off[k], ncclInt8, from, comm, stream));
-    EXPECT_OK(ncclGroupEnd());
-    for (int k = 0; k < N; k++) {
-      char what[64];
-      snprintf(what, sizeof(what), "many_small round %d message %d", round, k);
-      expect_pattern(r + off[k], off[k + 1] - off[k], seed_of(from, rank, 1000 + round * N + k), what);
-    }
-  }
-  if (all_apply) EXPECT(small_inbox_count() > small0); /* (each rank's own count, both its sides) */
-  cudaFree(s);
-  cudaFree(r);
-}
-
 /* Whether another process shares this rank's GPU without MPS (time-sliced),
  * with the time-sliced inbox's parameter at its default. */
 static int sliced_between(int peer) {
@@ -599,16 +553,55 @@ static int inbox_between(int peer, int several_peers, int big) {
          getenv("MPINCCL_EAGER_MAX") == NULL && getenv("MPINCCL_EAGER_BIG_MAX") == NULL;
 }
 
-/* Sums of every rank's inbox counters (mpn_p2p_stats): big ring, no free
- * slot, host waits that got their slot. */
-static void inbox_counts(uint64_t* big, uint64_t* no_slot, uint64_t* waits) {
-  uint64_t eager[2], mine[3], all[3];
-  mpn_p2p_stats(comm, eager, &mine[1], &mine[2]);
-  mine[0] = eager[1];
-  MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  *big = all[0];
-  *no_slot = all[1];
-  if (waits) *waits = all[2];
+/* Sums of every rank's inbox counters (mpn_p2p_stats): small ring, big
+ * ring, no free slot, host waits that got their slot (each may be NULL). */
+static void inbox_counts(uint64_t* small, uint64_t* big, uint64_t* no_slot, uint64_t* waits) {
+  uint64_t eager[2], mine[4], all[4];
+  mpn_p2p_stats(comm, eager, &mine[2], &mine[3]);
+  mine[0] = eager[0];
+  mine[1] = eager[1];
+  MPI_Allreduce(mine, all, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  uint64_t* out[4] = {small, big, no_slot, waits};
+  for (int k = 0; k < 4; k++)
+    if (out[k]) *out[k] = all[k];
+}
+
+/*
+ * Many messages of mixed sizes to one peer in one group: more than a pair's
+ * inbox has slots (128), sizes on both sides of MPINCCL_EAGER_MAX, at odd
+ * offsets.  Where the inbox applies (MPS, processes on different GPUs,
+ * several processes of a time-sliced GPU) the small ones take it while it
+ * has free slots, and the others the two-hop path; every byte arrives, in order.  Three
+ * groups: about 740 eager messages go through the 128 slots, so later
+ * groups reuse slots earlier ones freed.
+ */
+static void many_small(void) {
+  enum { N = 300 };
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  int applies = nranks > 1 && inbox_between(to, to != from, 0) && inbox_between(from, to != from, 0), all_apply = 0;
+  MPI_Allreduce(&applies, &all_apply, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  uint64_t small0, small1;
+  inbox_counts(&small0, NULL, NULL, NULL);
+  size_t off[N + 1];
+  off[0] = 0;
+  for (int k = 0; k < N; k++) off[k + 1] = off[k] + 1 + (size_t)(k * 131) % 5000;
+  char *s = dev_alloc(off[N]), *r = dev_alloc(off[N]);
+  for (int round = 0; round < 3; round++) {
+    for (int k = 0; k < N; k++) pattern_fill(s + off[k], off[k + 1] - off[k], seed_of(rank, to, 1000 + round * N + k), stream);
+    EXPECT_OK(ncclGroupStart());
+    for (int k = 0; k < N; k++) EXPECT_OK(ncclSend(s + off[k], off[k + 1] - off[k], ncclInt8, to, comm, stream));
+    for (int k = 0; k < N; k++) EXPECT_OK(ncclRecv(r + off[k], off[k + 1] - off[k], ncclInt8, from, comm, stream));
+    EXPECT_OK(ncclGroupEnd());
+    for (int k = 0; k < N; k++) {
+      char what[64];
+      snprintf(what, sizeof(what), "many_small round %d message %d", round, k);
+      expect_pattern(r + off[k], off[k + 1] - off[k], seed_of(from, rank, 1000 + round * N + k), what);
+    }
+  }
+  inbox_counts(&small1, NULL, NULL, NULL);
+  if (all_apply) EXPECT(small1 > small0);
+  cudaFree(s);
+  cudaFree(r);
 }
 
 /*
@@ -636,14 +629,14 @@ static void big_inbox(void) {
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
   uint64_t big0, none0, big1, none1, big2, none2;
-  inbox_counts(&big0, &none0, NULL);
+  inbox_counts(NULL, &big0, &none0, NULL);
   EXPECT_OK(ncclGroupStart());
   for (int k = 0; k < GROUP; k++) EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
   for (int k = 0; k < GROUP; k++) EXPECT_OK(ncclRecv(r[k], sizes[k], ncclInt8, from, comm, stream));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
-  inbox_counts(&big1, &none1, NULL);
+  inbox_counts(NULL, &big1, &none1, NULL);
   for (int k = GROUP; k < GROUP + ROUNDS; k++) {
     EXPECT_OK(ncclGroupStart());
     EXPECT_OK(ncclSend(s[k], sizes[k], ncclInt8, to, comm, stream));
@@ -652,7 +645,7 @@ static void big_inbox(void) {
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
     MPI_Barrier(MPI_COMM_WORLD); /* both sides' copies out: the slots are free */
   }
-  inbox_counts(&big2, &none2, NULL);
+  inbox_counts(NULL, &big2, &none2, NULL);
   if (all_apply) { /* each message is counted by its two sides; nranks directed pairs */
     uint64_t sides = 2 * (uint64_t)nranks;
     EXPECT(big1 - big0 == sides * 4 && none1 - none0 >= (uint64_t)nranks * 2);
@@ -691,7 +684,7 @@ static void sliced_inbox(void) {
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
     MPI_Barrier(MPI_COMM_WORLD);
     uint64_t big0, none0, waits0, big1, none1, waits1;
-    inbox_counts(&big0, &none0, &waits0);
+    inbox_counts(NULL, &big0, &none0, &waits0);
     if (phase == 1 && rank == 0) usleep(100000);
     for (int k = 0; k < LAUNCHES; k++) {
       gpu_busy(200, stream);
@@ -702,7 +695,7 @@ static void sliced_inbox(void) {
     }
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
     MPI_Barrier(MPI_COMM_WORLD);
-    inbox_counts(&big1, &none1, &waits1);
+    inbox_counts(NULL, &big1, &none1, &waits1);
     if (all_apply && phase == 0) /* both sides count each message; the slots were free for the first 4 */
       EXPECT(big1 - big0 > 2 * (uint64_t)nranks * 4 && waits1 > waits0);
     if (all_apply && phase == 1) EXPECT(none1 > none0);

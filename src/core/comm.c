@@ -119,7 +119,17 @@ static void comm_free(struct ncclComm* comm, int abort) {
   while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
   /* Streams may wait for peers that will never write (a stuck or failed
    * exchange is why programs abort): released before anything is freed. */
-  if (abort) mpn_p2p_abort(comm);
+  if (abort) {
+    mpn_p2p_abort(comm);
+#ifdef HAVE_UCX
+    /* Before anything that synchronizes the device (freeing device memory):
+     * tells the UCX peers and drops what the proxy holds of comm, which
+     * lets the lanes go; the counters of one-sided signals too. */
+    mpn_ucx_abort(comm);
+    mpn_ucx_staged_release(comm);
+    mpn_ucx_rma_release(comm);
+#endif
+  }
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
 #ifdef HAVE_UCX

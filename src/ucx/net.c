@@ -11,7 +11,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "transport.h"
@@ -23,8 +25,12 @@
 struct mpn_ucx_comm {
   mpn_ucx_peer_t* peers;  /* nranks; address NULL for peers not on UCX */
   uint64_t *send_seq, *recv_seq;
+  int nranks, rank;
   int error;              /* an ncclResult_t set by the proxy when a transfer fails */
   int reported;           /* error already folded into the async error */
+  int notice_from;        /* the abort notice's payload: the rank that aborted */
+  int aborted_by;         /* that rank once the notice came, else -1 */
+  uint64_t notice_done;   /* the notice receive's flag */
 };
 
 /* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
@@ -42,9 +48,15 @@ static uint64_t comm_tag(const struct ncclComm* comm) {
   return ((comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff) << 40;
 }
 
+/* Message numbers start at 1 and wrap past 0: number 0 is the abort
+ * notice's (notice_tag). */
 static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
-  return comm_tag(comm) | ((uint64_t)src & 0x7ffff) << 20 | (seq & 0xfffff);
+  return comm_tag(comm) | ((uint64_t)src & 0x7ffff) << 20 | (1 + (seq - 1) % 0xfffff);
 }
+
+/* The notice a rank that aborts sends each UCX peer: addressed by the
+ * receiver (ranks of one process share a worker), the sender in the data. */
+static uint64_t notice_tag(const struct ncclComm* comm, int dst) { return make_tag(comm, dst, 1) & ~0xfffffull; }
 
 static uint64_t staged_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg, uint64_t chunk) {
   return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x1fff) << 26 |
@@ -60,6 +72,39 @@ uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64
 
 uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64_t n) {
   return staged_tag(comm, src, dst, n, 127);
+}
+
+/* On the proxy thread, once a peer's abort notice came: everything with
+ * that peer fails (its streams' waits are released), and the communicator
+ * reports it (mpn_ucx_poll_errors). */
+static void notice_arrived(void* arg) {
+  struct mpn_ucx_comm* u = arg;
+  int from = u->notice_from;
+  if (from < 0 || from >= u->nranks || u->peers[from].address == NULL) {
+    MPN_WARN("UCX: an abort notice names rank %d, which is no UCX peer of rank %d", from, u->rank);
+    return;
+  }
+  __atomic_store_n(&u->aborted_by, from, __ATOMIC_RELEASE);
+  int ok = ncclSuccess;
+  __atomic_compare_exchange_n(&u->error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+  mpn_ucx_proxy_fail_peer(&u->peers[from]);
+}
+
+/* Posts the receive of the peers' abort notices (one: the first ends the
+ * communicator); it is cancelled, quietly, when the communicator closes. */
+static ncclResult_t notice_post(struct ncclComm* comm) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_RECV,
+                       .owner = u,
+                       .buf = &u->notice_from,
+                       .bytes = sizeof(u->notice_from),
+                       .tag = notice_tag(comm, comm->rank),
+                       .flag = &u->notice_done,
+                       .value = 1,
+                       .fn = notice_arrived,
+                       .arg = u,
+                       .quiet = 1};
+  return mpn_ucx_proxy_post(&cmd);
 }
 
 typedef struct {
@@ -88,6 +133,9 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
     return mpn_error_set(comm, ncclSystemError, "out of memory");
   }
   comm->ucx = u;
+  u->nranks = comm->nranks;
+  u->rank = comm->rank;
+  u->aborted_by = -1;
   const void* addr = NULL;
   size_t len = 0;
   const mpn_rank_info_t* me = &comm->topo.ranks[comm->rank];
@@ -115,6 +163,7 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
     u->peers[p].address_len = slots[p].len;
   }
   free(slots);
+  if (res == ncclSuccess && any) res = notice_post(comm);
   return res;
 }
 
@@ -208,7 +257,60 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL || u->reported || __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) == ncclSuccess) return;
   u->reported = 1;
-  mpn_error_set(comm, ncclRemoteError,
-                "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
+  int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
+  if (from >= 0)
+    mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", from);
+  else
+    mpn_error_set(comm, ncclRemoteError, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
   mpn_comm_set_async(comm, ncclRemoteError);
+}
+
+/* How long an abort waits for its notices to reach the peers. */
+enum { NOTICE_WAIT_MS = 1000 };
+
+void mpn_ucx_abort(struct ncclComm* comm) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  if (u == NULL || u->peers == NULL) return;
+  /* Per peer: the notice's send, then a flush of the endpoint, whose
+   * completion means the notice is there, before the close drops it. */
+  uint64_t* done = calloc(2 * (size_t)comm->nranks, sizeof(uint64_t));
+  int* failed = calloc((size_t)comm->nranks, sizeof(int));
+  int posted = 0;
+  for (int p = 0; done && failed && p < comm->nranks; p++) {
+    if (p == comm->rank || u->peers[p].address == NULL) continue;
+    mpn_ucx_cmd_t send = {.kind = MPN_UCX_SEND,
+                          .owner = u,
+                          .peer = &u->peers[p],
+                          .buf = &u->rank,
+                          .bytes = sizeof(u->rank),
+                          .tag = notice_tag(comm, p),
+                          .flag = &done[2 * p],
+                          .value = 1,
+                          .error = &failed[p],
+                          .quiet = 1};
+    mpn_ucx_cmd_t flush = {.kind = MPN_UCX_PUT_SIGNAL,
+                           .owner = u,
+                           .peer = &u->peers[p],
+                           .flag = &done[2 * p + 1],
+                           .value = 1,
+                           .error = &failed[p],
+                           .quiet = 1};
+    if (mpn_ucx_proxy_post(&send) != ncclSuccess || mpn_ucx_proxy_post(&flush) != ncclSuccess) {
+      posted = 0; /* out of memory: no waiting */
+      break;
+    }
+    posted++;
+  }
+  uint64_t deadline = mpn_chan_now_ns() + NOTICE_WAIT_MS * 1000000ull;
+  for (int p = 0; posted && p < comm->nranks; p++) {
+    if (p == comm->rank || u->peers[p].address == NULL) continue;
+    while (!__atomic_load_n(&done[2 * p + 1], __ATOMIC_ACQUIRE) && !__atomic_load_n(&failed[p], __ATOMIC_ACQUIRE) &&
+           mpn_chan_now_ns() < deadline)
+      usleep(50);
+  }
+  /* Cancels what is left (the notices too, if still in flight), which
+   * writes their words: only then may they go. */
+  mpn_ucx_proxy_close(u, u->peers, comm->nranks);
+  free(done);
+  free(failed);
 }

@@ -84,6 +84,15 @@ void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);
 /** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 
+/**
+ * ncclCommAbort: tells every UCX peer that this rank aborted (they fail
+ * their operations with it and report ncclRemoteError), waiting at most a
+ * second for the notices to arrive, then cancels the communicator's
+ * operations (releasing the waits of their streams) and closes its
+ * endpoints.  mpn_ucx_comm_free still frees the state.
+ */
+void mpn_ucx_abort(struct ncclComm* comm);
+
 /** Closes the communicator's endpoints and frees its UCX state. */
 void mpn_ucx_comm_free(struct ncclComm* comm);
 

@@ -79,7 +79,8 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   if (status != UCS_OK && cmd->owner_error)
     __atomic_compare_exchange_n(cmd->owner_error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE,
                                 __ATOMIC_RELAXED);
-  if (status != UCS_OK) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
+  if (status != UCS_OK && !cmd->quiet) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
+  if (status == UCS_OK && cmd->kind == MPN_UCX_RECV && cmd->fn) cmd->fn(cmd->arg);
   if (cmd->release == NULL) {
     __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
   } else { /* a pipeline's words only grow: a late completion must not undo a release */
@@ -201,7 +202,7 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     complete(NULL, UCS_ERR_CANCELED, cmd);
     return;
   }
-  ucs_status_t st = ep_connect(cmd->peer);
+  ucs_status_t st = cmd->peer ? ep_connect(cmd->peer) : UCS_OK;
   if (st != UCS_OK) {
     complete(NULL, st, cmd);
     return;
@@ -448,11 +449,12 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
   return res;
 }
 
-static void peer_lost(void* arg) {
-  mpn_ucx_peer_t* peer = arg;
+void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {
   peer->failed = 1; /* later operations fail in ep_connect */
   cancel_matching(NULL, peer);
 }
+
+static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }
 
 ncclResult_t mpn_ucx_proxy_peer_lost(mpn_ucx_peer_t* peer) {
   static uint64_t done; /* nobody waits for it */

@@ -40,7 +40,7 @@ typedef struct {
 typedef struct mpn_ucx_cmd {
   mpn_ucx_cmd_kind_t kind;
   const void* owner;    /**< the communicator state it belongs to (for close) */
-  mpn_ucx_peer_t* peer; /**< the other side */
+  mpn_ucx_peer_t* peer; /**< the other side (a receive: may be NULL, then it makes no endpoint) */
   void* buf;
   size_t bytes;
   uint64_t tag;
@@ -56,8 +56,9 @@ typedef struct mpn_ucx_cmd {
   size_t desc_offset;
   uint64_t desc_bytes[4];   /**< put: a descriptor of the put for the peer (inline) */
   uint64_t one;             /**< put: the operand of the atomic add */
-  void (*fn)(void*);        /**< call */
+  void (*fn)(void*);        /**< call; receive: run after it completed well (may be NULL) */
   void* arg;
+  int quiet; /**< its failure is expected (a receive cancelled at close): no warning */
   /** When set, the proxy starts the operation only once *trigger >= trigger_value
    * (a word that a stream writes when it reaches the operation). */
   const volatile uint64_t* trigger;
@@ -96,6 +97,10 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 /** The peer's process is known gone (the watchdog): its operations in
  * flight and those started later fail, on the proxy thread; returns at once. */
 ncclResult_t mpn_ucx_proxy_peer_lost(mpn_ucx_peer_t* peer);
+
+/** Proxy thread only (a command's fn): peer's operations in flight fail,
+ * and so do those started later. */
+void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer);
 
 /**
  * Cancels the operations of owner still in flight and tears its endpoints

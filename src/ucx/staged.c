@@ -481,6 +481,11 @@ static uint64_t net_deadline(void) {
   return mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
 }
 
+void mpn_ucx_staged_release(struct ncclComm* comm) {
+  for (int i = 0; comm->staged && i < 2 * comm->nranks; i++)
+    if (comm->staged->lanes[i].words) lane_release(&comm->staged->lanes[i]);
+}
+
 int mpn_ucx_staged_quiesce(struct ncclComm* comm) {
   int failed = comm->ucx && __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess;
   if (comm->staged == NULL) return !failed;

@@ -33,6 +33,10 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n);
  * ends (and captured groups are joined back). */
 ncclResult_t mpn_ucx_staged_join(mpn_op_t** ops, int n);
 
+/** Lets go of every lane's waits for the proxy (an abort, after the
+ * proxy dropped comm's operations): later chunks find their words reached. */
+void mpn_ucx_staged_release(struct ncclComm* comm);
+
 /**
  * Waits until comm's lanes did their work and the proxy finished their sends
  * (destroy, not abort; bounded by MPINCCL_NET_TIMEOUT and ended by a

@@ -179,11 +179,16 @@ void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w) {
   comm->ucx_rma->retired = w;
 }
 
+void mpn_ucx_rma_release(struct ncclComm* comm) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  for (size_t i = 0; r && i < r->rings_at / sizeof(uint64_t); i++)
+    __atomic_store_n((uint64_t*)r->area + i, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+}
+
 void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
   if (r == NULL) return;
-  for (size_t i = 0; leak && i < r->rings_at / sizeof(uint64_t); i++)
-    __atomic_store_n((uint64_t*)r->area + i, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  if (leak) mpn_ucx_rma_release(comm);
   for (mpn_ucx_win_t *w = r->retired, *next; w; w = next) {
     next = w->next;
     win_free(w, leak);

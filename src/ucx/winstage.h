@@ -90,6 +90,10 @@ int mpn_ucx_rma_ready(const struct ncclComm* comm);
 /** Folds a descriptor found overwritten into the communicator's async error. */
 void mpn_ucx_rma_poll_errors(struct ncclComm* comm);
 
+/** Lets go of the streams waiting for signals over UCX (an abort): every
+ * counter reads as reached. */
+void mpn_ucx_rma_release(struct ncclComm* comm);
+
 /**
  * Frees comm's one-sided UCX state and windows.  leak (an abort or a
  * failure; call it after comm's UCX work was closed): streams waiting on the

@@ -3,7 +3,7 @@
 # test, on 2 ranks under mpirun --enable-recovery (a rank may be killed), with
 # the variables set and exported to both ranks; passes when the output has
 # "PROGRAM: ...: ok", skips (77) on "PROGRAM: no GPU: SKIP".  The wrappers
-# tests/gpu/launch_fault_*.sh and launch_abort_ipc.sh call it; tests/run-test
+# tests/gpu/launch_fault_*.sh and launch_abort_*.sh call it; tests/run-test
 # runs them directly once a GPU is found.
 prog=$1
 shift

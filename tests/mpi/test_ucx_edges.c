@@ -9,7 +9,9 @@
  *    free, a UCX assertion);
  *  - a peer declared lost (what the watchdog does when a same-host peer's
  *    process is gone): a receive waiting for it and a later send fail
- *    instead of waiting forever, and the communicator reports it.
+ *    instead of waiting forever, and the communicator reports it;
+ *  - a peer that aborts its communicator: a receive waiting for it fails,
+ *    and the communicator reports ncclRemoteError naming that rank.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +108,33 @@ static void peer_lost(void) {
   EXPECT((rank == 0 ? ncclCommAbort(comm) : ncclCommDestroy(comm)) == ncclSuccess);
 }
 
+static void peer_aborted(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  char b[64] = {0};
+  uint64_t got = 0;
+  int rerr = 0;
+  if (rank == 1) /* rank 0 never sends: only its abort ends the receive */
+    EXPECT(mpn_ucx_host_recv(comm, 0, b, sizeof(b), &got, 1, &rerr) == ncclSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  } else {
+    EXPECT(wait_flag(&got) == 0);
+    EXPECT(rerr == ncclRemoteError);
+    ncclResult_t async = ncclSuccess;
+    for (int i = 0; i < 3000 && async == ncclSuccess; i++) {
+      EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+      if (async == ncclSuccess) usleep(1000);
+    }
+    EXPECT(async == ncclRemoteError);
+    EXPECT(strstr(ncclGetLastError(comm), "rank 0 aborted") != NULL);
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -118,6 +147,7 @@ int main(int argc, char** argv) {
   late_receive();
   destroy_with_queued_sends();
   peer_lost();
+  peer_aborted();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("test_ucx_edges: %d failures\n", total);

@@ -1,15 +1,19 @@
 /*
- * test_abort_ipc.c - run by launch_abort_ipc.sh with two ranks of one host
- * (CUDA IPC between them), both alive throughout.  Rank 0 sets up the pair
- * state first, so the flags live in its device memory, then its stream waits
- * for a message rank 1 never sends.  Rank 0's ncclCommAbort must return
- * promptly (freeing that device memory synchronizes the device, so a stream
- * still waiting would hang it), its stream must be released and its CUDA
- * context must still work; rank 1 must then see ncclRemoteError from
+ * test_abort.c - run with two ranks of one host, both alive throughout, by
+ * launch_abort_ipc.sh (CUDA IPC between them) and launch_abort_ucx.sh (UCX
+ * forced).  Rank 0 sets up the pair state first, so that over IPC the
+ * flags live in its device memory, then its stream waits for a message
+ * rank 1 never sends (with TEST_ABORT_WAIT=signal: for a signal on a
+ * window, which it never sends either).  Rank 0's ncclCommAbort must return promptly
+ * (freeing device memory synchronizes the device, so a stream still
+ * waiting would hang it), its stream must be released and its CUDA context
+ * must still work; rank 1 must then see ncclRemoteError from
  * ncclCommGetAsyncError and abort promptly too.  Rank 0 prints one line
  * ending in "ok" or "FAIL".
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "fault_gpu.h"
@@ -21,10 +25,14 @@ typedef struct {
   int async, aborted, ok;
 } outcome_t;
 
-/* Rank 0: a receive nobody matches, then the abort. */
-static outcome_t abort_stuck(const fault_gpu_t* f, char* buf, cudaError_t* drained, int* stuck, int* works) {
+/* Rank 0: a receive nobody matches (or, with signal, a wait for a signal
+ * nobody sends), then the abort. */
+static outcome_t abort_stuck(const fault_gpu_t* f, char* buf, int signal, cudaError_t* drained, int* stuck,
+                             int* works) {
   outcome_t o = {0};
-  ncclResult_t recv = ncclRecv(buf, BYTES, ncclInt8, 1, f->comm, f->stream);
+  ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = 1, .sigIdx = 0, .ctx = 0};
+  ncclResult_t recv =
+      signal ? ncclWaitSignal(1, &desc, f->comm, f->stream) : ncclRecv(buf, BYTES, ncclInt8, 1, f->comm, f->stream);
   usleep(300 * 1000);
   *stuck = cudaStreamQuery(f->stream) == cudaErrorNotReady;
   double t0 = fault_now();
@@ -51,15 +59,23 @@ static outcome_t abort_told(const fault_gpu_t* f, char* why, size_t len) {
 
 int main(int argc, char** argv) {
   fault_gpu_t f;
-  int rc = fault_gpu_start("test_abort_ipc", &argc, &argv, &f);
+  int rc = fault_gpu_start("test_abort", &argc, &argv, &f);
   if (rc != 0) return rc;
   char* buf = NULL;
   if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
   fault_pair_setup(buf, BYTES, 0, &f); /* the flags in rank 0's memory */
+  const char* mode = getenv("TEST_ABORT_WAIT");
+  int signal = mode && strcmp(mode, "signal") == 0;
+  ncclWindow_t win = NULL;
+  if (signal && ncclCommWindowRegister(f.comm, buf, 2 * BYTES, &win, NCCL_WIN_DEFAULT) != ncclSuccess) {
+    fprintf(stderr, "rank %d: window registration failed: %s\n", f.rank, ncclGetLastError(f.comm));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   cudaError_t drained = cudaSuccess;
   int stuck = 0, works = 0;
   char why[256] = "";
-  outcome_t mine = f.rank == 0 ? abort_stuck(&f, buf, &drained, &stuck, &works) : abort_told(&f, why, sizeof(why));
+  outcome_t mine =
+      f.rank == 0 ? abort_stuck(&f, buf, signal, &drained, &stuck, &works) : abort_told(&f, why, sizeof(why));
   outcome_t told = mine;
   if (f.rank == 1) MPI_Send(&mine, (int)sizeof(mine), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
   if (f.rank == 0) {
@@ -68,9 +84,9 @@ int main(int argc, char** argv) {
     MPI_Recv(text, sizeof(text), MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     int ok = mine.ok && told.ok;
     printf(
-        "test_abort_ipc: rank 0's stream %s, abort took %.2f s, stream %s, context %s; rank 1 saw %s after "
+        "test_abort: %s: rank 0's stream %s, abort took %.2f s, stream %s, context %s; rank 1 saw %s after "
         "%.1f s (%s), abort took %.2f s: %s\n",
-        stuck ? "waited" : "did not wait", mine.abort_s,
+        signal ? "signal wait" : "receive", stuck ? "waited" : "did not wait", mine.abort_s,
         drained == cudaSuccess ? "released" : cudaGetErrorString(drained), works ? "works" : "broken",
         ncclGetErrorString((ncclResult_t)told.async), told.seen_s, text, told.abort_s, ok ? "ok" : "FAIL");
     fflush(stdout);

@@ -1,0 +1,8 @@
+#!/bin/sh
+# launch_abort_ucx.sh - launch_abort_ipc.sh's aborts with the UCX path forced:
+# the stream waits for a staged receive or a signal, the abort cancels what
+# the proxy holds, lets the stream go and tells the peer
+# (tests/gpu/test_abort.c).
+d=$(dirname "$0")
+"$d/fault_launch.sh" test_abort MPINCCL_TRANSPORT=ucx MPINCCL_NET_TIMEOUT=3 || exit $?
+exec "$d/fault_launch.sh" test_abort MPINCCL_TRANSPORT=ucx MPINCCL_NET_TIMEOUT=3 TEST_ABORT_WAIT=signal

@@ -281,11 +281,27 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
   return sink_add(to_sink, mpn_pair_dev(to, &to->mem->rma_graph_signal[slot]), 1, MPN_MEMOP_WRITE);
 }
 
+/*
+ * Whether a wait of the rank for its own signals, on the stream whose id is
+ * sid, is implied by stream order: the count it needs is reached by a
+ * signal this stream issued before it (a signal on another stream than the
+ * one before it waits for that one's count first: add_signal).  Memory
+ * operations only; not for ranks whose signals to themselves are ordered by
+ * events (MPS, local.c).  A barrier that signals every rank then skips one
+ * of its waits.
+ */
+static int self_wait_implied(const sink_t* to_sink, const struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
+                             unsigned long long sid, uint64_t expected) {
+  size_t pc = (size_t)d->peer * (size_t)comm->config.num_rma_ctx + (size_t)d->ctx;
+  return to_sink->b && d->peer == comm->rank && sid != 0 && !mpn_rma_local(comm, d->peer, 0) &&
+         comm->rma->sent_stream[pc] == sid && comm->rma->sent[pc] >= expected;
+}
+
 /* A wait for a rank of this process under MPS takes the sender's event
  * (local.c); a flag kernel polls the counter instead and gives the events
- * up to it back. */
-static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
-                             cudaStream_t s, int graph) {
+ * up to it back.  sid: the id of stream s, 0 where unknown. */
+static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d, cudaStream_t s,
+                             unsigned long long sid, int graph) {
   int nctx = comm->config.num_rma_ctx;
 #ifdef HAVE_UCX
   if (over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
@@ -306,6 +322,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   if (!graph) {
     uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
     *expected += (uint64_t)d->opCnt;
+    if (self_wait_implied(to_sink, comm, d, sid, *expected)) return ncclSuccess;
     if (mpn_rma_local(comm, d->peer, graph) && to_sink->k) mpn_rma_local_drop(from, d->ctx, *expected);
     else if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))
       return ncclSuccess;
@@ -401,7 +418,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
     for (int d = 0; wait && d < op->ndesc && res == ncclSuccess; d++, j++) {
       size_t pc = (size_t)op->descs[d].peer * (size_t)op->comm->config.num_rma_ctx + (size_t)op->descs[d].ctx;
       uint64_t first_slot = op->comm->rma->graph_expected[pc]; /* captured: where its slots start */
-      res = add_wait(&to, op->comm, &op->descs[d], s, graph);
+      res = add_wait(&to, op->comm, &op->descs[d], s, sid, graph);
       ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
     }
   }
@@ -570,7 +587,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
       if (!wait && (with_self || !local_self(op))) /* else issued before (issue_self) */
         MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
-      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, 0));
+      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0));
     }
   return mpn_sync_nflags(&k) ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
 }

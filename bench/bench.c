@@ -703,6 +703,11 @@ static void buffers_destroy(bench_t* b) {
   free(b->msgs);
 }
 
+/* The sweep's size after size (times the step factor), 0 past maxbytes. */
+static size_t size_next(const options_t* o, size_t size) {
+  return size > o->maxbytes / (size_t)o->stepfactor ? 0 : size * (size_t)o->stepfactor;
+}
+
 /* Before the first size of a send/receive operation, at the largest size
  * (small messages may take the pair's inbox, which imports nothing): one
  * iteration per rank in which that rank posts last (2 ms after the others),
@@ -712,9 +717,8 @@ static void buffers_destroy(bench_t* b) {
  * from its warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md,
  * twenty-first session). */
 static void roles_warmup(bench_t* b) {
-  const options_t* o = b->o;
-  size_t largest = o->minbytes;
-  while (largest <= o->maxbytes / (size_t)o->stepfactor) largest *= (size_t)o->stepfactor;
+  size_t largest = b->o->minbytes;
+  for (size_t next; (next = size_next(b->o, largest)) != 0;) largest = next;
   if (!plan_build(b, largest)) return;
   data_prepare(b);
   for (int last = 0; last < world_size; last++) {
@@ -731,16 +735,14 @@ static int sizes_run(bench_t* b) {
   const options_t* o = b->o;
   long long wrong_sizes = 0;
   if (!bench_op_rma(o->op) && o->op != OP_BARRIER && world_size > 1) roles_warmup(b);
-  for (size_t size = o->minbytes; size <= o->maxbytes && b->nresults < MAX_SIZES;) {
-    if (plan_build(b, size)) {
-      result_t* r = &b->results[b->nresults];
-      if (size_run(b, r) != 0) return 3;
-      b->nresults++;
-      wrong_sizes += r->wrong > 0;
-      bench_report_row(b, r);
-    }
-    if (size > o->maxbytes / (size_t)o->stepfactor) break;
-    size *= (size_t)o->stepfactor;
+  for (size_t size = o->minbytes; size != 0 && size <= o->maxbytes && b->nresults < MAX_SIZES;
+       size = size_next(o, size)) {
+    if (!plan_build(b, size)) continue;
+    result_t* r = &b->results[b->nresults];
+    if (size_run(b, r) != 0) return 3;
+    b->nresults++;
+    wrong_sizes += r->wrong > 0;
+    bench_report_row(b, r);
   }
   if (wrong_sizes > 0) {
     snprintf(b->error, sizeof(b->error), "%lld size(s) received wrong bytes", wrong_sizes);

@@ -71,6 +71,28 @@ static inline void mpn_cuda_switch_device(int* current, int dev) {
   *current = dev;
 }
 
+/**
+ * Makes dev (when >= 0) the calling thread's current device for a while;
+ * returns the device that was current (-1: none), for
+ * mpn_cuda_device_leave.  Library calls that touch another device than the
+ * caller's leave the caller's current device as it was.
+ */
+static inline int mpn_cuda_device_enter(int dev) {
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) {
+    cudaGetLastError();
+    saved = -1;
+  }
+  if (dev >= 0 && dev != saved) cudaSetDevice(dev);
+  return saved;
+}
+
+/** Makes saved (from mpn_cuda_device_enter) current again, if it is not. */
+static inline void mpn_cuda_device_leave(int saved) {
+  int now = -1;
+  if (saved >= 0 && (cudaGetDevice(&now) != cudaSuccess || now != saved)) cudaSetDevice(saved);
+}
+
 /** Whether stream s is being captured into a CUDA graph (capture active). */
 static inline int mpn_cuda_stream_captured(cudaStream_t s) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;

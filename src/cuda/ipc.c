@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "cuda/device.h"
 #include "cuda/driver.h"
 
 typedef struct {
@@ -357,11 +358,9 @@ static int mapping_idle(void* mapping) {
 
 /* Closes a mapping in the context of the device that opened it. */
 static void close_on_device(void* mapping, int dev, const char* why) {
-  int saved = -1;
-  if (cudaGetDevice(&saved) != cudaSuccess) cudaGetLastError();
-  if (saved != dev) cudaSetDevice(dev);
+  int saved = mpn_cuda_device_enter(dev);
   close_mapping(mapping, why);
-  if (saved >= 0 && saved != dev) cudaSetDevice(saved);
+  mpn_cuda_device_leave(saved);
 }
 
 /* Closes the forgotten imports that became idle (under ipc_lock). */

@@ -82,11 +82,9 @@ static pool_t* pool_of(int dev) {
 
 void mpn_sync_grid_prepare(int dev) {
   if (dev < 0 || dev >= POOL_DEVICES) return;
-  int saved = -1;
-  cudaGetDevice(&saved);
-  if (saved != dev) cudaSetDevice(dev);
+  int saved = mpn_cuda_device_enter(dev);
   (void)pool_of(dev);
-  if (saved >= 0 && saved != dev) cudaSetDevice(saved);
+  mpn_cuda_device_leave(saved);
 }
 
 void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {

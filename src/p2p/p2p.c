@@ -119,31 +119,21 @@ ncclResult_t mpn_p2p_pairs(struct ncclComm* comm, int peer, mpn_pair_t** send, m
 
 ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm) {
   if (comm->cuda_dev < 0) return ncclSuccess;
-  int saved = -1;
-  cudaGetDevice(&saved);
-  cudaSetDevice(comm->cuda_dev);
+  int saved = mpn_cuda_device_enter(comm->cuda_dev);
   ncclResult_t res = ncclSuccess;
   for (int peer = 0; peer < comm->nranks && res == ncclSuccess; peer++) {
     mpn_transport_kind_t t = comm->transport[peer];
     peer_state_t* ps;
     if (t == MPN_TRANSPORT_SELF || t == MPN_TRANSPORT_LOCAL) res = peer_state(comm, peer, &ps);
   }
-  if (saved >= 0) cudaSetDevice(saved);
+  mpn_cuda_device_leave(saved);
   return res;
-}
-
-/* Leaves an error for the pair's other process (see mpn_p2p_poll_errors). */
-static void pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
-  mpn_pair_mem_t* mem = pair->mem;
-  snprintf(mem->error, sizeof(mem->error), "%s", text);
-  __atomic_store_n(&mem->error_code, (uint32_t)code, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
 }
 
 /* Fails both sides' communicators with text: the peer's through the pair,
  * this one's as its last error and asynchronous error. */
 static void report_both(plan_t* p, ncclResult_t code, const char* text) {
-  pair_report(p->pair, code, text);
+  mpn_pair_report(p->pair, code, text);
   mpn_error_set(p->op->comm, code, "%s", text);
   mpn_comm_set_async(p->op->comm, code);
 }
@@ -175,7 +165,7 @@ static void report_failed_move(plan_t* p, ncclResult_t res) {
            "moved no data (%s)",
            (unsigned long long)p->seq, send ? op->comm->rank : op->peer,
            send ? op->peer : op->comm->rank, op->comm->rank, ncclGetErrorString(res));
-  pair_report(p->pair, ncclRemoteError, text);
+  mpn_pair_report(p->pair, ncclRemoteError, text);
   mpn_comm_set_async(op->comm, res);
 }
 
@@ -654,8 +644,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
-  int saved = -1;
-  cudaGetDevice(&saved);
+  int saved = mpn_cuda_device_enter(-1);
   int current = saved;
   ncclResult_t first_error = ncclSuccess;
   uint64_t launch = __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
@@ -710,59 +699,14 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
   }
 }
 
-/* Device flags and signals are written with copies on a stream of the
- * caller's own, which depends on no stream that may be waiting. */
-static void pair_release_device(mpn_pair_t* pair) {
-  static uint64_t values[MPN_PAIR_FLAGS];
-  for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
-  cudaStream_t s;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    cudaGetLastError();
-    MPN_WARN("cannot release the device flags of %s", pair->name);
-    return;
-  }
-  cudaMemcpyAsync((void*)pair->dflags, values, sizeof(values), cudaMemcpyHostToDevice, s);
-  uint64_t signals[MPN_PAIR_RMA_CTX];
-  for (int i = 0; i < MPN_PAIR_RMA_CTX; i++) signals[i] = UINT64_MAX >> 1;
-  cudaMemcpyAsync((void*)mpn_pair_signal(pair, 0), signals, sizeof(signals), cudaMemcpyHostToDevice, s);
-  cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
-  cudaGetLastError();
-}
-
-/* Satisfies every wait on a pair: uncaptured waits are "at least", graph waits "exactly 1". */
-static void pair_release(mpn_pair_t* pair) {
-  if (pair == NULL) return;
-  for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)
-    __atomic_store_n(&pair->mem->rma_signal[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
-  for (int i = 0; i < MPN_PAIR_RMA_GRAPH; i++) {
-    __atomic_store_n(&pair->mem->rma_graph_signal[i], 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&pair->mem->rma_graph_busy[i], 0, __ATOMIC_RELEASE);
-  }
-  if (pair->dflags) {
-    pair_release_device(pair);
-    return;
-  }
-  for (int i = 0; i < MPN_PAIR_SLOTS; i++) {
-    __atomic_store_n(&pair->mem->slots[i].ready, UINT64_MAX >> 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&pair->mem->slots[i].done, UINT64_MAX >> 1, __ATOMIC_RELEASE);
-  }
-  for (int i = 0; i < MPN_PAIR_GRAPH_SLOTS; i++) {
-    __atomic_store_n(&pair->mem->graph_slots[i].ready, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&pair->mem->graph_slots[i].done, 1, __ATOMIC_RELEASE);
-  }
-}
-
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
   if (peers == NULL) return;
-  int saved = -1;
-  cudaGetDevice(&saved);
-  if (comm->cuda_dev >= 0) cudaSetDevice(comm->cuda_dev);
-  pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
-  pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
-  if (saved >= 0) cudaSetDevice(saved); /* the caller's device, whichever thread it is */
+  int saved = mpn_cuda_device_enter(comm->cuda_dev);
+  mpn_pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
+  mpn_pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
+  mpn_cuda_device_leave(saved); /* the caller's device, whichever thread it is */
   cudaGetLastError();
 }
 
@@ -776,8 +720,8 @@ void mpn_p2p_abort(struct ncclComm* comm) {
     mpn_pair_t* send = __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE);
     mpn_pair_t* recv = __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE);
     if (send == NULL && recv == NULL) continue;
-    if (peer != comm->rank && send) pair_report(send, ncclRemoteError, text);
-    if (peer != comm->rank && recv) pair_report(recv, ncclRemoteError, text);
+    if (peer != comm->rank && send) mpn_pair_report(send, ncclRemoteError, text);
+    if (peer != comm->rank && recv) mpn_pair_report(recv, ncclRemoteError, text);
     mpn_p2p_release_peer(comm, peer);
   }
 }

@@ -3,7 +3,8 @@
  * receiver), sized and zero-filled by whichever side opens it first (zero is
  * the valid initial state), mapped and registered with CUDA so that streams
  * can wait on and write its flags.  Mappings are shared by the ranks of one
- * process.
+ * process.  Errors are left here for the other side, and every wait on a
+ * pair can be released at once (a peer gone, an abort).
  */
 #include "p2p/pair.h"
 
@@ -228,4 +229,53 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph) {
   mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
   __atomic_fetch_or(&s->state, (uint64_t)MPN_SLOT_DONE, __ATOMIC_RELEASE);
+}
+
+void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
+  mpn_pair_mem_t* mem = pair->mem;
+  snprintf(mem->error, sizeof(mem->error), "%s", text);
+  __atomic_store_n(&mem->error_code, (uint32_t)code, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
+}
+
+/* Device flags and signals are written with copies on a stream of the
+ * caller's own, which depends on no stream that may be waiting. */
+static void pair_release_device(mpn_pair_t* pair) {
+  static uint64_t values[MPN_PAIR_FLAGS];
+  for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    MPN_WARN("cannot release the device flags of %s", pair->name);
+    return;
+  }
+  cudaMemcpyAsync((void*)pair->dflags, values, sizeof(values), cudaMemcpyHostToDevice, s);
+  uint64_t signals[MPN_PAIR_RMA_CTX];
+  for (int i = 0; i < MPN_PAIR_RMA_CTX; i++) signals[i] = UINT64_MAX >> 1;
+  cudaMemcpyAsync((void*)mpn_pair_signal(pair, 0), signals, sizeof(signals), cudaMemcpyHostToDevice, s);
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  cudaGetLastError();
+}
+
+void mpn_pair_release(mpn_pair_t* pair) {
+  if (pair == NULL) return;
+  for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)
+    __atomic_store_n(&pair->mem->rma_signal[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < MPN_PAIR_RMA_GRAPH; i++) {
+    __atomic_store_n(&pair->mem->rma_graph_signal[i], 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->rma_graph_busy[i], 0, __ATOMIC_RELEASE);
+  }
+  if (pair->dflags) {
+    pair_release_device(pair);
+    return;
+  }
+  for (int i = 0; i < MPN_PAIR_SLOTS; i++) {
+    __atomic_store_n(&pair->mem->slots[i].ready, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->slots[i].done, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  }
+  for (int i = 0; i < MPN_PAIR_GRAPH_SLOTS; i++) {
+    __atomic_store_n(&pair->mem->graph_slots[i].ready, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->graph_slots[i].done, 1, __ATOMIC_RELEASE);
+  }
 }

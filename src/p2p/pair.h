@@ -194,4 +194,16 @@ static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, in
   return pair->dev + (CUdeviceptr)(host - (const char*)pair->mem);
 }
 
+/** Leaves an error (code and text) for the pair's other process, which
+ * folds it into its communicator's (mpn_p2p_poll_errors). */
+void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text);
+
+/**
+ * Satisfies every wait on the pair (a peer gone, an abort): flags of
+ * messages not captured and signals read as reached, graph flags as 1.
+ * Device flags are written by a copy on a stream of its own, on the
+ * current device.  pair may be NULL.
+ */
+void mpn_pair_release(mpn_pair_t* pair);
+
 #endif /* MPN_P2P_PAIR_H_ */

@@ -650,8 +650,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     free(ops), free(puts), free(sync), free(sids), free(first);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
-  int saved = -1;
-  cudaGetDevice(&saved);
+  int saved = mpn_cuda_device_enter(-1);
   int current = saved;
   ncclResult_t res = ncclSuccess;
   int i = 0;

@@ -354,8 +354,7 @@ static int same_stream(const mpn_op_t* a, const mpn_op_t* b) {
 }
 
 ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
-  int saved = -1;
-  cudaGetDevice(&saved);
+  int saved = mpn_cuda_device_enter(-1);
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n; i++) {
     int seen = 0;
@@ -376,7 +375,7 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
   const mpn_driver_t* drv;
   ncclResult_t got = mpn_driver_get(&drv);
   mpn_keep(&first, got == ncclSuccess ? mpn_ucx_graph_fork(drv, ops, n) : got);
-  if (saved >= 0) cudaSetDevice(saved);
+  mpn_cuda_device_leave(saved);
   return first;
 }
 
@@ -400,8 +399,7 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
   ncclResult_t first = ncclSuccess;
-  int saved = -1;
-  cudaGetDevice(&saved);
+  int saved = mpn_cuda_device_enter(-1);
   uint64_t* ends = calloc((size_t)n, 2 * sizeof(uint64_t)); /* per direct op: end, chunks; NULL: none deferred */
   lane_t** lanes = calloc((size_t)n, sizeof(*lanes));       /* per op; NULL: none deferred */
   for (int i = 0; lanes && i < n; i++) lanes[i] = op_lane(ops[i]);
@@ -434,14 +432,13 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     }
   free(lanes);
   free(ends);
-  if (saved >= 0) cudaSetDevice(saved);
+  mpn_cuda_device_leave(saved);
   return first;
 }
 
 ncclResult_t mpn_ucx_staged_join(mpn_op_t** ops, int n) {
   ncclResult_t first = ncclSuccess;
-  int saved = -1;
-  cudaGetDevice(&saved);
+  int saved = mpn_cuda_device_enter(-1);
   /* Each user stream waits for the lanes its messages used. */
   for (int i = 0; i < n; i++) {
     mpn_op_t* op = ops[i];
@@ -455,7 +452,7 @@ ncclResult_t mpn_ucx_staged_join(mpn_op_t** ops, int n) {
     mpn_keep(&first, mpn_cuda_result(NULL, cudaStreamWaitEvent(op->stream, l->joined, 0), "joining a UCX lane"));
   }
   mpn_keep(&first, mpn_ucx_graph_join(ops, n)); /* the captured groups */
-  if (saved >= 0) cudaSetDevice(saved);
+  mpn_cuda_device_leave(saved);
   return first;
 }
 

@@ -18,6 +18,9 @@
  *            writes the release word
  *   proxy    as central, with the words in shared host memory and a thread
  *            of rank 0's process (not its stream) releasing the others
+ *   spread   as per-pair, with each (source, target) word in a 2 MiB
+ *            allocation of its own made by the source, 20 KiB in (the
+ *            layout of mpinccl's pair blocks, whose signals live there)
  * Words are 64-bit counts in device memory mapped through CUDA IPC (proxy:
  * host memory registered with CUDA), waited for with GEQ.  Reported: time
  * per barrier (the slowest rank's loop / barriers, best of 3 loops).
@@ -45,8 +48,9 @@ namespace {
 
 enum { STRIDE = 64, MOST_RANKS = 64, RELEASE = MOST_RANKS, WORDS = MOST_RANKS + 1, HOST_BYTES = 8192 };
 static_assert(STRIDE * WORDS <= HOST_BYTES, "the shared host words fit their mapping");
-enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SHAPES };
-const char* const shape_name[SHAPES] = {"flags", "per-pair", "own-word", "central", "proxy"};
+enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SPREAD, SHAPES };
+const char* const shape_name[SHAPES] = {"flags", "per-pair", "own-word", "central", "proxy", "spread"};
+enum { SPREAD_BYTES = 2 << 20, SPREAD_OFFSET = 20480 };
 
 int me, nranks;
 
@@ -63,6 +67,8 @@ struct ctx_t {
   cudaStream_t stream;
   batch_memop_fn batch;
   char* region[MOST_RANKS]; /* every rank's device words, mapped (own: region[me]) */
+  char* out[MOST_RANKS];    /* spread: this rank's block for its word to each target */
+  char* in[MOST_RANKS];     /* spread: each source's block for its word to this rank, mapped */
   char* host;               /* shared host words (proxy), host view */
   CUdeviceptr host_dev;     /* and device view */
   const char* shm_name;
@@ -121,6 +127,12 @@ void barrier(ctx_t* c, int shape, uint64_t k) {
     case PROXY:
       add(c, host_word(c, me), k, 0);
       add(c, host_word(c, RELEASE), k, 1);
+      break;
+    case SPREAD:
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, (CUdeviceptr)(c->out[r] + SPREAD_OFFSET), k, 0);
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, (CUdeviceptr)(c->in[r] + SPREAD_OFFSET), k, 1);
       break;
   }
   if (c->batch((CUstream)c->stream, (unsigned)c->nops, c->ops, 0) != CUDA_SUCCESS) {
@@ -182,6 +194,22 @@ void setup(ctx_t* c) {
   MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
   for (int r = 0; r < nranks; r++)
     if (r != me) CHECK_CUDA(cudaIpcOpenMemHandle((void**)&c->region[r], all[r], cudaIpcMemLazyEnablePeerAccess));
+  /* spread: block [me -> t] made here, handles gathered as [source][target] */
+  cudaIpcMemHandle_t* handles = (cudaIpcMemHandle_t*)calloc((size_t)nranks * nranks, sizeof(*handles));
+  if (handles == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  for (int t = 0; t < nranks; t++) {
+    if (t == me) continue;
+    CHECK_CUDA(cudaMalloc((void**)&c->out[t], SPREAD_BYTES));
+    CHECK_CUDA(cudaMemset(c->out[t], 0, SPREAD_BYTES));
+    CHECK_CUDA(cudaIpcGetMemHandle(&handles[me * nranks + t], c->out[t]));
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, handles, (int)(nranks * sizeof(*handles)), MPI_BYTE,
+                MPI_COMM_WORLD);
+  for (int r = 0; r < nranks; r++)
+    if (r != me)
+      CHECK_CUDA(cudaIpcOpenMemHandle((void**)&c->in[r], handles[r * nranks + me], cudaIpcMemLazyEnablePeerAccess));
+  free(handles);
   static char name[64];
   int pid = (int)getpid();
   MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -206,8 +234,12 @@ void teardown(ctx_t* c) {
   MPI_Barrier(MPI_COMM_WORLD); /* no rank's stream reads another's words any more */
   for (int r = 0; r < nranks; r++)
     if (r != me) CHECK_CUDA(cudaIpcCloseMemHandle(c->region[r]));
+  for (int r = 0; r < nranks; r++)
+    if (r != me) CHECK_CUDA(cudaIpcCloseMemHandle(c->in[r]));
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_CUDA(cudaFree(c->region[me]));
+  for (int t = 0; t < nranks; t++)
+    if (t != me) CHECK_CUDA(cudaFree(c->out[t]));
   CHECK_CUDA(cudaHostUnregister(c->host));
   munmap(c->host, HOST_BYTES);
   CHECK_CUDA(cudaStreamDestroy(c->stream));
@@ -255,7 +287,7 @@ int main(int argc, char** argv) {
     printf("# %d ranks on GPU 0, MPS %s, %d barriers a loop, best of 3 loops\n", nranks, mps ? "on" : "off", iters);
     printf("# shape      writes/rank   us/barrier   vs flags\n");
     for (int s = 0; s < SHAPES; s++) {
-      const char* writes = s == PER_PAIR ? "ranks - 1" : "1";
+      const char* writes = s == PER_PAIR || s == SPREAD ? "ranks - 1" : "1";
       printf("  %-10s %-12s %10.2f %10.2f\n", shape_name[s], writes, us[s], us[s] / us[FLAGS]);
     }
   }

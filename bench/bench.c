@@ -772,6 +772,12 @@ static int run(const options_t* o, int ndev) {
     return 0;
   }
   comm_create(b);
+  b->floors.barrier_comm_us = -1;
+  if (o->op == OP_BARRIER) { /* the same floor beside the library: does its presence cost? */
+    bench_floors_t again = b->floors;
+    bench_floors_barrier(MPI_COMM_WORLD, &again);
+    b->floors.barrier_comm_us = again.barrier_batch_us;
+  }
   buffers_create(b);
   bench_report_table_header(b);
   int rc = sizes_run(b);

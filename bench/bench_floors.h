@@ -26,6 +26,8 @@ typedef struct {
   char na_reason[160]; /**< why the exchange floors were not measured ("" when they were) */
   double barrier_us;   /**< flag-only barrier of every rank, us per barrier; < 0: not measured */
   double barrier_batch_us; /**< the same in one batch of memory operations per barrier; < 0: not measured */
+  double barrier_comm_us;  /**< barrier_batch_us measured again once the library's communicator exists
+                                (its threads, streams and memory present); < 0: not measured */
   int barrier_ranks;   /**< ranks in that barrier */
 } bench_floors_t;
 

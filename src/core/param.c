@@ -163,7 +163,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                          "machine), or auto: device when the rank that sets the pair up has a "
                          "GPU and the memory can be had, else host. That rank decides for both."},
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE", 0, 0,
-                         "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters."},
+                         "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters; "
+                         "TRACE with subsystem P2P or RMA also each batch of stream memory operations and each "
+                         "kernel the library enqueues."},
     [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,
                                 "Subsystems logged at INFO and TRACE: comma-separated list of "
                                 "INIT, BOOTSTRAP, P2P, RMA, IPC, NET, PROXY, ENV, ALL; a leading "

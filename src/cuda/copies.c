@@ -15,6 +15,7 @@ void mpn_copies_init(mpn_copies_t* c, cudaStream_t stream) {
 ncclResult_t mpn_copies_flush(mpn_copies_t* c) {
   int n = c->n, nthen = c->nthen;
   c->n = c->nthen = 0; /* a failed batch is not launched again by the next flush */
+  if (n) MPN_TRACE(MPN_SUBSYS_P2P | MPN_SUBSYS_RMA, "stream %p: copy kernel of %d copies", (void*)c->stream, n);
   if (n) MPN_CUDA_CHECK(mpn_copy_batch_launch(c->batch, nthen ? c->then : NULL, n, c->stream));
   return ncclSuccess;
 }

@@ -3,8 +3,10 @@
  */
 #include "cuda/memop.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "core/debug.h"
 #include "core/error.h"
 
 void mpn_memops_init(mpn_memops_t* b, const mpn_driver_t* drv, cudaStream_t stream) {
@@ -13,10 +15,32 @@ void mpn_memops_init(mpn_memops_t* b, const mpn_driver_t* drv, cudaStream_t stre
   b->stream = (CUstream)stream;
 }
 
+/* NCCL_DEBUG=TRACE with subsystem P2P or RMA: each batch, one line, as
+ * "W addr=value" (write) and "G addr>=value" / "E addr==value" (waits). */
+static void trace_batch(const mpn_memops_t* b, unsigned n) {
+  char text[2048];
+  size_t at = 0;
+  for (unsigned i = 0; i < n && at + 48 < sizeof(text); i++) {
+    const CUstreamBatchMemOpParams* op = &b->ops[i];
+    if (op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
+      at += (size_t)snprintf(text + at, sizeof(text) - at, " W %llx=%llu", (unsigned long long)op->writeValue.address,
+                             (unsigned long long)op->writeValue.value64);
+    else
+      at += (size_t)snprintf(
+          text + at, sizeof(text) - at, " %s %llx%s%llu", op->waitValue.flags == CU_STREAM_WAIT_VALUE_EQ ? "E" : "G",
+          (unsigned long long)op->waitValue.address,
+          op->waitValue.flags == CU_STREAM_WAIT_VALUE_EQ ? "==" : ">=", (unsigned long long)op->waitValue.value64);
+  }
+  mpn_log(MPN_LOG_TRACE, MPN_SUBSYS_P2P | MPN_SUBSYS_RMA, __FILE__, __LINE__,
+          "stream %p: %u memory operations in one batch:%s%s", (void*)b->stream, n, text,
+          at + 48 >= sizeof(text) ? " ..." : "");
+}
+
 ncclResult_t mpn_memops_flush(mpn_memops_t* b) {
   const mpn_driver_t* drv = b->drv;
   unsigned n = b->n;
   b->n = 0; /* a failed batch is not issued again by the next flush */
+  if (n && mpn_log_enabled(MPN_LOG_TRACE, MPN_SUBSYS_P2P | MPN_SUBSYS_RMA)) trace_batch(b, n);
   if (n) MPN_CU_CHECK(drv, stream_batch_mem_op(b->stream, n, b->ops, 0));
   return ncclSuccess;
 }

@@ -38,6 +38,8 @@ static ncclResult_t copies_as_launches(const mpn_sync_t* k, int from, int to, cu
 }
 
 ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaStream_t s) {
+  MPN_TRACE(MPN_SUBSYS_P2P | MPN_SUBSYS_RMA, "stream %p: flag kernel of %d flags, %d copies, %d blocks", (void*)s,
+            mpn_sync_nflags(k), mpn_sync_ncopies(k), k->grid.blocks);
   cudaError_t err = mpn_sync_launch(k, mpn_param_int(MPN_PARAM_KERNEL_SYNC_EARLY) > 0, s);
   if (err == cudaSuccess) return ncclSuccess;
   cudaGetLastError();

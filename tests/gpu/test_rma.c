@@ -3,7 +3,8 @@
  * (run under mpirun with 1 to 8 processes) and between ranks of one process:
  * registration and its refusals, ping-pong, barrier, one-sided all-to-all,
  * many puts then a signal, signals before their wait, signals to one peer
- * from two streams, send/receive and RMA in one group, a CUDA graph
+ * from two streams, a barrier's signal to the rank itself waited for from
+ * another stream, send/receive and RMA in one group, a CUDA graph
  * replayed 100 times.  Every byte put is checked.  Exits 77 without a GPU.
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
@@ -303,6 +304,55 @@ static void signal_streams(void) {
   ncclMemFree(src);
 }
 
+/*
+ * A barrier's signal to the rank itself goes unwritten where the batch also
+ * writes a counter of another rank of the GPU, which then stands in for it
+ * (rma.c, self_elide).  Another stream that waits for that signal must
+ * still wait for the barrier: stream `held` is held back, fills x and joins
+ * a barrier that signals every rank, itself included, but waits only for
+ * the others; the test's stream waits for the signal to itself, then
+ * copies x to y, which must hold the fill.  The first round's signals
+ * follow signals of another stream (earlier steps), so they wait for those
+ * and are all written; the later rounds leave the write out.  Over UCX and
+ * alone there is nothing to stand in: the signal is written.
+ */
+static void self_lag(void) {
+  enum { BYTES = 65536, HOLD_MS = 200, ROUNDS = 3 };
+  char* x = dev_alloc(BYTES);
+  char* y = dev_alloc(BYTES);
+  cudaStream_t held;
+  EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  ncclWaitSignalDesc_t* others = calloc((size_t)nranks, sizeof(*others));
+  int nothers = 0;
+  for (int p = 0; p < nranks; p++)
+    if (p != rank) others[nothers++] = (ncclWaitSignalDesc_t){1, p, 0, 0};
+  for (int round = 0; round < ROUNDS; round++) {
+    uint32_t seed = seed_of(rank, rank, 40 + round);
+    EXPECT(cudaMemsetAsync(x, 0, BYTES, stream) == cudaSuccess);
+    EXPECT(cudaMemsetAsync(y, 0, BYTES, stream) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+    hold_stream(held, HOLD_MS);
+    pattern_fill(x, BYTES, seed, held);
+    EXPECT_OK(ncclGroupStart());
+    for (int p = 0; p < nranks; p++) EXPECT_OK(ncclSignal(p, 0, 0, 0, comm, held));
+    if (nothers) EXPECT_OK(ncclWaitSignal(nothers, others, comm, held));
+    EXPECT_OK(ncclGroupEnd());
+    ncclWaitSignalDesc_t me = {1, rank, 0, 0};
+    EXPECT_OK(ncclWaitSignal(1, &me, comm, stream));
+    EXPECT(cudaMemcpyAsync(y, x, BYTES, cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
+    char what[48];
+    snprintf(what, sizeof(what), "self_lag round %d", round);
+    expect_pattern(y, BYTES, seed, what);
+    EXPECT(cudaStreamSynchronize(held) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT(cudaStreamDestroy(held) == cudaSuccess);
+  free(others);
+  EXPECT_OK(ncclMemFree(x));
+  EXPECT_OK(ncclMemFree(y));
+}
+
 /* A ring of sends and a ring of puts in one group. */
 static void mixed_group(void) {
   size_t bytes = 100000;
@@ -507,6 +557,7 @@ int main(int argc, char** argv) {
   STEP(many_then_signal());
   STEP(early_signals());
   STEP(signal_streams());
+  STEP(self_lag());
   STEP(mixed_group());
   STEP(graph_replay());
   STEP(threads_ring());

@@ -1,0 +1,97 @@
+/*
+ * check.c - the checks of one-sided operations that need the window, the
+ * device or the transport, made for a whole group before anything of it is
+ * enqueued (the API entry points check their arguments themselves).
+ */
+#include <cuda_runtime.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "rma/rma.h"
+#include "rma/window.h"
+#include "transport.h"
+#ifdef HAVE_UCX
+#include "ucx/staged.h"
+#include "ucx/winstage.h"
+#endif
+
+const char* mpn_rma_op_name(mpn_op_kind_t kind) {
+  switch (kind) {
+    case MPN_OP_PUT_SIGNAL: return "ncclPutSignal";
+    case MPN_OP_SIGNAL: return "ncclSignal";
+    default: return "ncclWaitSignal";
+  }
+}
+
+static int over_ucx(const struct ncclComm* comm, int peer) { return comm->transport[peer] == MPN_TRANSPORT_UCX; }
+
+/* A peer over UCX: only once a window gave the communicator its signal area. */
+static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
+  struct ncclComm* comm = op->comm;
+  if (!over_ucx(comm, peer)) return ncclSuccess;
+#ifdef HAVE_UCX
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+  if (cap == cudaStreamCaptureStatusInvalidated)
+    return MPN_REFUSE(comm, ncclInvalidUsage, "%s with peer %d: the stream's capture was invalidated", fn, peer);
+  if (!mpn_ucx_rma_ready(comm))
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s with peer %d: one-sided operations over UCX need a window registered "
+                      "first (ncclCommWindowRegister)",
+                      fn, peer);
+  return ncclSuccess;
+#else
+  return MPN_REFUSE(comm, ncclInvalidUsage,
+                    "%s with peer %d: the UCX transport (other hosts, or forced by "
+                    "MPINCCL_TRANSPORT=ucx / NCCL_P2P_DISABLE=1) is not in this build of mpinccl",
+                    fn, peer);
+#endif
+}
+
+/* A put or signal over UCX: its lane made (and fitted) before anything is enqueued. */
+static ncclResult_t ucx_check(const mpn_op_t* op) {
+#ifdef HAVE_UCX
+  if (over_ucx(op->comm, op->peer)) return mpn_ucx_staged_check(op);
+#else
+  (void)op;
+#endif
+  return ncclSuccess;
+}
+
+/* The checks that need the window and the device, before anything is enqueued. */
+static ncclResult_t op_check(const mpn_op_t* op) {
+  struct ncclComm* comm = op->comm;
+  const char* fn = mpn_rma_op_name(op->kind);
+  if (comm->cuda_dev < 0) return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
+  if (op->kind == MPN_OP_WAIT_SIGNAL) {
+    for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(op, fn, op->descs[i].peer));
+    return ncclSuccess;
+  }
+  MPN_CHECK(peer_check(op, fn, op->peer));
+  if (op->kind != MPN_OP_PUT_SIGNAL) return ucx_check(op);
+  MPN_CHECK(mpn_win_check(comm, op->win, fn));
+  uint64_t size = op->win->parts[op->peer].size;
+  if (op->offset > size || op->bytes > size - op->offset)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: peerWinOffset %zu + %zu bytes runs past the end of rank %d's window "
+                      "(%llu bytes)",
+                      fn, op->offset, op->bytes, op->peer, (unsigned long long)size);
+  if (op->bytes > 0) { /* device, managed, or pinned host memory the GPU reaches at that address */
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, op->buf) != cudaSuccess ||
+        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged &&
+         (attr.type != cudaMemoryTypeHost || attr.devicePointer != op->buf))) {
+      cudaGetLastError();
+      return MPN_REFUSE(comm, ncclInvalidArgument,
+                        "%s: localbuff %p is neither device memory nor pinned host memory the "
+                        "GPU can reach at that address",
+                        fn, op->buf);
+    }
+  }
+  return ucx_check(op);
+}
+
+ncclResult_t mpn_rma_check(mpn_op_t* ops) {
+  for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_check(op));
+  return ncclSuccess;
+}

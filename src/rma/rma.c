@@ -154,6 +154,7 @@ typedef struct {
   int elide_self;    /* the rank's signals to itself may go unwritten (self_elide) */
   CUdeviceptr proxy; /* the first signal to another rank written in the batch (0: none yet) */
   uint64_t proxy_value;
+  const struct ncclComm* proxy_comm; /* its communicator, whose pairs live as long as the rank's own */
 } sink_t;
 
 static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
@@ -191,25 +192,28 @@ static int peer_device_signals(struct ncclComm* comm, int peer);
  * stream write like any other (about 10 us for 8 ranks on the H200), yet
  * only the rank's own waits read it.  So where a batch of signals on one
  * stream also writes a counter of another rank of this GPU, the write to
- * itself is left out: that counter, written at the same point of the same
- * stream, stands in for it.  A wait for the count (or a lower one) from
- * another stream, or a later order wait, polls that counter instead
- * (self_wait); one on the same stream needs none (self_wait_implied).
+ * itself is left out: that counter (of the same communicator, so that it
+ * lives as long), written at the same point of the same stream, stands in
+ * for it.  A wait for the count (or a lower one) from another stream, or a
+ * later order wait, polls that counter instead (signal_wait); one on the
+ * same stream needs none (self_wait_implied).
  * Not with events between the rank's streams (MPS, local.c), in CUDA
  * graphs, nor where a signal of the launch waits for another stream's
  * (needs_order: a wait may then sit between the two writes).
  */
 static int self_elide(mpn_op_t** ops, int n, cudaStream_t s) {
-  int self = 0, proxy = 0;
   for (int i = 0; i < n; i++) {
-    mpn_op_t* op = ops[i];
-    if (op->stream != s || op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
-    if (op->peer == op->comm->rank)
-      self |= !mpn_rma_local(op->comm, op->peer, 0);
-    else
-      proxy |= peer_device_signals(op->comm, op->peer);
+    const mpn_op_t* op = ops[i];
+    if (op->stream != s || op->kind == MPN_OP_WAIT_SIGNAL || op->peer != op->comm->rank ||
+        mpn_rma_local(op->comm, op->peer, 0))
+      continue;
+    for (int j = 0; j < n; j++)
+      if (ops[j]->stream == s && ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm &&
+          ops[j]->peer != op->comm->rank && !over_ucx(op->comm, ops[j]->peer) &&
+          peer_device_signals(op->comm, ops[j]->peer))
+        return 1;
   }
-  return self && proxy;
+  return 0;
 }
 
 /* After a batch's signals: its left-out writes to the rank itself are
@@ -222,7 +226,7 @@ static ncclResult_t self_elide_end(sink_t* to, mpn_op_t** ops, int n, cudaStream
     mpn_rma_t* rma = op->comm->rma;
     uint64_t count = rma->sent[(size_t)op->peer * (size_t)op->comm->config.num_rma_ctx + (size_t)op->ctx];
     mpn_pair_t *self, *unused;
-    if (res != ncclSuccess || to->proxy == 0) {
+    if (res != ncclSuccess || to->proxy == 0 || to->proxy_comm != op->comm) {
       if (mpn_p2p_pairs(op->comm, op->peer, &self, &unused) == ncclSuccess)
         mpn_keep(&res, sink_add(to, mpn_pair_signal(self, op->ctx), count, MPN_MEMOP_WRITE));
       continue;
@@ -267,6 +271,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->elide_self && !to_sink->proxy && peer_device_signals(comm, op->peer)) {
       to_sink->proxy = mpn_pair_signal(to, op->ctx);
       to_sink->proxy_value = count;
+      to_sink->proxy_comm = comm;
     }
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
@@ -396,7 +401,7 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
                                   unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open,
                                   int elide) {
-  sink_t to = {b, NULL, !wait && !graph && elide && self_elide(ops, n, s), 0, 0};
+  sink_t to = {b, NULL, !wait && !graph && elide && self_elide(ops, n, s), 0, 0, NULL};
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -579,7 +584,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
-  sink_t to = {NULL, &k, 0, 0, 0};
+  sink_t to = {NULL, &k, 0, 0, 0, NULL};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
@@ -598,7 +603,7 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
                                unsigned long long sid) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
-  sink_t to = {&b, NULL, 0, 0, 0};
+  sink_t to = {&b, NULL, 0, 0, 0, NULL};
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
       MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));

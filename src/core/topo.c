@@ -101,8 +101,12 @@ static int apart(const mpn_rank_info_t* x, const mpn_rank_info_t* y) {
 int mpn_topo_direct(const mpn_topo_t* t, int a, int b) {
   const mpn_rank_info_t *x = &t->ranks[a], *y = &t->ranks[b];
   if (x->cuda_dev < 0 || y->cuda_dev < 0 || x->host_hash != y->host_hash) return 0;
-  return mpn_topo_same_gpu(t, a, b) || memcmp(x->pci_bus, y->pci_bus, sizeof(x->pci_bus)) == 0 ||
-         (!apart(x, y) && !apart(y, x));
+  if (mpn_topo_same_gpu(t, a, b)) return 1;
+  /* One PCI device under two CUDA device UUIDs: instances of a GPU split by
+   * MIG, between which CUDA IPC does not work (and neither process sees the
+   * other's instance, so neither could list it as apart). */
+  if (memcmp(x->pci_bus, y->pci_bus, sizeof(x->pci_bus)) == 0) return 0;
+  return !apart(x, y) && !apart(y, x);
 }
 
 ncclResult_t mpn_topo_discover(struct ncclComm* comm) {

@@ -62,7 +62,8 @@ uint64_t mpn_topo_bus_hash(const char bus[16]);
  * other's device memory directly (CUDA IPC, or plain pointers in one
  * process): the same GPU, or GPUs that neither rank lists as apart.  A
  * process that does not see the other's GPU (CUDA_VISIBLE_DEVICES) cannot
- * ask CUDA, so that counts as reachable, as NCCL's launchers expect.
+ * ask CUDA, so that counts as reachable, as NCCL's launchers expect; but
+ * two MIG instances of one GPU (one PCI bus id, two UUIDs) never are.
  */
 int mpn_topo_direct(const mpn_topo_t* t, int a, int b);
 

@@ -487,7 +487,8 @@ static void synthetic_end(synthetic_t* s) {
  * pointers within a process) unless either rank's process sees the other's
  * GPU and finds no peer access both ways; the others go through UCX, and
  * MPINCCL_TRANSPORT=ipc refuses them by name.  A GPU a process does not
- * see (CUDA_VISIBLE_DEVICES) counts as reachable. */
+ * see (CUDA_VISIBLE_DEVICES) counts as reachable, but not another MIG
+ * instance of the same GPU. */
 START_TEST(peer_gpus_reached) {
   synthetic_t syn;
   mpn_topo_t* t = synthetic_begin(&syn, 5);
@@ -513,6 +514,9 @@ START_TEST(peer_gpus_reached) {
   t->ranks[1].cuda_dev = -1; /* a rank without a GPU */
   ck_assert(!mpn_topo_direct(t, 0, 1));
   t->ranks[1].cuda_dev = 0;
+  t->ranks[1].uuid[1] = 7; /* another MIG instance of GPU 0: same PCI bus, another UUID */
+  ck_assert(!mpn_topo_direct(t, 0, 1) && !mpn_topo_direct(t, 1, 0));
+  t->ranks[1].uuid[1] = 0;
 #ifdef HAVE_UCX
   ck_assert_int_eq(mpn_transport_choose(comms[0]), ncclSuccess);
   const uint8_t want[5] = {MPN_TRANSPORT_SELF, MPN_TRANSPORT_IPC, MPN_TRANSPORT_IPC, MPN_TRANSPORT_UCX,

@@ -54,17 +54,13 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
     if (rma == NULL) {
       size_t n = (size_t)comm->nranks * (size_t)comm->config.num_rma_ctx;
       rma = calloc(1, sizeof(*rma));
-      size_t nctx = (size_t)comm->config.num_rma_ctx;
-      uint64_t* counts = calloc(4 * n + 3 * nctx, sizeof(uint64_t));
+      uint64_t* counts = calloc(4 * n, sizeof(uint64_t));
       unsigned long long* streams = calloc(n, sizeof(*streams));
       if (rma == NULL || counts == NULL || streams == NULL) {
         free(rma), free(counts), free(streams);
         rma = NULL;
       } else {
         rma->sent_stream = streams;
-        rma->self_lag = counts + 4 * n;
-        rma->self_proxy = counts + 4 * n + nctx;
-        rma->self_proxy_value = counts + 4 * n + 2 * nctx;
         pthread_mutex_init(&rma->lock, NULL);
         rma->sent = counts;
         rma->expected = counts + n;
@@ -84,7 +80,7 @@ void mpn_rma_free(struct ncclComm* comm) {
   if (comm->rma == NULL) return;
   mpn_win_free_all(comm);
   pthread_mutex_destroy(&comm->rma->lock);
-  free(comm->rma->sent); /* all four counters and the self_ words */
+  free(comm->rma->sent); /* all four counters */
   free(comm->rma->sent_stream);
   free(comm->rma);
   comm->rma = NULL;
@@ -151,10 +147,6 @@ static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, uint64_t* 
 typedef struct {
   mpn_memops_t* b;
   mpn_sync_t* k;
-  int elide_self;    /* the rank's signals to itself may go unwritten (self_elide) */
-  CUdeviceptr proxy; /* the first signal to another rank written in the batch (0: none yet) */
-  uint64_t proxy_value;
-  const struct ncclComm* proxy_comm; /* its communicator, whose pairs live as long as the rank's own */
 } sink_t;
 
 static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
@@ -185,70 +177,6 @@ static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t
   return comm->rma->sent[pc] > 0 && comm->rma->sent_stream[pc] != sid;
 }
 
-static int peer_device_signals(struct ncclComm* comm, int peer);
-
-/*
- * A barrier's signal from a rank to itself costs a time-sliced process a
- * stream write like any other (about 10 us for 8 ranks on the H200), yet
- * only the rank's own waits read it.  So where a batch of signals on one
- * stream also writes a counter of another rank of this GPU, the write to
- * itself is left out: that counter (of the same communicator, so that it
- * lives as long), written at the same point of the same stream, stands in
- * for it.  A wait for the count (or a lower one) from another stream, or a
- * later order wait, polls that counter instead (signal_wait); one on the
- * same stream needs none (self_wait_implied).
- * Not with events between the rank's streams (MPS, local.c), in CUDA
- * graphs, nor where a signal of the launch waits for another stream's
- * (needs_order: a wait may then sit between the two writes).
- */
-static int self_elide(mpn_op_t** ops, int n, cudaStream_t s) {
-  for (int i = 0; i < n; i++) {
-    const mpn_op_t* op = ops[i];
-    if (op->stream != s || op->kind == MPN_OP_WAIT_SIGNAL || op->peer != op->comm->rank ||
-        mpn_rma_local(op->comm, op->peer, 0))
-      continue;
-    for (int j = 0; j < n; j++)
-      if (ops[j]->stream == s && ops[j]->kind != MPN_OP_WAIT_SIGNAL && ops[j]->comm == op->comm &&
-          ops[j]->peer != op->comm->rank && !over_ucx(op->comm, ops[j]->peer) &&
-          peer_device_signals(op->comm, ops[j]->peer))
-        return 1;
-  }
-  return 0;
-}
-
-/* After a batch's signals: its left-out writes to the rank itself are
- * counted and point at the batch's stand-in; a batch that failed writes
- * them after all. */
-static ncclResult_t self_elide_end(sink_t* to, mpn_op_t** ops, int n, cudaStream_t s, ncclResult_t res) {
-  for (int i = 0; to->elide_self && i < n; i++) {
-    mpn_op_t* op = ops[i];
-    if (op->stream != s || op->kind == MPN_OP_WAIT_SIGNAL || op->peer != op->comm->rank) continue;
-    mpn_rma_t* rma = op->comm->rma;
-    uint64_t count = rma->sent[(size_t)op->peer * (size_t)op->comm->config.num_rma_ctx + (size_t)op->ctx];
-    mpn_pair_t *self, *unused;
-    if (res != ncclSuccess || to->proxy == 0 || to->proxy_comm != op->comm) {
-      if (mpn_p2p_pairs(op->comm, op->peer, &self, &unused) == ncclSuccess)
-        mpn_keep(&res, sink_add(to, mpn_pair_signal(self, op->ctx), count, MPN_MEMOP_WRITE));
-      continue;
-    }
-    rma->self_lag[op->ctx] = count;
-    rma->self_proxy[op->ctx] = to->proxy;
-    rma->self_proxy_value[op->ctx] = to->proxy_value;
-  }
-  return res;
-}
-
-/* A wait until comm's rank's counter of signals from peer on ctx (in pair)
- * reaches value: for the rank itself, on the stand-in of a left-out write
- * when the value is not above its count (self_elide). */
-static ncclResult_t signal_wait(sink_t* to, struct ncclComm* comm, int peer, int ctx, mpn_pair_t* pair,
-                                uint64_t value) {
-  const mpn_rma_t* rma = comm->rma;
-  if (peer == comm->rank && rma->self_proxy[ctx] && value <= rma->self_lag[ctx])
-    return sink_add(to, (CUdeviceptr)rma->self_proxy[ctx], rma->self_proxy_value[ctx], MPN_MEMOP_WAIT_GEQ);
-  return sink_add(to, mpn_pair_signal(pair, ctx), value, MPN_MEMOP_WAIT_GEQ);
-}
-
 /* A signal of op on stream s, whose id (mpn_cuda_stream_id) is sid. */
 static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, unsigned long long sid, int graph,
                                int publish) {
@@ -263,16 +191,10 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
       return mpn_error_set(NULL, ncclInternalError, "a signal after another stream's in a flag kernel");
     uint64_t count = ++comm->rma->sent[pc];
     comm->rma->sent_stream[pc] = sid;
-    if (order) MPN_CHECK(signal_wait(to_sink, comm, op->peer, op->ctx, to, count - 1));
+    if (order) MPN_CHECK(sink_add(to_sink, mpn_pair_signal(to, op->ctx), count - 1, MPN_MEMOP_WAIT_GEQ));
     if (order && publish && mpn_rma_local(comm, op->peer, graph))
       MPN_CHECK(mpn_memops_flush(to_sink->b)); /* the event comes after the wait: it implies the earlier signal */
     if (publish && mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
-    if (to_sink->elide_self && op->peer == comm->rank) return ncclSuccess; /* self_elide_end */
-    if (to_sink->elide_self && !to_sink->proxy && peer_device_signals(comm, op->peer)) {
-      to_sink->proxy = mpn_pair_signal(to, op->ctx);
-      to_sink->proxy_value = count;
-      to_sink->proxy_comm = comm;
-    }
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
   MPN_CHECK(
@@ -328,7 +250,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
     if (mpn_rma_local(comm, d->peer, graph) && to_sink->k) mpn_rma_local_drop(from, d->ctx, *expected);
     else if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))
       return ncclSuccess;
-    return signal_wait(to_sink, comm, d->peer, d->ctx, from, *expected);
+    return sink_add(to_sink, mpn_pair_signal(from, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
@@ -399,9 +321,8 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
  * is flushed unless keep_open.  Puts and signals over UCX are not here
  * (ucx/staged.c). */
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
-                                  unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open,
-                                  int elide) {
-  sink_t to = {b, NULL, !wait && !graph && elide && self_elide(ops, n, s), 0, 0, NULL};
+                                  unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open) {
+  sink_t to = {b, NULL};
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -425,7 +346,6 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
       ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
     }
   }
-  if (!wait) res = self_elide_end(&to, ops, n, s, res);
   if (res == ncclSuccess && !keep_open) res = mpn_memops_flush(b);
   if (res == ncclSuccess && wait) res = land_ucx(drv, ops, n, s, ex, graph);
   free(ex);
@@ -584,7 +504,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
-  sink_t to = {NULL, &k, 0, 0, 0, NULL};
+  sink_t to = {NULL, &k};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
@@ -603,7 +523,7 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
                                unsigned long long sid) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
-  sink_t to = {&b, NULL, 0, 0, 0, NULL};
+  sink_t to = {&b, NULL};
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
       MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));
@@ -707,7 +627,6 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   int ordered =
       res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, first, sync, sids);
   int merged = res == ncclSuccess && one_batch(ops, n, sync);
-  int orderless = res == ncclSuccess && !needs_order(ops, n, first, sync, sids); /* self_elide */
   mpn_memops_t open; /* a stream's signals, then (merged: still open) its waits */
   /* Every stream's puts and signals, then the kernels of the streams that
    * have one (signals and waits), then every other stream's waits: a thread
@@ -729,13 +648,13 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
         if (kernel != 2) res = issue_self(drv, ops, n, s, sids[i]);
       } else if (pass == 0) {
         mpn_memops_init(&open, drv, s);
-        res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged, orderless);
+        res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged);
       } else if (pass == 1 && kernel) {
         res = issue_sync(drv, ops, n, s, sids[i], kernel == 2);
       } else if (pass == 2 && !kernel) {
         unsigned nsig = merged ? open.n : 0; /* the signals still in the batch */
         if (!merged) mpn_memops_init(&open, drv, s);
-        res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0, 0);
+        res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0);
         if (res != ncclSuccess && merged) { /* the waits failed: the peers still get the signals */
           open.n = nsig;
           mpn_keep(&res, mpn_memops_flush(&open));

@@ -27,13 +27,6 @@ typedef struct mpn_rma {
   uint64_t* graph_expected;
   unsigned long long* sent_stream; /**< [peer * numRmaCtx + ctx]: the stream (mpn_cuda_stream_id) of the
                                        last signal counted in sent */
-  /** Per ctx, the rank's signals to itself whose write was left out (a
-   * barrier's, rma.c: self_elide): the count of the last one (0: none), and
-   * a counter another signal of the same batch raised to a value, which a
-   * wait for that count or less polls instead. */
-  uint64_t* self_lag;
-  uint64_t* self_proxy;       /**< device address of that counter */
-  uint64_t* self_proxy_value; /**< and the value */
 } mpn_rma_t;
 
 /** The communicator's one-sided state, made on first use. */

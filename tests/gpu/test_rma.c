@@ -305,16 +305,15 @@ static void signal_streams(void) {
 }
 
 /*
- * A barrier's signal to the rank itself goes unwritten where the batch also
- * writes a counter of another rank of the GPU, which then stands in for it
- * (rma.c, self_elide).  Another stream that waits for that signal must
- * still wait for the barrier: stream `held` is held back, fills x and joins
- * a barrier that signals every rank, itself included, but waits only for
- * the others; the test's stream waits for the signal to itself, then
- * copies x to y, which must hold the fill.  The first round's signals
- * follow signals of another stream (earlier steps), so they wait for those
- * and are all written; the later rounds leave the write out.  Over UCX and
- * alone there is nothing to stand in: the signal is written.
+ * A barrier's signal to the rank itself, waited for from another stream:
+ * the wait must hold until the barrier's stream reaches the signal, which
+ * any shortcut for a rank's own signals must keep (one that left their
+ * write out, with another counter of the batch standing in, was measured
+ * and taken out: docs/RMA.md, "A rank's signals to itself").  Stream
+ * `held` is held back, fills x and joins a barrier that signals every
+ * rank, itself included, but waits only for the others; the test's stream
+ * waits for the signal to itself, then copies x to y, which must hold the
+ * fill.
  */
 static void self_lag(void) {
   enum { BYTES = 65536, HOLD_MS = 200, ROUNDS = 3 };

@@ -118,7 +118,7 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
     if (peer == comm->rank) k = MPN_TRANSPORT_SELF;
     else if (p->proc == me->proc && direct)
       k = MPN_TRANSPORT_LOCAL;
-    else if (!force_ucx && direct && p->proc != me->proc)
+    else if (!force_ucx && direct) /* another process: the same one took LOCAL above */
       k = MPN_TRANSPORT_IPC;
     else k = MPN_TRANSPORT_UCX;
     if (force_ipc && k == MPN_TRANSPORT_UCX) {

@@ -124,6 +124,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                               "of an MPS client); the side that posted first waits up to this "
                               "many microseconds on the host for the other side's event, then "
                               "falls back to a stream memory wait."},
+    [MPN_PARAM_RMA_SELF_ELIDE] =
+        {"MPINCCL_RMA_SELF_ELIDE", MPN_PARAM_INT, "1", NULL, 0, 1,
+         "1: a one-sided signal of a rank to itself is not written where the same stream's waits "
+         "of its group consume it, no wait for it was issued before, and a signal of that stream "
+         "to another rank of the host is written at the same point (a barrier's: one stream memory "
+         "operation fewer per rank); 0: always written."},
     [MPN_PARAM_AHEAD_TIMEOUT] = {"MPINCCL_AHEAD_TIMEOUT", MPN_PARAM_INT, "60", NULL, 1, 3600,
                                  "A message more than 512 ahead of its peer's matching ones (a "
                                  "pair's slots) waits until the peer catches up: the launch posts "

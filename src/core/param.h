@@ -29,6 +29,7 @@ typedef enum {
   MPN_PARAM_SLICED_INBOX_WAIT, /* time-sliced GPU: inbox for multi-peer launches, host wait for a slot */
   MPN_PARAM_SLICED_GAP,        /* time-sliced GPU: GPU work between launches that makes one-peer launches use it */
   MPN_PARAM_LOCAL_WAIT,        /* host wait for a same-process peer's "done" event */
+  MPN_PARAM_RMA_SELF_ELIDE,    /* signals of a rank to itself that stream order implies are not written */
   MPN_PARAM_AHEAD_TIMEOUT,     /* seconds a rank waits for a peer 512 messages behind on the host */
   MPN_PARAM_NET_TIMEOUT,       /* seconds before an unreachable UCX peer fails */
   MPN_PARAM_UCX_CHUNK,         /* bytes of one staged chunk over UCX */

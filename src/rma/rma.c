@@ -56,11 +56,13 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
       rma = calloc(1, sizeof(*rma));
       uint64_t* counts = calloc(4 * n, sizeof(uint64_t));
       unsigned long long* streams = calloc(n, sizeof(*streams));
-      if (rma == NULL || counts == NULL || streams == NULL) {
-        free(rma), free(counts), free(streams);
+      mpn_rma_self_t* self = calloc((size_t)comm->config.num_rma_ctx, sizeof(*self));
+      if (rma == NULL || counts == NULL || streams == NULL || self == NULL) {
+        free(rma), free(counts), free(streams), free(self);
         rma = NULL;
       } else {
         rma->sent_stream = streams;
+        rma->self = self;
         pthread_mutex_init(&rma->lock, NULL);
         rma->sent = counts;
         rma->expected = counts + n;
@@ -82,6 +84,7 @@ void mpn_rma_free(struct ncclComm* comm) {
   pthread_mutex_destroy(&comm->rma->lock);
   free(comm->rma->sent); /* all four counters */
   free(comm->rma->sent_stream);
+  free(comm->rma->self);
   free(comm->rma);
   comm->rma = NULL;
 }
@@ -191,10 +194,16 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
       return mpn_error_set(NULL, ncclInternalError, "a signal after another stream's in a flag kernel");
     uint64_t count = ++comm->rma->sent[pc];
     comm->rma->sent_stream[pc] = sid;
-    if (order) MPN_CHECK(sink_add(to_sink, mpn_pair_signal(to, op->ctx), count - 1, MPN_MEMOP_WAIT_GEQ));
+    if (order) {
+      CUdeviceptr addr;
+      uint64_t value;
+      mpn_rma_self_order(op, count, mpn_pair_signal(to, op->ctx), &addr, &value);
+      MPN_CHECK(sink_add(to_sink, addr, value, MPN_MEMOP_WAIT_GEQ));
+    }
     if (order && publish && mpn_rma_local(comm, op->peer, graph))
       MPN_CHECK(mpn_memops_flush(to_sink->b)); /* the event comes after the wait: it implies the earlier signal */
     if (publish && mpn_rma_local(comm, op->peer, graph)) mpn_rma_local_publish(to, op->ctx, count, s, comm->cuda_dev);
+    if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
   MPN_CHECK(
@@ -203,22 +212,6 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
   return sink_add(to_sink, mpn_pair_dev(to, &to->mem->rma_graph_signal[slot]), 1, MPN_MEMOP_WRITE);
-}
-
-/*
- * Whether a wait of the rank for its own signals, on the stream whose id is
- * sid, is implied by stream order: the count it needs is reached by a
- * signal this stream issued before it (a signal on another stream than the
- * one before it waits for that one's count first: add_signal).  Memory
- * operations only; not for ranks whose signals to themselves are ordered by
- * events (MPS, local.c).  A barrier that signals every rank then skips one
- * of its waits.
- */
-static int self_wait_implied(const sink_t* to_sink, const struct ncclComm* comm, const ncclWaitSignalDesc_t* d,
-                             unsigned long long sid, uint64_t expected) {
-  size_t pc = (size_t)d->peer * (size_t)comm->config.num_rma_ctx + (size_t)d->ctx;
-  return to_sink->b && d->peer == comm->rank && sid != 0 && !mpn_rma_local(comm, d->peer, 0) &&
-         comm->rma->sent_stream[pc] == sid && comm->rma->sent[pc] >= expected;
 }
 
 /* A wait for a rank of this process under MPS takes the sender's event
@@ -246,7 +239,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   if (!graph) {
     uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
     *expected += (uint64_t)d->opCnt;
-    if (self_wait_implied(to_sink, comm, d, sid, *expected)) return ncclSuccess;
+    if (to_sink->b && mpn_rma_self_wait_implied(comm, d, sid, *expected)) return ncclSuccess;
     if (mpn_rma_local(comm, d->peer, graph) && to_sink->k) mpn_rma_local_drop(from, d->ctx, *expected);
     else if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))
       return ncclSuccess;
@@ -328,6 +321,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
   uint64_t* ex = ndesc ? calloc((size_t)ndesc, sizeof(uint64_t)) : NULL;
   if (ndesc && ex == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  if (!wait && !graph) mpn_rma_self_plan(ops, n, s, sid); /* which writes to the rank itself to leave out */
   ncclResult_t res = ncclSuccess;
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
@@ -362,60 +356,6 @@ static int peer_syncs(struct ncclComm* comm, int peer) {
   if (peer == comm->rank) return comm->cuda_dev >= 0;
   return comm->transport[peer] == MPN_TRANSPORT_IPC &&
          mpn_topo_kernels_concurrent(&comm->topo, comm->rank, peer);
-}
-
-/* A signal to the signaller itself, ordered by events under MPS (local.c). */
-static int local_self(const mpn_op_t* op) {
-  return op->peer == op->comm->rank && mpn_rma_local(op->comm, op->peer, 0);
-}
-
-/* comm's rank's signals to itself on ctx once stream s's of this launch are
- * counted (*sent), and the count its waits on s of this launch reach (*expected). */
-static void self_counts(mpn_op_t** ops, int n, cudaStream_t s, const struct ncclComm* comm, int ctx,
-                        uint64_t* sent, uint64_t* expected) {
-  size_t pc = (size_t)comm->rank * (size_t)comm->config.num_rma_ctx + (size_t)ctx;
-  *sent = comm->rma->sent[pc];
-  *expected = comm->rma->expected[pc];
-  for (int i = 0; i < n; i++) {
-    const mpn_op_t* op = ops[i];
-    if (op->stream != s || op->comm != comm) continue;
-    *sent += op->kind != MPN_OP_WAIT_SIGNAL && op->peer == comm->rank && op->ctx == ctx;
-    for (int e = 0; op->kind == MPN_OP_WAIT_SIGNAL && e < op->ndesc; e++)
-      if (op->descs[e].peer == comm->rank && op->descs[e].ctx == ctx) *expected += (uint64_t)op->descs[e].opCnt;
-  }
-}
-
-/*
- * A rank's signals to itself under MPS are ordered by events (local.c), as
- * they may come from another of its streams, one that could sit behind a
- * polling kernel.  A kernel may poll for them when every signal its waits
- * need is enqueued already or comes from the kernel itself.
- */
-static int self_wait_syncs(mpn_op_t** ops, int n, cudaStream_t s, const mpn_op_t* op, int d) {
-  uint64_t sent, expected;
-  self_counts(ops, n, s, op->comm, op->descs[d].ctx, &sent, &expected);
-  return sent >= expected;
-}
-
-/*
- * Whether a kernel stream's signals to its own rank are all consumed by the
- * same stream's waits of this launch (a barrier's): then no other stream
- * can wait for them, and the kernel writes them itself, with no event and
- * no memory operation before it.  Not when another stream of the launch
- * signals or waits for a rank to itself too (the counts would interleave).
- */
-static int self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
-  for (int i = 0; i < n; i++) {
-    const mpn_op_t* op = ops[i];
-    for (int e = 0; op->stream != s && op->kind == MPN_OP_WAIT_SIGNAL && e < op->ndesc; e++)
-      if (op->descs[e].peer == op->comm->rank && mpn_rma_local(op->comm, op->comm->rank, 0)) return 0;
-    if (op->kind == MPN_OP_WAIT_SIGNAL || !local_self(op)) continue;
-    if (op->stream != s) return 0;
-    uint64_t sent, expected;
-    self_counts(ops, n, s, op->comm, op->ctx, &sent, &expected);
-    if (sent > expected) return 0;
-  }
-  return 1;
 }
 
 /* first[i]: the first of the launch's ops on ops[i]'s stream, where the
@@ -469,7 +409,7 @@ static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
     for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++, flags++, waits++) {
       int peer = op->descs[d].peer;
       if (!peer_syncs(op->comm, peer)) return 0;
-      if (peer == op->comm->rank && mpn_rma_local(op->comm, peer, 0) && !self_wait_syncs(ops, n, s, op, d))
+      if (peer == op->comm->rank && mpn_rma_local(op->comm, peer, 0) && !mpn_rma_self_wait_syncs(ops, n, s, op, d))
         return 0;
     }
   }
@@ -509,7 +449,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-      if (!wait && (with_self || !local_self(op))) /* else issued before (issue_self) */
+      if (!wait && (with_self || !mpn_rma_self_local(op))) /* else issued before (issue_self) */
         MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0));
     }
@@ -525,7 +465,7 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_memops_init(&b, drv, s);
   sink_t to = {&b, NULL};
   for (int i = 0; i < n; i++)
-    if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && local_self(ops[i]))
+    if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && mpn_rma_self_local(ops[i]))
       MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));
   return mpn_memops_flush(&b);
 }
@@ -640,7 +580,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
       int graph = sync[i] >> 2;
       /* Decided once per stream, in the first pass: the counts it reads
        * change as signals are issued, and the passes must agree. */
-      if (pass == 0) sync[i] |= !ordered && stream_syncs(ops, n, s, graph) ? 1 + self_consumed(ops, n, s) : 0;
+      if (pass == 0) sync[i] |= !ordered && stream_syncs(ops, n, s, graph) ? 1 + mpn_rma_self_consumed(ops, n, s) : 0;
       if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
       if (res != ncclSuccess) break;
       int kernel = sync[i] & 3;

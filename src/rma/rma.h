@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/enqueue.h"
+#include "rma/self.h"
 
 struct ncclComm;
 struct ncclWindow_vidmem;
@@ -27,6 +28,7 @@ typedef struct mpn_rma {
   uint64_t* graph_expected;
   unsigned long long* sent_stream; /**< [peer * numRmaCtx + ctx]: the stream (mpn_cuda_stream_id) of the
                                        last signal counted in sent */
+  mpn_rma_self_t* self;            /**< [ctx]: the rank's signals to itself left out (self.h) */
 } mpn_rma_t;
 
 /** The communicator's one-sided state, made on first use. */

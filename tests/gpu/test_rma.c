@@ -304,12 +304,32 @@ static void signal_streams(void) {
   ncclMemFree(src);
 }
 
+/* Each round of the held-stream steps: x and y cleared, every rank ready. */
+static void held_round_start(char* x, char* y, size_t bytes) {
+  EXPECT(cudaMemsetAsync(x, 0, bytes, stream) == cudaSuccess);
+  EXPECT(cudaMemsetAsync(y, 0, bytes, stream) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Each round's end: the test's stream copies x to y, which must hold the
+ * fill seeded by seed, once its waits passed; then `held` drains. */
+static void held_round_end(char* x, char* y, size_t bytes, uint32_t seed, const char* name, int round,
+                           cudaStream_t held) {
+  EXPECT(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
+  char what[48];
+  snprintf(what, sizeof(what), "%s round %d", name, round);
+  expect_pattern(y, bytes, seed, what);
+  EXPECT(cudaStreamSynchronize(held) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /*
  * A barrier's signal to the rank itself, waited for from another stream:
  * the wait must hold until the barrier's stream reaches the signal, which
- * any shortcut for a rank's own signals must keep (one that left their
- * write out, with another counter of the batch standing in, was measured
- * and taken out: docs/RMA.md, "A rank's signals to itself").  Stream
+ * any shortcut for a rank's own signals must keep (docs/RMA.md, "A rank's
+ * signals to itself": a barrier that also waits for itself leaves the
+ * write out; this one does not wait for itself, so it must write).  Stream
  * `held` is held back, fills x and joins a barrier that signals every
  * rank, itself included, but waits only for the others; the test's stream
  * waits for the signal to itself, then copies x to y, which must hold the
@@ -327,10 +347,7 @@ static void self_lag(void) {
     if (p != rank) others[nothers++] = (ncclWaitSignalDesc_t){1, p, 0, 0};
   for (int round = 0; round < ROUNDS; round++) {
     uint32_t seed = seed_of(rank, rank, 40 + round);
-    EXPECT(cudaMemsetAsync(x, 0, BYTES, stream) == cudaSuccess);
-    EXPECT(cudaMemsetAsync(y, 0, BYTES, stream) == cudaSuccess);
-    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-    MPI_Barrier(MPI_COMM_WORLD);
+    held_round_start(x, y, BYTES);
     hold_stream(held, HOLD_MS);
     pattern_fill(x, BYTES, seed, held);
     EXPECT_OK(ncclGroupStart());
@@ -339,15 +356,82 @@ static void self_lag(void) {
     EXPECT_OK(ncclGroupEnd());
     ncclWaitSignalDesc_t me = {1, rank, 0, 0};
     EXPECT_OK(ncclWaitSignal(1, &me, comm, stream));
-    EXPECT(cudaMemcpyAsync(y, x, BYTES, cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
-    char what[48];
-    snprintf(what, sizeof(what), "self_lag round %d", round);
-    expect_pattern(y, BYTES, seed, what);
-    EXPECT(cudaStreamSynchronize(held) == cudaSuccess);
-    MPI_Barrier(MPI_COMM_WORLD);
+    held_round_end(x, y, BYTES, seed, "self_lag", round, held);
   }
   EXPECT(cudaStreamDestroy(held) == cudaSuccess);
   free(others);
+  EXPECT_OK(ncclMemFree(x));
+  EXPECT_OK(ncclMemFree(y));
+}
+
+/* The barrier of self_lag, waiting for every rank itself included, on a
+ * stream held back after a fill of x, so that its write to itself may be
+ * left out: self_signals signals to the rank itself, a wait for self_waits
+ * of them.  Returns the fill's seed; the caller synchronizes `held`. */
+static uint32_t held_barrier(cudaStream_t held, char* x, size_t bytes, int round, int self_signals, int self_waits) {
+  uint32_t seed = seed_of(rank, rank, 50 + round);
+  hold_stream(held, 200);
+  pattern_fill(x, bytes, seed, held);
+  ncclWaitSignalDesc_t* all = calloc((size_t)nranks, sizeof(*all));
+  for (int p = 0; p < nranks; p++) all[p] = (ncclWaitSignalDesc_t){p == rank ? self_waits : 1, p, 0, 0};
+  EXPECT_OK(ncclGroupStart());
+  for (int p = 0; p < nranks; p++)
+    for (int k = 0; k < (p == rank ? self_signals : 1); k++) EXPECT_OK(ncclSignal(p, 0, 0, 0, comm, held));
+  EXPECT_OK(ncclWaitSignal(nranks, all, comm, held));
+  EXPECT_OK(ncclGroupEnd());
+  free(all);
+  return seed;
+}
+
+/*
+ * A barrier that waits for every rank, itself included, on a stream held
+ * back, then a signal of the rank to itself on a second stream: a wait for
+ * that second count on a third stream implies the barrier's signal too, so
+ * the fill before the barrier must be there.  Where the barrier's write to
+ * the rank itself is left out, the second signal waits for the counter
+ * that stood in for it (never written if it waited for the left-out count:
+ * a hang; if it waited for nothing, the copy would come before the fill).
+ */
+static void self_order(void) {
+  enum { BYTES = 65536, ROUNDS = 3 };
+  char *x = dev_alloc(BYTES), *y = dev_alloc(BYTES);
+  cudaStream_t held, other;
+  EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  for (int round = 0; round < ROUNDS; round++) {
+    held_round_start(x, y, BYTES);
+    uint32_t seed = held_barrier(held, x, BYTES, round, 1, 1);
+    EXPECT_OK(ncclSignal(rank, 0, 0, 0, comm, other));
+    ncclWaitSignalDesc_t me = {1, rank, 0, 0};
+    EXPECT_OK(ncclWaitSignal(1, &me, comm, stream));
+    EXPECT(cudaStreamSynchronize(other) == cudaSuccess);
+    held_round_end(x, y, BYTES, seed, "self_order", round, held);
+  }
+  EXPECT(cudaStreamDestroy(held) == cudaSuccess);
+  EXPECT(cudaStreamDestroy(other) == cudaSuccess);
+  EXPECT_OK(ncclMemFree(x));
+  EXPECT_OK(ncclMemFree(y));
+}
+
+/*
+ * A wait for the rank's own signal enqueued on the test's stream before a
+ * barrier, held back, that signals the rank itself twice and waits for it
+ * once: the first count answers the early wait, so the barrier must write
+ * it, although with the early wait every count it signals is consumed.
+ */
+static void self_early_wait(void) {
+  enum { BYTES = 65536, ROUNDS = 3 };
+  char *x = dev_alloc(BYTES), *y = dev_alloc(BYTES);
+  cudaStream_t held;
+  EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  for (int round = 0; round < ROUNDS; round++) {
+    held_round_start(x, y, BYTES);
+    ncclWaitSignalDesc_t me = {1, rank, 0, 0};
+    EXPECT_OK(ncclWaitSignal(1, &me, comm, stream));
+    uint32_t seed = held_barrier(held, x, BYTES, round, 2, 1);
+    held_round_end(x, y, BYTES, seed, "self_early_wait", round, held);
+  }
+  EXPECT(cudaStreamDestroy(held) == cudaSuccess);
   EXPECT_OK(ncclMemFree(x));
   EXPECT_OK(ncclMemFree(y));
 }
@@ -557,6 +641,8 @@ int main(int argc, char** argv) {
   STEP(early_signals());
   STEP(signal_streams());
   STEP(self_lag());
+  STEP(self_order());
+  STEP(self_early_wait());
   STEP(mixed_group());
   STEP(graph_replay());
   STEP(threads_ring());

@@ -92,7 +92,7 @@ regime_runs() { # regime
   bench "$r" halo 8 -o halo -b 64K -e 64K -n 20
   bench "$r" graph 2 -o sendrecv -b 8 -e 64K -f 8 -n 10 -G 1
   rma_runs "$r"
-  repeat_ratio "$r" sendrecv-8B 2 -o sendrecv -b 8 -e 8 -n 100 -w 10
+  repeat_ratio "$r" sendrecv-8B 2 -o sendrecv -b 8 -e 8 -n 1000 -w 100 # loops as long as the floors'
   repeat_ratio "$r" putpingpong-8B 2 -o putpingpong -b 8 -e 8 -n 50 -w 10
   repeat_ratio "$r" barrier-np8 8 -o barrier -n 1000 -w 100
   ring_runs "$r"
@@ -177,7 +177,10 @@ repeat_ratio() { # regime name np args...
 # The barrier runs 1000 per loop: a loop of 8 time-sliced processes starts
 # with about 1.3 ms before its barriers run at their steady pace (88.6 us a
 # barrier in a loop of 100, 75.3-76.2 in loops of 400 to 2000: docs/RMA.md,
-# known problem 3); the floors' loops are of 200.
+# known problem 3); the floors' loops are of 200.  The 8 B sendrecv's 5
+# jobs run 1000 per loop too, as the exchange floors do (best of 3 loops of
+# 1000): without MPS loops of 100 took 11.9-14.6 us, loops of 1000
+# 10.4-12.8 us, interleaved (bench/results/2026-11-30-h200-delegate).
 rma_runs() { # regime: the one-sided operations
   local r=$1
   bench "$r" putpingpong 2 -o putpingpong -b 8 -e 64M -f 8 -n 50 -w 10

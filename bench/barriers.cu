@@ -21,6 +21,11 @@
  *   spread   as per-pair, with each (source, target) word in a 2 MiB
  *            allocation of its own made by the source, 20 KiB in (the
  *            layout of mpinccl's pair blocks, whose signals live there)
+ *   packed   per-pair counts, 32 bits each, two targets' to a 64-bit word
+ *            of the source's region: half as many writes, each target
+ *            waiting with a 32-bit wait on its half (a layout mpinccl's
+ *            signals could take: counts of one source per target, compared
+ *            cyclically)
  * Words are 64-bit counts in device memory mapped through CUDA IPC (proxy:
  * host memory registered with CUDA), waited for with GEQ.  Reported: time
  * per barrier (the slowest rank's loop / barriers, best of 3 loops).
@@ -48,8 +53,10 @@ namespace {
 
 enum { STRIDE = 64, MOST_RANKS = 64, RELEASE = MOST_RANKS, WORDS = MOST_RANKS + 1, HOST_BYTES = 8192 };
 static_assert(STRIDE * WORDS <= HOST_BYTES, "the shared host words fit their mapping");
-enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SPREAD, SHAPES };
-const char* const shape_name[SHAPES] = {"flags", "per-pair", "own-word", "central", "proxy", "spread"};
+enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SPREAD, PACKED, SHAPES };
+const char* const shape_name[SHAPES] = {"flags", "per-pair", "own-word", "central", "proxy", "spread", "packed"};
+/* packed: the words after the STRIDE-spaced ones, 8 bytes apart, one per two targets */
+enum { PACKED_OFF = STRIDE * WORDS, REGION_BYTES = PACKED_OFF + 8 * (MOST_RANKS / 2) };
 enum { SPREAD_BYTES = 2 << 20, SPREAD_OFFSET = 20480 };
 
 int me, nranks;
@@ -77,13 +84,22 @@ struct ctx_t {
 };
 
 CUdeviceptr word(const ctx_t* c, int owner, int i) { return (CUdeviceptr)(c->region[owner] + STRIDE * i); }
+/* packed: the 32-bit half of source's word that holds its count for target */
+CUdeviceptr packed_half(const ctx_t* c, int source, int target) {
+  return (CUdeviceptr)(c->region[source] + PACKED_OFF + 8 * (target / 2) + 4 * (target % 2));
+}
 CUdeviceptr host_word(const ctx_t* c, int i) { return c->host_dev + STRIDE * i; }
 volatile uint64_t* host_view(const ctx_t* c, int i) { return (volatile uint64_t*)(c->host + STRIDE * i); }
 
 void add(ctx_t* c, CUdeviceptr addr, uint64_t value, int wait) {
   CUstreamBatchMemOpParams* op = &c->ops[c->nops++];
   memset(op, 0, sizeof(*op));
-  if (wait) {
+  if (wait == 32) {
+    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op->waitValue.address = addr;
+    op->waitValue.value = (cuuint32_t)value;
+    op->waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ; /* cyclic: (int32_t)(*addr - value) >= 0 */
+  } else if (wait) {
     op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
     op->waitValue.address = addr;
     op->waitValue.value64 = value;
@@ -133,6 +149,11 @@ void barrier(ctx_t* c, int shape, uint64_t k) {
         if (r != me) add(c, (CUdeviceptr)(c->out[r] + SPREAD_OFFSET), k, 0);
       for (int r = 0; r < nranks; r++)
         if (r != me) add(c, (CUdeviceptr)(c->in[r] + SPREAD_OFFSET), k, 1);
+      break;
+    case PACKED:
+      for (int t = 0; t < nranks; t += 2) add(c, packed_half(c, me, t), (k & 0xffffffffu) * 0x100000001ull, 0);
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, packed_half(c, r, me), k, 32);
       break;
   }
   if (c->batch((CUstream)c->stream, (unsigned)c->nops, c->ops, 0) != CUDA_SUCCESS) {
@@ -184,7 +205,7 @@ double measure(ctx_t* c, int shape, int iters, uint64_t* count) {
 
 /* Device words of every rank mapped into every rank; shared host words. */
 void setup(ctx_t* c) {
-  size_t bytes = (size_t)STRIDE * WORDS;
+  size_t bytes = REGION_BYTES;
   CHECK_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc((void**)&c->region[me], bytes));
   CHECK_CUDA(cudaMemset(c->region[me], 0, bytes));
@@ -287,7 +308,7 @@ int main(int argc, char** argv) {
     printf("# %d ranks on GPU 0, MPS %s, %d barriers a loop, best of 3 loops\n", nranks, mps ? "on" : "off", iters);
     printf("# shape      writes/rank   us/barrier   vs flags\n");
     for (int s = 0; s < SHAPES; s++) {
-      const char* writes = s == PER_PAIR || s == SPREAD ? "ranks - 1" : "1";
+      const char* writes = s == PER_PAIR || s == SPREAD ? "ranks - 1" : s == PACKED ? "ranks / 2" : "1";
       printf("  %-10s %-12s %10.2f %10.2f\n", shape_name[s], writes, us[s], us[s] / us[FLAGS]);
     }
   }

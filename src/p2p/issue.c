@@ -89,22 +89,26 @@ static ncclResult_t issue_on_lane(mpn_fork_t* fork, const plan_t* p) {
   return ncclSuccess;
 }
 
-static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, int eager, int step) {
+/* The copies of stream s's plans of one step (of one chain's, chain >= 0:
+ * issue_chains), issued on stream on. */
+static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStream_t on, int eager, int step,
+                                 int chain) {
   ncclResult_t first = ncclSuccess;
   mpn_copies_t copies;
-  mpn_copies_init(&copies, s);
+  mpn_copies_init(&copies, on);
   mpn_fork_t fork;
   int forking = 0;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->posted || !p->move || p->op->stream != s || (p->eager != 0) != eager || p->step != step) continue;
+    if (chain >= 0 && p->chain != chain) continue;
     mpn_copy_t c;
     if (p->eager) { /* receives copy out in the second half */
       if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
       continue;
     }
     struct ncclComm* comm = p->op->comm;
-    if (copy_on_lane(p)) {
+    if (on == s && copy_on_lane(p)) { /* a chain is on a lane already */
       if (!forking) mpn_fork_init(&fork, s, comm->cuda_dev, mpn_p2p_lanes(comm));
       forking = 1;
       mpn_keep(&first, issue_on_lane(&fork, p));
@@ -255,6 +259,110 @@ static int front_steps(const plan_t* plans, int n, cudaStream_t s) {
 }
 
 /*
+ * The steps (assign_steps) of the messages this rank moves on stream s,
+ * issued on stream on with batch b (on on): per step the waits for the
+ * peers' "ready", the copies and the "done" writes, which share a batch
+ * with the next step's waits.  chain >= 0: only that chain's messages
+ * (issue_chains).
+ */
+static ncclResult_t issue_steps(plan_t* plans, int n, cudaStream_t s, cudaStream_t on, mpn_memops_t* b, int chain) {
+  ncclResult_t first = ncclSuccess;
+  for (int step = 0, steps = front_steps(plans, n, s); step < steps; step++) {
+    for (int i = 0; i < n; i++) { /* waits for ready */
+      plan_t* p = &plans[i];
+      if (!moved_here(p) || p->op->stream != s || p->step != step || (chain >= 0 && p->chain != chain)) continue;
+      if (p->ev) { /* the writes still in b (the previous step's "done") go first */
+        mpn_keep(&first, mpn_memops_flush(b));
+        ncclResult_t waited = mpn_cuda_result(NULL, cudaStreamWaitEvent(on, p->ev, 0), "cudaStreamWaitEvent");
+        mpn_keep(&first, waited);
+        mpn_event_put(p->ev_dev, p->ev);
+        p->ev = NULL;
+        if (waited != ncclSuccess) mpn_keep(&first, plan_flag(b, p, 0, 1)); /* the flag, then */
+      } else {
+        mpn_keep(&first, plan_flag(b, p, 0, 1));
+      }
+    }
+    mpn_keep(&first, mpn_memops_flush(b));
+    mpn_keep(&first, issue_copies(plans, n, s, on, 0, step, chain));
+    for (int i = 0; i < n; i++) { /* done writes (and events), in the batch of the next step's waits */
+      plan_t* p = &plans[i];
+      if (!moved_here(p) || p->op->stream != s || p->step != step || (chain >= 0 && p->chain != chain)) continue;
+      if (p->local) publish_done(p, on);
+      mpn_keep(&first, plan_flag(b, p, 1, 0));
+    }
+  }
+  return first;
+}
+
+/*
+ * Steps wait for every process's k-th launch together, which can hang
+ * where the launches of several processes depend on one another through
+ * this rank: if process B's first launch waits, through B's earlier
+ * stream work, for A's second launch, whose "ready" needs this rank's copy
+ * for A's first, the step that waits for A's first and B's first never
+ * ends (NCCL completes such a chain; test_p2p chain_three).  No order on
+ * one stream suits every pattern, so where the messages this rank moves
+ * on s come from several processes and some process posted them in
+ * several launches, each process's steps go on a stream of their own: the
+ * caller's stream for the first, lanes of the communicator (lanes.h) for
+ * the others, forked once the stream's first writes are issued and joined
+ * before what follows.  More processes than streams share lanes in turn.
+ * Not while capturing (the steps stay on the one stream there).
+ */
+static int chained(const plan_t* plans, int n, cudaStream_t s) {
+  const plan_t* one = NULL;
+  int several = 0;
+  for (int i = 0; i < n; i++) {
+    const plan_t* p = &plans[i];
+    if (!moved_here(p) || p->op->stream != s) continue;
+    if (p->graph) return 0;
+    if (one == NULL) one = p;
+    several |= p->peer_proc != one->peer_proc;
+  }
+  return several && front_steps(plans, n, s) > 1;
+}
+
+static ncclResult_t issue_chains(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b) {
+  ncclResult_t first = mpn_memops_flush(b); /* the ready writes and eager sends before any chain */
+  int procs = 0;                            /* the chain of each process: its number among them, in turn */
+  const plan_t* lead = NULL;
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!moved_here(p) || p->op->stream != s) continue;
+    if (lead == NULL) lead = p;
+    p->chain = -1;
+    for (int j = 0; j < i && p->chain < 0; j++)
+      if (moved_here(&plans[j]) && plans[j].op->stream == s && plans[j].peer_proc == p->peer_proc)
+        p->chain = plans[j].chain;
+    if (p->chain < 0) p->chain = procs++ % (MPN_LANES + 1);
+  }
+  struct ncclComm* comm = lead->op->comm;
+  mpn_fork_t fork;
+  mpn_fork_init(&fork, s, comm->cuda_dev, mpn_p2p_lanes(comm));
+  int chains = procs < MPN_LANES + 1 ? procs : MPN_LANES + 1;
+  cudaStream_t on = s;
+  ncclResult_t forked = mpn_fork_next(&fork, &on);   /* chain 0, on s; makes the lanes */
+  if (forked != ncclSuccess || fork.lanes == NULL) { /* no lanes: the steps of all on s, as unforked */
+    mpn_keep(&first, forked);
+    mpn_keep(&first, issue_steps(plans, n, s, s, b, -1));
+    return first;
+  }
+  for (int c = 0; c < chains; c++) {
+    if (c > 0) {
+      forked = mpn_fork_next(&fork, &on);
+      mpn_keep(&first, forked);
+      if (forked != ncclSuccess) on = s; /* in turn on s, then */
+    }
+    mpn_memops_t chain;
+    mpn_memops_init(&chain, b->drv, on);
+    mpn_keep(&first, issue_steps(plans, n, s, on, &chain, c));
+    mpn_keep(&first, mpn_memops_flush(&chain));
+  }
+  mpn_keep(&first, mpn_fork_join(&fork));
+  return first;
+}
+
+/*
  * Issuing goes on past a failure: the first error is kept (mpn_keep) and
  * returned, but every posted plan still gets its flag writes and waits, so
  * that no peer waits for a flag this rank never writes (only copies are
@@ -298,34 +406,14 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
   if (eager) { /* eager sends wait for nothing: before any wait for a peer */
     mpn_keep(&first, mpn_memops_flush(b));
-    mpn_keep(&first, issue_copies(plans, n, s, 1, 0));
+    mpn_keep(&first, issue_copies(plans, n, s, s, 1, 0, -1));
     for (int i = 0; i < n; i++)
       if (eager_on(&plans[i], s, MPN_OP_SEND)) mpn_keep(&first, plan_flag(b, &plans[i], 1, 0));
   }
-  for (int step = 0, steps = front_steps(plans, n, s); step < steps; step++) {
-    for (int i = 0; i < n; i++) { /* waits for ready */
-      plan_t* p = &plans[i];
-      if (!moved_here(p) || p->op->stream != s || p->step != step) continue;
-      if (p->ev) { /* the writes still in b (the previous step's "done") go first */
-        mpn_keep(&first, mpn_memops_flush(b));
-        ncclResult_t waited = mpn_cuda_result(NULL, cudaStreamWaitEvent(s, p->ev, 0), "cudaStreamWaitEvent");
-        mpn_keep(&first, waited);
-        mpn_event_put(p->ev_dev, p->ev);
-        p->ev = NULL;
-        if (waited != ncclSuccess) mpn_keep(&first, plan_flag(b, p, 0, 1)); /* the flag, then */
-      } else {
-        mpn_keep(&first, plan_flag(b, p, 0, 1));
-      }
-    }
-    mpn_keep(&first, mpn_memops_flush(b));
-    mpn_keep(&first, issue_copies(plans, n, s, 0, step));
-    for (int i = 0; i < n; i++) { /* done writes (and events), in the batch of the next step's waits */
-      plan_t* p = &plans[i];
-      if (!moved_here(p) || p->op->stream != s || p->step != step) continue;
-      if (p->local) publish_done(p, s);
-      mpn_keep(&first, plan_flag(b, p, 1, 0));
-    }
-  }
+  if (chained(plans, n, s))
+    mpn_keep(&first, issue_chains(plans, n, s, b));
+  else
+    mpn_keep(&first, issue_steps(plans, n, s, s, b, -1));
   mark_imports_used(plans, n, s); /* after the last step's copies */
   if (!keep_open) mpn_keep(&first, mpn_memops_flush(b));
   return first;

@@ -41,6 +41,7 @@ typedef struct {
   uint64_t peer_proc;  /* second side: the process that posted the first side ... */
   uint64_t peer_launch; /* ... and which of its launches (numbered per process) */
   int step;           /* second side of a two-hop message: its step of the front half (issue.c) */
+  int chain;          /* ... and the stream its process's steps go on, where they fork (issue.c) */
   int after_prev;     /* the slot's previous message was posted on another stream (p2p.c; issue.c: gated) */
   int push;           /* a send that posts after the peer's receive, so that it moves its own data (push.h) */
   unsigned long long stream_id; /* mpn_cuda_stream_id of op->stream */

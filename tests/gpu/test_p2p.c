@@ -221,6 +221,59 @@ static void split_launches(void) {
   EXPECT_OK(ncclCommDestroy(other));
 }
 
+/*
+ * A chain through three processes that the receiver's group must not block
+ * (docs/P2P.md, known problem 8): rank 1 sends to rank 0 twice, in launches
+ * of their own, then to rank 2; rank 2 receives that, then sends to rank
+ * 0; rank 0 receives all three in one group posted last, so it moves them
+ * all.  Rank 2's send is ready only once rank 1's second send is done,
+ * which needs rank 0's copy: a rank 0 that waited for rank 2's send
+ * together with rank 1's first, before copying, would hang.  Messages
+ * above the inbox sizes, so they take the two-hop handshake.
+ */
+static void chain_three(void) {
+  enum { BYTES = 1 << 20, ROUNDS = 3 };
+  char *a = dev_alloc(BYTES), *b = dev_alloc(BYTES), *c = dev_alloc(BYTES);
+  for (int round = 0; round < ROUNDS && nranks >= 3; round++) {
+    uint32_t k = 13000 + 10 * (uint32_t)round;
+    EXPECT(cudaMemsetAsync(a, 0, BYTES, stream) == cudaSuccess);
+    EXPECT(cudaMemsetAsync(b, 0, BYTES, stream) == cudaSuccess);
+    EXPECT(cudaMemsetAsync(c, 0, BYTES, stream) == cudaSuccess);
+    if (rank == 1) {
+      pattern_fill(a, BYTES, seed_of(1, 0, k), stream);
+      pattern_fill(b, BYTES, seed_of(1, 0, k + 1), stream);
+      pattern_fill(c, BYTES, seed_of(1, 2, k + 2), stream);
+    }
+    if (rank == 2) pattern_fill(b, BYTES, seed_of(2, 0, k + 3), stream);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
+      EXPECT_OK(ncclSend(a, BYTES, ncclInt8, 0, comm, stream));
+      EXPECT_OK(ncclSend(b, BYTES, ncclInt8, 0, comm, stream));
+      EXPECT_OK(ncclSend(c, BYTES, ncclInt8, 2, comm, stream));
+    }
+    if (rank == 2) {
+      EXPECT_OK(ncclRecv(a, BYTES, ncclInt8, 1, comm, stream));
+      EXPECT_OK(ncclSend(b, BYTES, ncclInt8, 0, comm, stream));
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* ranks 1 and 2 posted first */
+    if (rank == 0) {
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclRecv(a, BYTES, ncclInt8, 1, comm, stream));
+      EXPECT_OK(ncclRecv(b, BYTES, ncclInt8, 1, comm, stream));
+      EXPECT_OK(ncclRecv(c, BYTES, ncclInt8, 2, comm, stream));
+      EXPECT_OK(ncclGroupEnd());
+      expect_pattern(a, BYTES, seed_of(1, 0, k), "chain_three: rank 1's first");
+      expect_pattern(b, BYTES, seed_of(1, 0, k + 1), "chain_three: rank 1's second");
+      expect_pattern(c, BYTES, seed_of(2, 0, k + 3), "chain_three: rank 2's");
+    }
+    if (rank == 2) expect_pattern(a, BYTES, seed_of(1, 2, k + 2), "chain_three: rank 1's to rank 2");
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
 /* A freed buffer and a new one at the same address: the import cache notices. */
 static void reallocated(void) {
   size_t bytes = 1 << 20;
@@ -1011,6 +1064,7 @@ int main(int argc, char** argv) {
   STEP(scatter_gather(100000));
   STEP(same_peer_order());
   STEP(split_launches());
+  STEP(chain_three());
   STEP(many_small());
   STEP(host_ahead());
   STEP(streams_wrap());

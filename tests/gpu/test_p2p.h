@@ -1,0 +1,33 @@
+/*
+ * test_p2p.h - the steps of test_p2p that live in test_p2p_paths.c (the
+ * protocol's paths: inbox, delegation, limits, pushes, copy grids), and
+ * what they share with test_p2p.c.
+ */
+#ifndef MPN_TESTS_GPU_TEST_P2P_H_
+#define MPN_TESTS_GPU_TEST_P2P_H_
+
+#include <stddef.h>
+
+/** cudaMalloc'd device memory (at least 1 byte); exits on failure. */
+void* dev_alloc(size_t bytes);
+
+/** Many small messages in a row take the inbox. */
+void many_small(void);
+/** A host far ahead of its peer: messages 512 ahead wait on the host. */
+void host_ahead(void);
+/** Messages 512 apart on two streams. */
+void streams_wrap(void);
+/** Messages of the inbox's big slots. */
+void big_inbox(void);
+/** Launches with several processes of a time-sliced GPU take the inbox. */
+void sliced_inbox(void);
+/** A pair of processes switches between delegation and the inbox. */
+void sliced_pair(void);
+/** The flag kernel's copies over several blocks. */
+void grid_copies(void);
+/** Between GPUs, each side pushes its own large sends. */
+void push_own(void);
+/** More than 512 messages per peer and direction in one group are refused. */
+void group_limit(void);
+
+#endif /* MPN_TESTS_GPU_TEST_P2P_H_ */

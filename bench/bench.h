@@ -104,6 +104,12 @@ typedef struct {
   char error[512]; /* why the run stopped early, for the JSON file */
 } bench_t;
 
+/**
+ * Parses the command line into o (defaults first).  Returns 0 to run, -1
+ * after --help (printed by rank 0), 1 on a bad option (rank 0 says which).
+ */
+int bench_options_parse(int argc, char** argv, int world_rank, int world_size, options_t* o);
+
 /** Name of an operation as -o spells it. */
 const char* bench_op_name(op_t op);
 

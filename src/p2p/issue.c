@@ -108,7 +108,7 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStrea
       continue;
     }
     struct ncclComm* comm = p->op->comm;
-    if (on == s && copy_on_lane(p)) { /* a chain is on a lane already */
+    if (chain < 0 && copy_on_lane(p)) { /* chains use the lanes themselves */
       if (!forking) mpn_fork_init(&fork, s, comm->cuda_dev, mpn_p2p_lanes(comm));
       forking = 1;
       mpn_keep(&first, issue_on_lane(&fork, p));

@@ -258,6 +258,12 @@ static int front_steps(const plan_t* plans, int n, cudaStream_t s) {
   return steps;
 }
 
+/* Whether p is one of the messages this rank moves on stream s in step
+ * step (of chain chain, where chain >= 0: issue_chains). */
+static int in_step(const plan_t* p, cudaStream_t s, int step, int chain) {
+  return moved_here(p) && p->op->stream == s && p->step == step && (chain < 0 || p->chain == chain);
+}
+
 /*
  * The steps (assign_steps) of the messages this rank moves on stream s,
  * issued on stream on with batch b (on on): per step the waits for the
@@ -270,7 +276,7 @@ static ncclResult_t issue_steps(plan_t* plans, int n, cudaStream_t s, cudaStream
   for (int step = 0, steps = front_steps(plans, n, s); step < steps; step++) {
     for (int i = 0; i < n; i++) { /* waits for ready */
       plan_t* p = &plans[i];
-      if (!moved_here(p) || p->op->stream != s || p->step != step || (chain >= 0 && p->chain != chain)) continue;
+      if (!in_step(p, s, step, chain)) continue;
       if (p->ev) { /* the writes still in b (the previous step's "done") go first */
         mpn_keep(&first, mpn_memops_flush(b));
         ncclResult_t waited = mpn_cuda_result(NULL, cudaStreamWaitEvent(on, p->ev, 0), "cudaStreamWaitEvent");
@@ -286,7 +292,7 @@ static ncclResult_t issue_steps(plan_t* plans, int n, cudaStream_t s, cudaStream
     mpn_keep(&first, issue_copies(plans, n, s, on, 0, step, chain));
     for (int i = 0; i < n; i++) { /* done writes (and events), in the batch of the next step's waits */
       plan_t* p = &plans[i];
-      if (!moved_here(p) || p->op->stream != s || p->step != step || (chain >= 0 && p->chain != chain)) continue;
+      if (!in_step(p, s, step, chain)) continue;
       if (p->local) publish_done(p, on);
       mpn_keep(&first, plan_flag(b, p, 1, 0));
     }

@@ -23,12 +23,10 @@ const char* mpn_rma_op_name(mpn_op_kind_t kind) {
   }
 }
 
-static int over_ucx(const struct ncclComm* comm, int peer) { return comm->transport[peer] == MPN_TRANSPORT_UCX; }
-
 /* A peer over UCX: only once a window gave the communicator its signal area. */
 static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
   struct ncclComm* comm = op->comm;
-  if (!over_ucx(comm, peer)) return ncclSuccess;
+  if (!mpn_rma_over_ucx(comm, peer)) return ncclSuccess;
 #ifdef HAVE_UCX
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
@@ -51,7 +49,7 @@ static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
 /* A put or signal over UCX: its lane made (and fitted) before anything is enqueued. */
 static ncclResult_t ucx_check(const mpn_op_t* op) {
 #ifdef HAVE_UCX
-  if (over_ucx(op->comm, op->peer)) return mpn_ucx_staged_check(op);
+  if (mpn_rma_over_ucx(op->comm, op->peer)) return mpn_ucx_staged_check(op);
 #else
   (void)op;
 #endif

@@ -89,10 +89,6 @@ void mpn_rma_free(struct ncclComm* comm) {
   comm->rma = NULL;
 }
 
-static int over_ucx(const struct ncclComm* comm, int peer) {
-  return comm->transport[peer] == MPN_TRANSPORT_UCX;
-}
-
 /* One put's destination, resolved before anything is issued. */
 typedef struct {
   void* dst;
@@ -106,7 +102,7 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
   mpn_copies_init(&copies, s);
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
-    if (op->stream != s || op->kind != MPN_OP_PUT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
+    if (op->stream != s || op->kind != MPN_OP_PUT_SIGNAL || mpn_rma_over_ucx(op->comm, op->peer)) continue;
     int reach = mpn_transport_kernel_reach(op->comm, op->peer);
     MPN_CHECK(mpn_copies_add(&copies, puts[i].dst, op->buf, op->bytes, reach));
   }
@@ -176,7 +172,7 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
  * group, and between ranks of one process under MPS: docs/RMA.md).
  */
 static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t* op, unsigned long long sid) {
-  size_t pc = (size_t)op->peer * (size_t)comm->config.num_rma_ctx + (size_t)op->ctx;
+  size_t pc = mpn_rma_pc(comm, op->peer, op->ctx);
   return comm->rma->sent[pc] > 0 && comm->rma->sent_stream[pc] != sid;
 }
 
@@ -184,11 +180,11 @@ static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t
 static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, unsigned long long sid, int graph,
                                int publish) {
   struct ncclComm* comm = op->comm;
-  int nctx = comm->config.num_rma_ctx, slot = 0;
+  int slot = 0;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
   if (!graph) {
-    size_t pc = (size_t)op->peer * (size_t)nctx + (size_t)op->ctx;
+    size_t pc = mpn_rma_pc(comm, op->peer, op->ctx);
     int order = signal_after_other_stream(comm, op, sid);
     if (order && to_sink->k) /* launches that need the order keep the memory operations (needs_order) */
       return mpn_error_set(NULL, ncclInternalError, "a signal after another stream's in a flag kernel");
@@ -206,8 +202,8 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
-  MPN_CHECK(
-      graph_slot(comm, mpn_rma_op_name(op->kind), &comm->rma->graph_sent[op->peer * nctx + op->ctx], op->ctx, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), &comm->rma->graph_sent[mpn_rma_pc(comm, op->peer, op->ctx)],
+                       op->ctx, &slot));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
@@ -219,25 +215,24 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
  * up to it back.  sid: the id of stream s, 0 where unknown. */
 static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d, cudaStream_t s,
                              unsigned long long sid, int graph) {
-  int nctx = comm->config.num_rma_ctx;
 #ifdef HAVE_UCX
-  if (over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
-    uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
+  if (mpn_rma_over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
+    uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
     *expected += (uint64_t)d->opCnt;
     return sink_add(to_sink, mpn_ucx_rma_counter(comm, d->peer, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
-  for (int k = 0; over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
+  for (int k = 0; mpn_rma_over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[d->peer * nctx + d->ctx],
-                         d->ctx, &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[mpn_rma_pc(comm, d->peer, d->ctx)], d->ctx,
+                         &slot));
     MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
   }
-  if (over_ucx(comm, d->peer)) return ncclSuccess;
+  if (mpn_rma_over_ucx(comm, d->peer)) return ncclSuccess;
 #endif
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, d->peer, &to, &from));
   if (!graph) {
-    uint64_t* expected = &comm->rma->expected[d->peer * nctx + d->ctx];
+    uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
     *expected += (uint64_t)d->opCnt;
     if (to_sink->b && mpn_rma_self_wait_implied(comm, d, sid, *expected)) return ncclSuccess;
     if (mpn_rma_local(comm, d->peer, graph) && to_sink->k) mpn_rma_local_drop(from, d->ctx, *expected);
@@ -247,8 +242,8 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[d->peer * nctx + d->ctx],
-                         d->ctx, &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[mpn_rma_pc(comm, d->peer, d->ctx)], d->ctx,
+                         &slot));
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
     MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
     MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
@@ -265,8 +260,8 @@ _Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers th
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   int slot = 0;
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind),
-                       &comm->rma->graph_sent[op->peer * comm->config.num_rma_ctx + op->ctx], op->ctx, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), &comm->rma->graph_sent[mpn_rma_pc(comm, op->peer, op->ctx)],
+                       op->ctx, &slot));
   return mpn_ucx_rma_graph_signal(drv, op, slot);
 }
 #endif
@@ -282,7 +277,7 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
     mpn_op_t* op = ops[i];
     if (op->stream != s || op->kind != MPN_OP_WAIT_SIGNAL) continue;
     int any = 0;
-    for (int d = 0; d < op->ndesc && !any; d++) any = over_ucx(op->comm, op->descs[d].peer);
+    for (int d = 0; d < op->ndesc && !any; d++) any = mpn_rma_over_ucx(op->comm, op->descs[d].peer);
     if (!any) { /* the common case within a host: nothing to land, nothing allocated */
       j += op->ndesc;
       continue;
@@ -293,7 +288,7 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
     ncclResult_t res = peer && ctx && cnt && expected ? ncclSuccess
                                                       : mpn_error_set(op->comm, ncclSystemError, "out of memory");
     for (int d = 0; d < op->ndesc; d++, j++)
-      if (res == ncclSuccess && over_ucx(op->comm, op->descs[d].peer)) {
+      if (res == ncclSuccess && mpn_rma_over_ucx(op->comm, op->descs[d].peer)) {
         peer[k] = op->descs[d].peer, ctx[k] = op->descs[d].ctx, cnt[k] = op->descs[d].opCnt;
         expected[k++] = ex[j];
       }
@@ -326,15 +321,15 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
   for (int i = 0, j = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-    if (!wait && !over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, sid, graph, 1);
+    if (!wait && !mpn_rma_over_ucx(op->comm, op->peer)) res = add_signal(&to, op, s, sid, graph, 1);
 #ifdef HAVE_UCX
-    if (!wait && over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
+    if (!wait && mpn_rma_over_ucx(op->comm, op->peer) && graph) { /* in program order with the batch's */
       res = mpn_memops_flush(b);
       if (res == ncclSuccess) res = ucx_graph_signal(drv, op);
     }
 #endif
     for (int d = 0; wait && d < op->ndesc && res == ncclSuccess; d++, j++) {
-      size_t pc = (size_t)op->descs[d].peer * (size_t)op->comm->config.num_rma_ctx + (size_t)op->descs[d].ctx;
+      size_t pc = mpn_rma_pc(op->comm, op->descs[d].peer, op->descs[d].ctx);
       uint64_t first_slot = op->comm->rma->graph_expected[pc]; /* captured: where its slots start */
       res = add_wait(&to, op->comm, &op->descs[d], s, sid, graph);
       ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
@@ -374,7 +369,8 @@ static void stream_firsts(mpn_op_t** ops, int n, int* first) {
 /* Whether one of the launch's signals is to a peer within the host. */
 static int host_signals(mpn_op_t** ops, int n, cudaStream_t s) {
   for (int i = 0; i < n; i++)
-    if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && !over_ucx(ops[i]->comm, ops[i]->peer)) return 1;
+    if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && !mpn_rma_over_ucx(ops[i]->comm, ops[i]->peer))
+      return 1;
   return 0;
 }
 
@@ -387,7 +383,7 @@ static int host_signals(mpn_op_t** ops, int n, cudaStream_t s) {
 static int needs_order(mpn_op_t** ops, int n, const int* first, const char* sync, const unsigned long long* sids) {
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
-    if (op->kind == MPN_OP_WAIT_SIGNAL || over_ucx(op->comm, op->peer)) continue;
+    if (op->kind == MPN_OP_WAIT_SIGNAL || mpn_rma_over_ucx(op->comm, op->peer)) continue;
     int f = first[i];
     if (!(sync[f] & 4) && signal_after_other_stream(op->comm, op, sids[f])) return 1;
     for (int j = 0; j < i; j++)
@@ -419,7 +415,7 @@ static int stream_syncs(mpn_op_t** ops, int n, cudaStream_t s, int graph) {
 /* Whether the signals with peer live in device memory of this GPU. */
 static int peer_device_signals(struct ncclComm* comm, int peer) {
   mpn_pair_t *to, *from;
-  return !over_ucx(comm, peer) && mpn_topo_same_gpu(&comm->topo, comm->rank, peer) &&
+  return !mpn_rma_over_ucx(comm, peer) && mpn_topo_same_gpu(&comm->topo, comm->rank, peer) &&
          mpn_p2p_pairs(comm, peer, &to, &from) == ncclSuccess && to->dflags && from->dflags;
 }
 
@@ -487,10 +483,11 @@ static int one_batch(mpn_op_t** ops, int n, const char* sync) {
     const mpn_op_t* op = ops[i];
     items += op->kind == MPN_OP_WAIT_SIGNAL ? (size_t)op->ndesc : 2;
     if (op->stream != ops[0]->stream) return 0;
-    if (op->kind != MPN_OP_WAIT_SIGNAL && (over_ucx(op->comm, op->peer) || mpn_rma_local(op->comm, op->peer, 0)))
+    if (op->kind != MPN_OP_WAIT_SIGNAL &&
+        (mpn_rma_over_ucx(op->comm, op->peer) || mpn_rma_local(op->comm, op->peer, 0)))
       return 0;
     for (int d = 0; op->kind == MPN_OP_WAIT_SIGNAL && d < op->ndesc; d++)
-      if (over_ucx(op->comm, op->descs[d].peer) || mpn_rma_local(op->comm, op->descs[d].peer, 0)) return 0;
+      if (mpn_rma_over_ucx(op->comm, op->descs[d].peer) || mpn_rma_local(op->comm, op->descs[d].peer, 0)) return 0;
   }
   return items < MPN_MEMOPS_MAX;
 }
@@ -520,7 +517,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   }
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
-    if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0 || over_ucx(op->comm, op->peer)) continue;
+    if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0 || mpn_rma_over_ucx(op->comm, op->peer)) continue;
     mpn_cuda_switch_device(&current, op->comm->cuda_dev);
     void* base = NULL;
     res = mpn_win_peer_base(op->win, op->peer, &base, &puts[i].ref, &puts[i].imported);
@@ -534,16 +531,16 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
   int nnet = 0, ucx = 0; /* puts and signals over UCX, numbered in program order */
-  for (i = 0; i < n; i++) ucx += ops[i]->kind != MPN_OP_WAIT_SIGNAL && over_ucx(ops[i]->comm, ops[i]->peer);
+  for (i = 0; i < n; i++) ucx += ops[i]->kind != MPN_OP_WAIT_SIGNAL && mpn_rma_over_ucx(ops[i]->comm, ops[i]->peer);
   mpn_op_t** net = ucx ? calloc((size_t)ucx, sizeof(*net)) : NULL; /* none within a host */
   if (ucx && net == NULL && res == ncclSuccess) res = mpn_error_set(NULL, ncclSystemError, "out of memory");
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
-    if (op->kind == MPN_OP_WAIT_SIGNAL || !over_ucx(op->comm, op->peer)) continue;
+    if (op->kind == MPN_OP_WAIT_SIGNAL || !mpn_rma_over_ucx(op->comm, op->peer)) continue;
 #ifdef HAVE_UCX
     if (mpn_ucx_capturing(op->stream)) continue; /* slots, not counts (issue_signals) */
 #endif
-    op->seq = ++op->comm->rma->sent[op->peer * op->comm->config.num_rma_ctx + op->ctx];
+    op->seq = ++op->comm->rma->sent[mpn_rma_pc(op->comm, op->peer, op->ctx)];
     net[nnet++] = op;
   }
 #ifdef HAVE_UCX

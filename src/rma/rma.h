@@ -12,8 +12,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "core/enqueue.h"
 #include "rma/self.h"
+#include "transport.h"
 
 struct ncclComm;
 struct ncclWindow_vidmem;
@@ -30,6 +32,16 @@ typedef struct mpn_rma {
                                        last signal counted in sent */
   mpn_rma_self_t* self;            /**< [ctx]: the rank's signals to itself left out (self.h) */
 } mpn_rma_t;
+
+/** Index of (peer, ctx) in the per-peer counters of mpn_rma_t. */
+static inline size_t mpn_rma_pc(const struct ncclComm* comm, int peer, int ctx) {
+  return (size_t)peer * (size_t)comm->config.num_rma_ctx + (size_t)ctx;
+}
+
+/** Whether one-sided operations with peer go over UCX. */
+static inline int mpn_rma_over_ucx(const struct ncclComm* comm, int peer) {
+  return comm->transport[peer] == MPN_TRANSPORT_UCX;
+}
 
 /** The communicator's one-sided state, made on first use. */
 ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out);

@@ -23,14 +23,20 @@
 #include "p2p/pair.h"
 #include "rma/local.h"
 #include "rma/rma.h"
-#include "transport.h"
 
-static size_t self_pc(const struct ncclComm* comm, int ctx) {
-  return (size_t)comm->rank * (size_t)comm->config.num_rma_ctx + (size_t)ctx;
+static int is_signal_to(const mpn_op_t* op, const struct ncclComm* comm, int peer, int ctx) {
+  return op->comm == comm && op->kind != MPN_OP_WAIT_SIGNAL && op->peer == peer && op->ctx == ctx;
 }
 
 static int is_self_signal(const mpn_op_t* op, const struct ncclComm* comm, int ctx) {
-  return op->comm == comm && op->kind != MPN_OP_WAIT_SIGNAL && op->peer == comm->rank && op->ctx == ctx;
+  return is_signal_to(op, comm, comm->rank, ctx);
+}
+
+/* Stream s's signals of this launch from comm's rank to (peer, ctx). */
+static uint64_t signals_on(mpn_op_t** ops, int n, cudaStream_t s, const struct ncclComm* comm, int peer, int ctx) {
+  uint64_t k = 0;
+  for (int i = 0; i < n; i++) k += ops[i]->stream == s && is_signal_to(ops[i], comm, peer, ctx);
+  return k;
 }
 
 static int waits_for_self(const mpn_op_t* op, const struct ncclComm* comm, int ctx) {
@@ -45,13 +51,12 @@ int mpn_rma_self_local(const mpn_op_t* op) {
 
 void mpn_rma_self_counts(mpn_op_t** ops, int n, cudaStream_t s, const struct ncclComm* comm, int ctx, uint64_t* sent,
                          uint64_t* expected) {
-  size_t pc = self_pc(comm, ctx);
-  *sent = comm->rma->sent[pc];
+  size_t pc = mpn_rma_pc(comm, comm->rank, ctx);
+  *sent = comm->rma->sent[pc] + signals_on(ops, n, s, comm, comm->rank, ctx);
   *expected = comm->rma->expected[pc];
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->stream != s || op->comm != comm) continue;
-    *sent += is_self_signal(op, comm, ctx);
     for (int e = 0; op->kind == MPN_OP_WAIT_SIGNAL && e < op->ndesc; e++)
       if (op->descs[e].peer == comm->rank && op->descs[e].ctx == ctx) *expected += (uint64_t)op->descs[e].opCnt;
   }
@@ -79,7 +84,7 @@ int mpn_rma_self_consumed(mpn_op_t** ops, int n, cudaStream_t s) {
 
 int mpn_rma_self_wait_implied(const struct ncclComm* comm, const ncclWaitSignalDesc_t* d, unsigned long long sid,
                               uint64_t expected) {
-  size_t pc = self_pc(comm, d->ctx);
+  size_t pc = mpn_rma_pc(comm, comm->rank, d->ctx);
   return d->peer == comm->rank && sid != 0 && !mpn_rma_local(comm, d->peer, 0) && comm->rma->sent_stream[pc] == sid &&
          comm->rma->sent[pc] >= expected;
 }
@@ -92,7 +97,7 @@ static const mpn_op_t* stand_in(mpn_op_t** ops, int n, cudaStream_t s, const str
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->stream == s && op->comm == comm && op->kind != MPN_OP_WAIT_SIGNAL && op->peer != comm->rank &&
-        comm->transport[op->peer] != MPN_TRANSPORT_UCX && !mpn_rma_local(comm, op->peer, 0))
+        !mpn_rma_over_ucx(comm, op->peer) && !mpn_rma_local(comm, op->peer, 0))
       last = op;
   }
   return last;
@@ -110,7 +115,7 @@ static int self_elsewhere(mpn_op_t** ops, int n, cudaStream_t s, const struct nc
 static void plan_one(mpn_op_t** ops, int n, cudaStream_t s, unsigned long long sid, const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   mpn_rma_self_t* self = &comm->rma->self[op->ctx];
-  size_t pc = self_pc(comm, op->ctx);
+  size_t pc = mpn_rma_pc(comm, comm->rank, op->ctx);
   uint64_t sent0 = comm->rma->sent[pc], expected0 = comm->rma->expected[pc], sent, expected;
   self->upto = sent0; /* nothing left out unless all of the below holds */
   if (sid == 0 || mpn_param_int(MPN_PARAM_RMA_SELF_ELIDE) <= 0 || mpn_rma_local(comm, comm->rank, 0)) return;
@@ -123,10 +128,8 @@ static void plan_one(mpn_op_t** ops, int n, cudaStream_t s, unsigned long long s
   /* The stand-in's last write of s in this launch: its count once s's
    * signals to that peer and context are counted (streams issued after s
    * count theirs later). */
-  uint64_t value = comm->rma->sent[(size_t)stand->peer * (size_t)comm->config.num_rma_ctx + (size_t)stand->ctx];
-  for (int i = 0; i < n; i++)
-    value += ops[i]->stream == s && ops[i]->comm == comm && ops[i]->kind != MPN_OP_WAIT_SIGNAL &&
-             ops[i]->peer == stand->peer && ops[i]->ctx == stand->ctx;
+  uint64_t value =
+      comm->rma->sent[mpn_rma_pc(comm, stand->peer, stand->ctx)] + signals_on(ops, n, s, comm, stand->peer, stand->ctx);
   self->upto = sent;
   self->plan_addr = mpn_pair_signal(to, stand->ctx);
   self->plan_value = value;

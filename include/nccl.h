@@ -234,7 +234,9 @@ NCCL_DECLARE(ncclResult_t, ncclCommGetAsyncError,
 NCCL_DECLARE(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int* count));
 NCCL_DECLARE(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int* device));
 NCCL_DECLARE(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int* rank));
-NCCL_DECLARE(ncclResult_t, ncclResetDebugInit, (void));
+/* Makes the next log message read NCCL_DEBUG, NCCL_DEBUG_SUBSYS and
+ * NCCL_DEBUG_FILE again (closing the file opened before). */
+NCCL_DECLARE(void, ncclResetDebugInit, (void));
 
 /* Memory and registration. */
 NCCL_DECLARE(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size));

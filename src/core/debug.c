@@ -1,6 +1,7 @@
 /*
  * debug.c - log output: one line per message, prefixed with host, process and
- * thread, to stderr or to the file named by NCCL_DEBUG_FILE (%h host, %p pid).
+ * thread, to stderr or to the file named by NCCL_DEBUG_FILE (%h host, %p pid);
+ * ncclResetDebugInit makes the next message read the settings again.
  */
 #include "core/debug.h"
 
@@ -13,12 +14,15 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/api.h"
+
 int mpn_log_level = -1;
 unsigned mpn_log_subsys = MPN_SUBSYS_INIT | MPN_SUBSYS_ENV;
 
 static FILE* log_file;
 static char log_host[64];
-static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+/* Taken by (re)initialization and by every write, so that a reset never
+ * closes the file under a writer. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const struct {
@@ -77,10 +81,13 @@ static void log_open_file(const char* pattern) {
   }
 }
 
-static void log_init_once(void) {
-  gethostname(log_host, sizeof(log_host) - 1);
-  char* dot = strchr(log_host, '.');
-  if (dot) *dot = '\0';
+/* Reads NCCL_DEBUG*; called with log_lock held. */
+static void log_init_locked(void) {
+  if (log_host[0] == '\0') { /* once: writers read it without the lock */
+    gethostname(log_host, sizeof(log_host) - 1);
+    char* dot = strchr(log_host, '.');
+    if (dot) *dot = '\0';
+  }
   const char* lvl = getenv("NCCL_DEBUG");
   int level = mpn_log_parse_level(lvl);
   if (level < 0) {
@@ -94,7 +101,21 @@ static void log_init_once(void) {
   __atomic_store_n(&mpn_log_level, level, __ATOMIC_RELEASE);
 }
 
-void mpn_log_init(void) { pthread_once(&log_once, log_init_once); }
+void mpn_log_init(void) {
+  pthread_mutex_lock(&log_lock);
+  if (__atomic_load_n(&mpn_log_level, __ATOMIC_ACQUIRE) < 0) log_init_locked();
+  pthread_mutex_unlock(&log_lock);
+}
+
+void mpn_log_reset(void) {
+  pthread_mutex_lock(&log_lock);
+  if (log_file) fclose(log_file);
+  log_file = NULL;
+  __atomic_store_n(&mpn_log_level, -1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&log_lock);
+}
+
+MPN_API(void, ncclResetDebugInit, void) { mpn_log_reset(); }
 
 static const char* level_name(int level) {
   switch (level) {

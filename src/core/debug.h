@@ -28,12 +28,17 @@ enum {
   MPN_SUBSYS_ALL = ~0u
 };
 
-/** Level and subsystem mask in force; read once from the environment. */
+/** Level and subsystem mask in force, read from the environment at the first
+ *  message and again after mpn_log_reset; a level below 0 means not read yet. */
 extern int mpn_log_level;
 extern unsigned mpn_log_subsys;
 
 /** Reads NCCL_DEBUG* once (thread-safe); cheap after the first call. */
 void mpn_log_init(void);
+
+/** Forgets the settings read and closes NCCL_DEBUG_FILE's file, so that the
+ *  next message reads NCCL_DEBUG* again (ncclResetDebugInit). */
+void mpn_log_reset(void);
 
 /** Parses a NCCL_DEBUG_SUBSYS value ("INIT,P2P", "^NET", "ALL"). */
 unsigned mpn_log_parse_subsys(const char* spec);

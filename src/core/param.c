@@ -178,7 +178,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                 "^ excludes the listed ones."},
     [MPN_PARAM_DEBUG_FILE] = {"NCCL_DEBUG_FILE", MPN_PARAM_STRING, "", NULL, 0, 0,
                               "Log to this file instead of stderr; %h is replaced by the host "
-                              "name and %p by the process id."},
+                              "name and %p by the process id. The three NCCL_DEBUG variables are "
+                              "read at the first message and again after ncclResetDebugInit(), "
+                              "which also closes this file."},
 };
 
 static struct {

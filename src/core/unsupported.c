@@ -72,10 +72,6 @@ MPN_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   return not_provided("ncclGroupSimulateEnd", "group simulation is");
 }
 
-MPN_API(ncclResult_t, ncclResetDebugInit, void) {
-  return not_provided("ncclResetDebugInit", "re-reading the debug settings is");
-}
-
 MPN_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,
         ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm) {
   (void)op, (void)scalar, (void)datatype, (void)residence, (void)comm;

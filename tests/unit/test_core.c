@@ -225,7 +225,19 @@ START_TEST(debug_options) {
 }
 END_TEST
 
-/* Logging to a file names the file after host and pid, and writes INFO lines. */
+/* Reads the first line of a log file into line; returns 0 if there is none. */
+static int first_log_line(const char* file, char* line, int size) {
+  FILE* f = fopen(file, "r");
+  if (f == NULL) return 0;
+  line[0] = '\0';
+  int got = fgets(line, size, f) != NULL;
+  fclose(f);
+  return got;
+}
+
+/* Logging to a file names the file after host and pid, and writes INFO lines;
+ * ncclResetDebugInit makes the settings count even where an earlier test of
+ * the same process (CK_FORK=no) logged already. */
 START_TEST(debug_file) {
   char path[] = "/tmp/mpinccl-log-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(path));
@@ -233,16 +245,53 @@ START_TEST(debug_file) {
   snprintf(pattern, sizeof(pattern), "%s/log.%%p", path);
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_FILE", pattern, 1);
+  ncclResetDebugInit();
   MPN_INFO(MPN_SUBSYS_INIT, "hello %d", 42);
-  char file[300];
+  char file[300], line[512];
   snprintf(file, sizeof(file), "%s/log.%d", path, (int)getpid());
-  FILE* f = fopen(file, "r");
-  ck_assert_ptr_nonnull(f);
-  char line[512] = "";
-  ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
-  fclose(f);
+  ck_assert_int_eq(first_log_line(file, line, sizeof(line)), 1);
   ck_assert_ptr_nonnull(strstr(line, "MPINCCL INFO hello 42"));
   unlink(file);
+  rmdir(path);
+  unsetenv("NCCL_DEBUG_FILE");
+  unsetenv("NCCL_DEBUG");
+  ncclResetDebugInit();
+}
+END_TEST
+
+/* ncclResetDebugInit: the level, the subsystems and the file are read again,
+ * and the file opened before is closed (its last line written). */
+START_TEST(debug_reset) {
+  char path[] = "/tmp/mpinccl-log-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(path));
+  char first[300], second[300], line[512];
+  snprintf(first, sizeof(first), "%s/first", path);
+  snprintf(second, sizeof(second), "%s/second", path);
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+  setenv("NCCL_DEBUG_FILE", first, 1);
+  ncclResetDebugInit();
+  ck_assert(!mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_INIT));
+  MPN_WARN("first %d", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "P2P", 1);
+  setenv("NCCL_DEBUG_FILE", second, 1);
+  ck_assert(!mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_P2P)); /* not read again yet */
+  ncclResetDebugInit();
+  ck_assert(mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_P2P));
+  ck_assert(!mpn_log_enabled(MPN_LOG_INFO, MPN_SUBSYS_INIT));
+  MPN_INFO(MPN_SUBSYS_P2P, "second %d", 2);
+  ck_assert_int_eq(first_log_line(first, line, sizeof(line)), 1);
+  ck_assert_ptr_nonnull(strstr(line, "MPINCCL WARN first 1"));
+  ck_assert_int_eq(first_log_line(second, line, sizeof(line)), 1);
+  ck_assert_ptr_nonnull(strstr(line, "MPINCCL INFO second 2"));
+  unsetenv("NCCL_DEBUG_FILE");
+  unsetenv("NCCL_DEBUG_SUBSYS");
+  unsetenv("NCCL_DEBUG");
+  ncclResetDebugInit();
+  ck_assert(!mpn_log_enabled(MPN_LOG_WARN, MPN_SUBSYS_ALL));
+  unlink(first);
+  unlink(second);
   rmdir(path);
 }
 END_TEST
@@ -263,8 +312,6 @@ START_TEST(refused_calls) {
   ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemTotal, &value), ncclInvalidUsage);
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   ck_assert_int_eq(ncclGroupSimulateEnd(&sim), ncclInvalidUsage);
-  ck_assert_int_eq(ncclResetDebugInit(), ncclInvalidUsage);
-  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclResetDebugInit"));
   ck_assert_int_eq(ncclAllReduce(p, p, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage);
   ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclAllReduce"));
   ck_assert_int_eq(ncclReduce(p, p, 1, ncclFloat, ncclSum, 0, comm, NULL), ncclInvalidUsage);
@@ -397,6 +444,7 @@ int main(void) {
   tcase_add_test(tc, eager_param_bounds);
   tcase_add_test(tc, debug_options);
   tcase_add_test(tc, debug_file);
+  tcase_add_test(tc, debug_reset);
   tcase_add_test(tc, refused_calls);
   tcase_add_test(tc, sync_table_order);
   tcase_add_test(tc, sync_blocks_wanted);

@@ -13,7 +13,12 @@
  * of the counter is the next signal to the rank itself when it comes on
  * another stream: it waits for the count before its own (rma.c,
  * add_signal), and for a left-out count it waits instead for a counter
- * that the same stream wrote at the same point, which only grows.
+ * that the same stream wrote after the work the left-out signal implies,
+ * which only grows.  That work is the stream's earlier work (the launch's
+ * copies come before its batch) and the rank's previous count to itself,
+ * which must then have come from the same stream too: a previous count of
+ * another stream would be waited for inside the batch, possibly after the
+ * stand-in's write.
  */
 #include "rma/self.h"
 
@@ -120,6 +125,10 @@ static void plan_one(mpn_op_t** ops, int n, cudaStream_t s, unsigned long long s
   self->upto = sent0; /* nothing left out unless all of the below holds */
   if (sid == 0 || mpn_param_int(MPN_PARAM_RMA_SELF_ELIDE) <= 0 || mpn_rma_local(comm, comm->rank, 0)) return;
   if (expected0 > sent0) return; /* a wait issued before polls for one of this launch's counts */
+  /* The previous count came from another stream: s's first signal to itself
+   * waits for it in the batch (rma.c, add_signal), and a stand-in written
+   * before that wait would not imply it. */
+  if (sent0 > 0 && comm->rma->sent_stream[pc] != sid) return;
   mpn_rma_self_counts(ops, n, s, comm, op->ctx, &sent, &expected);
   if (sent > expected || self_elsewhere(ops, n, s, comm, op->ctx)) return;
   const mpn_op_t* stand = stand_in(ops, n, s, comm);

@@ -23,7 +23,7 @@ struct ncclComm;
  */
 typedef struct mpn_rma_self {
   uint64_t upto;          /**< counts up to this one, of the launch planned last, are left out */
-  CUdeviceptr plan_addr;  /**< that launch's stand-in: a counter its stream writes at the same point */
+  CUdeviceptr plan_addr;  /**< that launch's stand-in: a counter its stream writes in the same batch */
   uint64_t plan_value;    /**< the value it writes there */
   uint64_t elided;        /**< the last count left out (0: none) */
   CUdeviceptr stand_addr; /**< the stand-in of that count */
@@ -70,10 +70,11 @@ int mpn_rma_self_wait_implied(const struct ncclComm* comm, const ncclWaitSignalD
  * operations, which of its signals to the rank itself are left out: all of
  * them, for a context where no wait of the rank for itself is outstanding,
  * the same stream's waits of the launch consume every one, no other stream
- * of the launch signals or waits for the rank itself, and a signal of s to
- * another rank of the same communicator within the host is written at the
- * same point of s to stand in for them.  sid: s's id (0: unknown, nothing
- * left out).
+ * of the launch signals or waits for the rank itself, the rank's previous
+ * signal to itself there (if any) came from s too, and a signal of s to
+ * another rank of the same communicator within the host is written in the
+ * same batch to stand in for them.  sid: s's id (0: unknown, nothing left
+ * out).
  */
 void mpn_rma_self_plan(mpn_op_t** ops, int n, cudaStream_t s, unsigned long long sid);
 

@@ -436,6 +436,54 @@ static void self_early_wait(void) {
   EXPECT_OK(ncclMemFree(y));
 }
 
+/*
+ * A signal of the rank to itself on a stream held back after a fill of x,
+ * then a barrier on a second stream that signals the others and then
+ * itself, and waits for every rank (for itself twice: the held signal and
+ * its own), then a signal to itself on a third stream, and a wait on the
+ * test's stream for that third count. The barrier's signal to itself must
+ * wait for the held count, and the third signal for the barrier's: so the
+ * test's copy comes after the fill. A barrier that left its write to itself
+ * out with a stand-in written before that wait let the third signal pass
+ * early (wrong data) and then store its count under the held one's (a hang
+ * in the next round): found by a desk review in the twenty-fourth session.
+ */
+static void self_after_other(void) {
+  enum { BYTES = 65536, ROUNDS = 3 };
+  char *x = dev_alloc(BYTES), *y = dev_alloc(BYTES);
+  cudaStream_t held, barrier, third;
+  EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaStreamCreateWithFlags(&barrier, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaStreamCreateWithFlags(&third, cudaStreamNonBlocking) == cudaSuccess);
+  ncclWaitSignalDesc_t* all = calloc((size_t)nranks, sizeof(*all));
+  for (int p = 0; p < nranks; p++) all[p] = (ncclWaitSignalDesc_t){p == rank ? 2 : 1, p, 0, 0};
+  for (int round = 0; round < ROUNDS; round++) {
+    uint32_t seed = seed_of(rank, rank, 60 + round);
+    held_round_start(x, y, BYTES);
+    hold_stream(held, 200);
+    pattern_fill(x, BYTES, seed, held);
+    EXPECT_OK(ncclSignal(rank, 0, 0, 0, comm, held));
+    EXPECT_OK(ncclGroupStart());
+    for (int p = 0; p < nranks; p++)
+      if (p != rank) EXPECT_OK(ncclSignal(p, 0, 0, 0, comm, barrier));
+    EXPECT_OK(ncclSignal(rank, 0, 0, 0, comm, barrier));
+    EXPECT_OK(ncclWaitSignal(nranks, all, comm, barrier));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclSignal(rank, 0, 0, 0, comm, third));
+    ncclWaitSignalDesc_t me = {1, rank, 0, 0};
+    EXPECT_OK(ncclWaitSignal(1, &me, comm, stream));
+    held_round_end(x, y, BYTES, seed, "self_after_other", round, held);
+    EXPECT(cudaStreamSynchronize(barrier) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(third) == cudaSuccess);
+  }
+  free(all);
+  EXPECT(cudaStreamDestroy(held) == cudaSuccess);
+  EXPECT(cudaStreamDestroy(barrier) == cudaSuccess);
+  EXPECT(cudaStreamDestroy(third) == cudaSuccess);
+  EXPECT_OK(ncclMemFree(x));
+  EXPECT_OK(ncclMemFree(y));
+}
+
 /* A ring of sends and a ring of puts in one group. */
 static void mixed_group(void) {
   size_t bytes = 100000;
@@ -643,6 +691,7 @@ int main(int argc, char** argv) {
   STEP(self_lag());
   STEP(self_order());
   STEP(self_early_wait());
+  STEP(self_after_other());
   STEP(mixed_group());
   STEP(graph_replay());
   STEP(threads_ring());

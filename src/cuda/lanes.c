@@ -48,22 +48,36 @@ static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
   return oldest;
 }
 
+/* Ends the forking after a failure: the rest goes on origin, and the join
+ * still joins the lanes forked so far (never a lane that did not wait for
+ * start, whose work could run before origin's earlier work). */
+static ncclResult_t fork_stop(mpn_fork_t* f, ncclResult_t res) {
+  if (f->forked == 0) f->lanes = NULL;
+  f->stopped = 1;
+  return res;
+}
+
 ncclResult_t mpn_fork_next(mpn_fork_t* f, cudaStream_t* out) {
   *out = f->origin;
-  if (f->lanes == NULL) return ncclSuccess;
+  if (f->lanes == NULL || f->stopped) return ncclSuccess;
   if (f->copies++ == 0) {
     f->set = lane_set(f->lanes, f->origin);
-    if (f->set == NULL) {
-      f->lanes = NULL;
-      return ncclSuccess;
+    if (f->set == NULL) return fork_stop(f, ncclSuccess);
+    ncclResult_t got = mpn_event_get(f->dev, &f->start);
+    if (got != ncclSuccess) return fork_stop(f, got);
+    got = mpn_cuda_result(NULL, cudaEventRecord(f->start, f->origin), "marking where a fork's copies start");
+    if (got != ncclSuccess) {
+      mpn_event_put(f->dev, f->start);
+      f->start = NULL;
+      return fork_stop(f, got);
     }
-    MPN_CHECK(mpn_event_get(f->dev, &f->start));
-    MPN_CUDA_CHECK(cudaEventRecord(f->start, f->origin));
     return ncclSuccess;
   }
   int k = (f->copies - 2) % MPN_LANES;
   if (k == f->forked) {
-    MPN_CUDA_CHECK(cudaStreamWaitEvent(f->set->lane[k], f->start, 0));
+    ncclResult_t got =
+        mpn_cuda_result(NULL, cudaStreamWaitEvent(f->set->lane[k], f->start, 0), "forking a lane from its stream");
+    if (got != ncclSuccess) return fork_stop(f, got);
     f->forked++;
   }
   *out = f->set->lane[k];
@@ -85,7 +99,7 @@ ncclResult_t mpn_fork_join(mpn_fork_t* f) {
   }
   if (f->start) mpn_event_put(f->dev, f->start);
   f->start = NULL;
-  f->forked = f->copies = 0;
+  f->forked = f->copies = f->stopped = 0;
   return res;
 }
 

@@ -42,6 +42,7 @@ typedef struct {
   cudaEvent_t start; /* recorded on origin where the copies may start */
   int copies;        /* copies placed so far */
   int forked;        /* lanes that waited for start */
+  int stopped;       /* a step of the fork failed: the rest on origin */
 } mpn_fork_t;
 
 /** A fork of origin (device dev, current) that may use lanes (NULL: none). */
@@ -51,7 +52,8 @@ void mpn_fork_init(mpn_fork_t* f, cudaStream_t origin, int dev, mpn_lanes_t* lan
  * The stream for the next copy of the fork: the first goes on origin (after
  * an event that marks where they may all start), the others round robin on
  * the lanes, each lane waiting for that event first.  Without lanes, or when
- * a lane cannot be made, origin.
+ * a lane cannot be made, origin; after a failure (returned once) origin too,
+ * and the join joins only the lanes forked before it.
  */
 ncclResult_t mpn_fork_next(mpn_fork_t* f, cudaStream_t* out);
 

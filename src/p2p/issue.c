@@ -6,6 +6,7 @@
  * between ranks of one process under MPS.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,17 @@ static int eager_copy(const plan_t* p, mpn_copy_t* c) {
   unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager, p->eager_n);
   *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
   return 1;
+}
+
+/* An eager send whose copy into the inbox could not be enqueued: its size
+ * word becomes 0, so that the receiver copies nothing rather than what the
+ * slot's previous message left there, and both sides learn of the loss. */
+static void eager_send_lost(plan_t* p, mpn_memops_t* b) {
+  mpn_memops_add(b, mpn_eager_size(p->pair, p->eager, p->eager_n), 0, MPN_MEMOP_WRITE);
+  char text[160];
+  snprintf(text, sizeof(text), "message %llu from rank %d to rank %d: its copy into the inbox failed; data lost",
+           (unsigned long long)p->seq, p->op->comm->rank, p->op->peer);
+  mpn_plan_report_both(p, ncclInternalError, text);
 }
 
 /* Imports used on stream s are idle again once it passes this point: one
@@ -412,9 +424,14 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
   if (eager) { /* eager sends wait for nothing: before any wait for a peer */
     mpn_keep(&first, mpn_memops_flush(b));
-    mpn_keep(&first, issue_copies(plans, n, s, s, 1, 0, -1));
-    for (int i = 0; i < n; i++)
-      if (eager_on(&plans[i], s, MPN_OP_SEND)) mpn_keep(&first, plan_flag(b, &plans[i], 1, 0));
+    ncclResult_t copied = issue_copies(plans, n, s, s, 1, 0, -1);
+    mpn_keep(&first, copied);
+    for (int i = 0; i < n; i++) {
+      plan_t* p = &plans[i];
+      if (!eager_on(p, s, MPN_OP_SEND)) continue;
+      if (copied != ncclSuccess) eager_send_lost(p, b);
+      mpn_keep(&first, plan_flag(b, p, 1, 0));
+    }
   }
   if (chained(plans, n, s))
     mpn_keep(&first, issue_chains(plans, n, s, b));

@@ -130,9 +130,7 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm) {
   return res;
 }
 
-/* Fails both sides' communicators with text: the peer's through the pair,
- * this one's as its last error and asynchronous error. */
-static void report_both(plan_t* p, ncclResult_t code, const char* text) {
+void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
   mpn_pair_report(p->pair, code, text);
   mpn_error_set(p->op->comm, code, "%s", text);
   mpn_comm_set_async(p->op->comm, code);
@@ -151,7 +149,7 @@ static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t*
            send ? op->peer : op->comm->rank, (unsigned long long)s->count,
            mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
            mpn_dtype_name((ncclDataType_t)r->dtype));
-  report_both(p, ncclInvalidUsage, text);
+  mpn_plan_report_both(p, ncclInvalidUsage, text);
 }
 
 /* Tells the message's other side that this side failed and moved nothing:
@@ -366,7 +364,7 @@ static ncclResult_t plan_post(plan_t* p) {
     char text[256];
     snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
              mpn_error_last(NULL), comm->rank, op->peer);
-    report_both(p, refused, text);
+    mpn_plan_report_both(p, refused, text);
   }
   if (refused != ncclSuccess) return refused;
   p->posted = 1;

@@ -50,6 +50,10 @@ typedef struct {
 /** The pair side of p's message (MPN_SIDE_SEND or MPN_SIDE_RECV). */
 static inline int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND ? MPN_SIDE_SEND : MPN_SIDE_RECV; }
 
+/** Fails both sides' communicators with text: the peer's through the pair,
+ *  this one's as its last error and asynchronous error. */
+void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text);
+
 /**
  * Issues the posted plans on their streams: every stream's first half (the
  * "ready" handshake, the copies this rank moves, the "done" writes), then

@@ -313,21 +313,23 @@ static ncclResult_t issue_steps(plan_t* plans, int n, cudaStream_t s, cudaStream
 }
 
 /*
- * Waits for several processes' "ready" before the copies can hang where
- * those processes depend on one another through this rank: if process B's
- * "ready" comes, through B's earlier stream work, only after a launch of
- * process A whose own "ready" needs this rank's copy for A's message of
- * this launch, a front that waits for A's and B's "ready" before copying
- * never ends (NCCL completes such a chain; test_p2p chain_three, where A
- * posted two launches, and chain_single, where each posted one).  No
- * order on one stream suits every pattern, so where the messages this rank
- * moves on s come from several processes, each process's steps go on a
- * stream of their own: the caller's stream for the first, lanes of the
- * communicator (lanes.h) for the others, forked once the stream's first
- * writes are issued and joined before what follows.  More processes than
- * streams share lanes in turn.  Not while capturing (the steps stay on the
- * one stream there), and not in a flag kernel (sync_count), whose round
- * polls all its waits before any copy.
+ * Steps wait for every process's k-th launch together, which can hang
+ * where the launches of several processes depend on one another through
+ * this rank: if process B's first launch waits, through B's earlier
+ * stream work, for A's second launch, whose "ready" needs this rank's copy
+ * for A's first, the step that waits for A's first and B's first never
+ * ends (NCCL completes such a chain; test_p2p chain_three).  No order on
+ * one stream suits every pattern, so where the messages this rank moves
+ * on s come from several processes and some process posted them in
+ * several launches, each process's steps go on a stream of their own: the
+ * caller's stream for the first, lanes of the communicator (lanes.h) for
+ * the others, forked once the stream's first writes are issued and joined
+ * before what follows.  More processes than streams share lanes in turn.
+ * Not while capturing (the steps stay on the one stream there).  A front
+ * of one step from several processes can hang the same way (docs/P2P.md,
+ * known problem 8 (c)); chaining those too cost a 4 MiB all-to-all of 4
+ * ranks without MPS ten times its time, and halo3d under MPS its flag
+ * kernel, so they are not chained.
  */
 static int chained(const plan_t* plans, int n, cudaStream_t s) {
   const plan_t* one = NULL;
@@ -339,7 +341,7 @@ static int chained(const plan_t* plans, int n, cudaStream_t s) {
     if (one == NULL) one = p;
     several |= p->peer_proc != one->peer_proc;
   }
-  return several;
+  return several && front_steps(plans, n, s) > 1;
 }
 
 static ncclResult_t issue_chains(plan_t* plans, int n, cudaStream_t s, mpn_memops_t* b) {
@@ -584,7 +586,6 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
       c.copies++;
     }
   }
-  if (half0 == 0 && chained(plans, n, s)) c.ok = 0; /* issue_chains */
   return c;
 }
 

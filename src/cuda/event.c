@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "cuda/device.h"
 
 #define MPN_EVENT_DEVICES 64
 
@@ -53,16 +54,28 @@ void mpn_event_put(int dev, cudaEvent_t ev) {
 
 static struct {
   cudaStream_t s;
+  unsigned long long id; /* for the per-thread default stream: which thread's */
   int dev;
   cudaEvent_t ev;
 } * stream_events;
 static int n_stream_events, cap_stream_events;
 
+/* The handles that name a different stream in each thread (the per-thread
+ * default stream, and handle 0 where a program is built to mean it): their
+ * events are told apart by stream id, so that one thread's record never
+ * stands for another thread's work.  Other handles name one stream while it
+ * lives (keyed by handle, the table stays as small as the live streams). */
+static unsigned long long per_thread_id(cudaStream_t s) {
+  return s == cudaStreamPerThread || s == NULL ? mpn_cuda_stream_id(s) : 0;
+}
+
 ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out) {
   ncclResult_t res = ncclSuccess;
+  unsigned long long id = per_thread_id(s);
   pthread_mutex_lock(&event_lock);
   int i = 0;
-  while (i < n_stream_events && (stream_events[i].s != s || stream_events[i].dev != dev)) i++;
+  while (i < n_stream_events && (stream_events[i].s != s || stream_events[i].id != id || stream_events[i].dev != dev))
+    i++;
   if (i == n_stream_events) {
     if (n_stream_events == cap_stream_events) {
       int cap = cap_stream_events ? 2 * cap_stream_events : 16;
@@ -82,6 +95,7 @@ ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out) {
                           cudaGetErrorString(err));
     } else {
       stream_events[n_stream_events].s = s;
+      stream_events[n_stream_events].id = id;
       stream_events[n_stream_events].dev = dev;
       stream_events[n_stream_events++].ev = ev;
     }

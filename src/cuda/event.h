@@ -19,8 +19,9 @@ void mpn_event_put(int dev, cudaEvent_t ev);
 
 /**
  * The event that stands for "stream s got this far", one per stream of
- * device dev (the current device) for the life of the process: recorded
- * again by every launch, so whoever keeps it sees the latest record.
+ * device dev (the current device) for the life of the process (one per
+ * thread for the per-thread default stream): recorded again by every
+ * launch, so whoever keeps it sees the latest record.
  */
 ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out);
 

@@ -20,10 +20,17 @@
 struct ncclComm;
 struct ncclWindow_vidmem;
 
+/** Deregistered windows a communicator keeps before it frees the oldest. */
+#define MPN_WIN_RETIRED 1024
+
 /** A communicator's one-sided state, made on first use. */
 typedef struct mpn_rma {
   pthread_mutex_t lock;              /**< guards windows */
   struct ncclWindow_vidmem* windows; /**< live windows */
+  /** Deregistered windows, kept (without their parts) so that no new window
+   *  gets a stale handle's address while MPN_WIN_RETIRED newer ones come. */
+  struct ncclWindow_vidmem* retired[MPN_WIN_RETIRED];
+  unsigned retired_next;
   uint64_t* sent;     /**< [peer * numRmaCtx + ctx]: signals this rank enqueued to peer */
   uint64_t* expected; /**< [peer * numRmaCtx + ctx]: signals from peer waited for so far */
   uint64_t* graph_sent;     /**< the same for signals captured in CUDA graphs */

@@ -1,9 +1,13 @@
 /*
  * window.c - ncclCommWindowRegister / Deregister / ncclWinGetUserPtr.
- * Registration is collective: every rank checks and describes its buffer
- * (a CUDA IPC handle of its allocation for peers in other processes), the
- * descriptions are allgathered, and all ranks fail together, each naming the
- * rank that refused, or all succeed.  Peers' buffers are mapped on first put.
+ * Registration is collective: every rank checks its arguments and
+ * describes its buffer (a CUDA IPC handle of its allocation for peers in
+ * other processes), the descriptions are allgathered, and all ranks fail
+ * together, each naming the rank that refused, or all succeed.  A rank
+ * whose own arguments are wrong joins the allgather too: NCCL's would
+ * leave its peers waiting, and the communicator's later collectives would
+ * pair up wrongly.  Deregistration agrees the same way.  Peers' buffers are
+ * mapped on first put.
  */
 #include "rma/window.h"
 
@@ -61,7 +65,7 @@ static ncclResult_t describe_part(struct ncclComm* comm, void* buff, size_t size
                       "%s: buff %p comes from a memory pool (cudaMallocAsync), which other "
                       "processes cannot map; use ncclMemAlloc or cudaMalloc",
                       fn, buff);
-  if (part->ipc.offset + size > part->ipc.size)
+  if (size > part->ipc.size - part->ipc.offset) /* export gives offset <= size */
     return MPN_REFUSE(comm, ncclInvalidArgument,
                       "%s: buff %p + size %zu runs past the end of its allocation (%llu bytes "
                       "from 0x%llx)",
@@ -71,14 +75,20 @@ static ncclResult_t describe_part(struct ncclComm* comm, void* buff, size_t size
 }
 
 /* After the allgather: the first refusal of any rank, the same on all. */
-static ncclResult_t check_parts(struct ncclComm* comm, const mpn_win_part_t* parts, int flags) {
+static ncclResult_t check_parts(struct ncclComm* comm, const mpn_win_part_t* parts) {
   const char* fn = "ncclCommWindowRegister";
   for (int r = 0; r < comm->nranks; r++)
     if (parts[r].error != ncclSuccess && r != comm->rank)
       return MPN_REFUSE(comm, (ncclResult_t)parts[r].error,
                         "%s: rank %d could not register its buffer (%s); no window was made", fn,
                         r, ncclGetErrorString((ncclResult_t)parts[r].error));
-  if (flags & NCCL_WIN_COLL_SYMMETRIC)
+  for (int r = 1; r < comm->nranks; r++)
+    if (parts[r].flags != parts[0].flags)
+      return MPN_REFUSE(comm, ncclInvalidArgument,
+                        "%s: winFlags must be the same on every rank: rank 0 passes 0x%x, rank %d "
+                        "0x%x; no window was made",
+                        fn, parts[0].flags, r, parts[r].flags);
+  if (parts[0].flags & NCCL_WIN_COLL_SYMMETRIC)
     for (int r = 1; r < comm->nranks; r++)
       if (parts[r].size != parts[0].size)
         return MPN_REFUSE(comm, ncclInvalidArgument,
@@ -89,35 +99,36 @@ static ncclResult_t check_parts(struct ncclComm* comm, const mpn_win_part_t* par
   return ncclSuccess;
 }
 
-static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
-                                 int winFlags) {
+/* This rank's own arguments (win checked by the caller). */
+static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int winFlags) {
   const char* fn = "ncclCommWindowRegister";
-  MPN_CHECK(mpn_comm_check(comm, fn, 1));
-  if (win == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
-  *win = NULL;
-  /* Argument errors of this rank alone are returned before the collective
-   * part, as NCCL does: the caller's arguments are wrong on this rank. */
   if (buff == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: buff is NULL", fn);
   if (size == 0) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: size is 0", fn);
   if (winFlags & ~(NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
-    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn,
-                      winFlags);
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn, winFlags);
   if ((uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT)
-    return MPN_REFUSE(comm, ncclInvalidArgument,
-                      "%s: buff %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes)", fn,
-                      buff, NCCL_WIN_REQUIRED_ALIGNMENT);
-  mpn_rma_t* rma;
-  MPN_CHECK(mpn_rma_state(comm, &rma));
-  struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: buff %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes)",
+                      fn, buff, NCCL_WIN_REQUIRED_ALIGNMENT);
+  return ncclSuccess;
+}
+
+static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  const char* fn = "ncclCommWindowRegister";
+  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  if (win) *win = NULL;
   mpn_win_part_t* parts = calloc((size_t)comm->nranks, sizeof(*parts));
-  if (w == NULL || parts == NULL) {
-    free(w), free(parts);
-    return mpn_error_set(comm, ncclSystemError, "out of memory");
-  }
-  ncclResult_t mine = describe_part(comm, buff, size, &parts[comm->rank]);
+  if (parts == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
+  struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
+  mpn_rma_t* rma = NULL;
+  ncclResult_t mine =
+      win ? check_args(comm, buff, size, winFlags) : MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
+  if (mine == ncclSuccess) mine = mpn_rma_state(comm, &rma);
+  if (mine == ncclSuccess && w == NULL) mine = mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
+  if (mine == ncclSuccess) mine = describe_part(comm, buff, size, &parts[comm->rank]);
   parts[comm->rank].error = mine;
+  parts[comm->rank].flags = winFlags;
   ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, parts, sizeof(*parts));
-  if (res == ncclSuccess) res = mine != ncclSuccess ? mine : check_parts(comm, parts, winFlags);
+  if (res == ncclSuccess) res = mine != ncclSuccess ? mine : check_parts(comm, parts);
   if (res != ncclSuccess) {
     free(w), free(parts);
     return res;
@@ -147,14 +158,51 @@ MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_
 }
 
 static void win_free(struct ncclWindow_vidmem* w) {
-  free(w->parts);
+  if (w) free(w->parts);
   free(w);
+}
+
+/* Closes, once the puts issued into them completed, the peers' buffers this
+ * rank mapped for its puts: kept open, a freed window's mapping holds the
+ * owner's memory and may stand in the way of its next one. */
+static void forget_peers(struct ncclComm* comm, const struct ncclWindow_vidmem* w) {
+  uint64_t me = mpn_chan_proc_id();
+  for (int peer = 0; peer < comm->nranks && comm->cuda_dev >= 0; peer++)
+    if (w->parts[peer].proc != me && comm->transport[peer] != MPN_TRANSPORT_UCX)
+      mpn_ipc_forget(w->parts[peer].proc, w->parts[peer].ipc.buffer_id, comm->cuda_dev);
+}
+
+/* Keeps w's memory (not its parts) out of reuse for a while: a stale
+ * handle is then refused by mpn_win_check, not taken for a newer window. */
+static void win_retire(mpn_rma_t* rma, struct ncclWindow_vidmem* w) {
+  free(w->parts);
+  w->parts = NULL;
+  w->next = NULL;
+  unsigned k = rma->retired_next++ % MPN_WIN_RETIRED;
+  win_free(rma->retired[k]);
+  rma->retired[k] = w;
+}
+
+/* Whether every rank found its window handle valid; the same answer on all. */
+static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine) {
+  int32_t* oks = calloc((size_t)comm->nranks, sizeof(*oks));
+  if (oks == NULL) return mpn_error_set(comm, ncclSystemError, "ncclCommWindowDeregister: out of memory");
+  oks[comm->rank] = mine;
+  ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, oks, sizeof(*oks));
+  for (int r = 0; r < comm->nranks && res == ncclSuccess && mine == ncclSuccess; r++)
+    if (oks[r] != ncclSuccess)
+      res = MPN_REFUSE(comm, (ncclResult_t)oks[r],
+                       "ncclCommWindowDeregister: rank %d passed no window of the communicator; the "
+                       "window stays registered",
+                       r);
+  free(oks);
+  return res != ncclSuccess ? res : mine;
 }
 
 MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
-  MPN_CHECK(mpn_win_check(comm, win, fn));
+  MPN_CHECK(agree_deregister(comm, mpn_win_check(comm, win, fn)));
   mpn_rma_t* rma = comm->rma;
   pthread_mutex_lock(&rma->lock);
   for (struct ncclWindow_vidmem** p = &rma->windows; *p; p = &(*p)->next)
@@ -163,18 +211,12 @@ MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t wi
       break;
     }
   pthread_mutex_unlock(&rma->lock);
-  /* The peers' buffers this rank mapped for its puts are closed once the
-   * puts issued into them completed: kept open, a freed window's mapping
-   * holds the owner's memory and may stand in the way of its next one. */
-  uint64_t me = mpn_chan_proc_id();
-  for (int peer = 0; peer < comm->nranks && comm->cuda_dev >= 0; peer++)
-    if (win->parts[peer].proc != me && comm->transport[peer] != MPN_TRANSPORT_UCX)
-      mpn_ipc_forget(win->parts[peer].proc, win->parts[peer].ipc.buffer_id, comm->cuda_dev);
+  forget_peers(comm, win);
   ncclResult_t res = ncclSuccess;
 #ifdef HAVE_UCX
   if (win->ucx) res = mpn_ucx_win_deregister(comm, win->ucx); /* collective */
 #endif
-  win_free(win);
+  win_retire(rma, win);
   /* Collective, as in NCCL: no rank leaves while another may still name it. */
   ncclResult_t barrier = mpn_bootstrap_barrier(comm->bootstrap);
   return res != ncclSuccess ? res : barrier;
@@ -210,6 +252,11 @@ void mpn_win_free_all(struct ncclComm* comm) {
 #ifdef HAVE_UCX
     if (w->ucx) mpn_ucx_win_retire(comm, w->ucx); /* freed once the proxy let go of comm */
 #endif
+    forget_peers(comm, w);
     win_free(w);
+  }
+  for (int k = 0; k < MPN_WIN_RETIRED; k++) {
+    win_free(rma->retired[k]);
+    rma->retired[k] = NULL;
   }
 }

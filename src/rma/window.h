@@ -19,7 +19,7 @@ typedef struct {
   uint64_t ptr;      /**< the buffer in the owner's address space */
   uint64_t size;
   int32_t error;     /**< ncclResult_t: the owner could not register it */
-  int32_t pad;
+  int32_t flags;     /**< the owner's winFlags: every rank must pass the same */
   mpn_ipc_desc_t ipc; /**< for peers in other processes */
 } mpn_win_part_t;
 

@@ -130,6 +130,64 @@ static void refusals(void) {
   ncclMemFree(src);
 }
 
+/* A put of a pattern to the next rank through w and the wait for the one
+ * from the previous rank, checked in buf. */
+static void ring_put(ncclWindow_t w, void* buf, char* src, size_t bytes, int k, const char* what) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  pattern_fill(src, bytes, seed_of(rank, to, k), stream);
+  EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, to, w, 0, 0, 0, 0, comm, stream));
+  ncclWaitSignalDesc_t d = {1, from, 0, 0};
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+  expect_pattern(buf, bytes, seed_of(from, rank, k), what);
+  MPI_Barrier(MPI_COMM_WORLD); /* the next put into buf comes after this check */
+}
+
+/*
+ * Registration and deregistration agree on every rank (desk review of the
+ * twenty-fourth session): one rank's bad argument fails the call on all
+ * of them instead of leaving them waiting, after which the communicator's
+ * collectives are still in step; winFlags must match; a size that wraps
+ * is refused; a bad handle on one rank leaves the window registered on
+ * all; a deregistered handle stays refused after new registrations.
+ */
+static void window_agreement(void) {
+  enum { BYTES = 1 << 16 };
+  void* buf;
+  char* src = dev_alloc(BYTES);
+  ncclWindow_t w = NULL, stale;
+  char* spare = dev_alloc(BYTES);
+  if (nranks > 1) {
+    EXPECT_ERR(ncclCommWindowRegister(comm, rank == 0 ? NULL : spare, BYTES, &w, 0), ncclInvalidArgument,
+               rank == 0 ? "buff is NULL" : "rank 0 could not register");
+    EXPECT(w == NULL);
+    EXPECT_ERR(ncclCommWindowRegister(comm, spare, BYTES, &w, rank == 0 ? NCCL_WIN_COLL_SYMMETRIC : 0),
+               ncclInvalidArgument, "winFlags must be the same");
+    EXPECT(w == NULL);
+  }
+  EXPECT_ERR(ncclCommWindowRegister(comm, spare, SIZE_MAX - 4095, &w, 0), ncclInvalidArgument,
+             "runs past the end of its allocation");
+  EXPECT(w == NULL);
+  w = window(BYTES, &buf);
+  ring_put(w, buf, src, BYTES, 70, "window_agreement: after refusals");
+  if (nranks > 1) {
+    ncclWindow_t bogus = (ncclWindow_t)(uintptr_t)0x1000;
+    EXPECT_ERR(ncclCommWindowDeregister(comm, rank == 0 ? bogus : w), ncclInvalidArgument,
+               rank == 0 ? "is not a window of comm" : "rank 0 passed no window");
+    ring_put(w, buf, src, BYTES, 71, "window_agreement: after a refused deregistration");
+  }
+  stale = w;
+  window_free(w, buf);
+  for (int k = 0; k < 16; k++) { /* new windows never take the stale handle's place */
+    ncclWindow_t again = window(BYTES, &buf);
+    EXPECT(again != stale);
+    EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, rank, stale, 0, 0, 0, 0, comm, stream), ncclInvalidArgument,
+               "is not a window of comm");
+    window_free(again, buf);
+  }
+  ncclMemFree(src);
+  ncclMemFree(spare);
+}
+
 /* Puts whose source is pinned host memory (over UCX they go unstaged,
  * MPINCCL_UCX_DIRECT); each rank puts into the next one's window. */
 static void host_source(void) {
@@ -678,6 +736,7 @@ int main(int argc, char** argv) {
   STEP(mem_alloc());
   STEP(windows());
   STEP(refusals());
+  STEP(window_agreement());
   STEP(pingpong(8));
   STEP(pingpong((1 << 20) + 3));
   STEP(host_source());

@@ -7,6 +7,7 @@
  * rendezvous.  Without a GPU the communicators are host-only.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,28 @@ static void test_disagreement(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A window registration refused by one rank's own argument fails on every
+ * rank at once, and the collective after it still pairs up (host only:
+ * every rank refuses here, for want of a GPU, but rank 0 before the
+ * collective part, where it used to return alone). */
+static void test_window_refusal(void) {
+  ncclComm_t comm = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL));
+  if (comm == NULL) return;
+  void* fake = (void*)(uintptr_t)0x10000;
+  double start = MPI_Wtime();
+  for (int k = 0; k < 3; k++) {
+    ncclWindow_t w = (ncclWindow_t)(uintptr_t)1;
+    ncclResult_t got = ncclCommWindowRegister(comm, world_rank == 0 && k == 0 ? NULL : fake, 4096, &w, 0);
+    EXPECT(got != ncclSuccess);
+    EXPECT(w == NULL);
+    if (world_rank == 0 && k == 0) EXPECT(strstr(ncclGetLastError(comm), "buff is NULL") != NULL);
+  }
+  EXPECT(ncclCommWindowDeregister(comm, world_rank == 0 ? NULL : (ncclWindow_t)fake) == ncclInvalidArgument);
+  EXPECT(MPI_Wtime() - start < 5); /* the bootstrap's timeout is 120 s */
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -228,6 +251,7 @@ int main(int argc, char** argv) {
   test_mpi_comm();
   test_nonblocking();
   test_disagreement();
+  test_window_refusal();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) printf("test_comm_mpi: %d ranks, %d failures\n", world_size, total);

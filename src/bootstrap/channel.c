@@ -229,6 +229,8 @@ static void deposit(const msg_hdr_t* hdr, const void* data) {
 ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t* to, int tag,
                            const void* buf, size_t len) {
   chan_init();
+  if (len > UINT32_MAX)
+    return mpn_error_set(NULL, ncclInvalidArgument, "bootstrap: a message of %zu bytes is too long", len);
   msg_hdr_t hdr = {.key = key, .src = src, .dst = dst, .tag = tag, .len = (uint32_t)len};
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&chan.lock);

@@ -71,6 +71,10 @@ struct ncclComm {
 
 #define MPN_COMM_MAGIC 0x6d706e636f6d6d31ull
 
+/** Most ranks a communicator may have: the rendezvous gathers 24 bytes per
+ *  rank in one message, whose length is 32 bits. */
+#define MPN_MAX_RANKS (1 << 24)
+
 /** Allocates a communicator in state INITIALIZING and registers it. */
 ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclComm** out);
 

@@ -277,6 +277,9 @@ static ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, ncclUniqueId comm
   if (newcomm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: newcomm is NULL", fn);
   MPN_CHECK(mpn_params_load());
   if (nranks < 1) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
+  if (nranks > MPN_MAX_RANKS) /* the rendezvous's messages would outgrow their 32-bit length */
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: nranks %d above the most this version supports (%d)", fn, nranks,
+                      MPN_MAX_RANKS);
   if (rank < 0 || rank >= nranks)
     return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: rank %d out of range [0, %d)", fn, rank, nranks);
   mpn_bootstrap_id_t id;

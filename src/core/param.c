@@ -171,7 +171,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE", 0, 0,
                          "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters; "
                          "TRACE with subsystem P2P or RMA also each batch of stream memory operations and each "
-                         "kernel the library enqueues."},
+                         "kernel the library enqueues. Another value is not refused (as with NCCL): the "
+                         "log says so and uses WARN."},
     [MPN_PARAM_DEBUG_SUBSYS] = {"NCCL_DEBUG_SUBSYS", MPN_PARAM_STRING, "INIT,ENV", NULL, 0, 0,
                                 "Subsystems logged at INFO and TRACE: comma-separated list of "
                                 "INIT, BOOTSTRAP, P2P, RMA, IPC, NET, PROXY, ENV, ALL; a leading "
@@ -238,8 +239,10 @@ static void load_locked(void) {
     params.set[id] = env != NULL && *env != '\0';
     if (parse_one(id, mpn_param_table[id].deflt) != 0) params.status = ncclInternalError;
     if (params.set[id] && parse_one(id, env) != 0) {
-      params.status = ncclInvalidArgument;
       parse_one(id, mpn_param_table[id].deflt);
+      /* NCCL ignores a NCCL_DEBUG it does not know; the log says it uses WARN (debug.c). */
+      if (id == MPN_PARAM_DEBUG) continue;
+      params.status = ncclInvalidArgument;
       break;
     }
   }

@@ -60,7 +60,7 @@ MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
 }
 
 MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
-  if (ptr == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemFree: ptr is NULL");
+  if (ptr == NULL) return ncclSuccess; /* as NCCL's, which passes it to cudaFree */
   pthread_mutex_lock(&alloc_lock);
   alloc_t** pa = &allocs;
   while (*pa && (*pa)->user != ptr) pa = &(*pa)->next;

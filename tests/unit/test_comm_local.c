@@ -99,6 +99,8 @@ START_TEST(init_arguments) {
   ck_assert_int_eq(ncclCommInitRank(NULL, 1, id, 0), ncclInvalidArgument);
   ck_assert_int_eq(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(NULL), "nranks 0"));
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1 << 30, id, 0), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "nranks 1073741824 above the most"));
   ck_assert_int_eq(ncclCommInitRank(&comm, 4, id, 4), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(NULL), "rank 4 out of range [0, 4)"));
   ncclUniqueId junk;

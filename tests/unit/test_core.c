@@ -165,6 +165,16 @@ START_TEST(params_table) {
   ck_assert_int_eq(mpn_params_reload(), ncclInvalidArgument);
   unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
   ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  /* A NCCL_DEBUG of no known level is ignored, as NCCL does (the log warns
+   * and uses WARN), not refused. */
+  setenv("NCCL_DEBUG", "junk", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ck_assert_str_eq(mpn_param_str(MPN_PARAM_DEBUG), "NONE");
+  setenv("MPINCCL_TRANSPORT", "carrier-pigeon", 1); /* the others still count */
+  ck_assert_int_eq(mpn_params_reload(), ncclInvalidArgument);
+  unsetenv("MPINCCL_TRANSPORT");
+  unsetenv("NCCL_DEBUG");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
   /* Every row documented. */
   for (int i = 0; i < MPN_PARAM_COUNT; i++) {
     ck_assert_ptr_nonnull(mpn_param_table[i].name);
@@ -329,6 +339,7 @@ START_TEST(refused_calls) {
   ck_assert_int_eq(ncclRedOpDestroy(ncclSum, comm), ncclInvalidUsage);
   ck_assert_int_eq(ncclMemAlloc(NULL, 4096), ncclInvalidArgument);
   ck_assert_int_eq(ncclMemAlloc(&p, 0), ncclInvalidArgument);
+  ck_assert_int_eq(ncclMemFree(NULL), ncclSuccess); /* as NCCL's */
   ck_assert_int_eq(ncclMemFree(&s), ncclInvalidArgument);
   ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "not allocated by ncclMemAlloc"));
   ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);

@@ -139,6 +139,30 @@ ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key,
   return res;
 }
 
+/* The buffers of mpn_bootstrap_from_mpi's MPI collectives, in one block. */
+typedef struct {
+  uint64_t key;
+  mpn_endpoint_t self;
+  mpn_endpoint_t eps[];
+} from_mpi_t;
+
+/* Starts one of the set-up's collectives (under the channel's lock) and waits
+ * for it; *started tells whether MPI holds a request on b's buffers. */
+static ncclResult_t from_mpi_step(MPI_Comm comm, from_mpi_t* b, int bcast, uint64_t deadline, const volatile int* abort,
+                                  int* started) {
+  MPI_Request req;
+  mpn_chan_lock();
+  int err = bcast ? MPI_Ibcast(&b->key, 1, MPI_UINT64_T, 0, comm, &req)
+                  : MPI_Iallgather(&b->self, (int)sizeof(b->self), MPI_BYTE, b->eps, (int)sizeof(b->self), MPI_BYTE,
+                                   comm, &req);
+  mpn_chan_unlock();
+  MPN_MPI_CHECK(err);
+  *started = 1;
+  MPN_CHECK(mpn_chan_mpi_wait(&req, deadline, abort));
+  *started = 0;
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort,
                                     mpn_bootstrap_t** out) {
   int inter = 0, rank, size;
@@ -149,26 +173,24 @@ ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort,
                          "mpincclCommInitMPI: mpicomm is an inter-communicator");
   MPN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPN_MPI_CHECK(MPI_Comm_size(comm, &size));
-  uint64_t key = 0;
-  if (rank == 0 && getrandom(&key, sizeof(key), 0) != sizeof(key)) key = mpn_chan_now_ns();
-  mpn_endpoint_t self = mpn_chan_self(), *eps = calloc((size_t)size, sizeof(*eps));
-  if (eps == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  MPI_Request req;
+  from_mpi_t* b = calloc(1, sizeof(*b) + (size_t)size * sizeof(b->eps[0]));
+  if (b == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  if (rank == 0 && getrandom(&b->key, sizeof(b->key), 0) != sizeof(b->key)) b->key = mpn_chan_now_ns();
+  b->self = mpn_chan_self();
   uint64_t deadline = mpn_chan_deadline();
-  ncclResult_t res = ncclSuccess;
-  mpn_chan_lock();
-  int err = MPI_Ibcast(&key, 1, MPI_UINT64_T, 0, comm, &req);
-  mpn_chan_unlock();
-  MPN_MPI_CHECK_GOTO(err, res, out_free);
-  MPN_CHECK_GOTO(mpn_chan_mpi_wait(&req, deadline, abort), res, out_free);
-  mpn_chan_lock();
-  err = MPI_Iallgather(&self, (int)sizeof(self), MPI_BYTE, eps, (int)sizeof(self), MPI_BYTE, comm,
-                       &req);
-  mpn_chan_unlock();
-  MPN_MPI_CHECK_GOTO(err, res, out_free);
-  MPN_CHECK_GOTO(mpn_chan_mpi_wait(&req, deadline, abort), res, out_free);
-  res = mpn_bootstrap_create(key, size, rank, eps, abort, out);
-out_free:
-  free(eps);
+  int started = 0;
+  ncclResult_t res = from_mpi_step(comm, b, 1, deadline, abort, &started);
+  if (res == ncclSuccess) res = from_mpi_step(comm, b, 0, deadline, abort, &started);
+  if (res == ncclSuccess) res = mpn_bootstrap_create(b->key, size, rank, b->eps, abort, out);
+  if (started) {
+    /* A wait that gave up (timeout, abort) leaves MPI a collective it cannot
+     * cancel, which a late peer completes into b: b is kept for good. */
+    MPN_WARN(
+        "mpincclCommInitMPI: a set-up collective on the MPI communicator stays pending after "
+        "this failure (MPI cannot cancel it); its buffers are kept, and the communicator "
+        "should not be used for further collectives");
+    return res;
+  }
+  free(b);
   return res;
 }

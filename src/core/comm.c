@@ -11,6 +11,7 @@
 
 #include "core/api.h"
 #include "core/error.h"
+#include "core/group.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
 #ifdef HAVE_UCX
@@ -232,9 +233,20 @@ MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* A communicator that the caller's open group makes or splits cannot go
+ * before ncclGroupEnd runs that job. */
+static ncclResult_t check_not_in_group(struct ncclComm* comm, const char* caller) {
+  if (!mpn_group_has_job_of(comm)) return ncclSuccess;
+  return MPN_REFUSE(NULL, ncclInvalidUsage,
+                    "%s: comm %p is being created or split in this thread's open group; call "
+                    "ncclGroupEnd first",
+                    caller, (void*)comm);
+}
+
 MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
   MPN_CHECK(mpn_comm_check(comm, "ncclCommDestroy", 0));
+  MPN_CHECK(check_not_in_group(comm, "ncclCommDestroy"));
   comm_join_init(comm, 0);
 #ifdef HAVE_UCX
   /* Destroy lets the UCX lanes finish what the streams gave them; abort
@@ -250,6 +262,7 @@ MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
 MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   MPN_CHECK(mpn_comm_check(comm, "ncclCommAbort", 0));
+  MPN_CHECK(check_not_in_group(comm, "ncclCommAbort"));
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d aborted", (void*)comm, comm->rank);
   comm_free(comm, 1);
   return ncclSuccess;

@@ -118,6 +118,10 @@ static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {
 /** Runs a creation job to the end, in the calling thread. */
 ncclResult_t mpn_init_job_run(mpn_init_job_t* job);
 
+/** Lets go of a split job's parent, which the job holds (mpn_comm_hold) from
+ *  its call until it ran or was discarded, so that a destroy waits for it. */
+void mpn_init_job_release(mpn_init_job_t* job);
+
 /**
  * Runs creation jobs: one inline, several on threads (they rendezvous with
  * each other), or all in the background when non-blocking.  Frees the jobs

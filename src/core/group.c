@@ -40,6 +40,7 @@ static void ops_free(mpn_op_t* ops) {
 static void jobs_discard(mpn_init_job_t* jobs) {
   while (jobs) {
     mpn_init_job_t* next = jobs->next;
+    mpn_init_job_release(jobs);
     if (jobs->comm) mpn_comm_free(jobs->comm);
     if (jobs->user_out) *jobs->user_out = NULL;
     free(jobs);
@@ -139,6 +140,12 @@ ncclResult_t mpn_group_add_job(mpn_init_job_t* job) {
   group.jobs_tail = job;
   if (group.depth > 0) return ncclSuccess;
   return group_flush();
+}
+
+int mpn_group_has_job_of(const struct ncclComm* comm) {
+  for (const mpn_init_job_t* job = group.jobs; job; job = job->next)
+    if (job->comm == comm || job->parent == comm) return 1;
+  return 0;
 }
 
 MPN_API(ncclResult_t, ncclGroupStart, void) {

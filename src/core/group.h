@@ -22,6 +22,10 @@ ncclResult_t mpn_group_add_op(const mpn_op_t* op);
 /** Adds a communicator creation job (ownership passes to the group). */
 ncclResult_t mpn_group_add_job(mpn_init_job_t* job);
 
+/** Whether the calling thread's open group holds a job that makes comm or
+ *  splits it (it runs at ncclGroupEnd, so comm cannot go before). */
+int mpn_group_has_job_of(const struct ncclComm* comm);
+
 /**
  * Records an error raised inside a group by an API call; returns res so the
  * call can return it too.

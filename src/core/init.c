@@ -88,7 +88,20 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
   return ncclSuccess;
 }
 
+void mpn_init_job_release(mpn_init_job_t* job) {
+  if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
+  job->parent = NULL;
+}
+
+static ncclResult_t job_run(mpn_init_job_t* job);
+
 ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
+  ncclResult_t res = job_run(job);
+  mpn_init_job_release(job);
+  return res;
+}
+
+static ncclResult_t job_run(mpn_init_job_t* job) {
   struct ncclComm* comm = job->comm;
   mpn_bootstrap_t* b = NULL;
   MPI_Comm mpi = MPI_COMM_NULL;
@@ -146,6 +159,7 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
         __atomic_store_n(&job->comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
         mpn_comm_set_async(job->comm, res);
       }
+      mpn_init_job_release(job);
       free(job);
       first = res;
     } else if (job->comm) {
@@ -197,6 +211,7 @@ static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
       mpn_comm_free(job->comm);
       if (job->user_out) *job->user_out = NULL;
     }
+    mpn_init_job_release(job); /* a job whose thread did not start never ran */
     free(job);
   }
   return first;
@@ -378,7 +393,12 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   mpn_init_job_t* job;
   int has_color = color != NCCL_SPLIT_NOCOLOR;
   MPN_CHECK(job_new(MPN_INIT_SPLIT, &cfg, comm->cuda_dev, has_color ? newcomm : NULL, &job));
-  job->parent = comm;
+  if (!mpn_comm_hold(comm)) { /* destroyed by another thread meanwhile */
+    if (job->comm) mpn_comm_free(job->comm);
+    free(job);
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", fn, (void*)comm);
+  }
+  job->parent = comm; /* held until the job ran (mpn_init_job_release) */
   job->color = color;
   job->key = key;
   if (!has_color) *newcomm = NULL;

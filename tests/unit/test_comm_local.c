@@ -308,6 +308,33 @@ START_TEST(abort_pending_creation) {
 }
 END_TEST
 
+/* A communicator that the caller's open group makes or splits is refused
+ * by destroy and abort until ncclGroupEnd ran the job (desk review of the
+ * twenty-fourth session: they freed it, and ncclGroupEnd then used it). */
+START_TEST(destroy_in_group) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comm = NULL, sub = NULL;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(NULL), "call ncclGroupEnd first"));
+  ck_assert_int_eq(ncclCommAbort(comm), ncclInvalidUsage);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  int n = 0;
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclSuccess);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommSplit(comm, 0, 0, &sub, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclInvalidUsage);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ck_assert_int_eq(ncclCommCount(sub, &n), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess); /* the parent first: the child stands alone */
+  ck_assert_int_eq(ncclCommDestroy(sub), ncclSuccess);
+}
+END_TEST
+
 START_TEST(send_recv_checks) {
   use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
@@ -719,6 +746,7 @@ int main(void) {
   tcase_add_test(tc, split_in_group);
   tcase_add_test(tc, nonblocking_creation);
   tcase_add_test(tc, abort_pending_creation);
+  tcase_add_test(tc, destroy_in_group);
   tcase_add_test(tc, send_recv_checks);
   tcase_add_test(tc, group_errors);
   tcase_add_test(tc, group_size_limit);

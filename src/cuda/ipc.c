@@ -363,14 +363,22 @@ static void close_on_device(void* mapping, int dev, const char* why) {
   mpn_cuda_device_leave(saved);
 }
 
-/* Closes the forgotten imports that became idle (under ipc_lock). */
+/* Closes the forgotten imports that became idle (under ipc_lock).  The
+ * caller's stream may be capturing a graph: the event queries and closes
+ * are not part of it (relaxed mode, as for opening). */
 static void sweep_forgotten(void) {
+  int any = 0;
+  for (int i = 0; i < imported.n && !any; i++) any = imported.entries[i].forget;
+  if (!any) return;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
     if (!e->forget || !mapping_idle(e->mapping)) continue;
     close_on_device(e->mapping, e->dev, "forgotten");
     i = -1; /* the array was compacted: scan again */
   }
+  cudaThreadExchangeStreamCaptureMode(&mode);
 }
 
 void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {

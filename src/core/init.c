@@ -388,6 +388,9 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return MPN_REFUSE(comm, ncclInvalidArgument,
                       "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR", fn, color);
+  if (mpn_group_has_job_of(comm)) /* the jobs of a group run at once: two would share comm's set-up */
+    return MPN_REFUSE(comm, ncclInvalidUsage,
+                      "%s: comm %p is split already in this group; split it again after ncclGroupEnd", fn, (void*)comm);
   mpn_config_t cfg;
   MPN_CHECK(mpn_config_read(config, &comm->config, fn, &cfg));
   mpn_init_job_t* job;

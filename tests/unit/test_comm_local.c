@@ -328,6 +328,13 @@ START_TEST(destroy_in_group) {
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
   ck_assert_int_eq(ncclCommSplit(comm, 0, 0, &sub, NULL), ncclSuccess);
   ck_assert_int_eq(ncclCommDestroy(comm), ncclInvalidUsage);
+  ncclComm_t second = NULL; /* a second split of comm in the group is refused, the first goes on */
+  ck_assert_int_eq(ncclCommSplit(comm, 1, 0, &second, NULL), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "split already in this group"));
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage); /* the group's first error: nothing runs */
+  ck_assert_ptr_null(sub);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommSplit(comm, 0, 0, &sub, NULL), ncclSuccess);
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
   ck_assert_int_eq(ncclCommCount(sub, &n), ncclSuccess);
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess); /* the parent first: the child stands alone */

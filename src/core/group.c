@@ -6,6 +6,8 @@
  */
 #include "core/group.h"
 
+#include <cuda_runtime.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +50,23 @@ static void jobs_discard(mpn_init_job_t* jobs) {
   }
 }
 
+/* A stream whose capture was invalidated (by a call the capture does not
+ * allow) takes nothing: its work would fail, while the operation would
+ * still use up a message or signal number that its peer counts too. */
+static ncclResult_t capture_check(mpn_op_t* lists[2]) {
+  for (int k = 0; k < 2; k++)
+    for (mpn_op_t* op = lists[k]; op; op = op->next) {
+      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+      if (cap == cudaStreamCaptureStatusInvalidated)
+        return MPN_REFUSE(op->comm, ncclInvalidUsage,
+                          "ncclGroupEnd: stream %p of an operation with rank %d is in a CUDA graph capture "
+                          "that was invalidated; nothing of the group was enqueued",
+                          (void*)op->stream, op->peer);
+    }
+  return ncclSuccess;
+}
+
 /* Holds the comm of every op (an abort or destroy from another thread frees
  * it only once the launch is over, mpn_comm_free) or, if one was freed since
  * its call, none: that comm is returned in *gone. */
@@ -85,7 +104,8 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
                       "ncclGroupEnd: comm %p was destroyed or aborted after its operations were enqueued",
                       (void*)gone);
   }
-  ncclResult_t res = p2p ? mpn_p2p_check(p2p) : ncclSuccess;
+  ncclResult_t res = capture_check(lists);
+  if (res == ncclSuccess && p2p) res = mpn_p2p_check(p2p);
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
   if (res == ncclSuccess) {
     /* Both always run once checked: send/receive may report an error after

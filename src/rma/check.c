@@ -7,6 +7,8 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "cuda/device.h"
+#include "p2p/pair.h"
 #include "rma/rma.h"
 #include "rma/window.h"
 #include "transport.h"
@@ -89,7 +91,47 @@ static ncclResult_t op_check(const mpn_op_t* op) {
   return ucx_check(op);
 }
 
+/* Captured signals and waits of (comm, peer, ctx) in the group from op on:
+ * signals (send) or waited-for counts. */
+static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, int peer, int ctx, int send) {
+  uint64_t n = 0;
+  for (; op; op = op->next) {
+    if (op->comm != comm || !mpn_cuda_stream_captured(op->stream)) continue;
+    if (send && op->kind != MPN_OP_WAIT_SIGNAL) n += op->peer == peer && op->ctx == ctx;
+    for (int i = 0; !send && op->kind == MPN_OP_WAIT_SIGNAL && i < op->ndesc; i++)
+      if (op->descs[i].peer == peer && op->descs[i].ctx == ctx) n += (uint64_t)op->descs[i].opCnt;
+  }
+  return n;
+}
+
+/* Captured signals use slots of their own, never given back (rma.c,
+ * graph_slot): a group that would run out is refused before anything of it
+ * is enqueued, not in the middle of issuing it (a peer's captured wait
+ * would then wait for a signal never sent). */
+static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
+  for (const mpn_op_t* op = ops; op; op = op->next) {
+    struct ncclComm* comm = op->comm;
+    if (!mpn_cuda_stream_captured(op->stream)) continue;
+    uint64_t per_ctx = MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;
+    int n = op->kind == MPN_OP_WAIT_SIGNAL ? op->ndesc : 1;
+    for (int i = 0; i < n; i++) {
+      int send = op->kind != MPN_OP_WAIT_SIGNAL;
+      int peer = send ? op->peer : op->descs[i].peer, ctx = send ? op->ctx : op->descs[i].ctx;
+      size_t pc = mpn_rma_pc(comm, peer, ctx);
+      uint64_t used = comm->rma == NULL ? 0 : send ? comm->rma->graph_sent[pc] : comm->rma->graph_expected[pc];
+      if (used + captured_from(op, comm, peer, ctx, send) > per_ctx)
+        return MPN_REFUSE(comm, ncclInvalidUsage,
+                          "%s with rank %d on context %d: more than %llu %s between two ranks on one "
+                          "context captured in CUDA graphs (slots are not given back); nothing of the "
+                          "group was enqueued",
+                          mpn_rma_op_name(op->kind), peer, ctx, (unsigned long long)per_ctx,
+                          send ? "signals" : "waited-for signals");
+    }
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_rma_check(mpn_op_t* ops) {
   for (mpn_op_t* op = ops; op; op = op->next) MPN_CHECK(op_check(op));
-  return ncclSuccess;
+  return graph_slots_check(ops);
 }

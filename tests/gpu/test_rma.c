@@ -604,6 +604,54 @@ static void graph_replay(void) {
 }
 
 /*
+ * Captured signals past the slots a pair has on a context are refused
+ * before anything of the group is enqueued (the capture stays valid and
+ * empty), and an operation on a stream whose capture was invalidated takes
+ * nothing (desk review of the twenty-fourth session: the first was refused
+ * halfway through issuing, the second took a message number).
+ */
+static void graph_limits(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.numRmaCtx = 64; /* 256 slots / 64 contexts: 4 captured signals per pair and context */
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, &cfg));
+  if (c == NULL) return;
+  int to = (rank + 1) % nranks;
+  cudaStream_t s;
+  EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < 5; k++) EXPECT_OK(ncclSignal(to, 0, 0, 0, c, s));
+  EXPECT(ncclGroupEnd() == ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(c), "more than 4 signals") != NULL);
+  cudaGraph_t g = NULL;
+  EXPECT(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  size_t nodes = 99;
+  EXPECT(g != NULL && cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && nodes == 0);
+  if (g) cudaGraphDestroy(g);
+  /* Synchronizing a capturing stream is not allowed and invalidates its capture. */
+  EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  (void)cudaStreamSynchronize(s);
+  cudaGetLastError();
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  EXPECT(cudaStreamIsCapturing(s, &st) == cudaSuccess);
+  if (st == cudaStreamCaptureStatusInvalidated) {
+    EXPECT(ncclSignal(to, 0, 0, 0, c, s) == ncclInvalidUsage);
+    EXPECT(strstr(ncclGetLastError(c), "invalidated") != NULL);
+  } else {
+    printf("[rank %d] graph_limits: the capture stayed %d after a synchronize; its second part did not run\n", rank,
+           (int)st);
+  }
+  g = NULL;
+  (void)cudaStreamEndCapture(s, &g);
+  cudaGetLastError();
+  if (g) cudaGraphDestroy(g);
+  EXPECT(cudaStreamDestroy(s) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_OK(ncclCommDestroy(c));
+}
+
+/*
  * Several ranks of one process, one thread each: a ring of puts.  The
  * threads allocate their counter for pattern_check before the exchange,
  * and none checks before every thread has enqueued its puts and waits: a
@@ -753,6 +801,7 @@ int main(int argc, char** argv) {
   STEP(self_after_other());
   STEP(mixed_group());
   STEP(graph_replay());
+  STEP(graph_limits());
   STEP(threads_ring());
   STEP(threads_streams());
   return harness_finish();

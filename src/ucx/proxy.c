@@ -322,6 +322,11 @@ static void* proxy_main(void* arg) {
     if (closing) { /* the closer's commands were all in this batch: now armed or flying */
       pthread_mutex_lock(&px.lock);
       close_endpoints();
+      /* Cleared here, not by the closer: once served, a second closer may
+       * already have put its own request in (it waits only for this). */
+      px.closing = NULL;
+      px.n_closing = 0;
+      px.closing_owner = NULL;
       px.closed_gen = px.close_gen;
       pthread_cond_broadcast(&px.closed);
       pthread_mutex_unlock(&px.lock);
@@ -472,6 +477,5 @@ void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {
   px.n_closing = n;
   int gen = ++px.close_gen;
   while (px.closed_gen < gen) pthread_cond_wait(&px.closed, &px.lock);
-  px.closing = NULL;
   pthread_mutex_unlock(&px.lock);
 }

@@ -11,8 +11,12 @@
  *    process is gone): a receive waiting for it and a later send fail
  *    instead of waiting forever, and the communicator reports it;
  *  - a peer that aborts its communicator: a receive waiting for it fails,
- *    and the communicator reports ncclRemoteError naming that rank.
+ *    and the communicator reports ncclRemoteError naming that rank;
+ *  - closes of two communicators' endpoints from two threads at once
+ *    (ranks of one process destroyed by their threads): the second closer's
+ *    request was wiped by the first, and the proxy crashed on it.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,7 @@
 #include "core/comm.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
+#include "ucx/proxy.h"
 
 static int rank, failures;
 
@@ -135,6 +140,25 @@ static void peer_aborted(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Two threads closing endpoint sets of different owners, over and over
+ * (endpoints NULL: the proxy still reads each set it is given). */
+static mpn_ucx_peer_t close_sets[2][2];
+
+static void* close_loop(void* arg) {
+  long i = (long)arg;
+  for (int k = 0; k < 5000; k++) mpn_ucx_proxy_close(&close_sets[i], close_sets[i], 2);
+  return NULL;
+}
+
+static void concurrent_closes(void) {
+  ncclComm_t comm; /* starts the proxy */
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  pthread_t t[2];
+  for (long i = 0; i < 2; i++) EXPECT(pthread_create(&t[i], NULL, close_loop, (void*)i) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -148,6 +172,7 @@ int main(int argc, char** argv) {
   destroy_with_queued_sends();
   peer_lost();
   peer_aborted();
+  concurrent_closes();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("test_ucx_edges: %d failures\n", total);

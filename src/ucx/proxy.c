@@ -283,19 +283,53 @@ static void armed_sweep(const void* closing) {
   px.armed_tail = keep_tail;
 }
 
+/* Force-closes p's endpoint: UCX completes the requests still on it with an
+ * error (ucp_request_cancel reaches expected receives only, not sends, puts
+ * or flushes).  Not from a UCX callback: it progresses the worker.  A lost
+ * peer's endpoint is not closed when it is found lost: the remote keys
+ * unpacked on it must go first (ucp_rkey_destroy), and its communicator
+ * reports the loss (ncclRemoteError) and closes it on destroy or abort. */
+static void ep_force_close(mpn_ucx_peer_t* p) {
+  if (p->ep == NULL) return;
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+  ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &param);
+  while (req && !UCS_PTR_IS_ERR(req) && ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(px.worker);
+  if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+  p->ep = NULL;
+}
+
+/* Words a late completion of a closed owner's operation writes instead of
+ * the owner's, which are freed once the close returns. */
+static uint64_t orphan_flag, orphan_release;
+static int orphan_error;
+
+/* Lets the owner's purged operations complete (their callbacks run from the
+ * worker's progress), for at most a second; those still in flight then
+ * write the proxy's own words when they end. */
+static void drain_owner(const void* owner) {
+  uint64_t deadline = mpn_chan_now_ns() + 1000000000ull;
+  for (;;) {
+    int left = 0;
+    for (mpn_ucx_cmd_t* c = px.flying; c && !left; c = c->next) left = c->owner == owner;
+    if (!left || mpn_chan_now_ns() > deadline) break;
+    ucp_worker_progress(px.worker);
+  }
+  for (mpn_ucx_cmd_t* c = px.flying; c; c = c->next) {
+    if (c->owner != owner) continue;
+    c->flag = &orphan_flag;
+    c->error = c->owner_error = &orphan_error;
+    c->release = c->release ? &orphan_release : NULL;
+    c->nrelease = c->release ? 1 : 0;
+    c->fn = NULL;
+    c->quiet = 1;
+  }
+}
+
 static void close_endpoints(void) {
   armed_sweep(px.closing_owner);
   cancel_matching(px.closing_owner, NULL);
-  for (int i = 0; i < px.n_closing; i++) {
-    mpn_ucx_peer_t* p = &px.closing[i];
-    if (p->ep == NULL) continue;
-    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &param);
-    while (req && !UCS_PTR_IS_ERR(req) && ucp_request_check_status(req) == UCS_INPROGRESS)
-      ucp_worker_progress(px.worker);
-    if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
-    p->ep = NULL;
-  }
+  for (int i = 0; i < px.n_closing; i++) ep_force_close(&px.closing[i]);
+  drain_owner(px.closing_owner);
 }
 
 static char proxy_near[16]; /* PCI bus of the GPU served, "" for none */

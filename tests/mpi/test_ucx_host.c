@@ -4,7 +4,8 @@
  * sizes from 1 byte to 16 MiB, an all-to-all, several messages to one peer
  * arriving in order, one-sided puts whose signals follow their data,
  * operations that start only when a trigger word says so, and the proxy's
- * side of the staged path (explicit tags, growing flags, released words).  Completion flags are polled with a deadline, so a
+ * side of the staged path (explicit tags, growing flags, released words),
+ * and an abort with a send in flight.  Completion flags are polled with a deadline, so a
  * lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
@@ -252,6 +253,32 @@ static void pipeline(ncclComm_t comm) {
   free(r);
 }
 
+/* An abort with a large send in flight to a peer that never receives it:
+ * the close purges the send, and its completion (an error) has come by the
+ * time the abort returns; before, it came later, from the proxy's progress,
+ * and wrote into the freed communicator (desk review, valgrind). */
+static void abort_in_flight(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  size_t bytes = (size_t)64 << 20; /* past UCX's eager sizes: a rendezvous */
+  char* buf = calloc(bytes, 1);
+  uint64_t sent = 0;
+  int err = 0;
+  if (rank == 0 && nranks > 1) {
+    EXPECT(mpn_ucx_host_send(comm, 1, buf, bytes, &sent, 1, &err) == ncclSuccess);
+    usleep(200000);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  if (rank == 0 && nranks > 1) {
+    EXPECT(__atomic_load_n(&sent, __ATOMIC_ACQUIRE) == 1);
+    EXPECT(err == ncclRemoteError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  free(buf);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3 4");
@@ -274,6 +301,7 @@ int main(int argc, char** argv) {
     EXPECT(mpn_ucx_host_send(comm, rank, &bogus, 4, &flag, 1, &bogus) == ncclInvalidUsage);
     MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
     EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+    abort_in_flight();
   }
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

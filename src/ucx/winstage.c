@@ -179,10 +179,22 @@ void mpn_ucx_win_retire(struct ncclComm* comm, mpn_ucx_win_t* w) {
   comm->ucx_rma->retired = w;
 }
 
+/* Releases the captured waits of peer's slots: B's on the "gsig" words
+ * peer's puts raise, and this rank's own puts' waits on "gfree" for them. */
+static void release_graph_slots(struct mpn_ucx_rma* r, int peer) {
+  uint64_t* gsig = (uint64_t*)(r->area + r->gsig_at) + (size_t)peer * MPN_UCX_GRAPH_SLOTS;
+  uint64_t* gfree = (uint64_t*)(r->area + r->gfree_at) + (size_t)peer * MPN_UCX_GRAPH_SLOTS;
+  for (size_t i = 0; i < MPN_UCX_GRAPH_SLOTS; i++) {
+    __atomic_store_n(&gsig[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&gfree[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  }
+}
+
 void mpn_ucx_rma_release(struct ncclComm* comm) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
   for (size_t i = 0; r && i < r->rings_at / sizeof(uint64_t); i++)
     __atomic_store_n((uint64_t*)r->area + i, UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  for (int peer = 0; r && peer < comm->nranks; peer++) release_graph_slots(r, peer);
 }
 
 void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
@@ -243,6 +255,7 @@ void mpn_ucx_rma_release_peer(struct ncclComm* comm, int peer) {
   for (int ctx = 0; r && ctx < r->nctx; ctx++)
     __atomic_store_n((uint64_t*)r->area + (size_t)peer * (size_t)r->nctx + (size_t)ctx, UINT64_MAX >> 1,
                      __ATOMIC_RELEASE);
+  if (r) release_graph_slots(r, peer);
 }
 
 CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx) {

@@ -58,6 +58,7 @@ struct mpn_ucx_ggroup {
   uint64_t* words;  /* pinned, mapped: one per post, set by the proxy */
   CUdeviceptr dwords;
   int error;        /* an ncclResult_t, set by the proxy */
+  int dead, busy;   /* freed with its communicator / a host node running (group_free) */
   struct mpn_ucx_ggroup* next;
 };
 
@@ -71,25 +72,36 @@ int mpn_ucx_capturing(cudaStream_t s) {
   return cap != cudaStreamCaptureStatusNone;
 }
 
-/* Also while this thread captures (a failed fork): in relaxed mode. */
+/* Also while this thread captures (a failed fork): in relaxed mode.  A
+ * replay may still be queued (its host node not yet run, or running): the
+ * group is marked dead, which its host node checks, the node running now
+ * is waited for, and the group itself and its words stay (leaked), so a
+ * late node reads only the mark and a queued wait reads mapped memory. */
 static void group_free(mpn_ucx_ggroup_t* g, int leak) {
+  __atomic_store_n(&g->dead, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&g->busy, __ATOMIC_SEQ_CST)) usleep(20);
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
   for (int i = 0; i < g->n; i++)
     if (g->posts[i].stage && !leak) cudaFreeHost(g->posts[i].stage);
-  if (g->words && !leak) cudaFreeHost(g->words);
   if (g->side) cudaStreamDestroy(g->side);
   if (g->fork) cudaEventDestroy(g->fork);
   if (g->join) cudaEventDestroy(g->join);
   cudaGetLastError();
   cudaThreadExchangeStreamCaptureMode(&mode);
   free(g->posts);
-  free(g);
+  g->posts = NULL;
+  g->n = 0;
 }
 
 /* The host node: this replay's UCX operations. */
 static void CUDART_CB post_all(void* arg) {
   mpn_ucx_ggroup_t* g = arg;
+  __atomic_add_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&g->dead, __ATOMIC_SEQ_CST)) { /* its communicator is gone */
+    __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
+    return;
+  }
   for (int i = 0; i < g->n; i++) {
     gpost_t* p = &g->posts[i];
     __atomic_store_n(&g->words[i], 0, __ATOMIC_RELEASE);
@@ -102,6 +114,7 @@ static void CUDART_CB post_all(void* arg) {
       __atomic_store_n(&g->words[i], 1, __ATOMIC_RELEASE); /* nothing will come: let the stream go */
     }
   }
+  __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
 }
 
 /* What a capture allocates, in relaxed mode (else the capture refuses it). */

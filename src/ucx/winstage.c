@@ -22,6 +22,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
@@ -53,6 +54,7 @@ typedef struct gnode {
   char* stage;                 /* sender: pinned copy of the put's source */
   uint64_t done;               /* completions (nobody waits for them) */
   int error;
+  int dead, busy; /* freed with its communicator / a host node running */
   struct gnode* next;
 } gnode_t;
 
@@ -212,12 +214,19 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
   comm->ucx_rma = NULL;
 }
 
+/* A replay's host node may still be queued: each node is marked dead
+ * (gnode_post checks), the one running is waited for, and the nodes stay
+ * (leaked) for late host nodes to read the mark. */
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
   for (gnode_t *g = comm->ucx_rma_graphs, *next; g; g = next) {
     next = g->next;
+    __atomic_store_n(&g->dead, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&g->busy, __ATOMIC_SEQ_CST)) usleep(20);
     if (g->stage && !leak) cudaFreeHost(g->stage);
+    g->stage = NULL;
     free(g->cmds);
-    free(g);
+    g->cmds = NULL;
+    g->n = 0;
   }
   comm->ucx_rma_graphs = NULL;
 }
@@ -328,6 +337,11 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
 
 static void CUDART_CB gnode_post(void* arg) {
   gnode_t* g = arg;
+  __atomic_add_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&g->dead, __ATOMIC_SEQ_CST)) { /* its communicator is gone */
+    __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
+    return;
+  }
   if (g->zero) __atomic_store_n(g->zero, 0, __ATOMIC_RELEASE);
   for (int i = 0; i < g->n; i++)
     if (mpn_ucx_proxy_post(&g->cmds[i]) != ncclSuccess) {
@@ -335,6 +349,7 @@ static void CUDART_CB gnode_post(void* arg) {
       __atomic_compare_exchange_n(mpn_ucx_comm_error(g->comm), &ok, (int)ncclSystemError, 0,
                                   __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     }
+  __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
 }
 
 static ncclResult_t gnode_make(struct ncclComm* comm, int n, size_t stage, gnode_t** out) {

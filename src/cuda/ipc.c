@@ -79,7 +79,11 @@ static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what,
       pool != NULL) {
     fresh.pool = 1;
   } else {
+    /* The caller's stream may be capturing a graph: not part of it. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t err = cudaIpcGetMemHandle(&fresh.handle, (void*)base);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (err != cudaSuccess) {
       cudaGetLastError();
       return mpn_error_set(NULL, ncclInvalidUsage,

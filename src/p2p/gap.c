@@ -93,8 +93,20 @@ static void learn_wait(mpn_gap_t* g) {
   if (e == cudaErrorNotReady) g->impatient = 1;
 }
 
+static int gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s);
+
+/* Its queries run in relaxed capture mode: another thread's global-mode
+ * capture must not be invalidated by them (desk review). */
 int mpn_gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s) {
   if (mpn_param_int(MPN_PARAM_SLICED_GAP) <= 0) return 0;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  int computes = gap_launch_begin(g, dev, s);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return computes;
+}
+
+static int gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s) {
   if (g->state == MPN_GAP_TIMED) {
     learn_wait(g);
     read_sample(g);

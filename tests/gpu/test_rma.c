@@ -617,6 +617,9 @@ static void graph_limits(void) {
   EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, &cfg));
   if (c == NULL) return;
   int to = (rank + 1) % nranks;
+  void* wbuf = dev_alloc(4096); /* over UCX a window comes first (docs/UCX.md) */
+  ncclWindow_t w = NULL;
+  EXPECT_OK(ncclCommWindowRegister(c, wbuf, 4096, &w, 0));
   cudaStream_t s;
   EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
@@ -648,6 +651,8 @@ static void graph_limits(void) {
   if (g) cudaGraphDestroy(g);
   EXPECT(cudaStreamDestroy(s) == cudaSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
+  if (w) EXPECT_OK(ncclCommWindowDeregister(c, w));
+  EXPECT_OK(ncclMemFree(wbuf));
   EXPECT_OK(ncclCommDestroy(c));
 }
 

@@ -198,7 +198,18 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
   for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
   for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
   void* args[] = {&t}; /* the launch's own result, not an older error of the thread */
-  if (early && s->grid.blocks == 1 && __atomic_load_n(&early_ok, __ATOMIC_RELAXED)) {
+  /* The kernel waits for its predecessor (griddepcontrol.wait) only where it
+   * was compiled for compute capability 9.0 or later: a build whose PTX is
+   * older, run on a newer GPU, must not launch it early. */
+  static int arch_ok = -1;
+  if (arch_ok < 0) {
+    cudaFuncAttributes a;
+    int ok = cudaFuncGetAttributes(&a, (const void*)sync_kernel<F, C>) == cudaSuccess && a.ptxVersion >= 90;
+    if (!ok) cudaGetLastError();
+    __atomic_store_n(&arch_ok, ok, __ATOMIC_RELAXED);
+  }
+  if (early && s->grid.blocks == 1 && __atomic_load_n(&arch_ok, __ATOMIC_RELAXED) &&
+      __atomic_load_n(&early_ok, __ATOMIC_RELAXED)) {
     if (launch_early<F, C>(args, stream) == cudaSuccess) return cudaSuccess;
     cudaGetLastError(); /* refused (an older device or driver): ordinary launches from now on */
     __atomic_store_n(&early_ok, 0, __ATOMIC_RELAXED);

@@ -37,6 +37,20 @@ static ncclResult_t copies_as_launches(const mpn_sync_t* k, int from, int to, cu
   return first;
 }
 
+/* Copies [from, to) could not be enqueued: the size words they would have
+ * stored (eager sends into an inbox) become 0, so that a receiver copies
+ * nothing rather than the slot's previous message. */
+static ncclResult_t size_words_cleared(const mpn_driver_t* drv, const mpn_sync_t* k, int from, int to, cudaStream_t s) {
+  mpn_memops_t b;
+  mpn_memops_init(&b, drv, s);
+  ncclResult_t first = ncclSuccess;
+  for (int i = from; i < to; i++)
+    if (k->copies[i].size_out)
+      mpn_keep(&first, mpn_memops_add(&b, (CUdeviceptr)(uintptr_t)k->copies[i].size_out, 0, MPN_MEMOP_WRITE));
+  mpn_keep(&first, mpn_memops_flush(&b));
+  return first;
+}
+
 ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaStream_t s) {
   MPN_TRACE(MPN_SUBSYS_P2P | MPN_SUBSYS_RMA, "stream %p: flag kernel of %d flags, %d copies, %d blocks", (void*)s,
             mpn_sync_nflags(k), mpn_sync_ncopies(k), k->grid.blocks);
@@ -53,7 +67,9 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaSt
     int waits = writes_before + k->nwait[r];
     mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, s));
     flag += waits;
-    mpn_keep(&first, copies_as_launches(k, copy, copy + k->ncopy[r], s));
+    ncclResult_t copied = copies_as_launches(k, copy, copy + k->ncopy[r], s);
+    mpn_keep(&first, copied);
+    if (copied != ncclSuccess) mpn_keep(&first, size_words_cleared(drv, k, copy, copy + k->ncopy[r], s));
     copy += k->ncopy[r];
     mpn_keep(&first, flags_as_memops(drv, k, flag, flag + k->nlast[r], s));
     flag += k->nlast[r];

@@ -33,6 +33,15 @@ typedef struct mapping {
 static mapping_t* mappings;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A creator's pair that failed to set up: its peer is told (it would wait
+ * for the flags' place until the bootstrap timeout) and the name goes, so
+ * that a later launch creates the file afresh instead of adopting this one. */
+static void pair_abandon(mpn_pair_t* p, void* mem) {
+  if (!p->created) return;
+  if (mem) __atomic_store_n(&((mpn_pair_mem_t*)mem)->flags_where, MPN_FLAGS_FAILED, __ATOMIC_RELEASE);
+  shm_unlink(p->name);
+}
+
 static ncclResult_t pair_open(mpn_pair_t* p) {
   int fd = shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   p->created = fd >= 0;
@@ -42,25 +51,42 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
   size_t size = sizeof(mpn_pair_mem_t);
   /* Both sides size the file; extending with zeros is idempotent. */
   if (ftruncate(fd, (off_t)size) != 0) {
+    int e = errno;
     close(fd);
-    return mpn_error_set(NULL, ncclSystemError, "ftruncate %s failed: %s", p->name, strerror(errno));
+    pair_abandon(p, NULL);
+    return mpn_error_set(NULL, ncclSystemError, "ftruncate %s failed: %s", p->name, strerror(e));
   }
   void* mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (mem == MAP_FAILED)
-    return mpn_error_set(NULL, ncclSystemError, "mmap %s failed: %s", p->name, strerror(errno));
+  if (mem == MAP_FAILED) {
+    int e = errno;
+    pair_abandon(p, NULL);
+    return mpn_error_set(NULL, ncclSystemError, "mmap %s failed: %s", p->name, strerror(e));
+  }
   cudaError_t err = cudaHostRegister(mem, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
   void* dev = NULL;
   if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, mem, 0);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    pair_abandon(p, mem); /* tmpfs files are sparse: a full /dev/shm shows here first */
     munmap(mem, size);
-    return mpn_error_set(NULL, ncclUnhandledCudaError, "registering %s with CUDA failed: %s",
-                         p->name, cudaGetErrorString(err));
+    return mpn_error_set(NULL, ncclUnhandledCudaError,
+                         "registering %s with CUDA failed: %s (is /dev/shm full? each pair of ranks "
+                         "takes %zu bytes there)",
+                         p->name, cudaGetErrorString(err), size);
   }
   p->mem = mem;
   p->dev = (CUdeviceptr)dev;
   return ncclSuccess;
+}
+
+/* Undoes pair_open after a later step failed. */
+static void pair_close(mpn_pair_t* p) {
+  pair_abandon(p, p->mem);
+  cudaHostUnregister(p->mem);
+  cudaGetLastError();
+  munmap(p->mem, sizeof(mpn_pair_mem_t));
+  p->mem = NULL;
 }
 
 /* The creator decides where the flags live and publishes it last. */
@@ -113,6 +139,8 @@ static ncclResult_t flags_adopt(mpn_pair_t* p) {
       return mpn_error_set(NULL, ncclTimeout, "the peer did not finish setting up %s", p->name);
     usleep(50);
   }
+  if (where == MPN_FLAGS_FAILED)
+    return mpn_error_set(NULL, ncclRemoteError, "the peer could not set up %s (its log says why)", p->name);
   if (where != MPN_FLAGS_DEVICE) return ncclSuccess;
   /* Through the import cache, which knows what else of the creator is
    * mapped here; pinned until the pair is unmapped. */
@@ -154,11 +182,13 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
     } else {
       snprintf(m->pair.name, sizeof(m->pair.name), "%s", name);
       res = pair_open(&m->pair);
+      int opened = res == ncclSuccess;
       if (res == ncclSuccess) res = m->pair.created ? flags_publish(&m->pair) : flags_adopt(&m->pair);
       if (res == ncclSuccess) {
         m->next = mappings;
         mappings = m;
       } else {
+        if (opened) pair_close(&m->pair);
         free(m);
         m = NULL;
       }

@@ -71,7 +71,7 @@ typedef struct {
 } __attribute__((aligned(64))) mpn_slot_t;
 
 /* Where the pair's stream flags live, as published by the file's creator. */
-enum { MPN_FLAGS_UNSET = 0, MPN_FLAGS_HOST = 1, MPN_FLAGS_DEVICE = 2 };
+enum { MPN_FLAGS_UNSET = 0, MPN_FLAGS_HOST = 1, MPN_FLAGS_DEVICE = 2, MPN_FLAGS_FAILED = 3 };
 
 typedef struct {
   char error[256]; /**< last error, for the other side's ncclGetLastError */

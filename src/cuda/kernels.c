@@ -74,4 +74,5 @@ void mpn_cuda_kernels_load(int dev) {
   } else {
     MPN_TRACE(MPN_SUBSYS_INIT, "device %d: %d kernels loaded", dev, n);
   }
+  mpn_sync_early_check();
 }

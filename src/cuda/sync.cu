@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
   }
 }
 
-// Cleared for the process once an early launch is refused.
+// Cleared for the process once an early launch is refused, or when the
+// kernels lack griddepcontrol.wait (mpn_sync_early_check).
 int early_ok = 1;
 
 // One block as a programmatic dependent launch.
@@ -198,18 +199,7 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
   for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
   for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
   void* args[] = {&t}; /* the launch's own result, not an older error of the thread */
-  /* The kernel waits for its predecessor (griddepcontrol.wait) only where it
-   * was compiled for compute capability 9.0 or later: a build whose PTX is
-   * older, run on a newer GPU, must not launch it early. */
-  static int arch_ok = -1;
-  if (arch_ok < 0) {
-    cudaFuncAttributes a;
-    int ok = cudaFuncGetAttributes(&a, (const void*)sync_kernel<F, C>) == cudaSuccess && a.ptxVersion >= 90;
-    if (!ok) cudaGetLastError();
-    __atomic_store_n(&arch_ok, ok, __ATOMIC_RELAXED);
-  }
-  if (early && s->grid.blocks == 1 && __atomic_load_n(&arch_ok, __ATOMIC_RELAXED) &&
-      __atomic_load_n(&early_ok, __ATOMIC_RELAXED)) {
+  if (early && s->grid.blocks == 1 && __atomic_load_n(&early_ok, __ATOMIC_RELAXED)) {
     if (launch_early<F, C>(args, stream) == cudaSuccess) return cudaSuccess;
     cudaGetLastError(); /* refused (an older device or driver): ordinary launches from now on */
     __atomic_store_n(&early_ok, 0, __ATOMIC_RELAXED);
@@ -223,6 +213,17 @@ extern "C" int mpn_sync_kernels(const void** out) {
   out[0] = (const void*)sync_kernel<16, 4>;
   out[1] = (const void*)sync_kernel<MPN_SYNC_FLAGS, MPN_SYNC_COPIES>;
   return 2;
+}
+
+extern "C" void mpn_sync_early_check(void) {
+  const void* kernels[2];
+  int n = mpn_sync_kernels(kernels);
+  for (int i = 0; i < n; i++) {
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, kernels[i]) == cudaSuccess && a.ptxVersion >= 90) continue;
+    cudaGetLastError();
+    __atomic_store_n(&early_ok, 0, __ATOMIC_RELAXED);
+  }
 }
 
 extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, int early, cudaStream_t stream) {

@@ -198,6 +198,15 @@ void mpn_sync_grid_release(const mpn_sync_t* k);
 int mpn_sync_kernels(const void** out);
 
 /**
+ * Turns early launches off for the process where the flag kernels were
+ * compiled for a compute capability below 9.0 (a build with older PTX, run
+ * on a newer GPU): their griddepcontrol.wait, which orders them after their
+ * predecessor, is compiled only from 9.0.  Called once they are loaded
+ * (kernels.c), on the current device.
+ */
+void mpn_sync_early_check(void);
+
+/**
  * Enqueues s as one kernel on stream: first writes, then each round's waits,
  * copies, writes.  early: a grid of one block goes as a programmatic
  * dependent launch (sync.cu), or as an ordinary one where the device or

@@ -80,13 +80,18 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
   return ncclSuccess;
 }
 
-/* Undoes pair_open after a later step failed. */
-static void pair_close(mpn_pair_t* p) {
-  pair_abandon(p, p->mem);
+/* The pair file's mapping goes: from CUDA, then from the process. */
+static void pair_mem_unmap(mpn_pair_t* p) {
   cudaHostUnregister(p->mem);
   cudaGetLastError();
   munmap(p->mem, sizeof(mpn_pair_mem_t));
   p->mem = NULL;
+}
+
+/* Undoes pair_open after a later step failed. */
+static void pair_close(mpn_pair_t* p) {
+  pair_abandon(p, p->mem);
+  pair_mem_unmap(p);
 }
 
 /* The creator decides where the flags live and publishes it last. */
@@ -211,9 +216,7 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
       *pm = m->next;
       if (m->pair.dflags && m->pair.created) cudaFree((void*)m->pair.dflags);
       else if (m->pair.dflags) mpn_ipc_release(&m->pair.dflags_import);
-      cudaHostUnregister(m->pair.mem);
-      cudaGetLastError();
-      munmap(m->pair.mem, sizeof(mpn_pair_mem_t));
+      pair_mem_unmap(&m->pair);
       if (m->pair.rma_rings) m->pair.rma_rings_free(m->pair.rma_rings);
       if (m->pair.created) shm_unlink(m->pair.name);
       free(m);

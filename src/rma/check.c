@@ -8,7 +8,6 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "cuda/device.h"
-#include "p2p/pair.h"
 #include "rma/rma.h"
 #include "rma/window.h"
 #include "transport.h"
@@ -112,7 +111,7 @@ static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
   for (const mpn_op_t* op = ops; op; op = op->next) {
     struct ncclComm* comm = op->comm;
     if (!mpn_cuda_stream_captured(op->stream)) continue;
-    uint64_t per_ctx = MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;
+    uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
     int n = op->kind == MPN_OP_WAIT_SIGNAL ? op->ndesc : 1;
     for (int i = 0; i < n; i++) {
       int send = op->kind != MPN_OP_WAIT_SIGNAL;

@@ -131,7 +131,7 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
  */
 static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, uint64_t* counter, int ctx,
                                int* slot) {
-  uint64_t per_ctx = MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;
+  uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
   if (*counter >= per_ctx)
     return MPN_REFUSE(comm, ncclInvalidUsage,
                       "%s: more than %llu signals between two ranks on one context captured in "

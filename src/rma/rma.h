@@ -14,6 +14,7 @@
 
 #include "core/comm.h"
 #include "core/enqueue.h"
+#include "p2p/pair.h"
 #include "rma/self.h"
 #include "transport.h"
 
@@ -39,6 +40,12 @@ typedef struct mpn_rma {
                                        last signal counted in sent */
   mpn_rma_self_t* self;            /**< [ctx]: the rank's signals to itself left out (self.h) */
 } mpn_rma_t;
+
+/** Signals a pair captures in CUDA graphs per context: the pair's graph
+ *  slots shared out among the contexts, never given back (rma.c, graph_slot). */
+static inline uint64_t mpn_rma_graph_per_ctx(const struct ncclComm* comm) {
+  return MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;
+}
 
 /** Index of (peer, ctx) in the per-peer counters of mpn_rma_t. */
 static inline size_t mpn_rma_pc(const struct ncclComm* comm, int peer, int ctx) {

@@ -48,7 +48,6 @@ typedef struct {
   int p[3]; /* process grid; 0 until MPI_Dims_create has chosen */
   int iters, warmup;
   int periodic, check, put;
-  int overlap; /* --overlap: the inner sweep runs while the ghosts are exchanged */
   int ipc;  /* IPC_*: --ipc-exchange, --ipc-copy-out, --ipc-copy-out-engine */
   int sync; /* SYNC_*: an exchange, or a reference synchronization without data */
 } options_t;
@@ -94,8 +93,6 @@ typedef struct {
   int ndesc;
   halo_flags_t* flags;             /* --flag-sync, --ipc-exchange, --ipc-copy-out */
   int ipc;                         /* IPC_*: with --ipc-copy-out(-engine), unpack from recv after a copy into it */
-  cudaStream_t inner;              /* --overlap: the sweep's inner part, beside stream */
-  cudaEvent_t fork, join;          /* --overlap: inner starts after stream's last step, stream's shell after inner */
 } solver_t;
 
 /* ---------------------------------------------------------------- options -- */
@@ -125,10 +122,6 @@ static void usage(FILE* out) {
           "                   one hop costs\n"
           "  --ipc-copy-out-engine  as --ipc-copy-out, the copy by the copy engine (one\n"
           "                   cudaMemcpyAsync per face) instead of a kernel\n"
-          "  --overlap        the sweep in two parts: the cells that read no ghost on a\n"
-          "                   second stream while the faces are exchanged, then the\n"
-          "                   shell of cells next to the ghosts (with any exchange or\n"
-          "                   synchronization above)\n"
           "  --put            exchange one-sided: ncclPutSignal of each face into the\n"
           "                   neighbour's ghost faces (a registered window holding two\n"
           "                   sets, used in turn), then ncclWaitSignal\n"
@@ -175,7 +168,6 @@ static int options_parse(int argc, char** argv, options_t* o) {
                                            {"ipc-copy-out", no_argument, NULL, 'O'},
                                            {"ipc-copy-out-engine", no_argument, NULL, 'E'},
                                            {"put", no_argument, NULL, 'U'},
-                                           {"overlap", no_argument, NULL, 'V'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   *o = (options_t){.n = {192, 192, 192}, .iters = 100, .warmup = 10, .check = 1};
@@ -195,7 +187,6 @@ static int options_parse(int argc, char** argv, options_t* o) {
       case 'O': o->ipc = IPC_COPY_OUT; break;
       case 'E': o->ipc = IPC_COPY_OUT_ENGINE; break;
       case 'U': o->put = 1; break;
-      case 'V': o->overlap = 1; break;
       case 'h':
         if (world_rank == 0) usage(stdout);
         return -1;
@@ -312,23 +303,8 @@ static void solver_create(solver_t* s, domain_t dom, exchange_t exchange, ncclCo
     NCCL_CHECK(comm, ncclCommWindowRegister(comm, s->recv, recv_cells * sizeof(double), &s->win, NCCL_WIN_DEFAULT));
 }
 
-/* --overlap: a second stream, below stream's priority so that packing,
- * the exchange and unpacking get the SMs as soon as inner blocks retire. */
-static void solver_overlap(solver_t* s) {
-  int least, greatest;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&s->inner, cudaStreamNonBlocking, least));
-  CUDA_CHECK(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-}
-
 static void solver_destroy(solver_t* s) {
   CUDA_CHECK(cudaStreamSynchronize(s->stream));
-  if (s->inner) {
-    CUDA_CHECK(cudaStreamDestroy(s->inner));
-    CUDA_CHECK(cudaEventDestroy(s->fork));
-    CUDA_CHECK(cudaEventDestroy(s->join));
-  }
   halo_flags_close(s->flags);
   CUDA_CHECK(cudaFree(s->u));
   CUDA_CHECK(cudaFree(s->unew));
@@ -448,23 +424,9 @@ static void copy_faces_by_engine(solver_t* s, const double* ghosts) {
                                  halo_face_count(b, f) * sizeof(double), cudaMemcpyDeviceToDevice, s->stream));
 }
 
-/* One iteration; without the sweep, only the communication part of it.
- * With --overlap the inner sweep reads u's interior and writes unew's inner
- * cells while the pack reads u's faces and the unpack writes u's ghosts: no
- * cell is written by one and touched by the other.  It starts after the
- * previous step's shell, the last reader of the unew it writes, and the
- * shell joins it, so the next step's pack sees the whole sweep. */
+/* One iteration; without the sweep, only the communication part of it. */
 static void solver_step(solver_t* s, int sweep) {
-  int split = sweep && s->inner;
-  if (split) {
-    CUDA_CHECK(cudaEventRecord(s->fork, s->stream));
-    CUDA_CHECK(cudaStreamWaitEvent(s->inner, s->fork, 0));
-  }
   CUDA_CHECK(halo_pack(s->u, s->send, s->dom.box, s->faces, s->stream));
-  if (split) {
-    CUDA_CHECK(halo_jacobi_inner(s->u, s->unew, s->dom.box, s->inner));
-    CUDA_CHECK(cudaEventRecord(s->join, s->inner));
-  }
   switch (s->exchange) {
     case EXCHANGE_NCCL: exchange_nccl(s); break;
     case EXCHANGE_PUT: exchange_put(s); break;
@@ -489,12 +451,7 @@ static void solver_step(solver_t* s, int sweep) {
   }
   CUDA_CHECK(halo_unpack(s->u, ghosts, s->dom.box, s->faces, s->stream));
   if (!sweep) return;
-  if (split) {
-    CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join, 0));
-    CUDA_CHECK(halo_jacobi_shell(s->u, s->unew, s->dom.box, s->stream));
-  } else {
-    CUDA_CHECK(halo_jacobi(s->u, s->unew, s->dom.box, s->stream));
-  }
+  CUDA_CHECK(halo_jacobi(s->u, s->unew, s->dom.box, s->stream));
   double* t = s->u;
   s->u = s->unew;
   s->unew = t;
@@ -655,8 +612,6 @@ static void print_header(const options_t* o, int gpus) {
   printf("  processes   %d x %d x %d, %d ranks on %d GPU%s\n", o->p[0], o->p[1], o->p[2],
          world_size, gpus, gpus == 1 ? "" : "s");
   printf("  iterations  %d timed, after %d warm-up\n", o->iters, o->warmup);
-  printf("  sweep       %s\n", o->overlap ? "inner cells during the exchange, then the shell (--overlap)"
-                                          : "after the exchange, on the same stream");
   printf("  exchange    %s\n",
          o->sync == SYNC_FLAGS    ? "none (--flag-sync: flags with the neighbours, stream memory operations)"
          : o->sync == SYNC_HOST   ? "none (--host-sync: cudaStreamSynchronize + MPI_Barrier)"
@@ -673,10 +628,9 @@ static void print_header(const options_t* o, int gpus) {
  * second loop that runs only pack, exchange and unpack, not from events
  * around the exchange in the main loop: those would need an event pair per
  * iteration and, with several ranks on one GPU, would also count the time
- * this rank's stream waits while the GPU runs other ranks' sweeps.  When all
+ * this rank's stream waits while the GPU runs other ranks' sweeps.  As all
  * work is on one stream, nothing overlaps the exchange, so the ratio of the
- * two loops is the share of an iteration spent communicating; with --overlap
- * it is what the exchange would take alone, part of which the inner sweep hides. */
+ * two loops is the share of an iteration spent communicating. */
 static void print_times(const options_t* o, double full_ms, double comm_ms, double host_ms) {
   double mine[3] = {full_ms, comm_ms, host_ms}, sum[3], max[3];
   MPI_Reduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -685,9 +639,9 @@ static void print_times(const options_t* o, double full_ms, double comm_ms, doub
   double per_iter = 1e3 / o->iters; /* ms per loop -> us per iteration */
   printf("time/iter  %.1f us (max %.1f us)  comm %.1f %%\n", sum[0] / world_size * per_iter,
          max[0] * per_iter, sum[0] > 0 ? 100 * sum[1] / sum[0] : 0.0);
-  printf("comm/iter  %.1f us (max %.1f us)  pack + %s + unpack alone%s\n", sum[1] / world_size * per_iter,
-         max[1] * per_iter, o->sync ? "synchronization" : "exchange",
-         o->overlap ? " (beside the inner sweep when timed with it)" : "");
+  printf("comm/iter  %.1f us (max %.1f us)  pack + %s + unpack alone\n",
+         sum[1] / world_size * per_iter, max[1] * per_iter,
+         o->sync ? "synchronization" : "exchange");
   printf("host/iter  %.1f us (max %.1f us)  the host's time to enqueue an iteration%s\n",
          sum[2] / world_size * per_iter, max[2] * per_iter,
          o->sync == SYNC_HOST ? " (it waits for the GPU)" : "");
@@ -697,9 +651,7 @@ static void print_times(const options_t* o, double full_ms, double comm_ms, doub
 /* Warm-up, the timed loops, and the check; returns the exit code. */
 static int run(const options_t* o, int gpus) {
   cudaStream_t stream;
-  int least, greatest;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, o->overlap ? greatest : least));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ncclComm_t comm = NULL;
   NCCL_CHECK(NULL, mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL));
   print_header(o, gpus);
@@ -712,7 +664,6 @@ static int run(const options_t* o, int gpus) {
   solver_create(&s, domain_of(o, world_rank), ex, comm, stream);
   if (ex == EXCHANGE_PUT) put_setup(&s, o);
   s.ipc = o->ipc;
-  if (o->overlap) solver_overlap(&s);
   if (ex == EXCHANGE_FLAG_SYNC || ex == EXCHANGE_IPC) {
     char why[160] = "";
     size_t ghosts = ex == EXCHANGE_IPC ? halo_face_offset(s.dom.box, HALO_FACES) * sizeof(double) : 0;

@@ -93,43 +93,17 @@ __global__ void copy_faces_kernel(double* __restrict__ to, const double* __restr
 }
 
 /* The sum is written out in one fixed order: the reference must round
- * exactly as the distributed run does, whichever kernel computes a cell. */
-__device__ void jacobi_cell(const double* __restrict__ u, double* __restrict__ unew, halo_box_t box, int i, int j,
-                            int k) {
+ * exactly as the distributed run does. */
+__global__ void jacobi_kernel(const double* __restrict__ u, double* __restrict__ unew,
+                              halo_box_t box) {
+  int i = 1 + blockIdx.x * blockDim.x + threadIdx.x;
+  int j = 1 + blockIdx.y * blockDim.y + threadIdx.y;
+  if (i > box.n[0] || j > box.n[1]) return;
   size_t sx = 1, sy = (size_t)(box.n[0] + 2), sz = sy * (size_t)(box.n[1] + 2);
-  size_t c = halo_index(box, i, j, k);
-  double sum = u[c] + u[c - sx] + u[c + sx] + u[c - sy] + u[c + sy] + u[c - sz] + u[c + sz];
-  unew[c] = sum * (1.0 / 7.0);
-}
-
-/* Cells lo .. lo + len - 1 in each dimension; x runs over threads. */
-struct cell_range {
-  int lo[3], len[3];
-};
-
-__global__ void jacobi_kernel(const double* __restrict__ u, double* __restrict__ unew, halo_box_t box, cell_range r) {
-  int x = blockIdx.x * blockDim.x + threadIdx.x;
-  int y = blockIdx.y * blockDim.y + threadIdx.y;
-  if (x >= r.len[0] || y >= r.len[1]) return;
-  for (int z = blockIdx.z; z < r.len[2]; z += gridDim.z)
-    jacobi_cell(u, unew, box, r.lo[0] + x, r.lo[1] + y, r.lo[2] + z);
-}
-
-/* The cells next to a ghost plane, as six disjoint slabs: the two z planes
- * whole, the two y planes without the z planes' rows, the two x planes
- * without either.  blockIdx.y is the slab. */
-struct shell_slabs {
-  cell_range slab[HALO_FACES];
-};
-
-__global__ void shell_kernel(const double* __restrict__ u, double* __restrict__ unew, halo_box_t box, shell_slabs s) {
-  cell_range r = s.slab[blockIdx.y];
-  if (r.len[0] < 1 || r.len[1] < 1 || r.len[2] < 1) return;
-  size_t plane = (size_t)r.len[0] * (size_t)r.len[1], count = plane * (size_t)r.len[2];
-  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
-    size_t in_plane = e % plane;
-    jacobi_cell(u, unew, box, r.lo[0] + (int)(in_plane % (size_t)r.len[0]),
-                r.lo[1] + (int)(in_plane / (size_t)r.len[0]), r.lo[2] + (int)(e / plane));
+  for (int k = 1 + blockIdx.z; k <= box.n[2]; k += gridDim.z) {
+    size_t c = halo_index(box, i, j, k);
+    double sum = u[c] + u[c - sx] + u[c + sx] + u[c - sy] + u[c + sy] + u[c - sz] + u[c + sz];
+    unew[c] = sum * (1.0 / 7.0);
   }
 }
 
@@ -184,57 +158,10 @@ extern "C" cudaError_t halo_copy_faces(double* to, const double* from, halo_box_
   return cudaGetLastError();
 }
 
-namespace {
-
-/* One launch over r; nothing to do when r is empty. */
-cudaError_t jacobi_range(const double* u, double* unew, halo_box_t box, cell_range r, cudaStream_t stream) {
-  if (r.len[0] < 1 || r.len[1] < 1 || r.len[2] < 1) return cudaSuccess;
+extern "C" cudaError_t halo_jacobi(const double* u, double* unew, halo_box_t box,
+                                   cudaStream_t stream) {
   dim3 threads(64, 4, 1);
-  dim3 blocks((unsigned)(r.len[0] + 63) / 64, (unsigned)(r.len[1] + 3) / 4, grid_z(r.len[2]));
-  jacobi_kernel<<<blocks, threads, 0, stream>>>(u, unew, box, r);
-  return cudaGetLastError();
-}
-
-/* Planes 1 and n of one dimension: one plane when n is 1. */
-int slab_planes(int n) { return n > 1 ? 2 : 1; }
-
-shell_slabs shell_of(halo_box_t box) {
-  shell_slabs s;
-  for (int f = 0; f < HALO_FACES; f++) {
-    int d = 2 - f / 2; /* z planes first: they take the edges */
-    cell_range r;
-    for (int e = 0; e < 3; e++) {
-      /* Dimensions whose planes come earlier leave out their two planes. */
-      int inner = e > d;
-      r.lo[e] = inner ? 2 : 1;
-      r.len[e] = inner ? box.n[e] - 2 : box.n[e];
-    }
-    r.lo[d] = (f & 1) ? box.n[d] : 1;
-    r.len[d] = (f & 1) && slab_planes(box.n[d]) == 1 ? 0 : 1;
-    s.slab[f] = r;
-  }
-  return s;
-}
-
-} // namespace
-
-extern "C" cudaError_t halo_jacobi(const double* u, double* unew, halo_box_t box, cudaStream_t stream) {
-  return jacobi_range(u, unew, box, cell_range{{1, 1, 1}, {box.n[0], box.n[1], box.n[2]}}, stream);
-}
-
-extern "C" cudaError_t halo_jacobi_inner(const double* u, double* unew, halo_box_t box, cudaStream_t stream) {
-  return jacobi_range(u, unew, box, cell_range{{2, 2, 2}, {box.n[0] - 2, box.n[1] - 2, box.n[2] - 2}}, stream);
-}
-
-extern "C" cudaError_t halo_jacobi_shell(const double* u, double* unew, halo_box_t box, cudaStream_t stream) {
-  size_t most = 0;
-  shell_slabs s = shell_of(box);
-  for (int f = 0; f < HALO_FACES; f++) {
-    cell_range r = s.slab[f];
-    size_t n = r.len[0] > 0 && r.len[1] > 0 && r.len[2] > 0 ? (size_t)r.len[0] * r.len[1] * (size_t)r.len[2] : 0;
-    if (n > most) most = n;
-  }
-  dim3 blocks(face_blocks(most), HALO_FACES);
-  shell_kernel<<<blocks, face_threads, 0, stream>>>(u, unew, box, s);
+  dim3 blocks((box.n[0] + 63) / 64, (box.n[1] + 3) / 4, grid_z(box.n[2]));
+  jacobi_kernel<<<blocks, threads, 0, stream>>>(u, unew, box);
   return cudaGetLastError();
 }

@@ -1,8 +1,7 @@
 /*
  * halo3d_kernels.h - the CUDA side of examples/halo3d behind a C launch API:
  * field set-up, packing and unpacking of the six faces (one launch each) and
- * the 7-point Jacobi sweep, whole or split into a part that reads no ghost
- * and the shell that does.  Every launch is asynchronous on the given stream.
+ * the 7-point Jacobi sweep.  Every launch is asynchronous on the given stream.
  */
 #ifndef HALO3D_KERNELS_H_
 #define HALO3D_KERNELS_H_
@@ -86,15 +85,6 @@ cudaError_t halo_copy_faces(double* to, const double* from, halo_box_t box, unsi
  * same cell of u and its six neighbours (ghosts included).  Ghosts of unew
  * are not written. */
 cudaError_t halo_jacobi(const double* u, double* unew, halo_box_t box, cudaStream_t stream);
-
-/** The part of halo_jacobi that reads no ghost: the cells at least two
- * planes from every ghost plane.  It may run while the ghosts are exchanged. */
-cudaError_t halo_jacobi_inner(const double* u, double* unew, halo_box_t box, cudaStream_t stream);
-
-/** The rest of halo_jacobi: the cells next to a ghost plane, in one launch.
- * halo_jacobi_inner and halo_jacobi_shell together write every cell
- * halo_jacobi writes, each once, with the same values. */
-cudaError_t halo_jacobi_shell(const double* u, double* unew, halo_box_t box, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/api.h"
+#include "core/drain.h"
 #include "core/error.h"
 #include "core/group.h"
 #include "p2p/p2p.h"
@@ -133,6 +134,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   }
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
+  mpn_drain_free(comm);
 #ifdef HAVE_UCX
   /* Done cleanly: the one-sided keys go while their endpoints live.  Else
    * the proxy first cancels what it still holds of comm, and what peers or
@@ -212,25 +214,31 @@ MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
   CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
-  if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY) {
+  int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+  if (state == MPN_COMM_READY || state == MPN_COMM_FINALIZED) {
     mpn_p2p_poll_errors(comm);
 #ifdef HAVE_UCX
     mpn_ucx_poll_errors(comm);
     mpn_ucx_rma_poll_errors(comm);
 #endif
   }
-  *asyncError = mpn_comm_async(comm);
+  ncclResult_t res = mpn_comm_async(comm);
+  /* A finalize that has not returned ncclSuccess yet (non-blocking). */
+  if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) res = ncclInProgress;
+  *asyncError = res;
   return ncclSuccess;
 }
 
+/* Closes comm to new work and waits until the streams have run what it
+ * enqueued (drain.h); non-blocking, ncclInProgress until then, which
+ * ncclCommGetAsyncError reports too.  Over UCX the proxy's operations are
+ * triggered by the streams, so they are done when the streams are. */
 MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
-  /* Work is stream-ordered (over UCX too: the proxy's operations are
-   * triggered by the streams, and ncclCommDestroy waits for the lanes), so
-   * finalizing only closes the communicator to new work. */
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
-  return ncclSuccess;
+  if (!comm->config.blocking) return mpn_drain_done(comm) ? ncclSuccess : ncclInProgress;
+  return mpn_drain_wait(comm, "ncclCommFinalize");
 }
 
 /* A communicator that the caller's open group makes or splits cannot go
@@ -248,6 +256,18 @@ MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommDestroy", 0));
   MPN_CHECK(check_not_in_group(comm, "ncclCommDestroy"));
   comm_join_init(comm, 0);
+  /* As NCCL's, a destroy finalizes first: the streams must be done with
+   * what is freed below.  If that ends in a timeout, comm goes as in abort. */
+  int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+  if (state == MPN_COMM_READY || state == MPN_COMM_FINALIZED) {
+    __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
+    ncclResult_t res = mpn_drain_wait(comm, "ncclCommDestroy");
+    if (res != ncclSuccess) {
+      MPN_WARN("%s; freeing the communicator as ncclCommAbort does", mpn_error_last(comm));
+      comm_free(comm, 1);
+      return res;
+    }
+  }
 #ifdef HAVE_UCX
   /* Destroy lets the UCX lanes finish what the streams gave them; abort
    * does not wait. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/api.h"
+#include "core/drain.h"
 #include "core/error.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
@@ -67,6 +68,29 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
   return ncclSuccess;
 }
 
+/* Marks, once per group, each stream a communicator's operations went to,
+ * for its finalize (drain.h); a capturing stream's work is the graph's. */
+static void work_mark(mpn_op_t* lists[2]) {
+  struct {
+    struct ncclComm* comm;
+    cudaStream_t s;
+  } seen[16]; /* beyond that many pairs a stream may be marked twice: harmless */
+  int n = 0;
+  for (int k = 0; k < 2; k++)
+    for (mpn_op_t* op = lists[k]; op; op = op->next) {
+      int i = 0;
+      while (i < n && (seen[i].comm != op->comm || seen[i].s != op->stream)) i++;
+      if (i < n) continue;
+      if (n < (int)(sizeof(seen) / sizeof(seen[0]))) {
+        seen[n].comm = op->comm;
+        seen[n++].s = op->stream;
+      }
+      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+      if (cap == cudaStreamCaptureStatusNone) mpn_drain_mark(op->comm, op->stream);
+    }
+}
+
 /* Holds the comm of every op (an abort or destroy from another thread frees
  * it only once the launch is over, mpn_comm_free) or, if one was freed since
  * its call, none: that comm is returned in *gone. */
@@ -113,6 +137,7 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     ncclResult_t sent = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
     ncclResult_t put = rma ? mpn_rma_launch(rma) : ncclSuccess;
     res = sent != ncclSuccess ? sent : put;
+    work_mark(lists);
   }
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) mpn_comm_release(op->comm);

@@ -3,8 +3,8 @@
  * ranks; on the one-GPU machine all ranks share it): creation from a unique
  * id, ncclCommInitAll with a repeated device, split, the MPI_Comm extension
  * and non-blocking creation, checking devices, the ranks found sharing the
- * GPU, MPS detection and the transport chosen per peer.  Exits 77 without a
- * GPU.
+ * GPU, MPS detection and the transport chosen per peer, and that finalize
+ * and destroy wait for the communicator's work.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 
 #include "core/comm.h"
 #include "mpinccl.h"
+#include "pattern.h"
 #include "transport.h"
 
 static int world_rank, world_size, local_rank, local_size, ndev, failures;
@@ -125,6 +126,73 @@ static void test_mpi_comm_nonblocking(void) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* Until the communicator says it is ready (non-blocking creation). */
+static void await_ready(ncclComm_t comm) {
+  ncclResult_t state;
+  do {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  } while (state == ncclInProgress);
+  EXPECT(state == ncclSuccess);
+}
+
+enum { END_DESTROY, END_FINALIZE, END_FINALIZE_NONBLOCKING, END_STREAM_GONE };
+
+/*
+ * ncclCommFinalize and ncclCommDestroy return only once the streams have run
+ * what the communicator enqueued (NCCL's destroy finalizes, which flushes its
+ * operations): each rank's stream is kept busy for 200 ms, then a ring
+ * exchange of 8 MiB is enqueued and the communicator ended at once.  When the
+ * call returns, the stream must be idle and the data there; freed pair memory
+ * under a running exchange would fault or hang instead.  END_STREAM_GONE
+ * destroys the stream before the communicator.
+ */
+static void test_end_waits(int how) {
+  const size_t bytes = 8u << 20;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = how == END_FINALIZE_NONBLOCKING ? 0 : 1;
+  ncclComm_t comm;
+  ncclResult_t res = mpincclCommInitMPI(&comm, MPI_COMM_WORLD, &cfg);
+  EXPECT(res == ncclSuccess || res == ncclInProgress);
+  await_ready(comm);
+  cudaStream_t s;
+  void *sb = NULL, *rb = NULL;
+  EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaMalloc(&sb, bytes) == cudaSuccess && cudaMalloc(&rb, bytes) == cudaSuccess);
+  int next = (world_rank + 1) % world_size, prev = (world_rank + world_size - 1) % world_size;
+  pattern_fill(sb, bytes, 700 + world_rank, s);
+  EXPECT(cudaMemsetAsync(rb, 0, bytes, s) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  gpu_busy(200000, s);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(sb, bytes, ncclChar, next, comm, s));
+  EXPECT_OK(ncclRecv(rb, bytes, ncclChar, prev, comm, s));
+  res = ncclGroupEnd();
+  EXPECT(res == ncclSuccess || (how == END_FINALIZE_NONBLOCKING && res == ncclInProgress));
+  if (how == END_FINALIZE_NONBLOCKING) await_ready(comm);
+  if (how == END_FINALIZE) EXPECT_OK(ncclCommFinalize(comm));
+  if (how == END_FINALIZE_NONBLOCKING) {
+    res = ncclCommFinalize(comm);
+    EXPECT(res == ncclSuccess || res == ncclInProgress);
+    await_ready(comm);
+  }
+  if (how != END_DESTROY) EXPECT(cudaStreamQuery(s) == cudaSuccess);
+  if (how == END_STREAM_GONE) {
+    EXPECT(cudaStreamDestroy(s) == cudaSuccess);
+    s = NULL;
+  }
+  EXPECT_OK(ncclCommDestroy(comm));
+  if (s) EXPECT(cudaStreamQuery(s) == cudaSuccess);
+  cudaStream_t check = s;
+  if (check == NULL) EXPECT(cudaStreamCreateWithFlags(&check, cudaStreamNonBlocking) == cudaSuccess);
+  unsigned long long wrong = pattern_check(rb, bytes, 700 + prev, check);
+  if (wrong) fprintf(stderr, "[world %d] end mode %d: %llu bytes wrong\n", world_rank, how, wrong);
+  EXPECT(wrong == 0);
+  EXPECT(cudaStreamDestroy(check) == cudaSuccess);
+  cudaFree(sb);
+  cudaFree(rb);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 4");
@@ -147,6 +215,7 @@ int main(int argc, char** argv) {
   test_unique_id();
   test_init_all_repeated();
   test_mpi_comm_nonblocking();
+  for (int how = END_DESTROY; how <= END_STREAM_GONE; how++) test_end_waits(how);
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) printf("test_gpu_comm: %d ranks, %d GPU(s), %d failures\n", world_size, ndev, total);

@@ -29,6 +29,7 @@ typedef struct mpn_op {
   size_t bytes;         /**< count * size of dtype */
   int peer;
   cudaStream_t stream;
+  int capturing;        /**< stream is capturing a CUDA graph (set by ncclGroupEnd's checks) */
   ncclWindow_t win;     /**< put: the peer's window */
   size_t offset;        /**< put: offset in the peer's window */
   int ctx;

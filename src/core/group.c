@@ -53,12 +53,26 @@ static void jobs_discard(mpn_init_job_t* jobs) {
 
 /* A stream whose capture was invalidated (by a call the capture does not
  * allow) takes nothing: its work would fail, while the operation would
- * still use up a message or signal number that its peer counts too. */
+ * still use up a message or signal number that its peer counts too.  Sets
+ * each op's capturing, asking once per stream (of the first few). */
 static ncclResult_t capture_check(mpn_op_t* lists[2]) {
+  struct stream_capture {
+    cudaStream_t s;
+    enum cudaStreamCaptureStatus cap;
+  } seen[8];
+  int n = 0;
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) {
+      int i = 0;
+      while (i < n && seen[i].s != op->stream) i++;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+      if (i < n) {
+        cap = seen[i].cap;
+      } else {
+        if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+        if (n < (int)(sizeof(seen) / sizeof(seen[0]))) seen[n++] = (struct stream_capture){op->stream, cap};
+      }
+      op->capturing = cap != cudaStreamCaptureStatusNone;
       if (cap == cudaStreamCaptureStatusInvalidated)
         return MPN_REFUSE(op->comm, ncclInvalidUsage,
                           "ncclGroupEnd: stream %p of an operation with rank %d is in a CUDA graph capture "
@@ -69,7 +83,8 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
 }
 
 /* Marks, once per group, each stream a communicator's operations went to,
- * for its finalize (drain.h); a capturing stream's work is the graph's. */
+ * for its finalize (drain.h); a capturing stream's work is the graph's
+ * (capture_check told which). */
 static void work_mark(mpn_op_t* lists[2]) {
   struct {
     struct ncclComm* comm;
@@ -85,9 +100,7 @@ static void work_mark(mpn_op_t* lists[2]) {
         seen[n].comm = op->comm;
         seen[n++].s = op->stream;
       }
-      enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
-      if (cap == cudaStreamCaptureStatusNone) mpn_drain_mark(op->comm, op->stream);
+      if (!op->capturing) mpn_drain_mark(op->comm, op->stream);
     }
 }
 

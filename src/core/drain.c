@@ -7,6 +7,7 @@
 #include "core/drain.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -1,8 +1,8 @@
 /*
- * drain.c - the streams a communicator's operations went to, each with an
- * event recorded after the communicator's last launch on it (drain.h).
- * Streams are told apart by their CUDA id, not their handle: a handle can
- * be reused by a new stream while the old one's work still runs.
+ * drain.c - the streams a communicator's operations went to, each with its
+ * mark after the communicator's last group there (drain.h).  Streams are
+ * told apart by their CUDA id, not their handle: a handle can be reused by a
+ * new stream while the old one's work still runs.
  */
 #include "core/drain.h"
 
@@ -11,38 +11,55 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "cuda/device.h"
 #include "cuda/event.h"
-#include "bootstrap/channel.h"
+
+/* Host words that flag kernels set (one per stream in use, per communicator). */
+#define DRAIN_WORDS 64
 
 typedef struct {
   unsigned long long id; /* mpn_cuda_stream_id */
-  cudaEvent_t ev;
+  cudaEvent_t ev;        /* recorded after groups whose last item was not a flag kernel */
+  int word;              /* index of the stream's word, or -1 */
+  uint64_t carried;      /* the last value handed to a flag kernel */
+  uint64_t expected;     /* the value the word must reach */
 } drain_stream_t;
 
 struct mpn_drain {
   pthread_mutex_t lock;
   drain_stream_t* at;
   int n, cap;
-  int warned; /* a failed record was logged */
+  volatile uint64_t* words; /* DRAIN_WORDS, host memory mapped for the device; NULL: none */
+  uint64_t words_dev;
+  uint64_t words_used; /* bit per word */
+  int words_tried, warned;
+  uint64_t by_event, by_kernel; /* marks made each way */
 };
 
-/* Forgets the streams whose last mark has passed; returns how many have not. */
+static int stream_done(const struct mpn_drain* d, const drain_stream_t* e) {
+  if (e->word >= 0 && __atomic_load_n(&d->words[e->word], __ATOMIC_ACQUIRE) < e->expected) return 0;
+  cudaError_t q = cudaEventQuery(e->ev);
+  if (q == cudaErrorNotReady) return 0;
+  if (q != cudaSuccess) cudaGetLastError(); /* failed (a sticky error): nothing will run after it */
+  return 1;
+}
+
+/* Forgets the streams past their last mark; returns how many are not. */
 static int drain_prune(struct mpn_drain* d, int dev) {
   int k = 0;
   for (int i = 0; i < d->n; i++) {
-    cudaError_t q = cudaEventQuery(d->at[i].ev);
-    if (q == cudaErrorNotReady) {
-      d->at[k++] = d->at[i];
+    drain_stream_t* e = &d->at[i];
+    if (!stream_done(d, e)) {
+      d->at[k++] = *e;
       continue;
     }
-    /* Done, or failed (a sticky error): nothing will run after it. */
-    if (q != cudaSuccess) cudaGetLastError();
-    mpn_event_put(dev, d->at[i].ev);
+    if (e->word >= 0) d->words_used &= ~(1ull << e->word);
+    mpn_event_put(dev, e->ev);
   }
   d->n = k;
   return k;
@@ -74,30 +91,134 @@ static drain_stream_t* drain_entry(struct mpn_drain* d, unsigned long long id, i
   }
   cudaEvent_t ev = NULL;
   if (mpn_event_get(dev, &ev) != ncclSuccess) return NULL;
-  d->at[d->n] = (drain_stream_t){id, ev};
+  d->at[d->n] = (drain_stream_t){id, ev, -1, 0, 0};
   return &d->at[d->n++];
 }
 
-void mpn_drain_mark(struct ncclComm* comm, cudaStream_t s) {
-  struct mpn_drain* d = drain_of(comm);
-  if (d == NULL) return;
-  unsigned long long id = mpn_cuda_stream_id(s);
-  pthread_mutex_lock(&d->lock);
-  drain_stream_t* e = drain_entry(d, id, comm->cuda_dev);
-  cudaError_t err = e ? cudaEventRecord(e->ev, s) : cudaErrorMemoryAllocation;
-  int warn = err != cudaSuccess && !d->warned;
+/* The page of words, made at the first flag kernel that carries a mark (in
+ * relaxed capture mode: another thread may be capturing). */
+static void words_make(struct mpn_drain* d) {
+  d->words_tried = 1;
+  void* host = NULL;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  cudaError_t err = cudaHostAlloc(&host, DRAIN_WORDS * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable);
+  void* dev = NULL;
+  if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, host, 0);
+  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    d->warned = 1;
-    if (e) e->id = 0; /* an event that marks nothing of s: the next prune drops it */
+    if (host) cudaFreeHost(host);
+    return; /* events only */
+  }
+  d->words = host;
+  d->words_dev = (uint64_t)(uintptr_t)dev;
+}
+
+/* A word for e, set to 0 (no kernel writes a free word); 0 when none. */
+static int word_take(struct mpn_drain* d, drain_stream_t* e) {
+  if (e->word >= 0) return 1;
+  if (!d->words_tried) words_make(d);
+  if (d->words == NULL || d->words_used == ~0ull) return 0;
+  int w = __builtin_ctzll(~d->words_used);
+  d->words_used |= 1ull << w;
+  d->words[w] = 0;
+  e->word = w;
+  e->carried = e->expected = 0;
+  return 1;
+}
+
+/* ------------------------------------------------- a group's launch -- */
+
+typedef struct {
+  struct ncclComm* comm;
+  cudaStream_t s;
+  unsigned long long id;
+  int rma_too, shared, carried;
+  uint64_t prev_expected;
+} group_mark_t;
+
+/* The launching thread's marks to make (one group at a time per thread). */
+static __thread group_mark_t* marks;
+static __thread int n_marks, cap_marks;
+
+void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too) {
+  if (n_marks == cap_marks) {
+    int cap = cap_marks ? 2 * cap_marks : 16;
+    group_mark_t* grown = realloc(marks, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) return; /* left out of the waits, as a failed record */
+    marks = grown;
+    cap_marks = cap;
+  }
+  int shared = 0;
+  for (int i = 0; i < n_marks; i++)
+    if (marks[i].s == s) shared = marks[i].shared = 1;
+  marks[n_marks++] = (group_mark_t){comm, s, mpn_cuda_stream_id(s), rma_too, shared, 0, 0};
+}
+
+static group_mark_t* mark_of(cudaStream_t s) {
+  for (int i = 0; i < n_marks; i++)
+    if (marks[i].s == s) return &marks[i];
+  return NULL;
+}
+
+void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* value) {
+  *addr = *value = 0;
+  group_mark_t* m = mark_of(s);
+  if (m == NULL || m->shared || m->carried || (!from_rma && m->rma_too)) return;
+  struct mpn_drain* d = drain_of(m->comm);
+  if (d == NULL) return;
+  pthread_mutex_lock(&d->lock);
+  drain_stream_t* e = drain_entry(d, m->id, m->comm->cuda_dev);
+  if (e && word_take(d, e)) {
+    m->prev_expected = e->expected;
+    e->expected = ++e->carried; /* now: a prune cannot take e before the kernel writes it */
+    m->carried = 1;
+    d->by_kernel++;
+    *addr = d->words_dev + (uint64_t)e->word * sizeof(uint64_t);
+    *value = e->expected;
   }
   pthread_mutex_unlock(&d->lock);
-  if (warn)
-    MPN_WARN(
-        "rank %d: cannot mark its work on stream %p (%s): ncclCommFinalize and ncclCommDestroy will not "
-        "wait for it",
-        comm->rank, (void*)s, cudaGetErrorString(err));
 }
+
+void mpn_drain_uncarry(cudaStream_t s) {
+  group_mark_t* m = mark_of(s);
+  if (m == NULL || !m->carried) return;
+  struct mpn_drain* d = drain_of(m->comm);
+  pthread_mutex_lock(&d->lock);
+  drain_stream_t* e = drain_entry(d, m->id, m->comm->cuda_dev);
+  if (e) e->expected = m->prev_expected;
+  d->by_kernel--;
+  pthread_mutex_unlock(&d->lock);
+  m->carried = 0;
+}
+
+void mpn_drain_end(void) {
+  for (int i = 0; i < n_marks; i++) {
+    group_mark_t* m = &marks[i];
+    if (m->carried) continue;
+    struct mpn_drain* d = drain_of(m->comm);
+    if (d == NULL) continue;
+    pthread_mutex_lock(&d->lock);
+    drain_stream_t* e = drain_entry(d, m->id, m->comm->cuda_dev);
+    cudaError_t err = e ? cudaEventRecord(e->ev, m->s) : cudaErrorMemoryAllocation;
+    int warn = err != cudaSuccess && !d->warned;
+    d->by_event += err == cudaSuccess;
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      d->warned = 1;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (warn)
+      MPN_WARN(
+          "rank %d: cannot mark its work on stream %p (%s): ncclCommFinalize and ncclCommDestroy will not "
+          "wait for it",
+          m->comm->rank, (void*)m->s, cudaGetErrorString(err));
+  }
+  n_marks = 0;
+}
+
+/* ------------------------------------------------------- finalize -- */
 
 int mpn_drain_done(struct ncclComm* comm) {
   struct mpn_drain* d = __atomic_load_n(&comm->drain, __ATOMIC_ACQUIRE);
@@ -130,10 +251,24 @@ ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller) {
   return ncclSuccess;
 }
 
+void mpn_drain_counts(struct ncclComm* comm, uint64_t* by_event, uint64_t* by_kernel) {
+  struct mpn_drain* d = __atomic_load_n(&comm->drain, __ATOMIC_ACQUIRE);
+  *by_event = *by_kernel = 0;
+  if (d == NULL) return;
+  pthread_mutex_lock(&d->lock);
+  *by_event = d->by_event;
+  *by_kernel = d->by_kernel;
+  pthread_mutex_unlock(&d->lock);
+}
+
 void mpn_drain_free(struct ncclComm* comm) {
   struct mpn_drain* d = comm->drain;
   if (d == NULL) return;
+  MPN_INFO(MPN_SUBSYS_INIT, "rank %d: finalize marks: %llu by events, %llu by flag kernels", comm->rank,
+           (unsigned long long)d->by_event, (unsigned long long)d->by_kernel);
+  int pending = drain_prune(d, comm->cuda_dev);
   for (int i = 0; i < d->n; i++) mpn_event_put(comm->cuda_dev, d->at[i].ev);
+  if (d->words && pending == 0) cudaFreeHost((void*)d->words);
   free(d->at);
   pthread_mutex_destroy(&d->lock);
   free(d);

@@ -1,24 +1,49 @@
 /*
  * drain.h - what a communicator's finalize and destroy wait for: on each
- * stream its operations went to, an event recorded after its last launch
- * there, so that nothing the streams may still use is freed under them.
+ * stream its operations went to, a mark after its last group there, so that
+ * nothing the streams may still use is freed under them.  A mark is an event
+ * recorded on the stream, or, where a group's work on a stream ends with a
+ * flag kernel (cuda/sync.h), a host word that kernel sets last: an event
+ * between two flag kernels would keep the second from being launched early.
  */
 #ifndef MPN_CORE_DRAIN_H_
 #define MPN_CORE_DRAIN_H_
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
 struct ncclComm;
 
 /**
- * Notes that comm's operations were just enqueued on s (not a capturing
- * stream: a graph's work is the graph's owner's to wait for).  Records comm's
- * event of s there.  A failure is logged once and leaves that stream out of
- * the waits (the operations themselves are enqueued).
+ * Before a group's launch, in the launching thread: comm's operations go to s
+ * (not a capturing stream: a graph's work is the graph's owner's to wait
+ * for); rma_too: one-sided operations of the group use s too (they are
+ * issued after send/receive).
  */
-void mpn_drain_mark(struct ncclComm* comm, cudaStream_t s);
+void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too);
+
+/**
+ * For the flag kernel that is the last thing a group's launch enqueues on s
+ * (from_rma: the one-sided engine's, else send/receive's, which must leave it
+ * to a one-sided launch that follows on s): the word and value it should set
+ * last (*addr 0 when it should not: s has no single communicator's mark to
+ * carry, or no word).  A launch that then fails to enqueue the kernel calls
+ * mpn_drain_uncarry.
+ */
+void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* value);
+
+/** The kernel mpn_drain_carry was asked for did not go to s: an event instead. */
+void mpn_drain_uncarry(cudaStream_t s);
+
+/**
+ * After the launch: marks each stream of mpn_drain_begin, by the word its
+ * kernel carries or else by an event.  A failed record is logged once and
+ * leaves that stream out of the waits (the operations themselves are
+ * enqueued).
+ */
+void mpn_drain_end(void);
 
 /** 1 when every stream comm enqueued on has passed its last mark (streams
  * found done are forgotten), 0 while one has not. */
@@ -33,7 +58,11 @@ int mpn_drain_done(struct ncclComm* comm);
  */
 ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller);
 
-/** Gives the events back (the work they mark is done, or abandoned). */
+/** Marks made so far by events and by flag kernels (for tests and logs). */
+void mpn_drain_counts(struct ncclComm* comm, uint64_t* by_event, uint64_t* by_kernel);
+
+/** Gives the events and words back; where marks are still pending (abort),
+ * the words' page is left allocated, as a kernel may still write it. */
 void mpn_drain_free(struct ncclComm* comm);
 
 #endif /* MPN_CORE_DRAIN_H_ */

@@ -82,17 +82,18 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
   return ncclSuccess;
 }
 
-/* Marks, once per group, each stream a communicator's operations went to,
- * for its finalize (drain.h); a capturing stream's work is the graph's
- * (capture_check told which). */
-static void work_mark(mpn_op_t* lists[2]) {
+/* Before the launch: each stream a communicator's operations go to, once,
+ * for its finalize's mark (drain.h); a capturing stream's work is the
+ * graph's (capture_check told which). */
+static void work_begin(mpn_op_t* lists[2]) {
   struct {
     struct ncclComm* comm;
     cudaStream_t s;
-  } seen[16]; /* beyond that many pairs a stream may be marked twice: harmless */
+  } seen[16]; /* beyond that many pairs one may be begun twice: it then takes an event */
   int n = 0;
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) {
+      if (op->capturing) continue;
       int i = 0;
       while (i < n && (seen[i].comm != op->comm || seen[i].s != op->stream)) i++;
       if (i < n) continue;
@@ -100,7 +101,9 @@ static void work_mark(mpn_op_t* lists[2]) {
         seen[n].comm = op->comm;
         seen[n++].s = op->stream;
       }
-      if (!op->capturing) mpn_drain_mark(op->comm, op->stream);
+      int rma_too = k == 1;
+      for (mpn_op_t* r = lists[1]; r && !rma_too; r = r->next) rma_too = r->stream == op->stream;
+      mpn_drain_begin(op->comm, op->stream, rma_too);
     }
 }
 
@@ -147,10 +150,11 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
   if (res == ncclSuccess) {
     /* Both always run once checked: send/receive may report an error after
      * posting everything, and a signal left out would leave its peer behind. */
+    work_begin(lists);
     ncclResult_t sent = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
     ncclResult_t put = rma ? mpn_rma_launch(rma) : ncclSuccess;
     res = sent != ncclSuccess ? sent : put;
-    work_mark(lists);
+    mpn_drain_end();
   }
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) mpn_comm_release(op->comm);

@@ -67,6 +67,8 @@ struct table_t {
   unsigned* counter;          // several blocks: MPN_SYNC_COUNTERS, at 0 (sync.h)
   unsigned long long* done;   // gets epoch once they are back at 0
   unsigned long long epoch;
+  unsigned long long* mark; // set to mark_value last, if not NULL
+  unsigned long long mark_value;
   mpn_sync_flag_t flags[F];
   mpn_copy_t copies[C];
 };
@@ -153,7 +155,16 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
       }
     }
   }
-  if (!s.counter) return;
+  if (!s.counter) {
+    if (s.mark) {
+      __syncthreads(); /* the block's copies and writes before the mark */
+      if (t == 0) {
+        __threadfence_system();
+        *(volatile unsigned long long*)s.mark = s.mark_value;
+      }
+    }
+    return;
+  }
   __syncthreads();
   if (t == 0) {
     __threadfence(); /* this block's counts before its leaving */
@@ -165,6 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
     for (int i = 0; i < MPN_SYNC_COUNTERS; i++) atomicExch(&s.counter[i], 0u);
     __threadfence_system();
     *(volatile unsigned long long*)s.done = s.epoch;
+    if (s.mark) *(volatile unsigned long long*)s.mark = s.mark_value;
   }
 }
 
@@ -196,6 +208,8 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
   t.counter = (unsigned*)(uintptr_t)s->grid.counter;
   t.done = (unsigned long long*)(uintptr_t)s->grid.done;
   t.epoch = s->grid.epoch;
+  t.mark = (unsigned long long*)(uintptr_t)s->mark;
+  t.mark_value = s->mark_value;
   for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
   for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
   void* args[] = {&t}; /* the launch's own result, not an older error of the thread */

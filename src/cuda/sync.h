@@ -87,6 +87,9 @@ typedef struct {
   mpn_sync_flag_t flags[MPN_SYNC_FLAGS]; /* first writes, then each round's waits and writes */
   mpn_copy_t copies[MPN_SYNC_COPIES];    /* each round's copies, round 0 first */
   mpn_sync_grid_t grid;                  /* blocks of the launch (one unless mpn_sync_grid_take) */
+  uint64_t mark;                         /* device address of a host word the launch sets to mark_value once all
+                          else is done (a finalize's mark, core/drain.h), or 0 */
+  uint64_t mark_value;
 } mpn_sync_t;
 
 /** An empty table. */
@@ -97,6 +100,7 @@ static inline void mpn_sync_init(mpn_sync_t* k) {
   k->grid.blocks = 1;
   k->grid.counter = k->grid.done = k->grid.epoch = 0;
   k->grid.dev = 0;
+  k->mark = k->mark_value = 0;
 }
 
 /** Flags in the table so far. */

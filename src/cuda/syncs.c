@@ -74,5 +74,11 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaSt
     mpn_keep(&first, flags_as_memops(drv, k, flag, flag + k->nlast[r], s));
     flag += k->nlast[r];
   }
+  if (k->mark) {
+    mpn_memops_t b;
+    mpn_memops_init(&b, drv, s);
+    mpn_keep(&first, mpn_memops_add(&b, (CUdeviceptr)k->mark, k->mark_value, MPN_MEMOP_WRITE));
+    mpn_keep(&first, mpn_memops_flush(&b));
+  }
   return first;
 }

@@ -13,6 +13,7 @@
 #include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/debug.h"
+#include "core/drain.h"
 #include "core/error.h"
 #include "cuda/device.h"
 #include "core/param.h"
@@ -653,9 +654,11 @@ static void grid_take(const plan_t* plans, int n, cudaStream_t s, mpn_sync_t* k)
 
 /* Halves half0..half1 of stream s as one kernel, each phase a round (its
  * copies on several blocks when grid: the launch has this stream only); 0
- * in *issued (nothing enqueued) if the table refused an operation. */
+ * in *issued (nothing enqueued) if the table refused an operation.  ends:
+ * the kernel is the launch's last item on s, so it carries the finalize's
+ * mark (core/drain.h). */
 static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1,
-                               int grid, int* issued) {
+                               int grid, int ends, int* issued) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(plans, n, s);
@@ -669,9 +672,23 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cu
   }
   if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
   if (grid) grid_take(plans, n, s, &k);
+  if (ends) mpn_drain_carry(s, 0, &k.mark, &k.mark_value);
   ncclResult_t res = mpn_sync_issue(drv, &k, s);
-  if (half0 == 0) mark_imports_used(plans, n, s);
+  if (res != ncclSuccess && k.mark) mpn_drain_uncarry(s);
+  if (half0 == 0) mark_imports_used(plans, n, s); /* an event record only: no memory of the comm */
   return res;
+}
+
+/* Whether a single stream's kernel ends the launch's work on it: no peer in
+ * this process (the stream may wait for its "done" event after the kernel)
+ * and none over UCX (the lanes are joined after it). */
+static int kernel_ends_launch(const plan_t* plans, int n) {
+  for (int i = 0; i < n; i++) {
+    const mpn_op_t* op = plans[i].op;
+    int t = op->comm->transport[op->peer];
+    if (t == MPN_TRANSPORT_LOCAL || t == MPN_TRANSPORT_UCX) return 0;
+  }
+  return 1;
 }
 
 /* Whether every plan of the launch uses one stream (*out). */
@@ -694,7 +711,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
     int issued = 0;
     if (sync_fits(&both, 1)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
-      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, 1, &issued);
+      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, 1, kernel_ends_launch(plans, n), &issued);
       if (issued) return res;
     }
   }
@@ -709,7 +726,7 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
       int issued = 0;
       if (sync_wanted(&c) && sync_fits(&c, 0)) {
         if (half == 1 && one) mpn_keep(&first, mpn_memops_flush(&open)); /* the front's batch goes first */
-        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, &issued));
+        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, 0, &issued));
       }
       if (issued) continue;
       /* With one stream the front's "done" batch takes the back's waits as

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/drain.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "cuda/copies.h"
@@ -434,9 +435,10 @@ static int device_scope(mpn_op_t** ops, int n, cudaStream_t s) {
 }
 
 /* Stream s's signals (program order; its own under MPS only with_self,
- * else see issue_self), then its waits, as one kernel. */
-static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
-                               unsigned long long sid, int with_self) {
+ * else see issue_self), then its waits, as one kernel; ends: the launch's
+ * last item on s, which carries the finalize's mark (core/drain.h). */
+static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s, unsigned long long sid,
+                               int with_self, int ends) {
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
@@ -449,7 +451,11 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
         MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0));
     }
-  return mpn_sync_nflags(&k) ? mpn_sync_issue(drv, &k, s) : ncclSuccess;
+  if (!mpn_sync_nflags(&k)) return ncclSuccess;
+  if (ends) mpn_drain_carry(s, 1, &k.mark, &k.mark_value);
+  ncclResult_t res = mpn_sync_issue(drv, &k, s);
+  if (res != ncclSuccess && k.mark) mpn_drain_uncarry(s);
+  return res;
 }
 
 /* A sync stream's signals to its own rank under MPS, with the first pass's
@@ -587,7 +593,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
         mpn_memops_init(&open, drv, s);
         res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged);
       } else if (pass == 1 && kernel) {
-        res = issue_sync(drv, ops, n, s, sids[i], kernel == 2);
+        res = issue_sync(drv, ops, n, s, sids[i], kernel == 2, nnet == 0); /* no lane joins after it */
       } else if (pass == 2 && !kernel) {
         unsigned nsig = merged ? open.n : 0; /* the signals still in the batch */
         if (!merged) mpn_memops_init(&open, drv, s);

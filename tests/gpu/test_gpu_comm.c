@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/drain.h"
 #include "mpinccl.h"
 #include "pattern.h"
 #include "transport.h"
@@ -141,13 +142,14 @@ enum { END_DESTROY, END_FINALIZE, END_FINALIZE_NONBLOCKING, END_STREAM_GONE };
  * ncclCommFinalize and ncclCommDestroy return only once the streams have run
  * what the communicator enqueued (NCCL's destroy finalizes, which flushes its
  * operations): each rank's stream is kept busy for 200 ms, then a ring
- * exchange of 8 MiB is enqueued and the communicator ended at once.  When the
- * call returns, the stream must be idle and the data there; freed pair memory
+ * exchange is enqueued and the communicator ended at once.  When the call
+ * returns, the stream must be idle and the data there; freed pair memory
  * under a running exchange would fault or hang instead.  END_STREAM_GONE
- * destroys the stream before the communicator.
+ * destroys the stream before the communicator.  8 MiB go by copies between
+ * memory operations (the finalize's mark an event), 4 KiB under MPS by the
+ * flag kernel (the mark a word the kernel sets); the counts are printed.
  */
-static void test_end_waits(int how) {
-  const size_t bytes = 8u << 20;
+static void test_end_waits(int how, size_t bytes) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = how == END_FINALIZE_NONBLOCKING ? 0 : 1;
   ncclComm_t comm;
@@ -181,6 +183,12 @@ static void test_end_waits(int how) {
     EXPECT(cudaStreamDestroy(s) == cudaSuccess);
     s = NULL;
   }
+  uint64_t by_event, by_kernel;
+  mpn_drain_counts(comm, &by_event, &by_kernel);
+  if (world_rank == 0)
+    printf("test_gpu_comm: end mode %d, %zu bytes: finalize marks %llu by events, %llu by flag kernels\n", how, bytes,
+           (unsigned long long)by_event, (unsigned long long)by_kernel);
+  EXPECT(by_event + by_kernel >= 1);
   EXPECT_OK(ncclCommDestroy(comm));
   if (s) EXPECT(cudaStreamQuery(s) == cudaSuccess);
   cudaStream_t check = s;
@@ -215,7 +223,10 @@ int main(int argc, char** argv) {
   test_unique_id();
   test_init_all_repeated();
   test_mpi_comm_nonblocking();
-  for (int how = END_DESTROY; how <= END_STREAM_GONE; how++) test_end_waits(how);
+  for (int how = END_DESTROY; how <= END_STREAM_GONE; how++) {
+    test_end_waits(how, 8u << 20);
+    test_end_waits(how, 4096);
+  }
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) printf("test_gpu_comm: %d ranks, %d GPU(s), %d failures\n", world_size, ndev, total);

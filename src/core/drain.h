@@ -3,8 +3,10 @@
  * stream its operations went to, a mark after its last group there, so that
  * nothing the streams may still use is freed under them.  A mark is an event
  * recorded on the stream, or, where a group's work on a stream ends with a
- * flag kernel (cuda/sync.h), a host word that kernel sets last: an event
- * between two flag kernels would keep the second from being launched early.
+ * flag kernel (cuda/sync.h) or a one-sided batch of memory operations, a
+ * host word that the kernel or the batch sets last: an event between two
+ * flag kernels would keep the second from being launched early, and costs
+ * the host more than one more operation in a batch.
  */
 #ifndef MPN_CORE_DRAIN_H_
 #define MPN_CORE_DRAIN_H_
@@ -25,21 +27,21 @@ struct ncclComm;
 void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too);
 
 /**
- * For the flag kernel that is the last thing a group's launch enqueues on s
- * (from_rma: the one-sided engine's, else send/receive's, which must leave it
- * to a one-sided launch that follows on s): the word and value it should set
- * last (*addr 0 when it should not: s has no single communicator's mark to
- * carry, or no word).  A launch that then fails to enqueue the kernel calls
+ * For the flag kernel or memory-operation batch that is the last thing a
+ * group's launch enqueues on s (from_rma: the one-sided engine's, else
+ * send/receive's, which must leave it to a one-sided launch that follows on
+ * s): the word and value it should set last (*addr 0 when it should not: s has no single communicator's mark to
+ * carry, or no word).  A launch that then fails to enqueue it calls
  * mpn_drain_uncarry.
  */
 void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* value);
 
-/** The kernel mpn_drain_carry was asked for did not go to s: an event instead. */
+/** What mpn_drain_carry was asked for did not go to s: an event instead. */
 void mpn_drain_uncarry(cudaStream_t s);
 
 /**
  * After the launch: marks each stream of mpn_drain_begin, by the word its
- * kernel carries or else by an event.  A failed record is logged once and
+ * last kernel or batch carries or else by an event.  A failed record is logged once and
  * leaves that stream out of the waits (the operations themselves are
  * enqueued).
  */

@@ -305,12 +305,22 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
   return ncclSuccess;
 }
 
+/* Whether a wait of stream s is for a peer over UCX (whose landing copies
+ * land_ucx enqueues after the waits). */
+static int waits_over_ucx(mpn_op_t** ops, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++)
+    for (int d = 0; ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL && d < ops[i]->ndesc; d++)
+      if (mpn_rma_over_ucx(ops[i]->comm, ops[i]->descs[d].peer)) return 1;
+  return 0;
+}
+
 /* The signal writes (program order) of stream s, or (wait) its waits and
  * then the landing of puts from UCX peers, added to b (a batch on s), which
  * is flushed unless keep_open.  Puts and signals over UCX are not here
  * (ucx/staged.c). */
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
-                                  unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open) {
+                                  unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open,
+                                  int ends) {
   sink_t to = {b, NULL};
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
@@ -336,7 +346,13 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
       ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
     }
   }
+  uint64_t mark = 0, value = 0;
+  if (res == ncclSuccess && !keep_open && ends && !waits_over_ucx(ops, n, s)) {
+    mpn_drain_carry(s, 1, &mark, &value); /* the finalize's mark, last in the batch (core/drain.h) */
+    if (mark) res = mpn_memops_add(b, (CUdeviceptr)mark, value, MPN_MEMOP_WRITE);
+  }
   if (res == ncclSuccess && !keep_open) res = mpn_memops_flush(b);
+  if (mark && res != ncclSuccess) mpn_drain_uncarry(s);
   if (res == ncclSuccess && wait) res = land_ucx(drv, ops, n, s, ex, graph);
   free(ex);
   return res;
@@ -591,13 +607,13 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
         if (kernel != 2) res = issue_self(drv, ops, n, s, sids[i]);
       } else if (pass == 0) {
         mpn_memops_init(&open, drv, s);
-        res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged);
+        res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged, 0);
       } else if (pass == 1 && kernel) {
         res = issue_sync(drv, ops, n, s, sids[i], kernel == 2, nnet == 0); /* no lane joins after it */
       } else if (pass == 2 && !kernel) {
         unsigned nsig = merged ? open.n : 0; /* the signals still in the batch */
         if (!merged) mpn_memops_init(&open, drv, s);
-        res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0);
+        res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0, nnet == 0); /* its last item */
         if (res != ncclSuccess && merged) { /* the waits failed: the peers still get the signals */
           open.n = nsig;
           mpn_keep(&res, mpn_memops_flush(&open));

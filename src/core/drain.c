@@ -19,7 +19,9 @@
 #include "cuda/device.h"
 #include "cuda/event.h"
 
-/* Host words that flag kernels set (one per stream in use, per communicator). */
+/* Words that flag kernels and batches set, in device memory (a store to
+ * host memory would cost the kernel a system-wide fence): one per stream in
+ * use, per communicator.  A word's values only grow, whichever stream has it. */
 #define DRAIN_WORDS 64
 
 typedef struct {
@@ -34,23 +36,47 @@ struct mpn_drain {
   pthread_mutex_t lock;
   drain_stream_t* at;
   int n, cap;
-  volatile uint64_t* words; /* DRAIN_WORDS, host memory mapped for the device; NULL: none */
-  uint64_t words_dev;
-  uint64_t words_used; /* bit per word */
+  uint64_t* words;            /* DRAIN_WORDS in device memory; NULL: none */
+  uint64_t words_dev;         /* (their address as an integer) */
+  uint64_t words_used;        /* bit per word */
+  uint64_t last[DRAIN_WORDS]; /* the last value handed out per word */
+  uint64_t seen[DRAIN_WORDS]; /* the words as last read */
+  cudaStream_t reader;        /* reads them (finalize) */
   int words_tried, warned;
   uint64_t by_event, by_kernel; /* marks made each way */
 };
 
 static int stream_done(const struct mpn_drain* d, const drain_stream_t* e) {
-  if (e->word >= 0 && __atomic_load_n(&d->words[e->word], __ATOMIC_ACQUIRE) < e->expected) return 0;
+  if (e->word >= 0 && d->seen[e->word] < e->expected) return 0;
   cudaError_t q = cudaEventQuery(e->ev);
   if (q == cudaErrorNotReady) return 0;
   if (q != cudaSuccess) cudaGetLastError(); /* failed (a sticky error): nothing will run after it */
   return 1;
 }
 
+/* Reads the words into seen when a stream waits for one (relaxed capture
+ * mode: another thread may be capturing).  A failed read leaves seen as it
+ * was: those streams stay pending. */
+static void words_read(struct mpn_drain* d) {
+  int want = 0;
+  for (int i = 0; i < d->n && !want; i++) want = d->at[i].word >= 0 && d->seen[d->at[i].word] < d->at[i].expected;
+  if (!want) return;
+  uint64_t now[DRAIN_WORDS];
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, d->reader);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(d->reader);
+  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = now[w];
+}
+
 /* Forgets the streams past their last mark; returns how many are not. */
 static int drain_prune(struct mpn_drain* d, int dev) {
+  words_read(d);
   int k = 0;
   for (int i = 0; i < d->n; i++) {
     drain_stream_t* e = &d->at[i];
@@ -95,36 +121,40 @@ static drain_stream_t* drain_entry(struct mpn_drain* d, unsigned long long id, i
   return &d->at[d->n++];
 }
 
-/* The page of words, made at the first flag kernel that carries a mark (in
- * relaxed capture mode: another thread may be capturing). */
+/* The words, at 0, made at the first kernel or batch that carries a mark
+ * (on the current device, the communicator's; in relaxed capture mode:
+ * another thread may be capturing). */
 static void words_make(struct mpn_drain* d) {
   d->words_tried = 1;
-  void* host = NULL;
+  void* words = NULL;
+  cudaStream_t reader = NULL;
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-  cudaError_t err = cudaHostAlloc(&host, DRAIN_WORDS * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable);
-  void* dev = NULL;
-  if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, host, 0);
+  cudaError_t err = cudaMalloc(&words, DRAIN_WORDS * sizeof(uint64_t));
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaMemsetAsync(words, 0, DRAIN_WORDS * sizeof(uint64_t), reader);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(reader);
   if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    if (host) cudaFreeHost(host);
+    if (reader) cudaStreamDestroy(reader);
+    if (words) cudaFree(words);
     return; /* events only */
   }
-  d->words = host;
-  d->words_dev = (uint64_t)(uintptr_t)dev;
+  d->words = words;
+  d->words_dev = (uint64_t)(uintptr_t)words;
+  d->reader = reader;
 }
 
-/* A word for e, set to 0 (no kernel writes a free word); 0 when none. */
+/* A word for e; 0 when none.  Its values go on from the word's last. */
 static int word_take(struct mpn_drain* d, drain_stream_t* e) {
   if (e->word >= 0) return 1;
   if (!d->words_tried) words_make(d);
   if (d->words == NULL || d->words_used == ~0ull) return 0;
   int w = __builtin_ctzll(~d->words_used);
   d->words_used |= 1ull << w;
-  d->words[w] = 0;
   e->word = w;
-  e->carried = e->expected = 0;
+  e->carried = e->expected = d->last[w];
   return 1;
 }
 
@@ -172,7 +202,7 @@ void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* val
   drain_stream_t* e = drain_entry(d, m->id, m->comm->cuda_dev);
   if (e && word_take(d, e)) {
     m->prev_expected = e->expected;
-    e->expected = ++e->carried; /* now: a prune cannot take e before the kernel writes it */
+    e->expected = d->last[e->word] = ++e->carried; /* now: a prune cannot take e before it is written */
     m->carried = 1;
     d->by_kernel++;
     *addr = d->words_dev + (uint64_t)e->word * sizeof(uint64_t);
@@ -268,7 +298,8 @@ void mpn_drain_free(struct ncclComm* comm) {
            (unsigned long long)d->by_event, (unsigned long long)d->by_kernel);
   int pending = drain_prune(d, comm->cuda_dev);
   for (int i = 0; i < d->n; i++) mpn_event_put(comm->cuda_dev, d->at[i].ev);
-  if (d->words && pending == 0) cudaFreeHost((void*)d->words);
+  if (d->words && pending == 0) cudaFree(d->words); /* else a kernel may still write them: left */
+  if (d->reader) cudaStreamDestroy(d->reader);
   free(d->at);
   pthread_mutex_destroy(&d->lock);
   free(d);

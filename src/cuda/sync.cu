@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
     if (s.mark) {
       __syncthreads(); /* the block's copies and writes before the mark */
       if (t == 0) {
-        __threadfence_system();
+        fence(s.device_scope); /* as for a flag: the host reads the mark after the kernel's other writes */
         *(volatile unsigned long long*)s.mark = s.mark_value;
       }
     }

@@ -87,8 +87,9 @@ typedef struct {
   mpn_sync_flag_t flags[MPN_SYNC_FLAGS]; /* first writes, then each round's waits and writes */
   mpn_copy_t copies[MPN_SYNC_COPIES];    /* each round's copies, round 0 first */
   mpn_sync_grid_t grid;                  /* blocks of the launch (one unless mpn_sync_grid_take) */
-  uint64_t mark;                         /* device address of a host word the launch sets to mark_value once all
-                          else is done (a finalize's mark, core/drain.h), or 0 */
+  uint64_t mark;                         /* device address of a word in device memory the launch sets to
+                                            mark_value once all else is done (a finalize's mark,
+                                            core/drain.h), or 0 */
   uint64_t mark_value;
 } mpn_sync_t;
 

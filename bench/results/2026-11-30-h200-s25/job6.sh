@@ -15,7 +15,7 @@ make -j16 >>"$out/build.log" 2>&1 && make -j16 tests/gpu/test_gpu_comm tests/gpu
   cd /tmp/old && autoreconf -fi && ./configure -q && make -j16 libmpinccl.la ) >"$out/old-build.log" 2>&1 &
 flags=$(tests/run-test --mpirun-flags)
 t() { # label np-list test [mps]
-  MPINCCL_TEST_NP="$2" MPINCCL_MPIRUN_FLAGS="$flags $4" tests/run-test ./tests/gpu/$3 >"$out/$1.log" 2>&1
+  MPINCCL_TEST_NP="$2" MPINCCL_MPIRUN_FLAGS="$flags ${4:-}" tests/run-test ./tests/gpu/$3 >"$out/$1.log" 2>&1
   echo "== $1 ($3 at $2): exit $?"
 }
 t gpu_comm "1 2 4" test_gpu_comm

@@ -55,8 +55,9 @@ static int stream_done(const struct mpn_drain* d, const drain_stream_t* e) {
 }
 
 /* Reads the words into seen when a stream waits for one (relaxed capture
- * mode: another thread may be capturing).  A failed read leaves seen as it
- * was: those streams stay pending. */
+ * mode: another thread may be capturing).  A read that fails (the context
+ * has a sticky error, so nothing runs on it any more) counts every word as
+ * written, as a failed event query counts as done. */
 static void words_read(struct mpn_drain* d) {
   int want = 0;
   for (int i = 0; i < d->n && !want; i++) want = d->at[i].word >= 0 && d->seen[d->at[i].word] < d->at[i].expected;
@@ -69,6 +70,7 @@ static void words_read(struct mpn_drain* d) {
   if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = d->last[w];
     return;
   }
   for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = now[w];

@@ -58,16 +58,19 @@ static int stream_done(const struct mpn_drain* d, const drain_stream_t* e) {
  * mode: another thread may be capturing).  A read that fails (the context
  * has a sticky error, so nothing runs on it any more) counts every word as
  * written, as a failed event query counts as done. */
-static void words_read(struct mpn_drain* d) {
+static void words_read(struct mpn_drain* d, int dev) {
   int want = 0;
   for (int i = 0; i < d->n && !want; i++) want = d->at[i].word >= 0 && d->seen[d->at[i].word] < d->at[i].expected;
   if (!want) return;
   uint64_t now[DRAIN_WORDS];
+  int saved = -1;
+  if (cudaGetDevice(&saved) == cudaSuccess && saved != dev && cudaSetDevice(dev) != cudaSuccess) saved = -1;
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, d->reader);
   if (err == cudaSuccess) err = cudaStreamSynchronize(d->reader);
   if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  if (saved >= 0 && saved != dev) cudaSetDevice(saved); /* the caller's device, as it was */
   if (err != cudaSuccess) {
     cudaGetLastError();
     for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = d->last[w];
@@ -78,7 +81,7 @@ static void words_read(struct mpn_drain* d) {
 
 /* Forgets the streams past their last mark; returns how many are not. */
 static int drain_prune(struct mpn_drain* d, int dev) {
-  words_read(d);
+  words_read(d, dev);
   int k = 0;
   for (int i = 0; i < d->n; i++) {
     drain_stream_t* e = &d->at[i];

@@ -216,6 +216,11 @@ void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* val
   pthread_mutex_unlock(&d->lock);
 }
 
+void mpn_drain_keep_event(cudaStream_t s) {
+  group_mark_t* m = mark_of(s);
+  if (m) m->shared = 1; /* as for a stream of several communicators: never carried */
+}
+
 void mpn_drain_uncarry(cudaStream_t s) {
   group_mark_t* m = mark_of(s);
   if (m == NULL || !m->carried) return;

@@ -30,8 +30,8 @@ void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too);
  * For the flag kernel or memory-operation batch that is the last thing a
  * group's launch enqueues on s (from_rma: the one-sided engine's, else
  * send/receive's, which must leave it to a one-sided launch that follows on
- * s): the word and value it should set last (*addr 0 when it should not: s has no single communicator's mark to
- * carry, or no word).  A launch that then fails to enqueue it calls
+ * s): the word and value it should set last (*addr 0 when it should not:
+ * s has no single communicator's mark to carry, or no word).  A launch that then fails to enqueue it calls
  * mpn_drain_uncarry.
  */
 void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* value);
@@ -39,11 +39,15 @@ void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* val
 /** What mpn_drain_carry was asked for did not go to s: an event instead. */
 void mpn_drain_uncarry(cudaStream_t s);
 
+/** The launch enqueues more on s after its kernels and batches (a UCX
+ * lane's join): s is marked by an event, whatever asks to carry its mark. */
+void mpn_drain_keep_event(cudaStream_t s);
+
 /**
  * After the launch: marks each stream of mpn_drain_begin, by the word its
- * last kernel or batch carries or else by an event.  A failed record is logged once and
- * leaves that stream out of the waits (the operations themselves are
- * enqueued).
+ * last kernel or batch carries or else by an event.  A failed record is
+ * logged once and leaves that stream out of the waits (the operations
+ * themselves are enqueued).
  */
 void mpn_drain_end(void);
 

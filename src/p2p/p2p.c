@@ -28,6 +28,7 @@
 
 #include "bootstrap/channel.h"
 #include "core/comm.h"
+#include "core/drain.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "cuda/device.h"
@@ -639,6 +640,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   /* The lanes' work before the streams' waits for peers within the host (staged.c). */
   ncclResult_t forked = nnet ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
   ncclResult_t staged = nnet ? mpn_ucx_staged_launch(net, nnet) : ncclSuccess;
+  for (int k = 0; k < nnet; k++) mpn_drain_keep_event(net[k]->stream); /* their lanes join after the kernels */
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif

@@ -211,9 +211,9 @@ MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   return ncclSuccess;
 }
 
-MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
-  CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
+/* comm's asynchronous error after asking the peers' reports (created
+ * communicators only); ncclSuccess if none. */
+static ncclResult_t comm_failed(struct ncclComm* comm) {
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   if (state == MPN_COMM_READY || state == MPN_COMM_FINALIZED) {
     mpn_p2p_poll_errors(comm);
@@ -222,6 +222,15 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
     mpn_ucx_rma_poll_errors(comm);
 #endif
   }
+  ncclResult_t res = mpn_comm_async(comm);
+  return res == ncclInProgress ? ncclSuccess : res;
+}
+
+MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
+  CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
+  int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+  (void)comm_failed(comm);
   ncclResult_t res = mpn_comm_async(comm);
   /* A finalize that has not returned ncclSuccess yet (non-blocking). */
   if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) res = ncclInProgress;
@@ -238,7 +247,7 @@ MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
   if (!comm->config.blocking) return mpn_drain_done(comm) ? ncclSuccess : ncclInProgress;
-  return mpn_drain_wait(comm, "ncclCommFinalize");
+  return mpn_drain_wait(comm, "ncclCommFinalize", comm_failed);
 }
 
 /* A communicator that the caller's open group makes or splits cannot go
@@ -257,11 +266,15 @@ MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   MPN_CHECK(check_not_in_group(comm, "ncclCommDestroy"));
   comm_join_init(comm, 0);
   /* As NCCL's, a destroy finalizes first: the streams must be done with
-   * what is freed below.  If that ends in a timeout, comm goes as in abort. */
+   * what is freed below.  If that ends in a timeout or an error of comm's
+   * (drain.h), comm goes as in abort. */
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   if (state == MPN_COMM_READY || state == MPN_COMM_FINALIZED) {
     __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
-    ncclResult_t res = mpn_drain_wait(comm, "ncclCommDestroy");
+    /* A launch of another thread that still holds comm marks its streams
+     * first (comm_free waits for it anyway). */
+    while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+    ncclResult_t res = mpn_drain_wait(comm, "ncclCommDestroy", comm_failed);
     if (res != ncclSuccess) {
       MPN_WARN("%s; freeing the communicator as ncclCommAbort does", mpn_error_last(comm));
       comm_free(comm, 1);

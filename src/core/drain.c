@@ -55,9 +55,10 @@ static int stream_done(const struct mpn_drain* d, const drain_stream_t* e) {
 }
 
 /* Reads the words into seen when a stream waits for one (relaxed capture
- * mode: another thread may be capturing).  A read that fails (the context
- * has a sticky error, so nothing runs on it any more) counts every word as
- * written, as a failed event query counts as done. */
+ * mode: another thread may be capturing).  A read that fails because the
+ * context has a sticky error (nothing runs on it any more) counts every
+ * word as written, as a failed event query counts as done; another failure
+ * leaves them as they were, for the next read. */
 static void words_read(struct mpn_drain* d, int dev) {
   int want = 0;
   for (int i = 0; i < d->n && !want; i++) want = d->at[i].word >= 0 && d->seen[d->at[i].word] < d->at[i].expected;
@@ -73,7 +74,10 @@ static void words_read(struct mpn_drain* d, int dev) {
   if (saved >= 0 && saved != dev) cudaSetDevice(saved); /* the caller's device, as it was */
   if (err != cudaSuccess) {
     cudaGetLastError();
-    for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = d->last[w];
+    cudaError_t again = cudaStreamQuery(d->reader); /* a sticky error stays */
+    cudaGetLastError();
+    if (again != cudaSuccess && again != cudaErrorNotReady)
+      for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = d->last[w];
     return;
   }
   for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = now[w];
@@ -159,7 +163,8 @@ static int word_take(struct mpn_drain* d, drain_stream_t* e) {
   int w = __builtin_ctzll(~d->words_used);
   d->words_used |= 1ull << w;
   e->word = w;
-  e->carried = e->expected = d->last[w];
+  e->carried = d->last[w]; /* a value handed out and then not enqueued may never have been written */
+  e->expected = 0;
   return 1;
 }
 
@@ -234,11 +239,13 @@ void mpn_drain_uncarry(cudaStream_t s) {
 }
 
 void mpn_drain_end(void) {
+  int saved = n_marks ? mpn_cuda_device_enter(-1) : -1, current = saved;
   for (int i = 0; i < n_marks; i++) {
     group_mark_t* m = &marks[i];
     if (m->carried) continue;
     struct mpn_drain* d = drain_of(m->comm);
     if (d == NULL) continue;
+    mpn_cuda_switch_device(&current, m->comm->cuda_dev); /* the event's and the stream's */
     pthread_mutex_lock(&d->lock);
     drain_stream_t* e = drain_entry(d, m->id, m->comm->cuda_dev);
     cudaError_t err = e ? cudaEventRecord(e->ev, m->s) : cudaErrorMemoryAllocation;
@@ -255,6 +262,7 @@ void mpn_drain_end(void) {
           "wait for it",
           m->comm->rank, (void*)m->s, cudaGetErrorString(err));
   }
+  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   n_marks = 0;
 }
 
@@ -269,12 +277,19 @@ int mpn_drain_done(struct ncclComm* comm) {
   return pending == 0;
 }
 
-ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller) {
+ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller, ncclResult_t (*failed)(struct ncclComm*)) {
   long long limit = mpn_param_int(MPN_PARAM_FINALIZE_TIMEOUT);
-  uint64_t start = mpn_chan_now_ns(), next_warn = start + 10000000000ull;
+  uint64_t start = mpn_chan_now_ns(), next_warn = start + 10000000000ull, failed_at = 0;
   useconds_t nap = 20;
   while (!mpn_drain_done(comm)) {
     uint64_t now = mpn_chan_now_ns();
+    ncclResult_t bad = failed ? failed(comm) : ncclSuccess;
+    if (bad != ncclSuccess && failed_at == 0) failed_at = now;
+    if (bad != ncclSuccess && now - failed_at > 1000000000ull)
+      return MPN_REFUSE(comm, bad,
+                        "%s: rank %d's operations were not done 1 s after the communicator reported %s; call "
+                        "ncclCommAbort",
+                        caller, comm->rank, ncclGetErrorString(bad));
     if (limit > 0 && now - start > (uint64_t)limit * 1000000000ull)
       return MPN_REFUSE(comm, ncclTimeout,
                         "%s: rank %d's operations were not done after MPINCCL_FINALIZE_TIMEOUT=%lld s (a "

@@ -57,12 +57,14 @@ int mpn_drain_done(struct ncclComm* comm);
 
 /**
  * Waits until mpn_drain_done: peers that fail are released by the watchdog
- * and the network timeouts, so their streams end too.  With
- * MPINCCL_FINALIZE_TIMEOUT > 0, gives up after that many seconds with
+ * and the network timeouts, so their streams end too.  failed (may be NULL)
+ * returns comm's asynchronous error, if any: when the streams are still not
+ * done 1 s after it first reports one, the wait ends with that error.  With
+ * MPINCCL_FINALIZE_TIMEOUT > 0, it gives up after that many seconds with
  * ncclTimeout (caller names the API call in the message); else it warns
  * every 10 s and waits on, as a stream synchronization would.
  */
-ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller);
+ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller, ncclResult_t (*failed)(struct ncclComm*));
 
 /** Marks made so far by events and by flag kernels (for tests and logs). */
 void mpn_drain_counts(struct ncclComm* comm, uint64_t* by_event, uint64_t* by_kernel);

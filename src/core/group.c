@@ -14,6 +14,7 @@
 #include "core/api.h"
 #include "core/drain.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
 
@@ -86,6 +87,7 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
  * for its finalize's mark (drain.h); a capturing stream's work is the
  * graph's (capture_check told which). */
 static void work_begin(mpn_op_t* lists[2]) {
+  int saved = mpn_cuda_device_enter(-1), current = saved; /* stream ids on each comm's device */
   struct {
     struct ncclComm* comm;
     cudaStream_t s;
@@ -103,8 +105,10 @@ static void work_begin(mpn_op_t* lists[2]) {
       }
       int rma_too = k == 1;
       for (mpn_op_t* r = lists[1]; r && !rma_too; r = r->next) rma_too = r->stream == op->stream;
+      mpn_cuda_switch_device(&current, op->comm->cuda_dev);
       mpn_drain_begin(op->comm, op->stream, rma_too);
     }
+  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
 }
 
 /* Holds the comm of every op (an abort or destroy from another thread frees

@@ -319,8 +319,8 @@ void mpn_drain_counts(struct ncclComm* comm, uint64_t* by_event, uint64_t* by_ke
 void mpn_drain_free(struct ncclComm* comm) {
   struct mpn_drain* d = comm->drain;
   if (d == NULL) return;
-  MPN_INFO(MPN_SUBSYS_INIT, "rank %d: finalize marks: %llu by events, %llu by flag kernels", comm->rank,
-           (unsigned long long)d->by_event, (unsigned long long)d->by_kernel);
+  MPN_INFO(MPN_SUBSYS_INIT, "rank %d: finalize marks: %llu by events, %llu by words (flag kernels or batches)",
+           comm->rank, (unsigned long long)d->by_event, (unsigned long long)d->by_kernel);
   int pending = drain_prune(d, comm->cuda_dev);
   for (int i = 0; i < d->n; i++) mpn_event_put(comm->cuda_dev, d->at[i].ev);
   if (d->words && pending == 0) cudaFree(d->words); /* else a kernel may still write them: left */

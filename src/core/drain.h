@@ -66,7 +66,7 @@ int mpn_drain_done(struct ncclComm* comm);
  */
 ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller, ncclResult_t (*failed)(struct ncclComm*));
 
-/** Marks made so far by events and by flag kernels (for tests and logs). */
+/** Marks made so far by events and by words (flag kernels or batches; for tests and logs). */
 void mpn_drain_counts(struct ncclComm* comm, uint64_t* by_event, uint64_t* by_kernel);
 
 /** Gives the events and words back; where marks are still pending (abort),

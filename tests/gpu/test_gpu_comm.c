@@ -186,7 +186,7 @@ static void test_end_waits(int how, size_t bytes) {
   uint64_t by_event, by_kernel;
   mpn_drain_counts(comm, &by_event, &by_kernel);
   if (world_rank == 0)
-    printf("test_gpu_comm: end mode %d, %zu bytes: finalize marks %llu by events, %llu by flag kernels\n", how, bytes,
+    printf("test_gpu_comm: end mode %d, %zu bytes: finalize marks %llu by events, %llu by words\n", how, bytes,
            (unsigned long long)by_event, (unsigned long long)by_kernel);
   EXPECT(by_event + by_kernel >= 1);
   EXPECT_OK(ncclCommDestroy(comm));

@@ -9,10 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/api.h"
 #include "core/drain.h"
 #include "core/error.h"
 #include "core/group.h"
+#include "core/param.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
 #ifdef HAVE_UCX
@@ -232,8 +234,16 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   (void)comm_failed(comm);
   ncclResult_t res = mpn_comm_async(comm);
-  /* A finalize that has not returned ncclSuccess yet (non-blocking). */
-  if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) res = ncclInProgress;
+  /* A finalize that has not returned ncclSuccess yet (non-blocking), for at
+   * most MPINCCL_FINALIZE_TIMEOUT seconds if set. */
+  if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) {
+    long long limit = mpn_param_int(MPN_PARAM_FINALIZE_TIMEOUT);
+    res = ncclInProgress;
+    if (limit > 0 && comm->finalized_ns && mpn_chan_now_ns() - comm->finalized_ns > (uint64_t)limit * 1000000000ull)
+      res = MPN_REFUSE(comm, ncclTimeout,
+                       "ncclCommFinalize: rank %d's operations were not done after MPINCCL_FINALIZE_TIMEOUT=%lld s",
+                       comm->rank, limit);
+  }
   *asyncError = res;
   return ncclSuccess;
 }
@@ -244,6 +254,7 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
  * triggered by the streams, so they are done when the streams are. */
 MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
+  comm->finalized_ns = mpn_chan_now_ns();
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
   if (!comm->config.blocking) return mpn_drain_done(comm) ? ncclSuccess : ncclInProgress;

@@ -141,15 +141,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "declared failed: its pending transfers fail and the "
                                "communicator reports ncclRemoteError (UCX keepalive at a third "
                                "of it, unless UCX_KEEPALIVE_INTERVAL is set)."},
-    [MPN_PARAM_FINALIZE_TIMEOUT] = {"MPINCCL_FINALIZE_TIMEOUT", MPN_PARAM_INT, "0", NULL, 0, 86400,
-                                    "ncclCommFinalize and ncclCommDestroy (which finalizes a communicator not yet "
-                                    "finalized) wait until the streams have run every operation the communicator "
-                                    "enqueued outside CUDA graphs, as NCCL's do, so that nothing a stream still "
-                                    "uses is freed; a peer that fails is released by the watchdog and "
-                                    "MPINCCL_NET_TIMEOUT. With a value above 0 the wait ends after that many "
-                                    "seconds: ncclCommFinalize returns ncclTimeout, ncclCommDestroy returns it "
-                                    "after freeing the communicator as ncclCommAbort does. 0: no bound (a warning "
-                                    "every 10 s)."},
+    [MPN_PARAM_FINALIZE_TIMEOUT] =
+        {"MPINCCL_FINALIZE_TIMEOUT", MPN_PARAM_INT, "0", NULL, 0, 86400,
+         "ncclCommFinalize and ncclCommDestroy (which finalizes a communicator not yet finalized) wait until "
+         "the streams have run every operation the communicator enqueued outside CUDA graphs, as NCCL's do, so "
+         "that nothing a stream still uses is freed; a peer that fails is released by the watchdog and "
+         "MPINCCL_NET_TIMEOUT. With a value above 0 the wait ends after that many seconds: ncclCommFinalize "
+         "returns ncclTimeout (a non-blocking one through ncclCommGetAsyncError), ncclCommDestroy returns it "
+         "after freeing the communicator as ncclCommAbort does. 0: no bound (a warning every 10 s)."},
     [MPN_PARAM_UCX_CHUNK] = {"MPINCCL_UCX_CHUNK", MPN_PARAM_INT, "1048576", NULL, 4096, 1 << 30,
                              "Device data sent to or received from a peer over UCX (without "
                              "CUDA support in UCX) moves through pinned host buffers in chunks "

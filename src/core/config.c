@@ -33,9 +33,10 @@ static const char* field_str(const ncclConfig_t* c, size_t offset) {
 ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* parent,
                              const char* caller, mpn_config_t* out) {
   mpn_config_t cfg = {.blocking = 1, .num_rma_ctx = 1, .split_share = 0, .max_p2p_peers = 0, .graph_stream_ordering = 0, .name = ""};
-  if (parent) cfg = *parent;
+  /* A split without a config inherits its parent's; with one, fields it
+   * leaves unset take the defaults, as NCCL's. */
   if (user == NULL) {
-    *out = cfg;
+    *out = parent ? *parent : cfg;
     return ncclSuccess;
   }
   if (user->magic != NCCL_API_MAGIC)

@@ -27,10 +27,13 @@
 #include "p2p/p2p.h"
 #include "transport.h"
 
-/* Once per process: version and parameters. */
+/* Once per process: version (NCCL_DEBUG=VERSION shows that line alone, as
+ * NCCL's does) and parameters. */
 static void log_version(void) {
-  MPN_INFO(MPN_SUBSYS_INIT, "mpinccl %s, NCCL API %d.%d.%d (version code %d)", PACKAGE_VERSION,
-           NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE);
+  if (mpn_log_level < 0) mpn_log_init();
+  int level = mpn_log_level == MPN_LOG_VERSION ? MPN_LOG_VERSION : MPN_LOG_INFO;
+  MPN_LOG_AT(level, MPN_SUBSYS_INIT, "mpinccl %s, NCCL API %d.%d.%d (version code %d)", PACKAGE_VERSION, NCCL_MAJOR,
+             NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE);
   mpn_params_log();
 }
 

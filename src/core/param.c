@@ -216,13 +216,17 @@ static int choice_index(const char* choices, const char* value) {
   return -1;
 }
 
-static int parse_one(int id, const char* text) {
+/* Reads text (blanks around it left out) as parameter id's value. */
+static int parse_one(int id, const char* raw) {
   const mpn_param_desc_t* d = &mpn_param_table[id];
-  snprintf(params.sval[id], sizeof(params.sval[id]), "%s", text);
+  while (*raw == ' ' || *raw == '\t') raw++;
+  size_t len = strlen(raw);
+  while (len > 0 && (raw[len - 1] == ' ' || raw[len - 1] == '\t' || raw[len - 1] == '\n')) len--;
+  snprintf(params.sval[id], sizeof(params.sval[id]), "%.*s", (int)len, raw);
+  const char* text = params.sval[id];
   if (d->type == MPN_PARAM_CHOICE) {
     if (choice_index(d->choices, text) < 0) {
-      snprintf(params.error, sizeof(params.error), "%s=%s is not one of %s", d->name, text,
-               d->choices);
+      snprintf(params.error, sizeof(params.error), "%s=%.200s is not one of %s", d->name, text, d->choices);
       return -1;
     }
   } else if (d->type == MPN_PARAM_INT) {
@@ -230,8 +234,8 @@ static int parse_one(int id, const char* text) {
     errno = 0;
     long long v = strtoll(text, &end, 0);
     if (errno || end == text || *end != '\0' || v < d->min || v > d->max) {
-      snprintf(params.error, sizeof(params.error), "%s=%s is not an integer in [%lld, %lld]",
-               d->name, text, (long long)d->min, (long long)d->max);
+      snprintf(params.error, sizeof(params.error), "%s=%.200s is not an integer in [%lld, %lld]", d->name, text,
+               (long long)d->min, (long long)d->max);
       return -1;
     }
     params.ival[id] = v;
@@ -250,6 +254,11 @@ static void load_locked(void) {
       parse_one(id, mpn_param_table[id].deflt);
       /* NCCL ignores a NCCL_DEBUG it does not know; the log says it uses WARN (debug.c). */
       if (id == MPN_PARAM_DEBUG) continue;
+      /* NCCL reads NCCL_P2P_DISABLE with strtol and disables on 1 only. */
+      if (id == MPN_PARAM_P2P_DISABLE) {
+        params.ival[id] = strtoll(env, NULL, 0) == 1;
+        continue;
+      }
       params.status = ncclInvalidArgument;
       break;
     }

@@ -7,6 +7,7 @@
 #include "core/api.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/group.h"
 
 MPN_API(ncclResult_t, ncclGetVersion, int* version) {
   if (version == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
@@ -15,9 +16,11 @@ MPN_API(ncclResult_t, ncclGetVersion, int* version) {
 }
 
 /* Refuses a call this version does not provide. */
+/* Refused inside a group too, which then fails as a whole (ncclGroupEnd
+ * returns the error and discards the group), as for any refused call. */
 static ncclResult_t not_provided(const char* fn, const char* what) {
-  return MPN_REFUSE(NULL, ncclInvalidUsage, "%s: %s not available in this version of mpinccl", fn,
-                    what);
+  return mpn_group_fail(
+      MPN_REFUSE(NULL, ncclInvalidUsage, "%s: %s not available in this version of mpinccl", fn, what));
 }
 
 #define COLLECTIVE "collectives are"
@@ -67,9 +70,13 @@ MPN_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat,
   return not_provided("ncclCommMemStats", "memory statistics are");
 }
 
+/* Ends the group level it would simulate, as NCCL's does: the group then
+ * fails and is discarded, instead of staying open for later calls. */
 MPN_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   (void)simInfo;
-  return not_provided("ncclGroupSimulateEnd", "group simulation is");
+  ncclResult_t res = not_provided("ncclGroupSimulateEnd", "group simulation is");
+  if (mpn_group_depth() > 0) (void)pncclGroupEnd();
+  return res;
 }
 
 MPN_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,

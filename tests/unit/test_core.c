@@ -135,11 +135,15 @@ START_TEST(config_inherits_parent) {
   ck_assert_int_eq(mpn_config_read(NULL, &parent, "t", &cfg), ncclSuccess);
   ck_assert_int_eq(cfg.blocking, 0);
   ck_assert_int_eq(cfg.num_rma_ctx, 3);
+  /* With a config, what it leaves unset takes the defaults (NCCL's split). */
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  c.blocking = 1;
+  c.commName = "child";
   ck_assert_int_eq(mpn_config_read(&c, &parent, "t", &cfg), ncclSuccess);
   ck_assert_int_eq(cfg.blocking, 1);
-  ck_assert_int_eq(cfg.num_rma_ctx, 3);
+  ck_assert_int_eq(cfg.num_rma_ctx, 1);
+  c.numRmaCtx = 2;
+  ck_assert_int_eq(mpn_config_read(&c, &parent, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.num_rma_ctx, 2);
 }
 END_TEST
 
@@ -174,6 +178,23 @@ START_TEST(params_table) {
   ck_assert_int_eq(mpn_params_reload(), ncclInvalidArgument);
   unsetenv("MPINCCL_TRANSPORT");
   unsetenv("NCCL_DEBUG");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  /* Blanks around a value are left out, on both sides. */
+  setenv("MPINCCL_TRANSPORT", " ucx ", 1);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "5 ", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ck_assert_str_eq(mpn_param_str(MPN_PARAM_TRANSPORT), "ucx");
+  ck_assert_int_eq(mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT), 5);
+  unsetenv("MPINCCL_TRANSPORT");
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  /* NCCL_P2P_DISABLE as NCCL reads it: 1 disables, anything else does not. */
+  const char* p2p[][2] = {{"1", "1"}, {"0x1", "1"}, {"2", "0"}, {"true", "0"}, {"0", "0"}};
+  for (size_t i = 0; i < sizeof(p2p) / sizeof(p2p[0]); i++) {
+    setenv("NCCL_P2P_DISABLE", p2p[i][0], 1);
+    ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+    ck_assert_int_eq(mpn_param_int(MPN_PARAM_P2P_DISABLE), atoi(p2p[i][1]));
+  }
+  unsetenv("NCCL_P2P_DISABLE");
   ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
   /* Every row documented. */
   for (int i = 0; i < MPN_PARAM_COUNT; i++) {
@@ -342,6 +363,16 @@ START_TEST(refused_calls) {
   ck_assert_int_eq(ncclMemFree(NULL), ncclSuccess); /* as NCCL's */
   ck_assert_int_eq(ncclMemFree(&s), ncclInvalidArgument);
   ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "not allocated by ncclMemAlloc"));
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "no ncclGroupStart"));
+  /* Refused inside a group: the group fails as a whole; and
+   * ncclGroupSimulateEnd ends the level it opened, as NCCL's. */
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclAllReduce(p, p, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclAllReduce"));
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclGroupSimulateEnd(&sim), ncclInvalidUsage);
   ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
   ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "no ncclGroupStart"));
 }

@@ -35,6 +35,8 @@ typedef struct mpn_init_job {
   MPI_Comm mpi_comm;       /**< MPN_INIT_MPI */
   struct ncclComm* parent; /**< MPN_INIT_SPLIT */
   int color, key;          /**< MPN_INIT_SPLIT */
+  uint64_t ticket;         /**< MPN_INIT_SPLIT: its turn among the parent's splits (program order) */
+  int turn_taken;          /**< MPN_INIT_SPLIT: its turn came and went */
   struct mpn_init_job* next;
 } mpn_init_job_t;
 
@@ -60,6 +62,7 @@ struct ncclComm {
   int mpi_comm_owned;
   volatile int abort_flag;
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
+  uint64_t split_tickets, split_serving; /**< splits of this comm run one at a time, in call order */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */
   pthread_t init_thread;
@@ -130,6 +133,9 @@ void mpn_init_job_release(mpn_init_job_t* job);
  * of blocking runs; returns the first error, or ncclInProgress.
  */
 ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs);
+
+/** Whether jobs mix blocking and non-blocking communicators (a group may not, as in NCCL). */
+int mpn_init_jobs_mixed(const mpn_init_job_t* jobs);
 
 /** Submits a creation job: queued inside a group, launched otherwise. */
 ncclResult_t mpn_init_job_submit(mpn_init_job_t* job);

@@ -173,6 +173,10 @@ static ncclResult_t group_flush(void) {
   mpn_init_job_t* jobs = group.jobs;
   ncclResult_t error = group.error;
   memset(&group, 0, sizeof(group));
+  if (error == ncclSuccess && jobs && mpn_init_jobs_mixed(jobs))
+    error = MPN_REFUSE(NULL, ncclInvalidArgument,
+                       "ncclGroupEnd: blocking and non-blocking communicators are created in one group; "
+                       "nothing of the group was done");
   if (error != ncclSuccess) {
     ops_free(ops);
     jobs_discard(jobs);

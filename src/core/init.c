@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bootstrap/channel.h"
 #include "core/api.h"
@@ -70,6 +71,24 @@ static ncclResult_t comm_setup(struct ncclComm* comm) {
   return ncclSuccess;
 }
 
+/*
+ * Splits of one parent run one at a time, in the order of their calls on
+ * each process (a ticket taken on the calling thread): two non-blocking
+ * splits issued back to back would otherwise take the parent's split and
+ * collective numbers in either order, differently on different processes.
+ * A split's turn ends when it ran, or when it was discarded (mpn_init_job_release).
+ */
+static void split_turn_wait(const mpn_init_job_t* job) {
+  while (__atomic_load_n(&job->parent->split_serving, __ATOMIC_ACQUIRE) != job->ticket) usleep(100);
+}
+
+static void split_turn_end(mpn_init_job_t* job) {
+  job->turn_taken = 1;
+  __atomic_add_fetch(&job->parent->split_serving, 1, __ATOMIC_ACQ_REL);
+}
+
+static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi);
+
 /* Creates the bootstrap context of a job; for a split, also the MPI comm. */
 static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   const volatile int* abort = job->comm ? &job->comm->abort_flag : NULL;
@@ -78,6 +97,13 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
     case MPN_INIT_MPI: *mpi = job->mpi_comm; return mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
     case MPN_INIT_SPLIT: break;
   }
+  split_turn_wait(job);
+  ncclResult_t res = split_bootstrap(job, b, mpi);
+  split_turn_end(job);
+  return res;
+}
+
+static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
   MPN_CHECK(mpn_bootstrap_split(parent->bootstrap, job->color, job->key, b));
   if (parent->mpi_comm == MPI_COMM_NULL) return ncclSuccess;
@@ -92,6 +118,10 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
 }
 
 void mpn_init_job_release(mpn_init_job_t* job) {
+  if (job->kind == MPN_INIT_SPLIT && job->parent && !job->turn_taken) { /* never ran: its turn passes */
+    split_turn_wait(job);
+    split_turn_end(job);
+  }
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
 }
@@ -221,6 +251,15 @@ static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
 }
 
 static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int mpn_init_jobs_mixed(const mpn_init_job_t* jobs) {
+  int seen[2] = {0, 0};
+  for (const mpn_init_job_t* job = jobs; job; job = job->next) {
+    const mpn_config_t* cfg = job->comm ? &job->comm->config : &job->parent->config;
+    seen[cfg->blocking != 0] = 1;
+  }
+  return seen[0] && seen[1];
+}
 
 ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   int n = 0, background = 0;
@@ -407,6 +446,7 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   job->parent = comm; /* held until the job ran (mpn_init_job_release) */
   job->color = color;
   job->key = key;
+  job->ticket = __atomic_fetch_add(&comm->split_tickets, 1, __ATOMIC_ACQ_REL);
   if (!has_color) *newcomm = NULL;
   return job_submit(job);
 }

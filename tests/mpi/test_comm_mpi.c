@@ -3,8 +3,8 @@
  * under mpirun with 1 to 4 ranks): unique id + MPI_Bcast over all of
  * MPI_COMM_WORLD, a subset of the processes while the others do MPI work of
  * their own, two ranks per process from threads and from one thread in a
- * group, split, the MPI_Comm extension, non-blocking creation, and refused
- * rendezvous.  Without a GPU the communicators are host-only.
+ * group, split, the MPI_Comm extension, non-blocking creation and splits,
+ * and refused rendezvous and groups.  Without a GPU the communicators are host-only.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -202,6 +202,55 @@ static void test_nonblocking(void) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* Two non-blocking splits of one parent issued back to back run in the
+ * order of the calls on every process (they used to take the parent's
+ * split numbers in either order and time out about half the time); and a
+ * group may not create blocking and non-blocking communicators together. */
+static void test_nonblocking_splits(void) {
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "10", 1);
+  EXPECT_OK(mpn_params_reload());
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = NULL;
+  ncclResult_t res = ncclCommInitRankConfig(&parent, world_size, id, world_rank, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  ncclResult_t state;
+  do EXPECT_OK(ncclCommGetAsyncError(parent, &state));
+  while (state == ncclInProgress);
+  EXPECT(state == ncclSuccess);
+  for (int it = 0; it < 8; it++) {
+    ncclComm_t all = NULL, alone = NULL; /* everyone in reverse order; one comm per rank */
+    EXPECT(ncclCommSplit(parent, 0, -world_rank, &all, NULL) != ncclInvalidUsage);
+    EXPECT(ncclCommSplit(parent, world_rank, 0, &alone, NULL) != ncclInvalidUsage);
+    ncclResult_t a, b;
+    do EXPECT_OK(ncclCommGetAsyncError(all, &a));
+    while (a == ncclInProgress);
+    do EXPECT_OK(ncclCommGetAsyncError(alone, &b));
+    while (b == ncclInProgress);
+    EXPECT(a == ncclSuccess && b == ncclSuccess);
+    if (a == ncclSuccess) expect_shape(all, world_size, world_size - 1 - world_rank);
+    if (b == ncclSuccess) expect_shape(alone, 1, 0);
+    EXPECT_OK(ncclCommDestroy(all));
+    EXPECT_OK(ncclCommDestroy(alone));
+  }
+  ncclComm_t mixed[2] = {NULL, NULL};
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclCommSplit(parent, 0, world_rank, &mixed[0], NULL)); /* non-blocking, as its parent */
+  ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+  blocking.blocking = 1;
+  EXPECT_OK(mpincclCommInitMPI(&mixed[1], MPI_COMM_WORLD, &blocking));
+  EXPECT(ncclGroupEnd() == ncclInvalidArgument);
+  EXPECT(strstr(ncclGetLastError(NULL), "blocking and non-blocking") != NULL);
+  EXPECT(mixed[0] == NULL && mixed[1] == NULL);
+  EXPECT_OK(ncclCommDestroy(parent));
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  EXPECT_OK(mpn_params_reload());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* Callers that disagree all get ncclInvalidArgument, and nobody hangs. */
 static void test_disagreement(void) {
   if (world_size < 2) return;
@@ -290,6 +339,7 @@ int main(int argc, char** argv) {
   test_two_ranks_per_process();
   test_mpi_comm();
   test_nonblocking();
+  test_nonblocking_splits();
   test_disagreement();
   test_window_refusal();
   test_late_peer();

@@ -354,8 +354,8 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
         return mpn_error_set(NULL, ncclTimeout,
                              "bootstrap: rank %d got no answer from the rendezvous within %lld s "
                              "(MPINCCL_BOOTSTRAP_TIMEOUT): are all ranks calling in, and is the "
-                             "process that called ncclGetUniqueId taking part or running MPI "
-                             "with MPI_THREAD_MULTIPLE?",
+                             "process that called ncclGetUniqueId taking part, or did it "
+                             "initialize MPI with MPI_THREAD_MULTIPLE before making the id?",
                              dst, (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));
       return mpn_error_set(NULL, ncclTimeout,
                            "bootstrap: rank %d waited %lld s for rank %d "

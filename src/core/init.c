@@ -103,24 +103,52 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
   return res;
 }
 
+/*
+ * The MPI_Comm_split of splits of MPI-made communicators, one at a time in
+ * the order of the ncclCommSplit calls, whatever their parents (a ticket
+ * taken on the calling thread, mpi_turn): a group's splits run on threads,
+ * and two MPI_Comm_split calls at once could pair wrongly on one MPI
+ * communicator, or, below MPI_THREAD_MULTIPLE, block the channel another
+ * split's bootstrap needs while its peers wait for it.
+ */
+static uint64_t mpi_split_tickets, mpi_split_serving;
+
+static void mpi_turn_wait(const mpn_init_job_t* job) {
+  while (__atomic_load_n(&mpi_split_serving, __ATOMIC_ACQUIRE) != job->mpi_ticket) usleep(100);
+}
+
+static void mpi_turn_end(mpn_init_job_t* job) {
+  job->mpi_turn = 0;
+  __atomic_add_fetch(&mpi_split_serving, 1, __ATOMIC_ACQ_REL);
+}
+
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
-  MPN_CHECK(mpn_bootstrap_split(parent->bootstrap, job->color, job->key, b));
-  if (parent->mpi_comm == MPI_COMM_NULL) return ncclSuccess;
+  ncclResult_t res = mpn_bootstrap_split(parent->bootstrap, job->color, job->key, b);
+  if (!job->mpi_turn) return res;
   /* A split of an MPI-made communicator keeps an MPI communicator. */
-  int serialize = mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE;
-  if (serialize) mpn_chan_lock();
-  int err = MPI_Comm_split(parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key,
-                           mpi);
-  if (serialize) mpn_chan_unlock();
+  mpi_turn_wait(job);
+  int err = MPI_SUCCESS;
+  if (res == ncclSuccess) {
+    int serialize = mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE;
+    if (serialize) mpn_chan_lock();
+    err = MPI_Comm_split(parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi);
+    if (serialize) mpn_chan_unlock();
+  }
+  mpi_turn_end(job);
+  if (res != ncclSuccess) return res;
   if (err != MPI_SUCCESS) return mpn_error_mpi(err, "MPI_Comm_split");
   return ncclSuccess;
 }
 
 void mpn_init_job_release(mpn_init_job_t* job) {
-  if (job->kind == MPN_INIT_SPLIT && job->parent && !job->turn_taken) { /* never ran: its turn passes */
+  if (job->kind == MPN_INIT_SPLIT && job->parent && !job->turn_taken) { /* never ran: its turns pass */
     split_turn_wait(job);
     split_turn_end(job);
+  }
+  if (job->kind == MPN_INIT_SPLIT && job->mpi_turn) {
+    mpi_turn_wait(job);
+    mpi_turn_end(job);
   }
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
@@ -447,6 +475,10 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   job->color = color;
   job->key = key;
   job->ticket = __atomic_fetch_add(&comm->split_tickets, 1, __ATOMIC_ACQ_REL);
+  if (comm->mpi_comm != MPI_COMM_NULL) {
+    job->mpi_turn = 1;
+    job->mpi_ticket = __atomic_fetch_add(&mpi_split_tickets, 1, __ATOMIC_ACQ_REL);
+  }
   if (!has_color) *newcomm = NULL;
   return job_submit(job);
 }

@@ -251,6 +251,39 @@ static void test_nonblocking_splits(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Two MPI-made communicators split in one group (their splits run on
+ * threads): below MPI_THREAD_MULTIPLE this deadlocked, and two splits of
+ * communicators over one MPI communicator could pair their MPI_Comm_split
+ * calls wrongly.  Each child's MPI rank must be its rank. */
+static void test_split_two_mpi(void) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  for (int same = 0; same < 2; same++) {
+    ncclComm_t parent[2] = {NULL, NULL};
+    EXPECT_OK(mpincclCommInitMPI(&parent[0], MPI_COMM_WORLD, NULL));
+    EXPECT_OK(mpincclCommInitMPI(&parent[1], same ? MPI_COMM_WORLD : dup, NULL));
+    for (int it = 0; it < 4; it++) {
+      ncclComm_t child[2] = {NULL, NULL};
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclCommSplit(parent[0], 0, world_rank, &child[0], NULL));
+      EXPECT_OK(ncclCommSplit(parent[1], 0, -world_rank, &child[1], NULL));
+      EXPECT_OK(ncclGroupEnd());
+      for (int k = 0; k < 2 && child[k]; k++) {
+        int want = k == 0 ? world_rank : world_size - 1 - world_rank, mine = -1;
+        MPI_Comm m = MPI_COMM_NULL;
+        expect_shape(child[k], world_size, want);
+        EXPECT_OK(mpincclCommGetMPIComm(child[k], &m));
+        if (m != MPI_COMM_NULL) MPI_Comm_rank(m, &mine);
+        EXPECT(mine == want);
+        EXPECT_OK(ncclCommDestroy(child[k]));
+      }
+    }
+    EXPECT_OK(ncclCommDestroy(parent[0]));
+    EXPECT_OK(ncclCommDestroy(parent[1]));
+  }
+  MPI_Comm_free(&dup);
+}
+
 /* Callers that disagree all get ncclInvalidArgument, and nobody hangs. */
 static void test_disagreement(void) {
   if (world_size < 2) return;
@@ -340,6 +373,7 @@ int main(int argc, char** argv) {
   test_mpi_comm();
   test_nonblocking();
   test_nonblocking_splits();
+  test_split_two_mpi();
   test_disagreement();
   test_window_refusal();
   test_late_peer();

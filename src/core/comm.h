@@ -37,7 +37,8 @@ typedef struct mpn_init_job {
   int color, key;          /**< MPN_INIT_SPLIT */
   uint64_t ticket;         /**< MPN_INIT_SPLIT: its turn among the parent's splits (program order) */
   int turn_taken;          /**< MPN_INIT_SPLIT: its turn came and went */
-  uint64_t mpi_ticket;     /**< MPN_INIT_SPLIT of an MPI-made parent: its MPI_Comm_split's turn */
+  struct mpn_mpi_order* mpi_order; /**< the calling thread's order of MPI collectives (init.c) */
+  uint64_t mpi_ticket;             /**< MPN_INIT_MPI, or a split of an MPI-made parent: its turn in mpi_order */
   int mpi_turn;            /**< that turn is still to come */
   struct mpn_init_job* next;
 } mpn_init_job_t;

@@ -89,12 +89,54 @@ static void split_turn_end(mpn_init_job_t* job) {
 
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi);
 
+/*
+ * The MPI collectives of creation (mpincclCommInitMPI's set-up, the
+ * MPI_Comm_split of splits of MPI-made communicators) that one thread asked
+ * for run one at a time, in the order of its calls, whatever their
+ * communicators (a ticket taken on the calling thread, mpi_turn): a group's
+ * jobs, and non-blocking ones, run on threads, and two at once could pair
+ * their collectives wrongly on one MPI communicator or, below
+ * MPI_THREAD_MULTIPLE, block the channel another job's bootstrap needs while
+ * its peers wait for it.  Calls of different threads stay independent, as
+ * MPI's are.  A thread's order outlives it (jobs may still hold it).
+ */
+struct mpn_mpi_order {
+  uint64_t tickets, serving;
+};
+
+static __thread struct mpn_mpi_order* thread_order;
+
+static void mpi_turn_take(mpn_init_job_t* job) {
+  if (thread_order == NULL) thread_order = calloc(1, sizeof(*thread_order));
+  if (thread_order == NULL) return; /* out of memory: unordered, as before */
+  job->mpi_order = thread_order;
+  job->mpi_ticket = __atomic_fetch_add(&thread_order->tickets, 1, __ATOMIC_ACQ_REL);
+  job->mpi_turn = 1;
+}
+
+static void mpi_turn_wait(const mpn_init_job_t* job) {
+  if (!job->mpi_turn) return;
+  while (__atomic_load_n(&job->mpi_order->serving, __ATOMIC_ACQUIRE) != job->mpi_ticket) usleep(100);
+}
+
+static void mpi_turn_end(mpn_init_job_t* job) {
+  if (!job->mpi_turn) return;
+  job->mpi_turn = 0;
+  __atomic_add_fetch(&job->mpi_order->serving, 1, __ATOMIC_ACQ_REL);
+}
+
 /* Creates the bootstrap context of a job; for a split, also the MPI comm. */
 static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   const volatile int* abort = job->comm ? &job->comm->abort_flag : NULL;
   switch (job->kind) {
     case MPN_INIT_RANK: return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
-    case MPN_INIT_MPI: *mpi = job->mpi_comm; return mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
+    case MPN_INIT_MPI: {
+      *mpi = job->mpi_comm;
+      mpi_turn_wait(job);
+      ncclResult_t res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
+      mpi_turn_end(job);
+      return res;
+    }
     case MPN_INIT_SPLIT: break;
   }
   split_turn_wait(job);
@@ -103,29 +145,10 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
   return res;
 }
 
-/*
- * The MPI_Comm_split of splits of MPI-made communicators, one at a time in
- * the order of the ncclCommSplit calls, whatever their parents (a ticket
- * taken on the calling thread, mpi_turn): a group's splits run on threads,
- * and two MPI_Comm_split calls at once could pair wrongly on one MPI
- * communicator, or, below MPI_THREAD_MULTIPLE, block the channel another
- * split's bootstrap needs while its peers wait for it.
- */
-static uint64_t mpi_split_tickets, mpi_split_serving;
-
-static void mpi_turn_wait(const mpn_init_job_t* job) {
-  while (__atomic_load_n(&mpi_split_serving, __ATOMIC_ACQUIRE) != job->mpi_ticket) usleep(100);
-}
-
-static void mpi_turn_end(mpn_init_job_t* job) {
-  job->mpi_turn = 0;
-  __atomic_add_fetch(&mpi_split_serving, 1, __ATOMIC_ACQ_REL);
-}
-
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
   ncclResult_t res = mpn_bootstrap_split(parent->bootstrap, job->color, job->key, b);
-  if (!job->mpi_turn) return res;
+  if (parent->mpi_comm == MPI_COMM_NULL) return res;
   /* A split of an MPI-made communicator keeps an MPI communicator. */
   mpi_turn_wait(job);
   int err = MPI_SUCCESS;
@@ -146,7 +169,7 @@ void mpn_init_job_release(mpn_init_job_t* job) {
     split_turn_wait(job);
     split_turn_end(job);
   }
-  if (job->kind == MPN_INIT_SPLIT && job->mpi_turn) {
+  if (job->mpi_turn) {
     mpi_turn_wait(job);
     mpi_turn_end(job);
   }
@@ -442,6 +465,7 @@ static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* c
   mpn_init_job_t* job;
   MPN_CHECK(job_new(MPN_INIT_MPI, &cfg, mpn_cuda_current_device(), comm, &job));
   job->mpi_comm = mpicomm;
+  mpi_turn_take(job);
   return job_submit(job);
 }
 
@@ -475,10 +499,7 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   job->color = color;
   job->key = key;
   job->ticket = __atomic_fetch_add(&comm->split_tickets, 1, __ATOMIC_ACQ_REL);
-  if (comm->mpi_comm != MPI_COMM_NULL) {
-    job->mpi_turn = 1;
-    job->mpi_ticket = __atomic_fetch_add(&mpi_split_tickets, 1, __ATOMIC_ACQ_REL);
-  }
+  if (comm->mpi_comm != MPI_COMM_NULL) mpi_turn_take(job);
   if (!has_color) *newcomm = NULL;
   return job_submit(job);
 }

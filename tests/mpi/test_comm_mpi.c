@@ -281,6 +281,28 @@ static void test_split_two_mpi(void) {
     EXPECT_OK(ncclCommDestroy(parent[0]));
     EXPECT_OK(ncclCommDestroy(parent[1]));
   }
+  /* Two communicators from one MPI communicator in one group: their MPI
+   * collectives used to interleave differently on different processes
+   * (MPI_ERR_TRUNCATE).  Blocking, then non-blocking back to back. */
+  for (int blocking = 1; blocking >= 0; blocking--) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = blocking;
+    ncclComm_t two[2] = {NULL, NULL};
+    if (blocking) EXPECT_OK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+      ncclResult_t res = mpincclCommInitMPI(&two[k], MPI_COMM_WORLD, &cfg);
+      EXPECT(res == ncclSuccess || (!blocking && res == ncclInProgress));
+    }
+    if (blocking) EXPECT_OK(ncclGroupEnd());
+    for (int k = 0; k < 2 && two[k]; k++) {
+      ncclResult_t state;
+      do EXPECT_OK(ncclCommGetAsyncError(two[k], &state));
+      while (state == ncclInProgress);
+      EXPECT(state == ncclSuccess);
+      expect_shape(two[k], world_size, world_rank);
+      EXPECT_OK(ncclCommDestroy(two[k]));
+    }
+  }
   MPI_Comm_free(&dup);
 }
 

@@ -72,9 +72,11 @@ ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort,
 /**
  * Splits a context as MPI_Comm_split does: ranks with equal color form a new
  * context, ordered by key then by old rank.  A negative color gives *out =
- * NULL.  Collective over parent.
+ * NULL.  Collective over parent; its waits stop when *abort is set (the
+ * child's flag, so that aborting the child ends them), or parent's own flag
+ * when abort is NULL.
  */
-ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key,
+ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key, const volatile int* abort,
                                  mpn_bootstrap_t** out);
 
 /** Every rank contributes size bytes at buf + rank*size; all get all. */

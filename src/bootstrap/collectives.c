@@ -105,13 +105,17 @@ static int split_order(const void* a, const void* b) {
   return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key,
+ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key, const volatile int* abort,
                                  mpn_bootstrap_t** out) {
   int n = parent->nranks;
   split_entry_t* all = calloc((size_t)n, sizeof(*all));
   if (all == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   all[parent->rank] = (split_entry_t){color < 0 ? -1 : color, key, parent->rank};
-  ncclResult_t res = mpn_bootstrap_allgather(parent, all, sizeof(*all));
+  /* The parent's context, watching the flag the caller names. */
+  mpn_bootstrap_t view = *parent;
+  if (abort) view.abort = abort;
+  ncclResult_t res = mpn_bootstrap_allgather(&view, all, sizeof(*all));
+  parent->seq = view.seq;
   uint32_t split = parent->splits++;
   if (res != ncclSuccess || color < 0) {
     free(all);

@@ -118,6 +118,9 @@ static void comm_free(struct ncclComm* comm, int abort) {
   if (comm == NULL) return;
   registry_remove(comm);
   comm_join_init(comm, 1);
+  /* A split of comm in progress watches its child's flag, not comm's. */
+  volatile int* child = __atomic_load_n(&comm->split_abort, __ATOMIC_ACQUIRE);
+  if (child) *child = 1;
   /* A launch of another thread still using comm (waiting for peers, say)
    * sees abort_flag and ends: only then go. */
   while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);

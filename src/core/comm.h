@@ -66,6 +66,7 @@ struct ncclComm {
   volatile int abort_flag;
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
   uint64_t split_tickets, split_serving; /**< splits of this comm run one at a time, in call order */
+  volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch it) */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */
   pthread_t init_thread;

@@ -147,7 +147,13 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
 
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
-  ncclResult_t res = mpn_bootstrap_split(parent->bootstrap, job->color, job->key, b);
+  /* The split's waits watch the child's flag (ncclCommAbort of the child
+   * ends them); the parent's destroy or abort sets it too (comm_free). */
+  volatile int* child_abort = job->comm ? &job->comm->abort_flag : NULL;
+  __atomic_store_n(&parent->split_abort, child_abort, __ATOMIC_RELEASE);
+  if (child_abort && parent->abort_flag) *child_abort = 1;
+  ncclResult_t res = mpn_bootstrap_split(parent->bootstrap, job->color, job->key, child_abort, b);
+  __atomic_store_n(&parent->split_abort, (volatile int*)NULL, __ATOMIC_RELEASE);
   if (parent->mpi_comm == MPI_COMM_NULL) return res;
   /* A split of an MPI-made communicator keeps an MPI communicator. */
   mpi_turn_wait(job);

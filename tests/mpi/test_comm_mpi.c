@@ -306,6 +306,36 @@ static void test_split_two_mpi(void) {
   MPI_Comm_free(&dup);
 }
 
+/* ncclCommAbort of a child whose non-blocking split its peers never join
+ * returns at once: it used to wait out MPINCCL_BOOTSTRAP_TIMEOUT (600 s
+ * here; the run's own timeout catches a wait). */
+static void test_abort_pending_split(void) {
+  if (world_size < 2) return;
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "600", 1);
+  EXPECT_OK(mpn_params_reload());
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = NULL;
+  ncclResult_t res = ncclCommInitRankConfig(&parent, world_size, id, world_rank, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  ncclResult_t state;
+  do EXPECT_OK(ncclCommGetAsyncError(parent, &state));
+  while (state == ncclInProgress);
+  if (world_rank == 0) {
+    ncclComm_t child = NULL;
+    res = ncclCommSplit(parent, 0, 0, &child, NULL);
+    EXPECT(res == ncclInProgress || res == ncclSuccess);
+    EXPECT_OK(ncclCommAbort(child));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_OK(ncclCommAbort(parent)); /* rank 0's split numbers now differ */
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  EXPECT_OK(mpn_params_reload());
+}
+
 /* Callers that disagree all get ncclInvalidArgument, and nobody hangs. */
 static void test_disagreement(void) {
   if (world_size < 2) return;
@@ -396,6 +426,7 @@ int main(int argc, char** argv) {
   test_nonblocking();
   test_nonblocking_splits();
   test_split_two_mpi();
+  test_abort_pending_split();
   test_disagreement();
   test_window_refusal();
   test_late_peer();

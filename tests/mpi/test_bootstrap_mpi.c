@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
 
   /* Split into singletons and pairs, exercised concurrently with the parent. */
   mpn_bootstrap_t *pairs = NULL, *none = (mpn_bootstrap_t*)0x1;
-  EXPECT_OK(mpn_bootstrap_split(b, b->rank / 2, b->rank, &pairs));
-  EXPECT_OK(mpn_bootstrap_split(b, -1, 0, &none));
+  EXPECT_OK(mpn_bootstrap_split(b, b->rank / 2, b->rank, NULL, &pairs));
+  EXPECT_OK(mpn_bootstrap_split(b, -1, 0, NULL, &none));
   EXPECT(none == NULL);
   EXPECT(pairs->rank == b->rank % 2);
   exercise(pairs);

@@ -202,13 +202,8 @@ static void test_nonblocking(void) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
-/* Two non-blocking splits of one parent issued back to back run in the
- * order of the calls on every process (they used to take the parent's
- * split numbers in either order and time out about half the time); and a
- * group may not create blocking and non-blocking communicators together. */
-static void test_nonblocking_splits(void) {
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "10", 1);
-  EXPECT_OK(mpn_params_reload());
+/* A non-blocking communicator of every process, from a unique id, ready. */
+static ncclComm_t nonblocking_world(void) {
   ncclUniqueId id;
   if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -221,6 +216,17 @@ static void test_nonblocking_splits(void) {
   do EXPECT_OK(ncclCommGetAsyncError(parent, &state));
   while (state == ncclInProgress);
   EXPECT(state == ncclSuccess);
+  return parent;
+}
+
+/* Two non-blocking splits of one parent issued back to back run in the
+ * order of the calls on every process (they used to take the parent's
+ * split numbers in either order and time out about half the time); and a
+ * group may not create blocking and non-blocking communicators together. */
+static void test_nonblocking_splits(void) {
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "10", 1);
+  EXPECT_OK(mpn_params_reload());
+  ncclComm_t parent = nonblocking_world();
   for (int it = 0; it < 8; it++) {
     ncclComm_t all = NULL, alone = NULL; /* everyone in reverse order; one comm per rank */
     EXPECT(ncclCommSplit(parent, 0, -world_rank, &all, NULL) != ncclInvalidUsage);
@@ -313,17 +319,8 @@ static void test_abort_pending_split(void) {
   if (world_size < 2) return;
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "600", 1);
   EXPECT_OK(mpn_params_reload());
-  ncclUniqueId id;
-  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  ncclComm_t parent = NULL;
-  ncclResult_t res = ncclCommInitRankConfig(&parent, world_size, id, world_rank, &cfg);
-  EXPECT(res == ncclInProgress || res == ncclSuccess);
-  ncclResult_t state;
-  do EXPECT_OK(ncclCommGetAsyncError(parent, &state));
-  while (state == ncclInProgress);
+  ncclComm_t parent = nonblocking_world();
+  ncclResult_t res;
   if (world_rank == 0) {
     ncclComm_t child = NULL;
     res = ncclCommSplit(parent, 0, 0, &child, NULL);

@@ -710,7 +710,7 @@ static void* boot_thread(void* p) {
   ok &= mpn_bootstrap_send(b, next, 5, &a->rank, sizeof(int)) == ncclSuccess;
   ok &= mpn_bootstrap_recv(b, prev, 5, &got, sizeof(int)) == ncclSuccess;
   ok &= got == prev;
-  ok &= mpn_bootstrap_split(b, a->rank % 2, -a->rank, &child) == ncclSuccess;
+  ok &= mpn_bootstrap_split(b, a->rank % 2, -a->rank, NULL, &child) == ncclSuccess;
   if (child) {
     int expect_n = (a->nranks + 1 - a->rank % 2) / 2;
     ok &= child->nranks == expect_n;

@@ -107,8 +107,15 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   memcpy(&h, payload, sizeof(h));
   record_t* r = record_find(key, 1);
   if (r == NULL) return;
+  uint64_t now = mpn_chan_now_ns();
+  /* A failed id answers late callers with its error until nobody came for
+   * 2 s (as service_linger waits); then it may serve a new round. */
+  if (r->failed && r->count == 0 && now - r->last_ns > 2000000000ull) {
+    r->failed = r->answered = r->max_nranks = 0;
+    r->error[0] = '\0';
+  }
   if (h.nranks > r->max_nranks) r->max_nranks = h.nranks;
-  r->last_ns = mpn_chan_now_ns();
+  r->last_ns = now;
   if (r->count == 0 && !r->failed) {
     r->nranks = h.nranks;
     r->hellos = calloc((size_t)h.nranks, sizeof(hello_t));
@@ -134,7 +141,13 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
     return;
   }
   r->hellos[r->count++] = h;
-  if (r->count == r->nranks) record_answer(r, record_check(r));
+  if (r->count < r->nranks) return;
+  ncclResult_t res = record_check(r);
+  if (res != ncclSuccess) { /* a caller still to come (a rank given twice) gets the error too */
+    r->failed = 1;
+    r->answered += r->count;
+  }
+  record_answer(r, res);
 }
 
 /* ---- helper thread serving open ids under MPI_THREAD_MULTIPLE ---- */

@@ -124,6 +124,7 @@ END_TEST
 typedef struct {
   ncclUniqueId id;
   int nranks, rank;
+  unsigned delay_us; /* before the call */
   ncclComm_t comm;
   ncclResult_t res;
   char error[256];
@@ -131,6 +132,7 @@ typedef struct {
 
 static void* init_rank_thread(void* p) {
   rank_arg_t* a = p;
+  if (a->delay_us) usleep(a->delay_us);
   a->res = ncclCommInitRank(&a->comm, a->nranks, a->id, a->rank);
   snprintf(a->error, sizeof(a->error), "%s", ncclGetLastError(NULL));
   return NULL;
@@ -161,6 +163,19 @@ START_TEST(rendezvous_disagreements) {
   for (int i = 0; i < 2; i++) {
     ck_assert_int_eq(b[i].res, ncclInvalidArgument);
     ck_assert(contains(b[i].error, "disagree on nranks"));
+  }
+  /* A rank given twice fills the round before the last rank comes: that one
+   * gets the error too (it used to wait out the timeout). */
+  rank_arg_t c[4] = {{.nranks = 3, .rank = 0},
+                     {.nranks = 3, .rank = 0},
+                     {.nranks = 3, .rank = 1},
+                     {.nranks = 3, .rank = 2, .delay_us = 300000}};
+  ck_assert_int_eq(ncclGetUniqueId(&c[0].id), ncclSuccess);
+  for (int i = 1; i < 4; i++) c[i].id = c[0].id;
+  run_ranks(c, 4);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(c[i].res, ncclInvalidArgument);
+    ck_assert(contains(c[i].error, "rank 0 was given by two callers"));
   }
 }
 END_TEST

@@ -25,6 +25,18 @@ typedef enum {
 /** How a communicator is being made (see init.c). */
 typedef enum { MPN_INIT_RANK, MPN_INIT_MPI, MPN_INIT_SPLIT } mpn_init_kind_t;
 
+/** Tickets handed out in call order and served one at a time (init.c). */
+typedef struct {
+  uint64_t tickets, serving;
+} mpn_order_t;
+
+/** One ticket of an order; pending until its turn has come and gone. */
+typedef struct {
+  mpn_order_t* order;
+  uint64_t ticket;
+  int pending;
+} mpn_turn_t;
+
 typedef struct mpn_init_job {
   mpn_init_kind_t kind;
   struct ncclComm* comm;   /**< the communicator being made (NULL: split without color) */
@@ -35,11 +47,9 @@ typedef struct mpn_init_job {
   MPI_Comm mpi_comm;       /**< MPN_INIT_MPI */
   struct ncclComm* parent; /**< MPN_INIT_SPLIT */
   int color, key;          /**< MPN_INIT_SPLIT */
-  uint64_t ticket;         /**< MPN_INIT_SPLIT: its turn among the parent's splits (program order) */
-  int turn_taken;          /**< MPN_INIT_SPLIT: its turn came and went */
-  struct mpn_mpi_order* mpi_order; /**< the calling thread's order of MPI collectives (init.c) */
-  uint64_t mpi_ticket;             /**< MPN_INIT_MPI, or a split of an MPI-made parent: its turn in mpi_order */
-  int mpi_turn;            /**< that turn is still to come */
+  mpn_turn_t split_turn;   /**< MPN_INIT_SPLIT: its turn among the parent's splits (init.c) */
+  mpn_turn_t mpi_turn;     /**< MPN_INIT_MPI, or a split of an MPI-made parent: its turn among the
+                                MPI collectives of the calling thread's creations (init.c) */
   struct mpn_init_job* next;
 } mpn_init_job_t;
 
@@ -65,7 +75,7 @@ struct ncclComm {
   int mpi_comm_owned;
   volatile int abort_flag;
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
-  uint64_t split_tickets, split_serving; /**< splits of this comm run one at a time, in call order */
+  mpn_order_t split_order;               /**< splits of this comm run one at a time, in call order (init.c) */
   volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch it) */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */

@@ -72,58 +72,48 @@ static ncclResult_t comm_setup(struct ncclComm* comm) {
 }
 
 /*
- * Splits of one parent run one at a time, in the order of their calls on
- * each process (a ticket taken on the calling thread): two non-blocking
- * splits issued back to back would otherwise take the parent's split and
- * collective numbers in either order, differently on different processes.
- * A split's turn ends when it ran, or when it was discarded (mpn_init_job_release).
+ * Turns: a ticket taken on the calling thread, in the order of its calls;
+ * the job waits for its turn before its collectives and ends it after, or,
+ * discarded, when it is released.  Two orders use them:
+ * - splits of one parent (ncclComm.split_order): two non-blocking splits
+ *   issued back to back would otherwise take the parent's split and
+ *   collective numbers in either order, differently on different processes;
+ * - the MPI collectives of creation one thread asked for (mpincclCommInitMPI's
+ *   set-up, the MPI_Comm_split of MPI-made communicators' splits), whatever
+ *   their communicators: a group's jobs, and non-blocking ones, run on
+ *   threads, and two at once could pair their collectives wrongly on one MPI
+ *   communicator or, below MPI_THREAD_MULTIPLE, block the channel another
+ *   job's bootstrap needs while its peers wait for it.  Calls of different
+ *   threads stay independent, as MPI's are; a thread's order outlives it
+ *   (jobs may still hold it).
  */
-static void split_turn_wait(const mpn_init_job_t* job) {
-  while (__atomic_load_n(&job->parent->split_serving, __ATOMIC_ACQUIRE) != job->ticket) usleep(100);
+static void turn_take(mpn_order_t* order, mpn_turn_t* turn) {
+  if (order == NULL) return; /* out of memory: unordered, as before */
+  turn->order = order;
+  turn->ticket = __atomic_fetch_add(&order->tickets, 1, __ATOMIC_ACQ_REL);
+  turn->pending = 1;
 }
 
-static void split_turn_end(mpn_init_job_t* job) {
-  job->turn_taken = 1;
-  __atomic_add_fetch(&job->parent->split_serving, 1, __ATOMIC_ACQ_REL);
+static void turn_wait(const mpn_turn_t* turn) {
+  if (!turn->pending) return;
+  while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) usleep(100);
+}
+
+static void turn_end(mpn_turn_t* turn) {
+  if (!turn->pending) return;
+  turn->pending = 0;
+  __atomic_add_fetch(&turn->order->serving, 1, __ATOMIC_ACQ_REL);
+}
+
+static __thread mpn_order_t* thread_order;
+
+/* The calling thread's order of MPI collectives; NULL if out of memory. */
+static mpn_order_t* mpi_order(void) {
+  if (thread_order == NULL) thread_order = calloc(1, sizeof(*thread_order));
+  return thread_order;
 }
 
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi);
-
-/*
- * The MPI collectives of creation (mpincclCommInitMPI's set-up, the
- * MPI_Comm_split of splits of MPI-made communicators) that one thread asked
- * for run one at a time, in the order of its calls, whatever their
- * communicators (a ticket taken on the calling thread, mpi_turn): a group's
- * jobs, and non-blocking ones, run on threads, and two at once could pair
- * their collectives wrongly on one MPI communicator or, below
- * MPI_THREAD_MULTIPLE, block the channel another job's bootstrap needs while
- * its peers wait for it.  Calls of different threads stay independent, as
- * MPI's are.  A thread's order outlives it (jobs may still hold it).
- */
-struct mpn_mpi_order {
-  uint64_t tickets, serving;
-};
-
-static __thread struct mpn_mpi_order* thread_order;
-
-static void mpi_turn_take(mpn_init_job_t* job) {
-  if (thread_order == NULL) thread_order = calloc(1, sizeof(*thread_order));
-  if (thread_order == NULL) return; /* out of memory: unordered, as before */
-  job->mpi_order = thread_order;
-  job->mpi_ticket = __atomic_fetch_add(&thread_order->tickets, 1, __ATOMIC_ACQ_REL);
-  job->mpi_turn = 1;
-}
-
-static void mpi_turn_wait(const mpn_init_job_t* job) {
-  if (!job->mpi_turn) return;
-  while (__atomic_load_n(&job->mpi_order->serving, __ATOMIC_ACQUIRE) != job->mpi_ticket) usleep(100);
-}
-
-static void mpi_turn_end(mpn_init_job_t* job) {
-  if (!job->mpi_turn) return;
-  job->mpi_turn = 0;
-  __atomic_add_fetch(&job->mpi_order->serving, 1, __ATOMIC_ACQ_REL);
-}
 
 /* Creates the bootstrap context of a job; for a split, also the MPI comm. */
 static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
@@ -132,16 +122,16 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
     case MPN_INIT_RANK: return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
     case MPN_INIT_MPI: {
       *mpi = job->mpi_comm;
-      mpi_turn_wait(job);
+      turn_wait(&job->mpi_turn);
       ncclResult_t res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
-      mpi_turn_end(job);
+      turn_end(&job->mpi_turn);
       return res;
     }
     case MPN_INIT_SPLIT: break;
   }
-  split_turn_wait(job);
+  turn_wait(&job->split_turn);
   ncclResult_t res = split_bootstrap(job, b, mpi);
-  split_turn_end(job);
+  turn_end(&job->split_turn);
   return res;
 }
 
@@ -156,7 +146,7 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
   __atomic_store_n(&parent->split_abort, (volatile int*)NULL, __ATOMIC_RELEASE);
   if (parent->mpi_comm == MPI_COMM_NULL) return res;
   /* A split of an MPI-made communicator keeps an MPI communicator. */
-  mpi_turn_wait(job);
+  turn_wait(&job->mpi_turn);
   int err = MPI_SUCCESS;
   if (res == ncclSuccess) {
     int serialize = mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE;
@@ -164,21 +154,18 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
     err = MPI_Comm_split(parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi);
     if (serialize) mpn_chan_unlock();
   }
-  mpi_turn_end(job);
+  turn_end(&job->mpi_turn);
   if (res != ncclSuccess) return res;
   if (err != MPI_SUCCESS) return mpn_error_mpi(err, "MPI_Comm_split");
   return ncclSuccess;
 }
 
 void mpn_init_job_release(mpn_init_job_t* job) {
-  if (job->kind == MPN_INIT_SPLIT && job->parent && !job->turn_taken) { /* never ran: its turns pass */
-    split_turn_wait(job);
-    split_turn_end(job);
-  }
-  if (job->mpi_turn) {
-    mpi_turn_wait(job);
-    mpi_turn_end(job);
-  }
+  /* A job that never ran lets its turns pass (in order). */
+  turn_wait(&job->split_turn);
+  turn_end(&job->split_turn);
+  turn_wait(&job->mpi_turn);
+  turn_end(&job->mpi_turn);
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
 }
@@ -471,7 +458,7 @@ static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* c
   mpn_init_job_t* job;
   MPN_CHECK(job_new(MPN_INIT_MPI, &cfg, mpn_cuda_current_device(), comm, &job));
   job->mpi_comm = mpicomm;
-  mpi_turn_take(job);
+  turn_take(mpi_order(), &job->mpi_turn);
   return job_submit(job);
 }
 
@@ -504,8 +491,8 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   job->parent = comm; /* held until the job ran (mpn_init_job_release) */
   job->color = color;
   job->key = key;
-  job->ticket = __atomic_fetch_add(&comm->split_tickets, 1, __ATOMIC_ACQ_REL);
-  if (comm->mpi_comm != MPI_COMM_NULL) mpi_turn_take(job);
+  turn_take(&comm->split_order, &job->split_turn);
+  if (comm->mpi_comm != MPI_COMM_NULL) turn_take(mpi_order(), &job->mpi_turn);
   if (!has_color) *newcomm = NULL;
   return job_submit(job);
 }

@@ -112,6 +112,11 @@ static void comm_join_init(struct ncclComm* comm, int abort) {
   comm->job = NULL;
 }
 
+/* Until no group launch of another thread holds comm (mpn_comm_hold). */
+static void launches_wait(const struct ncclComm* comm) {
+  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+}
+
 /* Frees comm; with abort (ncclCommAbort) it first lets go of what the
  * streams wait for and tells the peers (mpn_p2p_abort). */
 static void comm_free(struct ncclComm* comm, int abort) {
@@ -123,7 +128,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   if (child) *child = 1;
   /* A launch of another thread still using comm (waiting for peers, say)
    * sees abort_flag and ends: only then go. */
-  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+  launches_wait(comm);
   /* Streams may wait for peers that will never write (a stuck or failed
    * exchange is why programs abort): released before anything is freed. */
   if (abort) {
@@ -287,7 +292,7 @@ MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
     __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
     /* A launch of another thread that still holds comm marks its streams
      * first (comm_free waits for it anyway). */
-    while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+    launches_wait(comm);
     ncclResult_t res = mpn_drain_wait(comm, "ncclCommDestroy", comm_failed);
     if (res != ncclSuccess) {
       MPN_WARN("%s; freeing the communicator as ncclCommAbort does", mpn_error_last(comm));

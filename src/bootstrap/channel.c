@@ -3,11 +3,16 @@
  *
  * All state sits behind one recursive lock.  MPI is only called with that lock
  * held and only through non-blocking calls (Isend, Improbe/Mrecv, Test), so
- * the library is correct under MPI_THREAD_SERIALIZED and never blocks another
- * thread's progress inside MPI.
+ * the library never blocks another thread's progress inside MPI.  Below
+ * MPI_THREAD_MULTIPLE the threads the library starts for creation (workers)
+ * never call MPI at all: their sends wait in a queue and their own MPI calls
+ * are handed over as tasks, and the application's threads that call into
+ * the library do both (mpn_chan_progress, mpn_chan_drive).  So MPI sees only
+ * threads the application called the library from, one at a time.
  */
 #include "bootstrap/channel.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,17 +41,35 @@ typedef struct pending {
   struct pending* next;
   uint64_t key; /* context of the message, for mpn_chan_flush */
   MPI_Request req;
+  int world, bytes; /* destination and length, for a send posted later */
   char buf[];
 } pending_t;
+
+/* An MPI call a worker hands over (mpn_chan_call); it lives on the worker's stack. */
+typedef struct task {
+  struct task* next;
+  void (*fn)(void*);
+  void* arg;
+  int done;
+} task_t;
 
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   msg_t *head, *tail; /* mailbox, oldest first */
   pending_t* sends;   /* MPI sends not yet complete */
+  pending_t *unposted, *unposted_tail; /* workers' sends, not yet given to MPI, oldest first */
+  task_t *tasks, *tasks_tail;          /* workers' MPI calls, oldest first */
   uint64_t proc;
   int mpi_ready, mpi_owned, thread_level, world_rank, tag;
+  int workers; /* live worker threads (atomic) */
 } chan = {.cond = PTHREAD_COND_INITIALIZER};
+
+/* Set on the threads the library starts for creation (mpn_chan_worker_begin). */
+static __thread int chan_worker;
+
+/* Whether this thread may call MPI itself. */
+static int may_call_mpi(void) { return !chan_worker || chan.thread_level == MPI_THREAD_MULTIPLE; }
 
 static pthread_once_t chan_once = PTHREAD_ONCE_INIT;
 
@@ -120,13 +143,6 @@ int mpn_chan_mpi_ready(void) {
 int mpn_chan_mpi_thread_level(void) { return chan.thread_level; }
 int mpn_chan_mpi_owned(void) { return chan.mpi_owned; }
 
-void mpn_chan_lock(void) {
-  chan_init();
-  pthread_mutex_lock(&chan.lock);
-}
-
-void mpn_chan_unlock(void) { pthread_mutex_unlock(&chan.lock); }
-
 void mpn_chan_locked(void (*fn)(void*), void* arg) {
   chan_init();
   pthread_mutex_lock(&chan.lock);
@@ -139,14 +155,18 @@ static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* ext
   (void)comm, (void)keyval, (void)attr, (void)extra;
   pthread_mutex_lock(&chan.lock);
   uint64_t until = mpn_chan_now_ns() + 2000000000ull;
-  while (chan.sends && mpn_chan_now_ns() < until) mpn_chan_progress();
+  while ((chan.sends || chan.unposted) && mpn_chan_now_ns() < until) mpn_chan_progress();
   for (pending_t *p = chan.sends, *next; p; p = next) {
     next = p->next;
     MPI_Cancel(&p->req);
     MPI_Request_free(&p->req);
     free(p);
   }
-  chan.sends = NULL;
+  for (pending_t *p = chan.unposted, *next; p; p = next) { /* (only if posting failed) */
+    next = p->next;
+    free(p);
+  }
+  chan.sends = chan.unposted = chan.unposted_tail = NULL;
   chan.mpi_ready = 0;
   pthread_mutex_unlock(&chan.lock);
   return MPI_SUCCESS;
@@ -226,10 +246,38 @@ static void deposit(const msg_hdr_t* hdr, const void* data) {
   pthread_cond_broadcast(&chan.cond);
 }
 
+/* Gives p to MPI; on failure frees it and returns MPI's error. */
+static int post(pending_t* p) {
+  int err = MPI_Isend(p->buf, p->bytes, MPI_BYTE, p->world, chan.tag, MPI_COMM_WORLD, &p->req);
+  if (err != MPI_SUCCESS) {
+    free(p);
+    return err;
+  }
+  p->next = chan.sends;
+  chan.sends = p;
+  return MPI_SUCCESS;
+}
+
+/* Posts the workers' sends in the order they were made (a driver's). */
+static void post_unposted(void) {
+  while (chan.unposted) {
+    pending_t* p = chan.unposted;
+    chan.unposted = p->next;
+    if (chan.unposted == NULL) chan.unposted_tail = NULL;
+    int world = p->world;
+    int err = post(p);
+    if (err != MPI_SUCCESS) {
+      mpn_error_mpi(err, "MPI_Isend");
+      MPN_WARN("bootstrap: a set-up message to world rank %d was lost (%s); its receiver will time out", world,
+               mpn_error_last(NULL));
+    }
+  }
+}
+
 ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t* to, int tag,
                            const void* buf, size_t len) {
   chan_init();
-  if (len > UINT32_MAX)
+  if (len > INT_MAX - sizeof(msg_hdr_t)) /* MPI counts are ints */
     return mpn_error_set(NULL, ncclInvalidArgument, "bootstrap: a message of %zu bytes is too long", len);
   msg_hdr_t hdr = {.key = key, .src = src, .dst = dst, .tag = tag, .len = (uint32_t)len};
   ncclResult_t res = ncclSuccess;
@@ -248,15 +296,20 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
     } else {
       memcpy(p->buf, &hdr, sizeof(hdr));
       memcpy(p->buf + sizeof(hdr), buf, len);
-      int err = MPI_Isend(p->buf, (int)(sizeof(hdr) + len), MPI_BYTE, to->world, chan.tag,
-                          MPI_COMM_WORLD, &p->req);
-      if (err != MPI_SUCCESS) {
-        free(p);
-        res = mpn_error_mpi(err, "MPI_Isend");
-      } else {
-        p->key = key;
-        p->next = chan.sends;
-        chan.sends = p;
+      p->key = key;
+      p->world = to->world;
+      p->bytes = (int)(sizeof(hdr) + len);
+      p->next = NULL;
+      if (may_call_mpi() && chan.unposted == NULL) {
+        int err = post(p);
+        if (err != MPI_SUCCESS) res = mpn_error_mpi(err, "MPI_Isend");
+      } else { /* after the queued ones, so that messages keep their order */
+        if (chan.unposted_tail)
+          chan.unposted_tail->next = p;
+        else
+          chan.unposted = p;
+        chan.unposted_tail = p;
+        if (may_call_mpi()) post_unposted();
       }
     }
   }
@@ -264,13 +317,28 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
   return res;
 }
 
+/* Runs the workers' tasks, oldest first, and wakes them. */
+static void run_tasks(void) {
+  if (chan.tasks == NULL) return;
+  while (chan.tasks) {
+    task_t* t = chan.tasks;
+    chan.tasks = t->next;
+    if (chan.tasks == NULL) chan.tasks_tail = NULL;
+    t->fn(t->arg);
+    t->done = 1;
+  }
+  pthread_cond_broadcast(&chan.cond);
+}
+
 void mpn_chan_progress(void) {
   chan_init();
   pthread_mutex_lock(&chan.lock);
-  if (!chan.mpi_ready) {
+  if (!chan.mpi_ready || !may_call_mpi()) { /* a worker below MPI_THREAD_MULTIPLE: a driver will */
     pthread_mutex_unlock(&chan.lock);
     return;
   }
+  run_tasks();
+  post_unposted();
   for (pending_t **pp = &chan.sends; *pp;) {
     int done = 0;
     MPI_Test(&(*pp)->req, &done, MPI_STATUS_IGNORE);
@@ -305,6 +373,68 @@ void mpn_chan_progress(void) {
     free(buf);
   }
   pthread_mutex_unlock(&chan.lock);
+}
+
+/* Runs fn(arg) on a thread that may call MPI: this one, or (a worker below
+ * MPI_THREAD_MULTIPLE) the next driver, waiting for it.  Lock held once. */
+static void run_locked(void (*fn)(void*), void* arg) {
+  if (may_call_mpi()) {
+    fn(arg);
+    return;
+  }
+  task_t t = {.fn = fn, .arg = arg};
+  if (chan.tasks_tail)
+    chan.tasks_tail->next = &t;
+  else
+    chan.tasks = &t;
+  chan.tasks_tail = &t;
+  while (!t.done) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&chan.cond, &chan.lock, &ts);
+  }
+}
+
+void mpn_chan_call(void (*fn)(void*), void* arg, int blocks) {
+  chan_init();
+  if (blocks && chan.thread_level == MPI_THREAD_MULTIPLE) { /* others go on meanwhile */
+    fn(arg);
+    return;
+  }
+  pthread_mutex_lock(&chan.lock);
+  run_locked(fn, arg);
+  pthread_mutex_unlock(&chan.lock);
+}
+
+void mpn_chan_worker_begin(void) {
+  chan_worker = 1;
+  __atomic_add_fetch(&chan.workers, 1, __ATOMIC_ACQ_REL);
+}
+
+void mpn_chan_worker_end(void) {
+  if (!chan_worker) return;
+  chan_worker = 0;
+  __atomic_sub_fetch(&chan.workers, 1, __ATOMIC_ACQ_REL);
+}
+
+void mpn_chan_drive(int opportunistic) {
+  if (chan_worker || __atomic_load_n(&chan.workers, __ATOMIC_ACQUIRE) == 0) return;
+  chan_init();
+  if (!chan.mpi_ready || chan.thread_level == MPI_THREAD_MULTIPLE) return; /* workers call MPI themselves */
+  if (opportunistic) {
+    int main_thread = 1;
+    if (chan.thread_level < MPI_THREAD_SERIALIZED && MPI_Is_thread_main(&main_thread) != MPI_SUCCESS) main_thread = 0;
+    if (!main_thread || pthread_mutex_trylock(&chan.lock) != 0) return;
+    mpn_chan_progress();
+    pthread_mutex_unlock(&chan.lock);
+    return;
+  }
+  mpn_chan_progress();
 }
 
 /* Unlinks and returns the oldest matching message, or NULL. */
@@ -417,13 +547,24 @@ static ncclResult_t progress_until(int (*done)(void*), void* arg, uint64_t deadl
   }
 }
 
+typedef struct {
+  MPI_Request* req;
+  int done, err;
+} test_t;
+
+static void test_request(void* arg) {
+  test_t* t = arg;
+  t->err = MPI_Test(t->req, &t->done, MPI_STATUS_IGNORE);
+}
+
 static int request_done(void* arg) {
-  int done = 0, err = MPI_Test(arg, &done, MPI_STATUS_IGNORE);
-  if (err != MPI_SUCCESS) {
-    mpn_error_mpi(err, "MPI_Test");
+  test_t t = {.req = arg};
+  run_locked(test_request, &t);
+  if (t.err != MPI_SUCCESS) {
+    mpn_error_mpi(t.err, "MPI_Test");
     return -1;
   }
-  return done;
+  return t.done;
 }
 
 ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort) {
@@ -433,6 +574,8 @@ ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const vol
 static int delivered(void* arg) {
   uint64_t key = *(const uint64_t*)arg;
   for (pending_t* p = chan.sends; p; p = p->next)
+    if (p->key == key) return 0;
+  for (pending_t* p = chan.unposted; p; p = p->next)
     if (p->key == key) return 0;
   return 1;
 }
@@ -444,7 +587,7 @@ ncclResult_t mpn_chan_flush(uint64_t key, uint64_t deadline_ns, const volatile i
 int mpn_chan_sending(void) {
   chan_init();
   pthread_mutex_lock(&chan.lock);
-  int pending = chan.sends != NULL;
+  int pending = chan.sends != NULL || chan.unposted != NULL;
   pthread_mutex_unlock(&chan.lock);
   return pending;
 }

@@ -106,12 +106,32 @@ void mpn_chan_forget(uint64_t key);
 void mpn_service_deliver(uint64_t key, const void* payload, size_t len);
 
 /**
- * The channel lock, for callers that make their own MPI calls (on a user's
- * communicator): below MPI_THREAD_MULTIPLE all of the library's MPI calls
- * must be serialized by it.
+ * Runs fn(arg), which makes MPI calls (on a user's communicator), under the
+ * channel lock on a thread that may call MPI: the calling thread, or, on a
+ * worker below MPI_THREAD_MULTIPLE, the next driver (waiting for it, whatever
+ * the deadline or abort flag).  blocks: fn may wait for other processes
+ * (MPI_Comm_split); under MPI_THREAD_MULTIPLE it then runs without the lock,
+ * so that other threads' set-up goes on meanwhile.
  */
-void mpn_chan_lock(void);
-void mpn_chan_unlock(void);
+void mpn_chan_call(void (*fn)(void*), void* arg, int blocks);
+
+/**
+ * Marks the calling thread as a worker: a thread the library started for
+ * creation.  Below MPI_THREAD_MULTIPLE a worker never calls MPI; its sends
+ * and MPI calls wait for a driver.  mpn_chan_worker_end before it exits.
+ */
+void mpn_chan_worker_begin(void);
+void mpn_chan_worker_end(void);
+
+/**
+ * Called by an application's thread while it waits for workers, or in
+ * passing (opportunistic: ncclCommGetAsyncError): below
+ * MPI_THREAD_MULTIPLE, while workers live, does their MPI work once (tasks,
+ * sends, incoming messages).  Opportunistic drives skip when another thread
+ * holds the channel and, under MPI_THREAD_FUNNELED or SINGLE, off the main
+ * thread.  Nothing on a worker or under MPI_THREAD_MULTIPLE.
+ */
+void mpn_chan_drive(int opportunistic);
 
 /** Runs fn(arg) with the channel lock held (service bookkeeping). */
 void mpn_chan_locked(void (*fn)(void*), void* arg);

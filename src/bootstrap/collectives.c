@@ -150,33 +150,56 @@ typedef struct {
   mpn_endpoint_t eps[];
 } from_mpi_t;
 
-/* Starts one of the set-up's collectives (under the channel's lock) and waits
- * for it; *started tells whether MPI holds a request on b's buffers. */
+typedef struct {
+  MPI_Comm comm;
+  from_mpi_t* b;
+  int bcast, err;
+  MPI_Request req;
+} from_mpi_start_t;
+
+static void from_mpi_start(void* arg) {
+  from_mpi_start_t* s = arg;
+  from_mpi_t* b = s->b;
+  s->err = s->bcast ? MPI_Ibcast(&b->key, 1, MPI_UINT64_T, 0, s->comm, &s->req)
+                    : MPI_Iallgather(&b->self, (int)sizeof(b->self), MPI_BYTE, b->eps, (int)sizeof(b->self), MPI_BYTE,
+                                     s->comm, &s->req);
+}
+
+/* Starts one of the set-up's collectives (on a thread that may call MPI,
+ * mpn_chan_call) and waits for it; *started tells whether MPI holds a
+ * request on b's buffers. */
 static ncclResult_t from_mpi_step(MPI_Comm comm, from_mpi_t* b, int bcast, uint64_t deadline, const volatile int* abort,
                                   int* started) {
-  MPI_Request req;
-  mpn_chan_lock();
-  int err = bcast ? MPI_Ibcast(&b->key, 1, MPI_UINT64_T, 0, comm, &req)
-                  : MPI_Iallgather(&b->self, (int)sizeof(b->self), MPI_BYTE, b->eps, (int)sizeof(b->self), MPI_BYTE,
-                                   comm, &req);
-  mpn_chan_unlock();
-  MPN_MPI_CHECK(err);
+  from_mpi_start_t s = {.comm = comm, .b = b, .bcast = bcast};
+  mpn_chan_call(from_mpi_start, &s, 0);
+  if (s.err != MPI_SUCCESS) return mpn_error_mpi(s.err, bcast ? "MPI_Ibcast" : "MPI_Iallgather");
   *started = 1;
-  MPN_CHECK(mpn_chan_mpi_wait(&req, deadline, abort));
+  MPN_CHECK(mpn_chan_mpi_wait(&s.req, deadline, abort));
   *started = 0;
   return ncclSuccess;
 }
 
-ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort,
-                                    mpn_bootstrap_t** out) {
-  int inter = 0, rank, size;
+typedef struct {
+  MPI_Comm comm;
+  int inter, rank, size, err;
+} comm_info_t;
+
+static void comm_info(void* arg) {
+  comm_info_t* c = arg;
+  c->err = MPI_Comm_test_inter(c->comm, &c->inter);
+  if (c->err == MPI_SUCCESS) c->err = MPI_Comm_rank(c->comm, &c->rank);
+  if (c->err == MPI_SUCCESS) c->err = MPI_Comm_size(c->comm, &c->size);
+}
+
+ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort, mpn_bootstrap_t** out) {
   MPN_CHECK(mpn_chan_mpi_start(0));
-  MPN_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
-  if (inter)
+  comm_info_t info = {.comm = comm};
+  mpn_chan_call(comm_info, &info, 0);
+  if (info.err != MPI_SUCCESS) return mpn_error_mpi(info.err, "MPI_Comm_test_inter/rank/size");
+  if (info.inter)
     return mpn_error_set(NULL, ncclInvalidArgument,
                          "mpincclCommInitMPI: mpicomm is an inter-communicator");
-  MPN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPN_MPI_CHECK(MPI_Comm_size(comm, &size));
+  int rank = info.rank, size = info.size;
   from_mpi_t* b = calloc(1, sizeof(*b) + (size_t)size * sizeof(b->eps[0]));
   if (b == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   if (rank == 0 && getrandom(&b->key, sizeof(b->key), 0) != sizeof(b->key)) b->key = mpn_chan_now_ns();

@@ -50,6 +50,7 @@ typedef struct mpn_init_job {
   mpn_turn_t split_turn;   /**< MPN_INIT_SPLIT: its turn among the parent's splits (init.c) */
   mpn_turn_t mpi_turn;     /**< MPN_INIT_MPI, or a split of an MPI-made parent: its turn among the
                                 MPI collectives of the calling thread's creations (init.c) */
+  int finished;            /**< set (atomic) when its thread is done with it (init.c) */
   struct mpn_init_job* next;
 } mpn_init_job_t;
 
@@ -140,6 +141,10 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job);
 /** Lets go of a split job's parent, which the job holds (mpn_comm_hold) from
  *  its call until it ran or was discarded, so that a destroy waits for it. */
 void mpn_init_job_release(mpn_init_job_t* job);
+
+/** Waits until the thread running job is done with it, doing its MPI work
+ * meanwhile below MPI_THREAD_MULTIPLE (mpn_chan_drive). */
+void mpn_init_job_wait(const mpn_init_job_t* job);
 
 /**
  * Runs creation jobs: one inline, several on threads (they rendezvous with

@@ -96,7 +96,10 @@ static void turn_take(mpn_order_t* order, mpn_turn_t* turn) {
 
 static void turn_wait(const mpn_turn_t* turn) {
   if (!turn->pending) return;
-  while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) usleep(100);
+  while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) {
+    mpn_chan_drive(0); /* the turn's holder may be a worker that needs this thread's MPI */
+    usleep(100);
+  }
 }
 
 static void turn_end(mpn_turn_t* turn) {
@@ -135,6 +138,18 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
   return res;
 }
 
+typedef struct {
+  MPI_Comm parent;
+  int color, key;
+  MPI_Comm* out;
+  int err;
+} mpi_split_t;
+
+static void mpi_split(void* arg) {
+  mpi_split_t* s = arg;
+  s->err = MPI_Comm_split(s->parent, s->color, s->key, s->out);
+}
+
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
   /* The split's waits watch the child's flag (ncclCommAbort of the child
@@ -147,16 +162,11 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
   if (parent->mpi_comm == MPI_COMM_NULL) return res;
   /* A split of an MPI-made communicator keeps an MPI communicator. */
   turn_wait(&job->mpi_turn);
-  int err = MPI_SUCCESS;
-  if (res == ncclSuccess) {
-    int serialize = mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE;
-    if (serialize) mpn_chan_lock();
-    err = MPI_Comm_split(parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi);
-    if (serialize) mpn_chan_unlock();
-  }
+  mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
+  if (res == ncclSuccess) mpn_chan_call(mpi_split, &sp, 1);
   turn_end(&job->mpi_turn);
   if (res != ncclSuccess) return res;
-  if (err != MPI_SUCCESS) return mpn_error_mpi(err, "MPI_Comm_split");
+  if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, "MPI_Comm_split");
   return ncclSuccess;
 }
 
@@ -213,20 +223,50 @@ fail:
   return res;
 }
 
-static void* job_main(void* arg) { return (void*)(intptr_t)mpn_init_job_run(arg); }
+/* A creation thread: a worker of the channel (below MPI_THREAD_MULTIPLE its
+ * MPI work is done by the application's threads that wait for it). */
+static void* job_main(void* arg) {
+  mpn_init_job_t* job = arg;
+  mpn_chan_worker_begin();
+  ncclResult_t res = mpn_init_job_run(job);
+  mpn_chan_worker_end();
+  __atomic_store_n(&job->finished, 1, __ATOMIC_RELEASE);
+  return (void*)(intptr_t)res;
+}
 
 /* A split without a color has no communicator to join it: it frees itself. */
 static void* job_main_detached(void* arg) {
+  mpn_chan_worker_begin();
   mpn_init_job_run(arg);
+  mpn_chan_worker_end();
   free(arg);
   return NULL;
 }
 
+void mpn_init_job_wait(const mpn_init_job_t* job) {
+  while (!__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE)) {
+    mpn_chan_drive(0);
+    usleep(50);
+  }
+}
+
+/* Below MPI_THREAD_MULTIPLE a worker's MPI work waits for the application's
+ * threads: a split without a color runs on the calling thread, since no
+ * communicator would be polled for it. */
+static int funneled(void) { return mpn_chan_mpi_ready() && mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE; }
+
 /* Non-blocking: each job on its own thread, joined by destroy. */
 static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
-  ncclResult_t first = ncclInProgress;
+  ncclResult_t first = ncclSuccess;
+  mpn_init_job_t* inline_jobs = NULL; /* splits without a color, below MPI_THREAD_MULTIPLE */
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
     next = job->next;
+    if (job->comm == NULL && funneled()) {
+      job->next = inline_jobs;
+      inline_jobs = job;
+      continue;
+    }
+    if (first == ncclSuccess) first = ncclInProgress;
     pthread_t t;
     int err = pthread_create(&t, NULL, job->comm ? job_main : job_main_detached, job);
     if (err != 0) {
@@ -246,6 +286,13 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
     } else {
       pthread_detach(t);
     }
+  }
+  /* After the others started: their peers may need them meanwhile. */
+  for (mpn_init_job_t *job = inline_jobs, *next; job; job = next) {
+    next = job->next;
+    ncclResult_t res = mpn_init_job_run(job);
+    free(job);
+    if (res != ncclSuccess) first = res;
   }
   return first;
 }
@@ -267,6 +314,9 @@ static ncclResult_t jobs_threads(mpn_init_job_t* jobs, int n) {
       break;
     }
   }
+  /* Below MPI_THREAD_MULTIPLE the jobs' MPI work is this thread's. */
+  int k = 0;
+  for (mpn_init_job_t* job = jobs; job && k < started; job = job->next, k++) mpn_init_job_wait(job);
   for (int i = 0; i < started; i++) {
     void* ret = NULL;
     pthread_join(threads[i], &ret);
@@ -334,6 +384,13 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
     mpn_numa_preload(); /* the GPUs' NUMA nodes come from hwloc (topo.c) */
   }
   pthread_mutex_unlock(&preload_lock);
+  /* MPI started by the application: the channel takes it up here, on the
+   * application's thread (below MPI_THREAD_MULTIPLE creation threads never
+   * call MPI). */
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) (void)mpn_chan_mpi_start(0); /* a failure is the jobs' to report */
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

@@ -1,0 +1,262 @@
+/*
+ * test_funneled.c - creation under MPI_THREAD_FUNNELED (run by tests/run-test
+ * under mpirun with 1 to 4 ranks): the library must call MPI only from the
+ * main thread, the one the application calls it from, whatever runs on its
+ * own creation threads.  Every MPI function the library uses is wrapped here
+ * (the MPI profiling interface) and counts calls made off the main thread.
+ * Covered: non-blocking ncclCommInitRankConfig polled with
+ * ncclCommGetAsyncError, two ranks of one process created in one group,
+ * mpincclCommInitMPI and splits of it (MPI_Comm_split, one rank without a
+ * color) non-blocking and blocking, and the abort of a creation that cannot
+ * complete.
+ */
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpinccl.h"
+
+static int world_rank, world_size, failures;
+static pthread_t main_thread;
+static long calls_main, calls_off_main;
+static const char* first_off_main;
+
+#define EXPECT(cond)                                                                                             \
+  do {                                                                                                           \
+    if (!(cond)) {                                                                                               \
+      fprintf(stderr, "[world %d] %s:%d: expected %s (last error: %s)\n", world_rank, __FILE__, __LINE__, #cond, \
+              ncclGetLastError(NULL));                                                                           \
+      failures++;                                                                                                \
+    }                                                                                                            \
+  } while (0)
+#define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+
+/* Counts a call to MPI by the thread it came from. */
+static void seen(const char* fn) {
+  if (pthread_equal(pthread_self(), main_thread)) {
+    __atomic_add_fetch(&calls_main, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  __atomic_add_fetch(&calls_off_main, 1, __ATOMIC_RELAXED);
+  const char* none = NULL;
+  __atomic_compare_exchange_n(&first_off_main, &none, fn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
+  seen("MPI_Isend");
+  return PMPI_Isend(buf, count, type, dest, tag, comm, req);
+}
+int MPI_Test(MPI_Request* req, int* flag, MPI_Status* status) {
+  seen("MPI_Test");
+  return PMPI_Test(req, flag, status);
+}
+int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message, MPI_Status* status) {
+  seen("MPI_Improbe");
+  return PMPI_Improbe(source, tag, comm, flag, message, status);
+}
+int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) {
+  seen("MPI_Mrecv");
+  return PMPI_Mrecv(buf, count, type, message, status);
+}
+int MPI_Get_count(const MPI_Status* status, MPI_Datatype type, int* count) {
+  seen("MPI_Get_count");
+  return PMPI_Get_count(status, type, count);
+}
+int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* req) {
+  seen("MPI_Ibcast");
+  return PMPI_Ibcast(buf, count, type, root, comm, req);
+}
+int MPI_Iallgather(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype,
+                   MPI_Comm comm, MPI_Request* req) {
+  seen("MPI_Iallgather");
+  return PMPI_Iallgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, req);
+}
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
+  seen("MPI_Comm_split");
+  return PMPI_Comm_split(comm, color, key, out);
+}
+int MPI_Comm_rank(MPI_Comm comm, int* rank) {
+  seen("MPI_Comm_rank");
+  return PMPI_Comm_rank(comm, rank);
+}
+int MPI_Comm_size(MPI_Comm comm, int* size) {
+  seen("MPI_Comm_size");
+  return PMPI_Comm_size(comm, size);
+}
+int MPI_Comm_test_inter(MPI_Comm comm, int* flag) {
+  seen("MPI_Comm_test_inter");
+  return PMPI_Comm_test_inter(comm, flag);
+}
+int MPI_Comm_free(MPI_Comm* comm) {
+  seen("MPI_Comm_free");
+  return PMPI_Comm_free(comm);
+}
+int MPI_Cancel(MPI_Request* req) {
+  seen("MPI_Cancel");
+  return PMPI_Cancel(req);
+}
+int MPI_Request_free(MPI_Request* req) {
+  seen("MPI_Request_free");
+  return PMPI_Request_free(req);
+}
+int MPI_Comm_create_keyval(MPI_Comm_copy_attr_function* copy, MPI_Comm_delete_attr_function* del, int* keyval,
+                           void* extra) {
+  seen("MPI_Comm_create_keyval");
+  return PMPI_Comm_create_keyval(copy, del, keyval, extra);
+}
+int MPI_Comm_set_attr(MPI_Comm comm, int keyval, void* value) {
+  seen("MPI_Comm_set_attr");
+  return PMPI_Comm_set_attr(comm, keyval, value);
+}
+
+static void expect_shape(ncclComm_t comm, int nranks, int rank) {
+  int n = -1, r = -1;
+  EXPECT_OK(ncclCommCount(comm, &n));
+  EXPECT_OK(ncclCommUserRank(comm, &r));
+  EXPECT(n == nranks);
+  EXPECT(r == rank);
+}
+
+/* Polls comm (NULL: nothing to poll) until it is no longer in progress. */
+static ncclResult_t poll_ready(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  if (comm == NULL) return state;
+  do EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  while (state == ncclInProgress);
+  return state;
+}
+
+static ncclConfig_t nonblocking(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return cfg;
+}
+
+/* A unique id made by world rank 0, known to every process. */
+static ncclUniqueId world_id(void) {
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  return id;
+}
+
+/* A non-blocking communicator over the world, from a unique id. */
+static void test_nonblocking_rank(void) {
+  ncclUniqueId id = world_id();
+  ncclConfig_t cfg = nonblocking();
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRankConfig(&comm, world_size, id, world_rank, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  EXPECT(poll_ready(comm) == ncclSuccess);
+  expect_shape(comm, world_size, world_rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Two ranks per process from one thread in a group: each on a creation thread. */
+static void test_group_two_ranks(void) {
+  ncclUniqueId id = world_id();
+  ncclComm_t comms[2] = {NULL, NULL};
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommInitRank(&comms[i], 2 * world_size, id, 2 * world_rank + i));
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < 2; i++) {
+    expect_shape(comms[i], 2 * world_size, 2 * world_rank + i);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+}
+
+/* mpincclCommInitMPI, then splits of it (each keeps an MPI communicator). */
+static void test_mpi_made(void) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  ncclConfig_t cfg = nonblocking();
+  ncclComm_t comm = NULL;
+  ncclResult_t res = mpincclCommInitMPI(&comm, dup, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  EXPECT(poll_ready(comm) == ncclSuccess);
+  expect_shape(comm, world_size, world_rank);
+  /* Non-blocking (the parent's config): parity, the last of 3 or more
+   * without a color (it runs on the calling thread: nothing would be polled
+   * for it). */
+  int nocolor = world_size >= 3 && world_rank == world_size - 1;
+  ncclComm_t half = (ncclComm_t)0x1;
+  res = ncclCommSplit(comm, nocolor ? NCCL_SPLIT_NOCOLOR : world_rank % 2, world_rank, &half, NULL);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  if (nocolor) EXPECT(half == NULL);
+  EXPECT(poll_ready(half) == ncclSuccess);
+  if (half) {
+    int members = 0;
+    for (int p = 0; p < world_size; p++)
+      members += p % 2 == world_rank % 2 && !(world_size >= 3 && p == world_size - 1);
+    expect_shape(half, members, world_rank / 2);
+    MPI_Comm m = MPI_COMM_NULL;
+    EXPECT_OK(mpincclCommGetMPIComm(half, &m));
+    int msize = -1;
+    if (m != MPI_COMM_NULL) MPI_Comm_size(m, &msize);
+    EXPECT(msize == members);
+    EXPECT_OK(ncclCommDestroy(half));
+  }
+  /* Blocking (a config, not the parent's), in reverse order. */
+  ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+  ncclComm_t rev = NULL;
+  EXPECT_OK(ncclCommSplit(comm, 0, -world_rank, &rev, &blocking));
+  if (rev) {
+    expect_shape(rev, world_size, world_size - 1 - world_rank);
+    EXPECT_OK(ncclCommDestroy(rev));
+  }
+  EXPECT_OK(ncclCommDestroy(comm));
+  MPI_Comm_free(&dup);
+}
+
+/* A creation whose last rank never comes: abort ends it. */
+static void test_abort_pending(void) {
+  ncclUniqueId id = world_id();
+  ncclConfig_t cfg = nonblocking();
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRankConfig(&comm, world_size + 1, id, world_rank, &cfg);
+  EXPECT(res == ncclInProgress);
+  ncclResult_t state = ncclSuccess;
+  for (int i = 0; i < 100; i++) EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  EXPECT(state == ncclInProgress);
+  EXPECT_OK(ncclCommAbort(comm));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("1 2 3 4");
+    return 0;
+  }
+  main_thread = pthread_self();
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (provided != MPI_THREAD_FUNNELED) {
+    if (world_rank == 0) printf("test_funneled: MPI provides thread level %d, not FUNNELED: skipped\n", provided);
+    MPI_Finalize();
+    return 77;
+  }
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "30", 1);
+  long before = calls_main;
+  test_nonblocking_rank();
+  test_group_two_ranks();
+  test_mpi_made();
+  test_abort_pending();
+  long lib_calls = calls_main - before, off = __atomic_load_n(&calls_off_main, __ATOMIC_RELAXED);
+  if (off)
+    fprintf(stderr, "[world %d] %ld MPI calls off the main thread, the first %s\n", world_rank, off, first_off_main);
+  EXPECT(off == 0);
+  EXPECT(lib_calls > 0); /* the wrappers saw the library's calls */
+  int total = 0;
+  long all_off = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&off, &all_off, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0)
+    printf("test_funneled: %d ranks, %ld MPI calls on the main thread (rank 0), %ld off it (all), %d failures\n",
+           world_size, lib_calls, all_off, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

@@ -15,6 +15,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/proc.h"
 #include "cuda/device.h"
 
 #define FNV1A_START 0xcbf29ce484222325ull
@@ -67,6 +68,7 @@ ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
   r.proc = mpn_chan_proc_id();
   r.pid = (int32_t)getpid();
   r.pidns = pid_namespace();
+  r.start_time = mpn_proc_start_time(r.pid); /* tells this process from a later one given its pid */
   r.world = mpn_chan_self().world;
   r.cuda_dev = device;
   r.numa = -1;

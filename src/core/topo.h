@@ -20,6 +20,7 @@ typedef struct {
   uint64_t host_hash; /**< host name and boot id */
   uint64_t proc;      /**< process identity */
   uint64_t pidns;     /**< PID namespace (inode of /proc/self/ns/pid), 0: unknown */
+  uint64_t start_time; /**< process start time (mpn_proc_start_time), 0: unknown */
   char host[64];
   int32_t pid;
   int32_t world;      /**< MPI_COMM_WORLD rank, -1 without MPI */

@@ -1,7 +1,7 @@
 /*
  * watchdog.c - one thread per process that checks, every
  * MPINCCL_WATCHDOG_MS, whether the processes of same-host peers are alive
- * (kill(pid, 0)).  A peer found gone turns into ncclRemoteError on each
+ * (mpn_proc_gone: the pid, its zombie state and its start time).  A peer found gone turns into ncclRemoteError on each
  * communicator that has it, with a message naming it, and every stream
  * flag shared with it is released (over UCX, its operations fail and the
  * waits for its signals are let go) so that no stream waits forever; the
@@ -9,9 +9,7 @@
  */
 #include "core/watchdog.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +17,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "core/proc.h"
 #include "p2p/p2p.h"
 #include "transport.h"
 #ifdef HAVE_UCX
@@ -28,8 +27,6 @@
 
 static pthread_mutex_t watchdog_lock = PTHREAD_MUTEX_INITIALIZER;
 static int watchdog_running;
-
-static int process_gone(int pid) { return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH; }
 
 int mpn_watchdog_check(struct ncclComm* comm) {
   if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) != MPN_COMM_READY) return 0;
@@ -41,7 +38,7 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     if (p->proc == me->proc || !mpn_topo_same_host(t, comm->rank, peer) || p->pidns != me->pidns ||
         p->pidns == 0)
       continue;
-    if (comm->peer_gone[peer] || !process_gone(p->pid)) continue;
+    if (comm->peer_gone[peer] || !mpn_proc_gone(p->pid, p->start_time)) continue;
     comm->peer_gone[peer] = 1;
     found++;
     mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);

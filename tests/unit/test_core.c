@@ -1,19 +1,24 @@
 /*
  * test_core.c - unit tests of what needs neither MPI nor a GPU: the ABI facts
  * of nccl.h, version, error strings, ncclConfig_t reading, parameters,
- * logging options, the functions this version refuses, and the order rules
- * of the flag kernel's table.
+ * logging options, the functions this version refuses, the order rules
+ * of the flag kernel's table, and how a peer's process is found gone.
  */
 #include <check.h>
+#include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/config.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "core/proc.h"
 #include "cuda/sync.h"
 #include "mpinccl.h"
 #include "p2p/eager.h"
@@ -472,6 +477,63 @@ START_TEST(sync_table_order) {
 }
 END_TEST
 
+/* The state letter of process pid in /proc/<pid>/stat (after the command
+ * name's last ')'), or 0 when unreadable. */
+static char stat_state(pid_t pid) {
+  char path[64], line[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(line, 1, sizeof(line) - 1, f);
+  fclose(f);
+  line[n] = '\0';
+  const char* p = strrchr(line, ')');
+  return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* This process is alive under its own start time, also when its command
+ * name holds spaces and ')', and gone under another one: what a new process
+ * given a dead peer's pid looks like. */
+START_TEST(proc_self_and_reused) {
+  uint64_t start = mpn_proc_start_time(getpid());
+  ck_assert_uint_ne(start, 0);
+  ck_assert_int_eq(mpn_proc_gone(getpid(), start), 0);
+  ck_assert_int_eq(mpn_proc_gone(getpid(), 0), 0); /* start time unknown */
+  ck_assert_int_eq(mpn_proc_gone(getpid(), start + 1), 1);
+  char name[17] = {0};
+  ck_assert_int_eq(prctl(PR_GET_NAME, name), 0);
+  ck_assert_int_eq(prctl(PR_SET_NAME, "a) b (c) 1 2"), 0);
+  uint64_t again = mpn_proc_start_time(getpid());
+  ck_assert_int_eq(prctl(PR_SET_NAME, name), 0);
+  ck_assert_uint_eq(again, start);
+}
+END_TEST
+
+/* A child that exited and was not reaped still answers kill(pid, 0) but is
+ * gone; once reaped, its pid names nobody and it is gone too. */
+START_TEST(proc_zombie_and_reaped) {
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(0);
+  uint64_t start = mpn_proc_start_time(child); /* not reaped: its entry stays */
+  ck_assert_uint_ne(start, 0);
+  for (int i = 0; i < 2000 && stat_state(child) != 'Z'; i++) usleep(1000);
+  ck_assert_int_eq(stat_state(child), 'Z');
+  ck_assert_int_eq(kill(child, 0), 0); /* what the watchdog alone used to see */
+  ck_assert_int_eq(mpn_proc_gone(child, start), 1);
+  ck_assert_int_eq(mpn_proc_gone(child, 0), 1);
+  int status = -1;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  errno = 0;
+  ck_assert_int_eq(kill(child, 0), -1);
+  ck_assert_int_eq(errno, ESRCH);
+  ck_assert_int_eq(mpn_proc_gone(child, start), 1);
+  ck_assert_uint_ne(mpn_proc_start_time(child), start); /* 0, or a new process given the pid */
+  ck_assert_int_eq(mpn_proc_gone(0, 0), 0);             /* no pid: never gone */
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("core");
   TCase* tc = tcase_create("core");
@@ -491,6 +553,8 @@ int main(void) {
   tcase_add_test(tc, sync_table_order);
   tcase_add_test(tc, sync_blocks_wanted);
   tcase_add_test(tc, slot_streams);
+  tcase_add_test(tc, proc_self_and_reused);
+  tcase_add_test(tc, proc_zombie_and_reaped);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,7 @@
 /*
  * pair.c - shared-memory pairs: a file in /dev/shm per (communicator, sender,
  * receiver), sized and zero-filled by whichever side opens it first (zero is
- * the valid initial state), mapped and registered with CUDA so that streams
+ * the valid initial state) and unlinked by the second once it is set up, mapped and registered with CUDA so that streams
  * can wait on and write its flags.  Mappings are shared by the ranks of one
  * process.  Errors are left here for the other side, and every wait on a
  * pair can be released at once (a peer gone, an abort).
@@ -189,6 +189,13 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
       res = pair_open(&m->pair);
       int opened = res == ncclSuccess;
       if (res == ncclSuccess) res = m->pair.created ? flags_publish(&m->pair) : flags_adopt(&m->pair);
+      if (res == ncclSuccess && !m->pair.created) {
+        /* Both sides hold the file now, and nobody opens it by name again:
+         * the name goes at once, so that a process killed later leaves
+         * nothing behind in /dev/shm. */
+        shm_unlink(name);
+        __atomic_store_n(&m->pair.mem->name_gone, 1, __ATOMIC_RELEASE);
+      }
       if (res == ncclSuccess) {
         m->next = mappings;
         mappings = m;
@@ -214,11 +221,12 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
     if (&m->pair != pair) continue;
     if (--m->refs == 0) {
       *pm = m->next;
+      int unlink = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
       if (m->pair.dflags && m->pair.created) cudaFree((void*)m->pair.dflags);
       else if (m->pair.dflags) mpn_ipc_release(&m->pair.dflags_import);
       pair_mem_unmap(&m->pair);
       if (m->pair.rma_rings) m->pair.rma_rings_free(m->pair.rma_rings);
-      if (m->pair.created) shm_unlink(m->pair.name);
+      if (unlink) shm_unlink(m->pair.name); /* the peer never came */
       free(m);
     }
     break;

@@ -80,7 +80,9 @@ typedef struct {
   uint32_t error_code;              /**< ncclResult_t of the last error */
   uint64_t flags_owner;              /**< device flags: the creator's process ... */
   mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
-  uint64_t pad[5];
+  uint32_t name_gone;                /**< the second side unlinked the file's name (pair.c) */
+  uint32_t pad0;
+  uint64_t pad[4];
   /** One-sided signals from the pair's sender to its receiver, one per RMA
    * context: the sender's running count, written by its streams, waited
    * for by the receiver's (rma.c).  Used only where the pair's flags are in

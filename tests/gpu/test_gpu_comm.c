@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/comm.h"
 #include "core/drain.h"
@@ -138,6 +139,25 @@ static void await_ready(ncclComm_t comm) {
 
 enum { END_DESTROY, END_FINALIZE, END_FINALIZE_NONBLOCKING, END_STREAM_GONE };
 
+/* Once both sides of a pair are set up (here: after a group with the peer
+ * and a barrier), its file is gone from /dev/shm, so that a process killed
+ * later leaves none behind; the mapping stays. */
+static void expect_no_pair_files(ncclComm_t comm, int next, int prev) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  int peers[2][2] = {{comm->rank, next}, {prev, comm->rank}};
+  for (int i = 0; i < 2; i++) {
+    int peer = i == 0 ? next : prev;
+    if (comm->transport[peer] != MPN_TRANSPORT_IPC) continue;
+    char path[128];
+    snprintf(path, sizeof(path), "/dev/shm/mpinccl-%016llx-%d-%d", (unsigned long long)comm->bootstrap->key,
+             peers[i][0], peers[i][1]);
+    int left = access(path, F_OK) == 0;
+    if (left) fprintf(stderr, "[world %d] %s is still there\n", world_rank, path);
+    EXPECT(!left);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /*
  * ncclCommFinalize and ncclCommDestroy return only once the streams have run
  * what the communicator enqueued (NCCL's destroy finalizes, which flushes its
@@ -172,6 +192,7 @@ static void test_end_waits(int how, size_t bytes) {
   res = ncclGroupEnd();
   EXPECT(res == ncclSuccess || (how == END_FINALIZE_NONBLOCKING && res == ncclInProgress));
   if (how == END_FINALIZE_NONBLOCKING) await_ready(comm);
+  expect_no_pair_files(comm, next, prev);
   if (how == END_FINALIZE) EXPECT_OK(ncclCommFinalize(comm));
   if (how == END_FINALIZE_NONBLOCKING) {
     res = ncclCommFinalize(comm);

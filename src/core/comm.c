@@ -56,10 +56,17 @@ static void registry_remove(struct ncclComm* comm) {
   pthread_mutex_unlock(&live_lock);
 }
 
-void mpn_comm_foreach(void (*fn)(struct ncclComm*, void*), void* arg) {
+int mpn_comm_hold_live(struct ncclComm*** out) {
   pthread_mutex_lock(&live_lock);
-  for (int i = 0; i < n_live; i++) fn(live[i], arg);
+  struct ncclComm** all = n_live ? malloc((size_t)n_live * sizeof(*all)) : NULL;
+  int n = all ? n_live : 0;
+  for (int i = 0; i < n; i++) {
+    all[i] = live[i];
+    __atomic_add_fetch(&all[i]->launches, 1, __ATOMIC_ACQ_REL);
+  }
   pthread_mutex_unlock(&live_lock);
+  *out = all;
+  return n;
 }
 
 int mpn_comm_hold(struct ncclComm* comm) {

@@ -105,10 +105,12 @@ void mpn_comm_free_registrations(struct ncclComm* comm);
 void mpn_comm_free(struct ncclComm* comm);
 
 /**
- * Calls fn for every live communicator, with the registry locked: none is
- * destroyed meanwhile (fn must not create or destroy communicators).
+ * Every live communicator, each held as by mpn_comm_hold (release each with
+ * mpn_comm_release, then free *out): a destroy waits for the holder, which
+ * may work on them without the registry's lock that API calls take.
+ * Returns how many (0, *out NULL, if none or out of memory).
  */
-void mpn_comm_foreach(void (*fn)(struct ncclComm*, void*), void* arg);
+int mpn_comm_hold_live(struct ncclComm*** out);
 
 /** True when comm is a registered, not yet destroyed communicator. */
 int mpn_comm_is_live(const struct ncclComm* comm);

@@ -38,7 +38,14 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     if (p->proc == me->proc || !mpn_topo_same_host(t, comm->rank, peer) || p->pidns != me->pidns ||
         p->pidns == 0)
       continue;
-    if (comm->peer_gone[peer] || !mpn_proc_gone(p->pid, p->start_time)) continue;
+    if (comm->peer_gone[peer]) {
+      /* Again at every check: stream writes queued before the first
+       * release (a host far ahead of its GPU, a graph's waiter putting its
+       * flag back to 0) may have undone it. */
+      mpn_p2p_release_peer(comm, peer);
+      continue;
+    }
+    if (!mpn_proc_gone(p->pid, p->start_time)) continue;
     comm->peer_gone[peer] = 1;
     found++;
     mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
@@ -55,16 +62,20 @@ int mpn_watchdog_check(struct ncclComm* comm) {
   return found;
 }
 
-static void check_one(struct ncclComm* comm, void* arg) {
-  (void)arg;
-  mpn_watchdog_check(comm);
-}
-
+/* The checks' CUDA work (releasing flags) runs outside the registry's lock,
+ * which every API call may take: a release that blocks holds up only the
+ * destroy of its communicator. */
 static void* watchdog_main(void* arg) {
   (void)arg;
   for (;;) {
     usleep((useconds_t)mpn_param_int(MPN_PARAM_WATCHDOG) * 1000);
-    mpn_comm_foreach(check_one, NULL);
+    struct ncclComm** comms = NULL;
+    int n = mpn_comm_hold_live(&comms);
+    for (int i = 0; i < n; i++) {
+      mpn_watchdog_check(comms[i]);
+      mpn_comm_release(comms[i]);
+    }
+    free(comms);
   }
   return NULL;
 }

@@ -1,9 +1,8 @@
 /*
- * graphs.c - gives a pair's graph slots, and the stages of memory-pool
- * buffers, back once the graphs that captured their messages are destroyed:
- * each launch hangs, per capturing stream, a record of what its messages
- * took on the graph being captured (a CUDA user object); the record's
- * release files them (pair.c, stage.c).
+ * graphs.c - gives a pair's graph slots back once the graphs that captured
+ * their messages are destroyed: each launch hangs, per capturing stream, a
+ * record of the slots its messages took on the graph being captured (a
+ * CUDA user object); the record's release files them (pair.c).
  */
 #include <stdlib.h>
 
@@ -17,7 +16,6 @@ typedef struct {
   uint64_t gen; /* the pair's mapping */
   uint32_t slot;
   int side;
-  mpn_stage_t* stage; /* the stage the message took, or NULL */
 } held_t;
 
 typedef struct {
@@ -28,10 +26,7 @@ typedef struct {
 /* On CUDA's thread: no lock, no CUDA call (mpn_pair_graph_released). */
 static void record_release(void* arg) {
   record_t* r = arg;
-  for (int i = 0; i < r->n; i++) {
-    mpn_pair_graph_released(r->held[i].gen, r->held[i].slot, r->held[i].side);
-    if (r->held[i].stage) mpn_stage_unpin(r->held[i].stage);
-  }
+  for (int i = 0; i < r->n; i++) mpn_pair_graph_released(r->held[i].gen, r->held[i].slot, r->held[i].side);
   free(r);
 }
 
@@ -53,8 +48,8 @@ void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
       if (!same_capture(p, &plans[j])) continue;
       seen[j] = 1;
       if (r)
-        r->held[r->n++] = (held_t){plans[j].pair->gen, (uint32_t)((plans[j].seq - 1) % MPN_PAIR_GRAPH_SLOTS),
-                                   plan_side(&plans[j]), plans[j].stage};
+        r->held[r->n++] =
+            (held_t){plans[j].pair->gen, (uint32_t)((plans[j].seq - 1) % MPN_PAIR_GRAPH_SLOTS), plan_side(&plans[j])};
     }
     mpn_cuda_switch_device(current_device, p->op->comm->cuda_dev);
     if (r == NULL || mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) != ncclSuccess) {

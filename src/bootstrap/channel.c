@@ -50,7 +50,7 @@ typedef struct task {
   struct task* next;
   void (*fn)(void*);
   void* arg;
-  int done;
+  int done; /* 1: fn ran; -1: it never will (MPI finalized) */
 } task_t;
 
 static struct {
@@ -167,6 +167,13 @@ static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* ext
     free(p);
   }
   chan.sends = chan.unposted = chan.unposted_tail = NULL;
+  /* Workers' MPI calls not done by now never will be: they fail. */
+  for (task_t *t = chan.tasks, *next; t; t = next) {
+    next = t->next;
+    t->done = -1;
+  }
+  chan.tasks = chan.tasks_tail = NULL;
+  pthread_cond_broadcast(&chan.cond);
   chan.mpi_ready = 0;
   pthread_mutex_unlock(&chan.lock);
   return MPI_SUCCESS;
@@ -337,8 +344,8 @@ void mpn_chan_progress(void) {
     pthread_mutex_unlock(&chan.lock);
     return;
   }
+  post_unposted(); /* before the tasks: one may block (MPI_Comm_split) */
   run_tasks();
-  post_unposted();
   for (pending_t **pp = &chan.sends; *pp;) {
     int done = 0;
     MPI_Test(&(*pp)->req, &done, MPI_STATUS_IGNORE);
@@ -375,12 +382,30 @@ void mpn_chan_progress(void) {
   pthread_mutex_unlock(&chan.lock);
 }
 
+/* Takes t off the queue of tasks (it has not started: drivers run tasks
+ * holding the lock, which the caller holds). */
+static void task_unqueue(task_t* t) {
+  task_t* prev = NULL;
+  for (task_t* q = chan.tasks; q; prev = q, q = q->next) {
+    if (q != t) continue;
+    if (prev)
+      prev->next = q->next;
+    else
+      chan.tasks = q->next;
+    if (chan.tasks_tail == q) chan.tasks_tail = prev;
+    return;
+  }
+}
+
 /* Runs fn(arg) on a thread that may call MPI: this one, or (a worker below
- * MPI_THREAD_MULTIPLE) the next driver, waiting for it.  Lock held once. */
-static void run_locked(void (*fn)(void*), void* arg) {
+ * MPI_THREAD_MULTIPLE) the next driver, waiting for it.  Lock held once.
+ * Returns 0 once fn ran; -1 if it never will (MPI finalized, or *abort set
+ * before a driver took it). */
+static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
+  if (!chan.mpi_ready) return -1;
   if (may_call_mpi()) {
     fn(arg);
-    return;
+    return 0;
   }
   task_t t = {.fn = fn, .arg = arg};
   if (chan.tasks_tail)
@@ -389,6 +414,10 @@ static void run_locked(void (*fn)(void*), void* arg) {
     chan.tasks = &t;
   chan.tasks_tail = &t;
   while (!t.done) {
+    if (abort && *abort) {
+      task_unqueue(&t);
+      return -1;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 1000000;
@@ -398,38 +427,53 @@ static void run_locked(void (*fn)(void*), void* arg) {
     }
     pthread_cond_timedwait(&chan.cond, &chan.lock, &ts);
   }
+  return t.done > 0 ? 0 : -1;
 }
 
-void mpn_chan_call(void (*fn)(void*), void* arg, int blocks) {
+int mpn_chan_call(void (*fn)(void*), void* arg, int blocks, const volatile int* abort) {
   chan_init();
-  if (blocks && chan.thread_level == MPI_THREAD_MULTIPLE) { /* others go on meanwhile */
-    fn(arg);
-    return;
-  }
   pthread_mutex_lock(&chan.lock);
-  run_locked(fn, arg);
+  int multiple = chan.mpi_ready && chan.thread_level == MPI_THREAD_MULTIPLE;
+  if (blocks && multiple) { /* others go on meanwhile */
+    pthread_mutex_unlock(&chan.lock);
+    fn(arg);
+    return 0;
+  }
+  int ran = run_locked(fn, arg, abort);
   pthread_mutex_unlock(&chan.lock);
+  return ran;
 }
 
 void mpn_chan_worker_begin(void) {
   chan_worker = 1;
+  mpn_error_mpi_strings(may_call_mpi()); /* (MPI_Error_string is an MPI call too) */
   __atomic_add_fetch(&chan.workers, 1, __ATOMIC_ACQ_REL);
 }
 
 void mpn_chan_worker_end(void) {
   if (!chan_worker) return;
   chan_worker = 0;
+  mpn_error_mpi_strings(1);
   __atomic_sub_fetch(&chan.workers, 1, __ATOMIC_ACQ_REL);
 }
 
-void mpn_chan_drive(int opportunistic) {
-  if (chan_worker || __atomic_load_n(&chan.workers, __ATOMIC_ACQUIRE) == 0) return;
+void mpn_chan_drive(mpn_chan_drive_t how) {
+  /* Also with no worker left: one may have left sends behind (an error path). */
+  if (chan_worker || (__atomic_load_n(&chan.workers, __ATOMIC_ACQUIRE) == 0 &&
+                      __atomic_load_n(&chan.unposted, __ATOMIC_RELAXED) == NULL))
+    return;
   chan_init();
-  if (!chan.mpi_ready || chan.thread_level == MPI_THREAD_MULTIPLE) return; /* workers call MPI themselves */
-  if (opportunistic) {
-    int main_thread = 1;
-    if (chan.thread_level < MPI_THREAD_SERIALIZED && MPI_Is_thread_main(&main_thread) != MPI_SUCCESS) main_thread = 0;
-    if (!main_thread || pthread_mutex_trylock(&chan.lock) != 0) return;
+  /* (read without the lock, which a driver may hold in MPI_Comm_split: a
+   * poll must not wait for it) */
+  int ready = __atomic_load_n(&chan.mpi_ready, __ATOMIC_ACQUIRE),
+      level = __atomic_load_n(&chan.thread_level, __ATOMIC_ACQUIRE);
+  if (!ready || level == MPI_THREAD_MULTIPLE) return; /* workers call MPI themselves, or MPI is gone */
+  if (how != MPN_CHAN_DRIVE_CREATE && level < MPI_THREAD_SERIALIZED) {
+    int main_thread = 0;
+    if (MPI_Is_thread_main(&main_thread) != MPI_SUCCESS || !main_thread) return;
+  }
+  if (how == MPN_CHAN_DRIVE_POLL) {
+    if (pthread_mutex_trylock(&chan.lock) != 0) return;
     mpn_chan_progress();
     pthread_mutex_unlock(&chan.lock);
     return;
@@ -549,6 +593,7 @@ static ncclResult_t progress_until(int (*done)(void*), void* arg, uint64_t deadl
 
 typedef struct {
   MPI_Request* req;
+  const volatile int* abort;
   int done, err;
 } test_t;
 
@@ -558,8 +603,13 @@ static void test_request(void* arg) {
 }
 
 static int request_done(void* arg) {
-  test_t t = {.req = arg};
-  run_locked(test_request, &t);
+  const test_t* w = arg;
+  test_t t = {.req = w->req, .err = MPI_SUCCESS};
+  if (run_locked(test_request, &t, w->abort) != 0) {
+    if (w->abort && *w->abort) return 0; /* progress_until reports the abort */
+    mpn_error_set(NULL, ncclInvalidUsage, "bootstrap: MPI was finalized while an MPI collective was pending");
+    return -1;
+  }
   if (t.err != MPI_SUCCESS) {
     mpn_error_mpi(t.err, "MPI_Test");
     return -1;
@@ -568,7 +618,8 @@ static int request_done(void* arg) {
 }
 
 ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort) {
-  return progress_until(request_done, req, deadline_ns, abort, "an MPI collective");
+  test_t w = {.req = req, .abort = abort};
+  return progress_until(request_done, &w, deadline_ns, abort, "an MPI collective");
 }
 
 static int delivered(void* arg) {

@@ -108,12 +108,13 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len);
 /**
  * Runs fn(arg), which makes MPI calls (on a user's communicator), under the
  * channel lock on a thread that may call MPI: the calling thread, or, on a
- * worker below MPI_THREAD_MULTIPLE, the next driver (waiting for it, whatever
- * the deadline or abort flag).  blocks: fn may wait for other processes
- * (MPI_Comm_split); under MPI_THREAD_MULTIPLE it then runs without the lock,
- * so that other threads' set-up goes on meanwhile.
+ * worker below MPI_THREAD_MULTIPLE, the next driver, waiting for it.
+ * blocks: fn may wait for other processes (MPI_Comm_split); under
+ * MPI_THREAD_MULTIPLE it then runs without the lock, so that other threads'
+ * set-up goes on meanwhile.  Returns 0 once fn ran; -1 when it never will:
+ * MPI is finalized, or *abort (may be NULL) was set before a driver took it.
  */
-void mpn_chan_call(void (*fn)(void*), void* arg, int blocks);
+int mpn_chan_call(void (*fn)(void*), void* arg, int blocks, const volatile int* abort);
 
 /**
  * Marks the calling thread as a worker: a thread the library started for
@@ -123,15 +124,22 @@ void mpn_chan_call(void (*fn)(void*), void* arg, int blocks);
 void mpn_chan_worker_begin(void);
 void mpn_chan_worker_end(void);
 
+/** Why an application's thread drives (mpn_chan_drive). */
+typedef enum {
+  MPN_CHAN_DRIVE_CREATE, /**< it waits in a creation call it made: always */
+  MPN_CHAN_DRIVE_END,    /**< it ends a communicator being created: only on MPI's main thread
+                              under MPI_THREAD_FUNNELED or SINGLE */
+  MPN_CHAN_DRIVE_POLL    /**< in passing (ncclCommGetAsyncError): as END, and skipped when
+                              another thread holds the channel */
+} mpn_chan_drive_t;
+
 /**
- * Called by an application's thread while it waits for workers, or in
- * passing (opportunistic: ncclCommGetAsyncError): below
- * MPI_THREAD_MULTIPLE, while workers live, does their MPI work once (tasks,
- * sends, incoming messages).  Opportunistic drives skip when another thread
- * holds the channel and, under MPI_THREAD_FUNNELED or SINGLE, off the main
- * thread.  Nothing on a worker or under MPI_THREAD_MULTIPLE.
+ * Below MPI_THREAD_MULTIPLE, while workers live or their sends wait, does
+ * their MPI work once on the calling application thread (tasks, sends,
+ * incoming messages), as how allows.  Nothing on a worker or under
+ * MPI_THREAD_MULTIPLE.
  */
-void mpn_chan_drive(int opportunistic);
+void mpn_chan_drive(mpn_chan_drive_t how);
 
 /** Runs fn(arg) with the channel lock held (service bookkeeping). */
 void mpn_chan_locked(void (*fn)(void*), void* arg);

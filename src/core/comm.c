@@ -112,7 +112,7 @@ ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclC
 static void comm_join_init(struct ncclComm* comm, int abort) {
   if (abort) comm->abort_flag = 1;
   if (comm->init_thread_live) {
-    mpn_init_job_wait(comm->job);
+    mpn_init_job_wait(comm->job, 1);
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
@@ -247,7 +247,7 @@ static ncclResult_t comm_failed(struct ncclComm* comm) {
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
   CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
-  mpn_chan_drive(1); /* creations below MPI_THREAD_MULTIPLE progress while polled */
+  mpn_chan_drive(MPN_CHAN_DRIVE_POLL); /* creations below MPI_THREAD_MULTIPLE progress while polled */
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   (void)comm_failed(comm);
   ncclResult_t res = mpn_comm_async(comm);

@@ -145,8 +145,10 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job);
 void mpn_init_job_release(mpn_init_job_t* job);
 
 /** Waits until the thread running job is done with it, doing its MPI work
- * meanwhile below MPI_THREAD_MULTIPLE (mpn_chan_drive). */
-void mpn_init_job_wait(const mpn_init_job_t* job);
+ * meanwhile below MPI_THREAD_MULTIPLE (mpn_chan_drive): always while a
+ * creation call waits, only where MPI allows it when ending is set (a
+ * destroy or abort, after which the job stops without MPI). */
+void mpn_init_job_wait(const mpn_init_job_t* job, int ending);
 
 /**
  * Runs creation jobs: one inline, several on threads (they rendezvous with

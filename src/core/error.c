@@ -53,10 +53,16 @@ void mpn_error_clear(void) {
   thread_seq = 0;
 }
 
+/* Off on threads that must not call MPI (bootstrap/channel.c's workers). */
+static __thread int mpi_strings_off;
+
+void mpn_error_mpi_strings(int on) { mpi_strings_off = !on; }
+
 ncclResult_t mpn_error_mpi(int err, const char* expr) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
-  if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof(msg), "error %d", err);
+  if (mpi_strings_off || MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
+    snprintf(msg, sizeof(msg), "MPI error code %d", err);
   ncclResult_t res = mpn_error_set(NULL, ncclSystemError, "%s failed: %s", expr, msg);
   MPN_WARN("%s", mpn_error_last(NULL));
   return res;

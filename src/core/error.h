@@ -73,6 +73,10 @@ static inline void mpn_keep(ncclResult_t* first, ncclResult_t res) {
 
 /** MPI calls: logs the expression and MPI's error string. */
 ncclResult_t mpn_error_mpi(int err, const char* expr);
+
+/** Whether mpn_error_mpi may ask MPI for its error text on this thread
+ *  (on by default; off on threads that must not call MPI). */
+void mpn_error_mpi_strings(int on);
 #define MPN_MPI_CHECK(call) \
   do { \
     int mpn_merr_ = (call); \

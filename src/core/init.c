@@ -97,7 +97,7 @@ static void turn_take(mpn_order_t* order, mpn_turn_t* turn) {
 static void turn_wait(const mpn_turn_t* turn) {
   if (!turn->pending) return;
   while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) {
-    mpn_chan_drive(0); /* the turn's holder may be a worker that needs this thread's MPI */
+    mpn_chan_drive(MPN_CHAN_DRIVE_CREATE); /* the turn's holder may be a worker that needs this thread's MPI */
     usleep(100);
   }
 }
@@ -163,7 +163,10 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
   /* A split of an MPI-made communicator keeps an MPI communicator. */
   turn_wait(&job->mpi_turn);
   mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
-  if (res == ncclSuccess) mpn_chan_call(mpi_split, &sp, 1);
+  if (res == ncclSuccess && mpn_chan_call(mpi_split, &sp, 1, child_abort) != 0)
+    res = mpn_error_set(NULL, child_abort && *child_abort ? ncclRemoteError : ncclInvalidUsage,
+                        "ncclCommSplit: %s before MPI_Comm_split of the parent's MPI communicator",
+                        child_abort && *child_abort ? "aborted" : "MPI was finalized");
   turn_end(&job->mpi_turn);
   if (res != ncclSuccess) return res;
   if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, "MPI_Comm_split");
@@ -243,27 +246,32 @@ static void* job_main_detached(void* arg) {
   return NULL;
 }
 
-void mpn_init_job_wait(const mpn_init_job_t* job) {
+void mpn_init_job_wait(const mpn_init_job_t* job, int ending) {
   while (!__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE)) {
-    mpn_chan_drive(0);
+    mpn_chan_drive(ending ? MPN_CHAN_DRIVE_END : MPN_CHAN_DRIVE_CREATE);
     usleep(50);
   }
 }
 
 /* Below MPI_THREAD_MULTIPLE a worker's MPI work waits for the application's
- * threads: a split without a color runs on the calling thread, since no
- * communicator would be polled for it. */
-static int funneled(void) { return mpn_chan_mpi_ready() && mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE; }
+ * threads, and no communicator would be polled for a split without a color:
+ * it runs on the calling thread, if its parent has no other rank in this
+ * process (whose split, not issued yet, it would wait for). */
+static int split_inline(const mpn_init_job_t* job) {
+  return job->comm == NULL && mpn_chan_mpi_ready() && mpn_chan_mpi_thread_level() < MPI_THREAD_MULTIPLE &&
+         job->parent->topo.n_same_process == 1;
+}
 
 /* Non-blocking: each job on its own thread, joined by destroy. */
 static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
   ncclResult_t first = ncclSuccess;
-  mpn_init_job_t* inline_jobs = NULL; /* splits without a color, below MPI_THREAD_MULTIPLE */
+  mpn_init_job_t *inline_jobs = NULL, **inline_tail = &inline_jobs; /* split_inline, in call order */
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
     next = job->next;
-    if (job->comm == NULL && funneled()) {
-      job->next = inline_jobs;
-      inline_jobs = job;
+    if (split_inline(job)) {
+      job->next = NULL;
+      *inline_tail = job;
+      inline_tail = &job->next;
       continue;
     }
     if (first == ncclSuccess) first = ncclInProgress;
@@ -316,7 +324,7 @@ static ncclResult_t jobs_threads(mpn_init_job_t* jobs, int n) {
   }
   /* Below MPI_THREAD_MULTIPLE the jobs' MPI work is this thread's. */
   int k = 0;
-  for (mpn_init_job_t* job = jobs; job && k < started; job = job->next, k++) mpn_init_job_wait(job);
+  for (mpn_init_job_t* job = jobs; job && k < started; job = job->next, k++) mpn_init_job_wait(job, 0);
   for (int i = 0; i < started; i++) {
     void* ret = NULL;
     pthread_join(threads[i], &ret);
@@ -387,10 +395,14 @@ ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   /* MPI started by the application: the channel takes it up here, on the
    * application's thread (below MPI_THREAD_MULTIPLE creation threads never
    * call MPI). */
-  int inited = 0, finalized = 0;
+  int inited = 0, finalized = 0, needs_mpi = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  if (inited && !finalized) (void)mpn_chan_mpi_start(0); /* a failure is the jobs' to report */
+  for (const mpn_init_job_t* job = jobs; job && !inited; job = job->next)
+    needs_mpi |= job->kind == MPN_INIT_RANK && (job->id.flags & MPN_BOOTSTRAP_ID_MPI);
+  /* A failure is the jobs' to report.  MPI started here, if the jobs need it
+   * (an id made before MPI_Init): MPI's main thread is then this one. */
+  if (!finalized && (inited || needs_mpi)) (void)mpn_chan_mpi_start(!inited);
   return background ? jobs_background(jobs) : jobs_blocking(jobs, n);
 }
 

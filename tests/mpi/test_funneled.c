@@ -7,11 +7,14 @@
  * Covered: non-blocking ncclCommInitRankConfig polled with
  * ncclCommGetAsyncError, two ranks of one process created in one group,
  * mpincclCommInitMPI and splits of it (MPI_Comm_split, one rank without a
- * color) non-blocking and blocking, and the abort of a creation that cannot
- * complete.
+ * color) non-blocking and blocking, two splits without a color of two
+ * MPI-made communicators in one group, a split without a color of a
+ * communicator with two ranks in each process, and the abort of a creation
+ * that cannot complete, from the main thread and from another.
  */
 #include <mpi.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +213,63 @@ static void test_mpi_made(void) {
   MPI_Comm_free(&dup);
 }
 
+/* Two splits without a color, of two MPI-made communicators, in one
+ * non-blocking group: run on the calling thread in the order of the calls
+ * (the second waited for the first's turn for good when run first). */
+static void test_two_nocolor_splits(void) {
+  MPI_Comm d[2];
+  ncclComm_t c[2] = {NULL, NULL}, k[2] = {(ncclComm_t)0x1, (ncclComm_t)0x1};
+  ncclConfig_t cfg = nonblocking();
+  for (int i = 0; i < 2; i++) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &d[i]);
+    ncclResult_t res = mpincclCommInitMPI(&c[i], d[i], &cfg);
+    EXPECT(res == ncclInProgress || res == ncclSuccess);
+  }
+  for (int i = 0; i < 2; i++) EXPECT(poll_ready(c[i]) == ncclSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommSplit(c[i], NCCL_SPLIT_NOCOLOR, 0, &k[i], NULL));
+  ncclResult_t res = ncclGroupEnd();
+  EXPECT(res == ncclSuccess || res == ncclInProgress);
+  for (int i = 0; i < 2; i++) {
+    EXPECT(k[i] == NULL);
+    EXPECT_OK(ncclCommDestroy(c[i]));
+    MPI_Comm_free(&d[i]);
+  }
+}
+
+/* A communicator with two ranks in each process: one rank's split without
+ * a color must not wait for the other's split, issued after it. */
+static void test_nocolor_two_per_process(void) {
+  ncclUniqueId id = world_id();
+  ncclConfig_t cfg = nonblocking();
+  ncclComm_t c[2] = {NULL, NULL};
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t res = ncclCommInitRankConfig(&c[i], 2 * world_size, id, 2 * world_rank + i, &cfg);
+    EXPECT(res == ncclInProgress || res == ncclSuccess);
+  }
+  ncclResult_t res = ncclGroupEnd();
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  for (int i = 0; i < 2; i++) EXPECT(poll_ready(c[i]) == ncclSuccess);
+  ncclComm_t none = (ncclComm_t)0x1, all = NULL;
+  res = ncclCommSplit(c[0], NCCL_SPLIT_NOCOLOR, 0, &none, NULL);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  res = ncclCommSplit(c[1], 0, 0, &all, NULL);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  EXPECT(none == NULL);
+  EXPECT(poll_ready(all) == ncclSuccess);
+  if (all) {
+    expect_shape(all, world_size, world_rank);
+    EXPECT_OK(ncclCommDestroy(all));
+  }
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+}
+
+static void* abort_thread(void* arg) {
+  ncclComm_t comm = arg;
+  return (void*)(intptr_t)ncclCommAbort(comm);
+}
+
 /* A creation whose last rank never comes: abort ends it. */
 static void test_abort_pending(void) {
   ncclUniqueId id = world_id();
@@ -221,6 +281,19 @@ static void test_abort_pending(void) {
   for (int i = 0; i < 100; i++) EXPECT_OK(ncclCommGetAsyncError(comm, &state));
   EXPECT(state == ncclInProgress);
   EXPECT_OK(ncclCommAbort(comm));
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* Again, aborted by another thread (as a watchdog would): it may not
+   * call MPI, and the creation must stop all the same. */
+  id = world_id();
+  comm = NULL;
+  res = ncclCommInitRankConfig(&comm, world_size + 1, id, world_rank, &cfg);
+  EXPECT(res == ncclInProgress);
+  for (int i = 0; i < 100; i++) EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+  pthread_t t;
+  void* ret = (void*)(intptr_t)ncclInternalError;
+  EXPECT(pthread_create(&t, NULL, abort_thread, comm) == 0);
+  pthread_join(t, &ret);
+  EXPECT((ncclResult_t)(intptr_t)ret == ncclSuccess);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -244,6 +317,8 @@ int main(int argc, char** argv) {
   test_nonblocking_rank();
   test_group_two_ranks();
   test_mpi_made();
+  test_two_nocolor_splits();
+  test_nocolor_two_per_process();
   test_abort_pending();
   long lib_calls = calls_main - before, off = __atomic_load_n(&calls_off_main, __ATOMIC_RELAXED);
   if (off)

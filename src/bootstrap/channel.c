@@ -174,7 +174,7 @@ static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* ext
   }
   chan.tasks = chan.tasks_tail = NULL;
   pthread_cond_broadcast(&chan.cond);
-  chan.mpi_ready = 0;
+  __atomic_store_n(&chan.mpi_ready, 0, __ATOMIC_RELEASE); /* (mpn_chan_drive reads it without the lock) */
   pthread_mutex_unlock(&chan.lock);
   return MPI_SUCCESS;
 }
@@ -217,7 +217,7 @@ static ncclResult_t chan_mpi_start_locked(int may_init) {
              launcher, chan.world_rank);
   MPN_CHECK(chan_hook_finalize());
   chan.tag = (int)mpn_param_int(MPN_PARAM_BOOTSTRAP_TAG);
-  chan.mpi_ready = 1;
+  __atomic_store_n(&chan.mpi_ready, 1, __ATOMIC_RELEASE); /* after thread_level: mpn_chan_drive */
   MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "MPI %s by %s, thread level %d, world rank %d, tag %d",
            chan.mpi_owned ? "initialized" : "found initialized",
            chan.mpi_owned ? "mpinccl" : "the application", chan.thread_level, chan.world_rank,

@@ -56,13 +56,16 @@ static void registry_remove(struct ncclComm* comm) {
   pthread_mutex_unlock(&live_lock);
 }
 
+/* Under live_lock: a launch (or the watchdog) holds comm (mpn_comm_hold). */
+static void hold_locked(struct ncclComm* comm) { __atomic_add_fetch(&comm->launches, 1, __ATOMIC_ACQ_REL); }
+
 int mpn_comm_hold_live(struct ncclComm*** out) {
   pthread_mutex_lock(&live_lock);
   struct ncclComm** all = n_live ? malloc((size_t)n_live * sizeof(*all)) : NULL;
   int n = all ? n_live : 0;
   for (int i = 0; i < n; i++) {
     all[i] = live[i];
-    __atomic_add_fetch(&all[i]->launches, 1, __ATOMIC_ACQ_REL);
+    hold_locked(all[i]);
   }
   pthread_mutex_unlock(&live_lock);
   *out = all;
@@ -73,7 +76,7 @@ int mpn_comm_hold(struct ncclComm* comm) {
   int found = 0;
   pthread_mutex_lock(&live_lock);
   for (int i = 0; i < n_live && !found; i++) found = live[i] == comm;
-  if (found) __atomic_add_fetch(&comm->launches, 1, __ATOMIC_ACQ_REL);
+  if (found) hold_locked(comm);
   pthread_mutex_unlock(&live_lock);
   return found;
 }

@@ -18,6 +18,7 @@
 #include "core/param.h"
 #include "cuda/device.h"
 #include "cuda/event.h"
+#include "cuda/syncs.h"
 
 /* Words that flag kernels and batches set, in device memory (a store to
  * host memory would cost the kernel a system-wide fence): one per stream in
@@ -329,4 +330,11 @@ void mpn_drain_free(struct ncclComm* comm) {
   pthread_mutex_destroy(&d->lock);
   free(d);
   comm->drain = NULL;
+}
+
+ncclResult_t mpn_drain_sync_issue(const mpn_driver_t* drv, mpn_sync_t* k, cudaStream_t s, int from_rma, int ends) {
+  if (ends) mpn_drain_carry(s, from_rma, &k->mark, &k->mark_value);
+  ncclResult_t res = mpn_sync_issue(drv, k, s);
+  if (res != ncclSuccess && k->mark) mpn_drain_uncarry(s);
+  return res;
 }

@@ -14,6 +14,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda/driver.h"
+#include "cuda/sync.h"
 #include "nccl.h"
 
 struct ncclComm;
@@ -38,6 +40,13 @@ void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* val
 
 /** What mpn_drain_carry was asked for did not go to s: an event instead. */
 void mpn_drain_uncarry(cudaStream_t s);
+
+/**
+ * Enqueues the flag kernel k on s (mpn_sync_issue); ends: it is the
+ * launch's last item on s, so it carries the finalize's mark
+ * (mpn_drain_carry, given back if it could not be enqueued).
+ */
+ncclResult_t mpn_drain_sync_issue(const mpn_driver_t* drv, mpn_sync_t* k, cudaStream_t s, int from_rma, int ends);
 
 /** The launch enqueues more on s after its kernels and batches (a UCX
  * lane's join): s is marked by an event, whatever asks to carry its mark. */

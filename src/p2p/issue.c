@@ -21,7 +21,6 @@
 #include "cuda/lanes.h"
 #include "transport.h"
 #include "cuda/memop.h"
-#include "cuda/syncs.h"
 #include "cuda/event.h"
 #include "p2p/eager.h"
 #include "p2p/p2p.h"
@@ -672,9 +671,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cu
   }
   if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
   if (grid) grid_take(plans, n, s, &k);
-  if (ends) mpn_drain_carry(s, 0, &k.mark, &k.mark_value);
-  ncclResult_t res = mpn_sync_issue(drv, &k, s);
-  if (res != ncclSuccess && k.mark) mpn_drain_uncarry(s);
+  ncclResult_t res = mpn_drain_sync_issue(drv, &k, s, 0, ends);
   if (half0 == 0) mark_imports_used(plans, n, s); /* an event record only: no memory of the comm */
   return res;
 }

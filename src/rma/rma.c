@@ -33,7 +33,6 @@
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "cuda/memop.h"
-#include "cuda/syncs.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
 #include "rma/local.h"
@@ -468,10 +467,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0));
     }
   if (!mpn_sync_nflags(&k)) return ncclSuccess;
-  if (ends) mpn_drain_carry(s, 1, &k.mark, &k.mark_value);
-  ncclResult_t res = mpn_sync_issue(drv, &k, s);
-  if (res != ncclSuccess && k.mark) mpn_drain_uncarry(s);
-  return res;
+  return mpn_drain_sync_issue(drv, &k, s, 1, ends);
 }
 
 /* A sync stream's signals to its own rank under MPS, with the first pass's

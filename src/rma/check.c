@@ -7,7 +7,6 @@
 
 #include "core/comm.h"
 #include "core/error.h"
-#include "cuda/device.h"
 #include "rma/rma.h"
 #include "rma/window.h"
 #include "transport.h"
@@ -29,10 +28,7 @@ static ncclResult_t peer_check(const mpn_op_t* op, const char* fn, int peer) {
   struct ncclComm* comm = op->comm;
   if (!mpn_rma_over_ucx(comm, peer)) return ncclSuccess;
 #ifdef HAVE_UCX
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
-  if (cap == cudaStreamCaptureStatusInvalidated)
-    return MPN_REFUSE(comm, ncclInvalidUsage, "%s with peer %d: the stream's capture was invalidated", fn, peer);
+  /* (an invalidated capture is refused for every peer before: group.c, capture_check) */
   if (!mpn_ucx_rma_ready(comm))
     return MPN_REFUSE(comm, ncclInvalidUsage,
                       "%s with peer %d: one-sided operations over UCX need a window registered "
@@ -95,7 +91,7 @@ static ncclResult_t op_check(const mpn_op_t* op) {
 static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, int peer, int ctx, int send) {
   uint64_t n = 0;
   for (; op; op = op->next) {
-    if (op->comm != comm || !mpn_cuda_stream_captured(op->stream)) continue;
+    if (op->comm != comm || !op->capturing) continue;
     if (send && op->kind != MPN_OP_WAIT_SIGNAL) n += op->peer == peer && op->ctx == ctx;
     for (int i = 0; !send && op->kind == MPN_OP_WAIT_SIGNAL && i < op->ndesc; i++)
       if (op->descs[i].peer == peer && op->descs[i].ctx == ctx) n += (uint64_t)op->descs[i].opCnt;
@@ -110,7 +106,7 @@ static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, i
 static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
   for (const mpn_op_t* op = ops; op; op = op->next) {
     struct ncclComm* comm = op->comm;
-    if (!mpn_cuda_stream_captured(op->stream)) continue;
+    if (!op->capturing) continue; /* (ncclGroupEnd's capture_check asked) */
     uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
     int n = op->kind == MPN_OP_WAIT_SIGNAL ? op->ndesc : 1;
     for (int i = 0; i < n; i++) {

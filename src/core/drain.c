@@ -38,7 +38,6 @@ struct mpn_drain {
   drain_stream_t* at;
   int n, cap;
   uint64_t* words;            /* DRAIN_WORDS in device memory; NULL: none */
-  uint64_t words_dev;         /* (their address as an integer) */
   uint64_t words_used;        /* bit per word */
   uint64_t last[DRAIN_WORDS]; /* the last value handed out per word */
   uint64_t seen[DRAIN_WORDS]; /* the words as last read */
@@ -65,14 +64,13 @@ static void words_read(struct mpn_drain* d, int dev) {
   for (int i = 0; i < d->n && !want; i++) want = d->at[i].word >= 0 && d->seen[d->at[i].word] < d->at[i].expected;
   if (!want) return;
   uint64_t now[DRAIN_WORDS];
-  int saved = -1;
-  if (cudaGetDevice(&saved) == cudaSuccess && saved != dev && cudaSetDevice(dev) != cudaSuccess) saved = -1;
+  int saved = mpn_cuda_device_enter(dev);
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, d->reader);
   if (err == cudaSuccess) err = cudaStreamSynchronize(d->reader);
   if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
-  if (saved >= 0 && saved != dev) cudaSetDevice(saved); /* the caller's device, as it was */
+  mpn_cuda_device_leave(saved); /* the caller's device, as it was */
   if (err != cudaSuccess) {
     cudaGetLastError();
     cudaError_t again = cudaStreamQuery(d->reader); /* a sticky error stays */
@@ -152,7 +150,6 @@ static void words_make(struct mpn_drain* d) {
     return; /* events only */
   }
   d->words = words;
-  d->words_dev = (uint64_t)(uintptr_t)words;
   d->reader = reader;
 }
 
@@ -216,7 +213,7 @@ void mpn_drain_carry(cudaStream_t s, int from_rma, uint64_t* addr, uint64_t* val
     e->expected = d->last[e->word] = ++e->carried; /* now: a prune cannot take e before it is written */
     m->carried = 1;
     d->by_kernel++;
-    *addr = d->words_dev + (uint64_t)e->word * sizeof(uint64_t);
+    *addr = (uint64_t)(uintptr_t)&d->words[e->word];
     *value = e->expected;
   }
   pthread_mutex_unlock(&d->lock);

@@ -26,6 +26,7 @@
  * graph must not be replayed after that.
  */
 #include "ucx/graph.h"
+#include "ucx/node_guard.h"
 
 #include <cuda.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ struct mpn_ucx_ggroup {
   uint64_t* words;  /* pinned, mapped: one per post, set by the proxy */
   CUdeviceptr dwords;
   int error;        /* an ncclResult_t, set by the proxy */
-  int dead, busy;   /* freed with its communicator / a host node running (group_free) */
+  mpn_ucx_node_guard_t guard; /* against group_free */
   struct mpn_ucx_ggroup* next;
 };
 
@@ -78,8 +79,7 @@ int mpn_ucx_capturing(cudaStream_t s) {
  * is waited for, and the group itself and its words stay (leaked), so a
  * late node reads only the mark and a queued wait reads mapped memory. */
 static void group_free(mpn_ucx_ggroup_t* g, int leak) {
-  __atomic_store_n(&g->dead, 1, __ATOMIC_SEQ_CST);
-  while (__atomic_load_n(&g->busy, __ATOMIC_SEQ_CST)) usleep(20);
+  mpn_ucx_node_kill(&g->guard);
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
   for (int i = 0; i < g->n; i++)
@@ -97,11 +97,7 @@ static void group_free(mpn_ucx_ggroup_t* g, int leak) {
 /* The host node: this replay's UCX operations. */
 static void CUDART_CB post_all(void* arg) {
   mpn_ucx_ggroup_t* g = arg;
-  __atomic_add_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&g->dead, __ATOMIC_SEQ_CST)) { /* its communicator is gone */
-    __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
-    return;
-  }
+  if (!mpn_ucx_node_enter(&g->guard)) return; /* its communicator is gone */
   for (int i = 0; i < g->n; i++) {
     gpost_t* p = &g->posts[i];
     __atomic_store_n(&g->words[i], 0, __ATOMIC_RELEASE);
@@ -114,7 +110,7 @@ static void CUDART_CB post_all(void* arg) {
       __atomic_store_n(&g->words[i], 1, __ATOMIC_RELEASE); /* nothing will come: let the stream go */
     }
   }
-  __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
+  mpn_ucx_node_leave(&g->guard);
 }
 
 /* What a capture allocates, in relaxed mode (else the capture refuses it). */

@@ -19,10 +19,10 @@
  * ncclInvalidUsage.
  */
 #include "ucx/winstage.h"
+#include "ucx/node_guard.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
@@ -54,7 +54,7 @@ typedef struct gnode {
   char* stage;                 /* sender: pinned copy of the put's source */
   uint64_t done;               /* completions (nobody waits for them) */
   int error;
-  int dead, busy; /* freed with its communicator / a host node running */
+  mpn_ucx_node_guard_t guard; /* against mpn_ucx_rma_free_graphs */
   struct gnode* next;
 } gnode_t;
 
@@ -220,8 +220,7 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
   for (gnode_t *g = comm->ucx_rma_graphs, *next; g; g = next) {
     next = g->next;
-    __atomic_store_n(&g->dead, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&g->busy, __ATOMIC_SEQ_CST)) usleep(20);
+    mpn_ucx_node_kill(&g->guard);
     if (g->stage && !leak) cudaFreeHost(g->stage);
     g->stage = NULL;
     free(g->cmds);
@@ -337,11 +336,7 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
 
 static void CUDART_CB gnode_post(void* arg) {
   gnode_t* g = arg;
-  __atomic_add_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&g->dead, __ATOMIC_SEQ_CST)) { /* its communicator is gone */
-    __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
-    return;
-  }
+  if (!mpn_ucx_node_enter(&g->guard)) return; /* its communicator is gone */
   if (g->zero) __atomic_store_n(g->zero, 0, __ATOMIC_RELEASE);
   for (int i = 0; i < g->n; i++)
     if (mpn_ucx_proxy_post(&g->cmds[i]) != ncclSuccess) {
@@ -349,7 +344,7 @@ static void CUDART_CB gnode_post(void* arg) {
       __atomic_compare_exchange_n(mpn_ucx_comm_error(g->comm), &ok, (int)ncclSystemError, 0,
                                   __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     }
-  __atomic_sub_fetch(&g->busy, 1, __ATOMIC_SEQ_CST);
+  mpn_ucx_node_leave(&g->guard);
 }
 
 static ncclResult_t gnode_make(struct ncclComm* comm, int n, size_t stage, gnode_t** out) {

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -123,4 +124,44 @@ unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
   if (err == cudaSuccess && relaxed) return id;
   cudaGetLastError();
   return err == cudaSuccess ? id : (unsigned long long)(uintptr_t)s | (1ULL << 63);
+}
+
+/* A user object's payload: fn is called only once the graph holds it. */
+typedef struct {
+  void (*fn)(void*);
+  void* arg;
+  int armed;
+} on_destroy_t;
+
+static void on_destroy(void* p) {
+  on_destroy_t* d = p;
+  if (d->armed) d->fn(d->arg);
+  free(d);
+}
+
+ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void* arg) {
+  on_destroy_t* d = malloc(sizeof(*d));
+  if (d == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *d = (on_destroy_t){fn, arg, 0};
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  cudaUserObject_t obj = NULL;
+  cudaError_t err = cudaStreamGetCaptureInfo(s, &status, NULL, &graph, NULL, NULL, NULL);
+  if (err == cudaSuccess && (status != cudaStreamCaptureStatusActive || graph == NULL))
+    err = cudaErrorStreamCaptureUnmatched;
+  if (err == cudaSuccess) err = cudaUserObjectCreate(&obj, d, on_destroy, 1, cudaUserObjectNoDestructorSync);
+  if (err == cudaSuccess) {
+    d->armed = 1; /* the graph's from now on; unarmed, a failed hand-over only frees d */
+    err = cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove);
+    if (err != cudaSuccess) {
+      d->armed = 0;
+      cudaUserObjectRelease(obj, 1);
+    }
+  } else {
+    free(d);
+  }
+  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  return mpn_cuda_result(NULL, err, "a user object for the graph being captured");
 }

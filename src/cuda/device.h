@@ -100,6 +100,15 @@ static inline int mpn_cuda_stream_captured(cudaStream_t s) {
 }
 
 /**
+ * Has fn(arg) called once the graph being captured on stream s is destroyed,
+ * with every executable graph made from it (a CUDA user object the graph
+ * holds).  fn runs on a thread of CUDA's: it must neither call CUDA nor wait
+ * for anything.  On failure (s not capturing, CUDA refused) fn is never
+ * called and an error is returned.
+ */
+ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void* arg);
+
+/**
  * An identity of stream s that no other stream of the program shares, even
  * one created after s is destroyed at the same handle, and that resolves
  * the per-thread and legacy default streams to the stream they name here

@@ -356,12 +356,12 @@ static ncclResult_t plan_post(plan_t* p) {
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role);
-  if (refused != ncclSuccess && !p->graph) {
+  if (refused != ncclSuccess) {
     /* Its number is spent on this side only: the message numbering with
      * that rank is out of step, and the peer's side of this message waits
      * for flags nobody writes.  Both communicators are failed (the peer's
-     * through the pair).  Graph messages are refused alike on both sides,
-     * which stay in step. */
+     * through the pair).  A graph message too: the graph that holds its
+     * slot may be gone on one side only. */
     char text[256];
     snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
              mpn_error_last(NULL), comm->rank, op->peer);
@@ -575,14 +575,17 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
   uint64_t deadline = 0, push_deadline = 0;
   while (left > 0) {
     int nheld = 0, progress = 0, other_process = 0, pushing = 0;
+    mpn_pair_graph_reap(); /* graphs destroyed meanwhile free their slots */
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
       if (!p->prepared || done[i]) continue;
-      int ahead = !give_up && ((nheld && pair_held(held, nheld, p)) ||
-                               (!p->graph && mpn_pair_slot_held(p->pair, p->seq, plan_side(p))));
+      int slot_busy =
+          p->graph ? mpn_pair_graph_busy(p->pair, p->seq) : mpn_pair_slot_held(p->pair, p->seq, plan_side(p));
+      int ahead = !give_up && ((nheld && pair_held(held, nheld, p)) || slot_busy);
       if (ahead || mpn_push_pending(p)) { /* later messages of the pair and side wait with it */
         if (!pair_held(held, nheld, p)) held[nheld++] = (pair_side_t){p->pair, plan_side(p)};
-        other_process |= ahead && p->op->comm->transport[p->op->peer] == MPN_TRANSPORT_IPC;
+        /* (a graph's slot is freed by CUDA's thread, after a destroy: worth a wait with any peer) */
+        other_process |= ahead && (p->op->comm->transport[p->op->peer] == MPN_TRANSPORT_IPC || p->graph);
         pushing |= !ahead;
         continue;
       }
@@ -610,9 +613,12 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
     give_up = !other_process || !behind_wait(plans, done, n, deadline, &why);
   }
   if (why != ncclSuccess)
-    mpn_error_set(NULL, why, "messages more than %d ahead of their peers: %s", MPN_PAIR_SLOTS,
-                  why == ncclInvalidUsage ? "the peers did not post theirs within MPINCCL_AHEAD_TIMEOUT, "
-                                            "or the communicator was aborted"
+    mpn_error_set(NULL, why,
+                  "messages more than %d ahead of their peers, or captured ones whose graph slots older graphs "
+                  "still hold: %s",
+                  MPN_PAIR_SLOTS,
+                  why == ncclInvalidUsage ? "the peers did not post theirs, or the graphs were not destroyed, within "
+                                            "MPINCCL_AHEAD_TIMEOUT, or the communicator was aborted"
                                           : "a communicator failed meanwhile");
   free(done);
   free(held);
@@ -665,6 +671,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int late = mpn_sliced_delegate_wait(plans, n, mpn_sliced_inbox(plans, n, one_peer, computes));
   if (late >= 0) plans[late].op->comm->p2p->delegate_timeouts++;
   mpn_keep(&first_error, post_all(plans, n, &current));
+  mpn_p2p_graphs_hold(plans, n, &current);
   ncclResult_t res = mpn_p2p_issue(drv, plans, scratch, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);

@@ -32,6 +32,17 @@ typedef struct mapping {
 
 static mapping_t* mappings;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t last_gen; /* under map_lock */
+
+/* Graph slots whose graph is gone on this side, not yet marked (a stack
+ * CUDA's thread pushes on without a lock). */
+typedef struct released {
+  struct released* next;
+  uint64_t gen;
+  uint32_t slot;
+  int side;
+} released_t;
+static released_t* released_news;
 
 /* A creator's pair that failed to set up: its peer is told (it would wait
  * for the flags' place until the bootstrap timeout) and the name goes, so
@@ -186,6 +197,7 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
       res = mpn_error_set(NULL, ncclSystemError, "out of memory");
     } else {
       snprintf(m->pair.name, sizeof(m->pair.name), "%s", name);
+      m->pair.gen = ++last_gen;
       res = pair_open(&m->pair);
       int opened = res == ncclSuccess;
       if (res == ncclSuccess) res = m->pair.created ? flags_publish(&m->pair) : flags_adopt(&m->pair);
@@ -234,23 +246,28 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
   pthread_mutex_unlock(&map_lock);
 }
 
-ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
-                           const mpn_side_t* desc, mpn_post_role_t* role) {
-  if (graph && seq > MPN_PAIR_GRAPH_SLOTS)
-    return mpn_error_set(NULL, ncclInvalidUsage,
-                         "more than %d messages between two ranks captured in CUDA graphs",
-                         MPN_PAIR_GRAPH_SLOTS);
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, const mpn_side_t* desc,
+                           mpn_post_role_t* role) {
   mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
+  uint64_t ring = graph ? MPN_PAIR_GRAPH_SLOTS : MPN_PAIR_SLOTS;
   uint64_t mine = side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
   uint64_t other = mine ^ (MPN_SLOT_SEND | MPN_SLOT_RECV);
   uint64_t cur = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
   int written = 0;
   for (;;) {
     uint64_t cur_seq = cur >> 3, flags = cur & 7, next;
-    int free_slot = (cur == 0 && seq <= MPN_PAIR_SLOTS) ||
-                    (cur_seq + MPN_PAIR_SLOTS == seq && flags == 7);
+    /* A graph slot also needs both graphs of its last message gone. */
+    int free_slot = (cur == 0 && seq <= ring) ||
+                    (cur_seq + ring == seq && flags == 7 &&
+                     (!graph || __atomic_load_n(&s->released, __ATOMIC_ACQUIRE) == (MPN_SLOT_SEND | MPN_SLOT_RECV)));
     if (cur_seq == seq && !(flags & mine)) next = cur | mine;
     else if (free_slot) next = (seq << 3) | mine;
+    else if (graph)
+      return mpn_error_set(NULL, ncclInvalidUsage,
+                           "captured message %llu between two ranks finds its graph slot held by message %llu, "
+                           "whose CUDA graph is not destroyed on one side or both (at most %d captured messages "
+                           "of a pair live at once)",
+                           (unsigned long long)seq, (unsigned long long)cur_seq, MPN_PAIR_GRAPH_SLOTS);
     else
       return mpn_error_set(NULL, ncclInvalidUsage,
                            "more than %d messages outstanding between two ranks (message %llu "
@@ -261,10 +278,39 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
     if (!written) s->side[side] = *desc;
     written = 1;
     if (__atomic_compare_exchange_n(&s->state, &cur, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      /* Taken afresh: nothing else writes released until this message's
+       * graphs go (the peer, second, finds the slot taken). */
+      if (graph && cur_seq != seq) __atomic_store_n(&s->released, 0, __ATOMIC_RELEASE);
       *role = cur_seq == seq && (flags & other) ? MPN_POST_SECOND : MPN_POST_FIRST;
       return ncclSuccess;
     }
   }
+}
+
+void mpn_pair_graph_released(uint64_t gen, uint32_t slot, int side) {
+  released_t* r = malloc(sizeof(*r));
+  if (r == NULL) return; /* the slot stays held */
+  *r = (released_t){.gen = gen, .slot = slot, .side = side};
+  r->next = __atomic_load_n(&released_news, __ATOMIC_ACQUIRE);
+  while (!__atomic_compare_exchange_n(&released_news, &r->next, r, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
+}
+
+void mpn_pair_graph_reap(void) {
+  if (__atomic_load_n(&released_news, __ATOMIC_ACQUIRE) == NULL) return;
+  released_t* r = __atomic_exchange_n(&released_news, NULL, __ATOMIC_ACQ_REL);
+  pthread_mutex_lock(&map_lock);
+  while (r) {
+    released_t* next = r->next;
+    mapping_t* m = mappings;
+    while (m && m->pair.gen != r->gen) m = m->next;
+    if (m) { /* else the pair went with its communicator */
+      uint64_t bit = r->side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
+      __atomic_fetch_or(&m->pair.mem->graph_slots[r->slot % MPN_PAIR_GRAPH_SLOTS].released, bit, __ATOMIC_RELEASE);
+    }
+    free(r);
+    r = next;
+  }
+  pthread_mutex_unlock(&map_lock);
 }
 
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph) {

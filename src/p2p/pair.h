@@ -62,7 +62,9 @@ typedef struct {
   int32_t done_dev;  /**< device of done_event */
   uint64_t done_event; /**< same process: cudaEvent_t the second side recorded after moving */
   uint64_t done_seq;   /**< message whose done_event is published (release) */
-  uint64_t pad2[4];
+  uint64_t released;   /**< graph slots: the sides (MPN_SLOT_SEND, _RECV) whose graph that captured
+                            the slot's message is destroyed (pair.c) */
+  uint64_t pad2[3];
   uint64_t ready;    /**< stream flag: first side's buffer is ready (own line) */
   uint64_t pad3[7];
   uint64_t done;     /**< stream flag: the data moved (own line) */
@@ -113,6 +115,7 @@ typedef struct mpn_pair {
   mpn_ipc_ref_t dflags_import; /**< the other side's import of the creator's dflags */
   char name[96];
   int created;           /**< this process made the file (unlinks it) */
+  uint64_t gen;          /**< this mapping's number in the process (never reused) */
 } mpn_pair_t;
 
 /**
@@ -138,7 +141,9 @@ static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, in
  * Posts this side of message seq (>= 1) and tells whether the other side was
  * already there.  ncclInvalidUsage when the slot still holds message
  * seq - MPN_PAIR_SLOTS (too many messages outstanding on this pair), or, for
- * graph messages, when the pair's graph slots are used up.
+ * graph messages, when a graph that captured message seq -
+ * MPN_PAIR_GRAPH_SLOTS is not destroyed yet on either side
+ * (mpn_pair_graph_busy).
  */
 ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
                            const mpn_side_t* desc, mpn_post_role_t* role);
@@ -152,6 +157,25 @@ static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq, int s
   uint64_t cur = __atomic_load_n(&mpn_pair_slot(pair, seq, 0)->state, __ATOMIC_ACQUIRE);
   uint64_t mine = side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
   return cur != 0 && (cur >> 3) + MPN_PAIR_SLOTS == seq && (cur & mine) && (cur & 7) != 7;
+}
+
+/**
+ * Graph slots are given back when both sides' graphs that used them are
+ * destroyed: a CUDA user object of each graph (p2p/graphs.c) calls
+ * mpn_pair_graph_released from CUDA's thread, which only files the news (no
+ * lock, no CUDA call); mpn_pair_graph_reap, on a thread of the library,
+ * marks the slots of the pairs still mapped.
+ */
+void mpn_pair_graph_released(uint64_t gen, uint32_t slot, int side);
+void mpn_pair_graph_reap(void);
+
+/** Whether graph message seq's slot still holds message seq -
+ * MPN_PAIR_GRAPH_SLOTS, whose graph is alive on one side or both. */
+static inline int mpn_pair_graph_busy(const mpn_pair_t* pair, uint64_t seq) {
+  const mpn_slot_t* s = mpn_pair_slot(pair, seq, 1);
+  uint64_t cur = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+  return cur != 0 && (cur >> 3) + MPN_PAIR_GRAPH_SLOTS == seq &&
+         !((cur & 7) == 7 && __atomic_load_n(&s->released, __ATOMIC_ACQUIRE) == (MPN_SLOT_SEND | MPN_SLOT_RECV));
 }
 
 /** Whether the other side of message seq has posted (this side has not yet). */

@@ -64,4 +64,9 @@ void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text);
  */
 ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scratch, int n, int* current_device);
 
+/** Hangs on each graph being captured a record of the graph slots its
+ *  posted plans took, which gives them back when the graph is destroyed
+ *  (graphs.c). */
+void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device);
+
 #endif /* MPN_P2P_PLAN_H_ */

@@ -390,6 +390,42 @@ static void graph_replay(void) {
   cudaFree(r);
 }
 
+/* More captured messages of a pair than it has graph slots (256), in
+ * graphs each destroyed after one replay: the slots come back (before, the
+ * 257th capture was refused). */
+static void graph_recapture(void) {
+  size_t bytes = 4096;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks, bad = 0, failed = 0;
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+  for (int k = 0; k < 300 && !failed; k++) {
+    pattern_fill(s, bytes, seed_of(rank, to, 5000 + k), stream);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+    ncclResult_t res = ncclGroupEnd();
+    int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+    int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (res != ncclSuccess || !ready) {
+      fprintf(stderr, "[rank %d] capture %d: %s (%s)\n", rank, k, ncclGetErrorString(res), ncclGetLastError(comm));
+      failed = 1;
+    } else {
+      EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+      bad += pattern_check(r, bytes, seed_of(from, rank, 5000 + k), stream) != 0;
+      cudaGraphExecDestroy(exec);
+    }
+    if (captured) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody refills its send buffer before its peer has read it */
+  }
+  EXPECT(!failed);
+  EXPECT(bad == 0);
+  cudaFree(s);
+  cudaFree(r);
+}
+
 /* 3D periodic decomposition, all 26 neighbours in one group; faces, edges
  * and corners of different sizes; buffers from ncclMemAlloc, registered. */
 static void halo26(void) {
@@ -617,6 +653,7 @@ int main(int argc, char** argv) {
   STEP(threads_ring());
   STEP(halo26());
   STEP(graph_replay());
+  STEP(graph_recapture());
   STEP(mismatch());
   return harness_finish();
 }

@@ -1,0 +1,64 @@
+/*
+ * graphs.c - gives a pair's graph slots back once the graphs that captured
+ * their messages are destroyed: each launch hangs, per capturing stream, a
+ * record of the slots its messages took on the graph being captured (a
+ * CUDA user object); the record's release files them (pair.c).
+ */
+#include <stdlib.h>
+
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/error.h"
+#include "cuda/device.h"
+#include "p2p/plan.h"
+
+typedef struct {
+  uint64_t gen; /* the pair's mapping */
+  uint32_t slot;
+  int side;
+} held_t;
+
+typedef struct {
+  int n;
+  held_t held[];
+} record_t;
+
+/* On CUDA's thread: no lock, no CUDA call (mpn_pair_graph_released). */
+static void record_release(void* arg) {
+  record_t* r = arg;
+  for (int i = 0; i < r->n; i++) mpn_pair_graph_released(r->held[i].gen, r->held[i].slot, r->held[i].side);
+  free(r);
+}
+
+static int same_capture(const plan_t* a, const plan_t* b) {
+  return b->graph && b->posted && b->op->stream == a->op->stream && b->op->comm->cuda_dev == a->op->comm->cuda_dev;
+}
+
+void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
+  char* seen = calloc((size_t)(n ? n : 1), 1);
+  if (seen == NULL) return; /* the slots stay held */
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (seen[i] || !p->graph || !p->posted) continue;
+    int k = 0;
+    for (int j = i; j < n; j++) k += same_capture(p, &plans[j]);
+    record_t* r = malloc(sizeof(*r) + (size_t)k * sizeof(held_t));
+    if (r) r->n = 0;
+    for (int j = i; j < n; j++) {
+      if (!same_capture(p, &plans[j])) continue;
+      seen[j] = 1;
+      if (r)
+        r->held[r->n++] =
+            (held_t){plans[j].pair->gen, (uint32_t)((plans[j].seq - 1) % MPN_PAIR_GRAPH_SLOTS), plan_side(&plans[j])};
+    }
+    mpn_cuda_switch_device(current_device, p->op->comm->cuda_dev);
+    if (r == NULL || mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) != ncclSuccess) {
+      MPN_WARN(
+          "rank %d: the graph slots of %d captured messages will not be given back when their graph is "
+          "destroyed (%s)",
+          p->op->comm->rank, k, r ? mpn_error_last(NULL) : "out of memory");
+      free(r);
+    }
+  }
+  free(seen);
+}

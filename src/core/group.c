@@ -55,32 +55,38 @@ static void jobs_discard(mpn_init_job_t* jobs) {
 /* A stream whose capture was invalidated (by a call the capture does not
  * allow) takes nothing: its work would fail, while the operation would
  * still use up a message or signal number that its peer counts too.  Sets
- * each op's capturing, asking once per stream (of the first few). */
+ * each op's capturing, asking once per stream (of the first few) on its
+ * communicator's device: a per-thread stream handle names one stream per
+ * device.  The launches read op->capturing and never ask again. */
 static ncclResult_t capture_check(mpn_op_t* lists[2]) {
   struct stream_capture {
     cudaStream_t s;
+    int dev;
     enum cudaStreamCaptureStatus cap;
   } seen[8];
-  int n = 0;
-  for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = lists[k]; op; op = op->next) {
-      int i = 0;
-      while (i < n && seen[i].s != op->stream) i++;
+  int n = 0, saved = mpn_cuda_device_enter(-1), current = saved;
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; k < 2 && res == ncclSuccess; k++)
+    for (mpn_op_t* op = lists[k]; op && res == ncclSuccess; op = op->next) {
+      int i = 0, dev = op->comm->cuda_dev;
+      while (i < n && (seen[i].s != op->stream || seen[i].dev != dev)) i++;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       if (i < n) {
         cap = seen[i].cap;
       } else {
+        mpn_cuda_switch_device(&current, dev);
         if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
-        if (n < (int)(sizeof(seen) / sizeof(seen[0]))) seen[n++] = (struct stream_capture){op->stream, cap};
+        if (n < (int)(sizeof(seen) / sizeof(seen[0]))) seen[n++] = (struct stream_capture){op->stream, dev, cap};
       }
-      op->capturing = cap != cudaStreamCaptureStatusNone;
+      op->capturing = cap == cudaStreamCaptureStatusActive;
       if (cap == cudaStreamCaptureStatusInvalidated)
-        return MPN_REFUSE(op->comm, ncclInvalidUsage,
-                          "ncclGroupEnd: stream %p of an operation with rank %d is in a CUDA graph capture "
-                          "that was invalidated; nothing of the group was enqueued",
-                          (void*)op->stream, op->peer);
+        res = MPN_REFUSE(op->comm, ncclInvalidUsage,
+                         "ncclGroupEnd: stream %p of an operation with rank %d is in a CUDA graph capture "
+                         "that was invalidated; nothing of the group was enqueued",
+                         (void*)op->stream, op->peer);
     }
-  return ncclSuccess;
+  mpn_cuda_device_leave(saved);
+  return res;
 }
 
 /* Before the launch: each stream a communicator's operations go to, once,

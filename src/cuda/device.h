@@ -93,12 +93,6 @@ static inline void mpn_cuda_device_leave(int saved) {
   if (saved >= 0 && (cudaGetDevice(&now) != cudaSuccess || now != saved)) cudaSetDevice(saved);
 }
 
-/** Whether stream s is being captured into a CUDA graph (capture active). */
-static inline int mpn_cuda_stream_captured(cudaStream_t s) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusActive;
-}
-
 /**
  * Has fn(arg) called once the graph being captured on stream s is destroyed,
  * with every executable graph made from it (a CUDA user object the graph

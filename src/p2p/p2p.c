@@ -217,20 +217,18 @@ static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
 }
 
 /* Finds the message's pair and number (prev: the launch's message before,
- * whose stream's capture status holds for the same stream). */
+ * whose stream's id holds for the same stream). */
 static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   mpn_op_t* op = p->op;
   peer_state_t* ps = NULL;
   MPN_CHECK(peer_state(op->comm, op->peer, &ps));
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
-  if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev) {
-    p->graph = prev->graph; /* (a per-thread stream handle names one stream per device) */
-    p->stream_id = prev->stream_id;
-  } else {
-    p->graph = mpn_cuda_stream_captured(op->stream);
+  p->graph = op->capturing; /* (ncclGroupEnd's capture_check asked) */
+  if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev)
+    p->stream_id = prev->stream_id; /* (a per-thread stream handle names one stream per device) */
+  else
     p->stream_id = p->graph ? 0 : mpn_cuda_stream_id(op->stream); /* (graph messages have slots of their own) */
-  }
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;

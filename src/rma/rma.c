@@ -570,13 +570,14 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
   /* Per stream, once: whether it is being captured (bit 2 of sync[i], at
-   * its first op) and, if not and it signals within the host, its id
-   * (never asked of a captured stream: the query would end the capture). */
+   * its first op; ncclGroupEnd's capture_check asked) and, if not and it
+   * signals within the host, its id (never asked of a captured stream: the
+   * query would end the capture). */
   stream_firsts(ops, n, first);
   for (i = 0; i < n && res == ncclSuccess; i++) {
     if (first[i] != i) continue;
     mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
-    sync[i] = mpn_cuda_stream_captured(ops[i]->stream) ? 4 : 0;
+    sync[i] = ops[i]->capturing ? 4 : 0;
     if (!sync[i] && host_signals(ops, n, ops[i]->stream)) sids[i] = mpn_cuda_stream_id(ops[i]->stream);
   }
   int ordered =

@@ -23,9 +23,12 @@ typedef struct {
   held_t held[];
 } record_t;
 
+static uint64_t attached, not_attached, released; /* records, for tests and logs (atomics) */
+
 /* On CUDA's thread: no lock, no CUDA call (mpn_pair_graph_released). */
 static void record_release(void* arg) {
   record_t* r = arg;
+  __atomic_add_fetch(&released, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < r->n; i++) mpn_pair_graph_released(r->held[i].gen, r->held[i].slot, r->held[i].side);
   free(r);
 }
@@ -52,7 +55,10 @@ void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
             (held_t){plans[j].pair->gen, (uint32_t)((plans[j].seq - 1) % MPN_PAIR_GRAPH_SLOTS), plan_side(&plans[j])};
     }
     mpn_cuda_switch_device(current_device, p->op->comm->cuda_dev);
-    if (r == NULL || mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) != ncclSuccess) {
+    if (r != NULL && mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) == ncclSuccess) {
+      __atomic_add_fetch(&attached, 1, __ATOMIC_RELAXED);
+    } else {
+      __atomic_add_fetch(&not_attached, 1, __ATOMIC_RELAXED);
       MPN_WARN(
           "rank %d: the graph slots of %d captured messages will not be given back when their graph is "
           "destroyed (%s)",
@@ -61,4 +67,11 @@ void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
     }
   }
   free(seen);
+}
+
+void mpn_p2p_graph_stats(mpn_graph_stats_t* out) {
+  mpn_pair_graph_counts(out);
+  out->attached = __atomic_load_n(&attached, __ATOMIC_RELAXED);
+  out->not_attached = __atomic_load_n(&not_attached, __ATOMIC_RELAXED);
+  out->released = __atomic_load_n(&released, __ATOMIC_RELAXED);
 }

@@ -74,4 +74,17 @@ void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_
  * tests and the destroy log. */
 void mpn_p2p_push_stats(const struct ncclComm* comm, uint64_t* pushed, uint64_t* timeouts);
 
+/** Counts of the graph slots' hand-back in this process (tests, logs). */
+typedef struct {
+  uint64_t attached;     /**< records hung on graphs being captured (graphs.c) */
+  uint64_t not_attached; /**< records CUDA refused: their slots stay held */
+  uint64_t released;     /**< records whose graph is gone (destructor run) */
+  uint64_t filed;        /**< slot sides filed by those destructors */
+  uint64_t marked;       /**< slot sides marked released in their pair */
+  uint64_t orphaned;     /**< slot sides whose pair was unmapped meanwhile */
+} mpn_graph_stats_t;
+
+/** The graph slots' hand-back so far in this process (p2p/graphs.c). */
+void mpn_p2p_graph_stats(mpn_graph_stats_t* out);
+
 #endif /* MPN_P2P_P2P_H_ */

@@ -43,6 +43,7 @@ typedef struct released {
   int side;
 } released_t;
 static released_t* released_news;
+static uint64_t filed, marked, orphaned; /* slot sides, for tests and logs (atomics) */
 
 /* A creator's pair that failed to set up: its peer is told (it would wait
  * for the flags' place until the bootstrap timeout) and the name goes, so
@@ -264,10 +265,11 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
     else if (free_slot) next = (seq << 3) | mine;
     else if (graph)
       return mpn_error_set(NULL, ncclInvalidUsage,
-                           "captured message %llu between two ranks finds its graph slot held by message %llu, "
-                           "whose CUDA graph is not destroyed on one side or both (at most %d captured messages "
-                           "of a pair live at once)",
-                           (unsigned long long)seq, (unsigned long long)cur_seq, MPN_PAIR_GRAPH_SLOTS);
+                           "captured message %llu between two ranks finds its graph slot held by message %llu "
+                           "(sides %llu, released by %llu), whose CUDA graph is not destroyed on one side or both "
+                           "(at most %d captured messages of a pair live at once)",
+                           (unsigned long long)seq, (unsigned long long)cur_seq, (unsigned long long)flags,
+                           (unsigned long long)__atomic_load_n(&s->released, __ATOMIC_ACQUIRE), MPN_PAIR_GRAPH_SLOTS);
     else
       return mpn_error_set(NULL, ncclInvalidUsage,
                            "more than %d messages outstanding between two ranks (message %llu "
@@ -290,6 +292,7 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
 void mpn_pair_graph_released(uint64_t gen, uint32_t slot, int side) {
   released_t* r = malloc(sizeof(*r));
   if (r == NULL) return; /* the slot stays held */
+  __atomic_add_fetch(&filed, 1, __ATOMIC_RELAXED);
   *r = (released_t){.gen = gen, .slot = slot, .side = side};
   r->next = __atomic_load_n(&released_news, __ATOMIC_ACQUIRE);
   while (!__atomic_compare_exchange_n(&released_news, &r->next, r, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
@@ -306,11 +309,20 @@ void mpn_pair_graph_reap(void) {
     if (m) { /* else the pair went with its communicator */
       uint64_t bit = r->side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
       __atomic_fetch_or(&m->pair.mem->graph_slots[r->slot % MPN_PAIR_GRAPH_SLOTS].released, bit, __ATOMIC_RELEASE);
+      __atomic_add_fetch(&marked, 1, __ATOMIC_RELAXED);
+    } else {
+      __atomic_add_fetch(&orphaned, 1, __ATOMIC_RELAXED);
     }
     free(r);
     r = next;
   }
   pthread_mutex_unlock(&map_lock);
+}
+
+void mpn_pair_graph_counts(mpn_graph_stats_t* out) {
+  out->filed = __atomic_load_n(&filed, __ATOMIC_RELAXED);
+  out->marked = __atomic_load_n(&marked, __ATOMIC_RELAXED);
+  out->orphaned = __atomic_load_n(&orphaned, __ATOMIC_RELAXED);
 }
 
 void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph) {

@@ -17,6 +17,7 @@
 
 #include "cuda/ipc.h"
 #include "nccl.h"
+#include "p2p/p2p.h"
 
 #define MPN_PAIR_SLOTS 512
 /* Messages captured in CUDA graphs keep their slot for the life of the pair:
@@ -168,6 +169,9 @@ static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq, int s
  */
 void mpn_pair_graph_released(uint64_t gen, uint32_t slot, int side);
 void mpn_pair_graph_reap(void);
+
+/** Fills filed, marked and orphaned (the rest: mpn_p2p_graph_stats). */
+void mpn_pair_graph_counts(mpn_graph_stats_t* out);
 
 /** Whether graph message seq's slot still holds message seq -
  * MPN_PAIR_GRAPH_SLOTS, whose graph is alive on one side or both. */

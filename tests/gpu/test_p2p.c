@@ -422,6 +422,13 @@ static void graph_recapture(void) {
   }
   EXPECT(!failed);
   EXPECT(bad == 0);
+  mpn_graph_stats_t st;
+  mpn_p2p_graph_stats(&st);
+  printf(
+      "test_p2p: [rank %d] graph records: %llu attached, %llu refused, %llu released; slot sides: %llu filed, "
+      "%llu marked, %llu orphaned\n",
+      rank, (unsigned long long)st.attached, (unsigned long long)st.not_attached, (unsigned long long)st.released,
+      (unsigned long long)st.filed, (unsigned long long)st.marked, (unsigned long long)st.orphaned);
   cudaFree(s);
   cudaFree(r);
 }

@@ -14,7 +14,7 @@
 
 typedef struct {
   uint64_t gen; /* the pair's mapping */
-  uint32_t slot;
+  uint64_t seq; /* the message (its graph slot: pair.h) */
   int side;
 } held_t;
 
@@ -29,7 +29,7 @@ static uint64_t attached, not_attached, released; /* records, for tests and logs
 static void record_release(void* arg) {
   record_t* r = arg;
   __atomic_add_fetch(&released, 1, __ATOMIC_RELAXED);
-  for (int i = 0; i < r->n; i++) mpn_pair_graph_released(r->held[i].gen, r->held[i].slot, r->held[i].side);
+  for (int i = 0; i < r->n; i++) mpn_pair_graph_released(r->held[i].gen, r->held[i].seq, r->held[i].side);
   free(r);
 }
 
@@ -50,9 +50,7 @@ void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
     for (int j = i; j < n; j++) {
       if (!same_capture(p, &plans[j])) continue;
       seen[j] = 1;
-      if (r)
-        r->held[r->n++] =
-            (held_t){plans[j].pair->gen, (uint32_t)((plans[j].seq - 1) % MPN_PAIR_GRAPH_SLOTS), plan_side(&plans[j])};
+      if (r) r->held[r->n++] = (held_t){plans[j].pair->gen, plans[j].seq, plan_side(&plans[j])};
     }
     mpn_cuda_switch_device(current_device, p->op->comm->cuda_dev);
     if (r != NULL && mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) == ncclSuccess) {

@@ -39,7 +39,7 @@ static uint64_t last_gen; /* under map_lock */
 typedef struct released {
   struct released* next;
   uint64_t gen;
-  uint32_t slot;
+  uint64_t seq; /* the message */
   int side;
 } released_t;
 static released_t* released_news;
@@ -259,17 +259,19 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
     uint64_t cur_seq = cur >> 3, flags = cur & 7, next;
     /* A graph slot also needs both graphs of its last message gone. */
     int free_slot = (cur == 0 && seq <= ring) ||
-                    (cur_seq + ring == seq && flags == 7 &&
-                     (!graph || __atomic_load_n(&s->released, __ATOMIC_ACQUIRE) == (MPN_SLOT_SEND | MPN_SLOT_RECV)));
+                    (cur_seq + ring == seq && flags == 7 && (!graph || mpn_pair_graph_gone(s, cur_seq)));
     if (cur_seq == seq && !(flags & mine)) next = cur | mine;
     else if (free_slot) next = (seq << 3) | mine;
     else if (graph)
       return mpn_error_set(NULL, ncclInvalidUsage,
                            "captured message %llu between two ranks finds its graph slot held by message %llu "
-                           "(sides %llu, released by %llu), whose CUDA graph is not destroyed on one side or both "
-                           "(at most %d captured messages of a pair live at once)",
+                           "(state %llu; graphs gone up to message %llu on the sending side, %llu on the "
+                           "receiving), whose CUDA graph is not destroyed on one side or both (at most %d captured "
+                           "messages of a pair live at once)",
                            (unsigned long long)seq, (unsigned long long)cur_seq, (unsigned long long)flags,
-                           (unsigned long long)__atomic_load_n(&s->released, __ATOMIC_ACQUIRE), MPN_PAIR_GRAPH_SLOTS);
+                           (unsigned long long)__atomic_load_n(&s->released[MPN_SIDE_SEND], __ATOMIC_ACQUIRE),
+                           (unsigned long long)__atomic_load_n(&s->released[MPN_SIDE_RECV], __ATOMIC_ACQUIRE),
+                           MPN_PAIR_GRAPH_SLOTS);
     else
       return mpn_error_set(NULL, ncclInvalidUsage,
                            "more than %d messages outstanding between two ranks (message %llu "
@@ -280,20 +282,17 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
     if (!written) s->side[side] = *desc;
     written = 1;
     if (__atomic_compare_exchange_n(&s->state, &cur, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      /* Taken afresh: nothing else writes released until this message's
-       * graphs go (the peer, second, finds the slot taken). */
-      if (graph && cur_seq != seq) __atomic_store_n(&s->released, 0, __ATOMIC_RELEASE);
       *role = cur_seq == seq && (flags & other) ? MPN_POST_SECOND : MPN_POST_FIRST;
       return ncclSuccess;
     }
   }
 }
 
-void mpn_pair_graph_released(uint64_t gen, uint32_t slot, int side) {
+void mpn_pair_graph_released(uint64_t gen, uint64_t seq, int side) {
   released_t* r = malloc(sizeof(*r));
   if (r == NULL) return; /* the slot stays held */
   __atomic_add_fetch(&filed, 1, __ATOMIC_RELAXED);
-  *r = (released_t){.gen = gen, .slot = slot, .side = side};
+  *r = (released_t){.gen = gen, .seq = seq, .side = side};
   r->next = __atomic_load_n(&released_news, __ATOMIC_ACQUIRE);
   while (!__atomic_compare_exchange_n(&released_news, &r->next, r, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
 }
@@ -307,8 +306,10 @@ void mpn_pair_graph_reap(void) {
     mapping_t* m = mappings;
     while (m && m->pair.gen != r->gen) m = m->next;
     if (m) { /* else the pair went with its communicator */
-      uint64_t bit = r->side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
-      __atomic_fetch_or(&m->pair.mem->graph_slots[r->slot % MPN_PAIR_GRAPH_SLOTS].released, bit, __ATOMIC_RELEASE);
+      /* Raised, never lowered: news of an older message may come late. */
+      uint64_t* word = &mpn_pair_slot(&m->pair, r->seq, 1)->released[r->side];
+      uint64_t cur = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+      while (cur < r->seq && !__atomic_compare_exchange_n(word, &cur, r->seq, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
       __atomic_add_fetch(&marked, 1, __ATOMIC_RELAXED);
     } else {
       __atomic_add_fetch(&orphaned, 1, __ATOMIC_RELAXED);

@@ -63,9 +63,9 @@ typedef struct {
   int32_t done_dev;  /**< device of done_event */
   uint64_t done_event; /**< same process: cudaEvent_t the second side recorded after moving */
   uint64_t done_seq;   /**< message whose done_event is published (release) */
-  uint64_t released;   /**< graph slots: the sides (MPN_SLOT_SEND, _RECV) whose graph that captured
-                            the slot's message is destroyed (pair.c) */
-  uint64_t pad2[3];
+  uint64_t released[2]; /**< graph slots, per side (MPN_SIDE_*): the last message whose graphs on that
+                             side are all destroyed (pair.c; only grows, so never reset) */
+  uint64_t pad2[2];
   uint64_t ready;    /**< stream flag: first side's buffer is ready (own line) */
   uint64_t pad3[7];
   uint64_t done;     /**< stream flag: the data moved (own line) */
@@ -167,19 +167,25 @@ static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq, int s
  * lock, no CUDA call); mpn_pair_graph_reap, on a thread of the library,
  * marks the slots of the pairs still mapped.
  */
-void mpn_pair_graph_released(uint64_t gen, uint32_t slot, int side);
+void mpn_pair_graph_released(uint64_t gen, uint64_t seq, int side);
 void mpn_pair_graph_reap(void);
 
 /** Fills filed, marked and orphaned (the rest: mpn_p2p_graph_stats). */
 void mpn_pair_graph_counts(mpn_graph_stats_t* out);
+
+/** Whether both sides' graphs that captured message seq, held by graph slot
+ *  s, are destroyed. */
+static inline int mpn_pair_graph_gone(const mpn_slot_t* s, uint64_t seq) {
+  return __atomic_load_n(&s->released[MPN_SIDE_SEND], __ATOMIC_ACQUIRE) >= seq &&
+         __atomic_load_n(&s->released[MPN_SIDE_RECV], __ATOMIC_ACQUIRE) >= seq;
+}
 
 /** Whether graph message seq's slot still holds message seq -
  * MPN_PAIR_GRAPH_SLOTS, whose graph is alive on one side or both. */
 static inline int mpn_pair_graph_busy(const mpn_pair_t* pair, uint64_t seq) {
   const mpn_slot_t* s = mpn_pair_slot(pair, seq, 1);
   uint64_t cur = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
-  return cur != 0 && (cur >> 3) + MPN_PAIR_GRAPH_SLOTS == seq &&
-         !((cur & 7) == 7 && __atomic_load_n(&s->released, __ATOMIC_ACQUIRE) == (MPN_SLOT_SEND | MPN_SLOT_RECV));
+  return cur != 0 && (cur >> 3) + MPN_PAIR_GRAPH_SLOTS == seq && !((cur & 7) == 7 && mpn_pair_graph_gone(s, cur >> 3));
 }
 
 /** Whether the other side of message seq has posted (this side has not yet). */

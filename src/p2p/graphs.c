@@ -1,8 +1,9 @@
 /*
- * graphs.c - gives a pair's graph slots back once the graphs that captured
- * their messages are destroyed: each launch hangs, per capturing stream, a
- * record of the slots its messages took on the graph being captured (a
- * CUDA user object); the record's release files them (pair.c).
+ * graphs.c - gives a pair's graph slots, and the stages of memory-pool
+ * buffers, back once the graphs that captured their messages are destroyed:
+ * each launch hangs, per capturing stream, a record of what its messages
+ * took on the graph being captured (a CUDA user object); the record's
+ * release files them (pair.c, stage.c).
  */
 #include <stdlib.h>
 
@@ -16,6 +17,7 @@ typedef struct {
   uint64_t gen; /* the pair's mapping */
   uint64_t seq; /* the message (its graph slot: pair.h) */
   int side;
+  mpn_stage_t* stage; /* the stage the message took, or NULL */
 } held_t;
 
 typedef struct {
@@ -29,7 +31,10 @@ static uint64_t attached, not_attached, released; /* records, for tests and logs
 static void record_release(void* arg) {
   record_t* r = arg;
   __atomic_add_fetch(&released, 1, __ATOMIC_RELAXED);
-  for (int i = 0; i < r->n; i++) mpn_pair_graph_released(r->held[i].gen, r->held[i].seq, r->held[i].side);
+  for (int i = 0; i < r->n; i++) {
+    mpn_pair_graph_released(r->held[i].gen, r->held[i].seq, r->held[i].side);
+    if (r->held[i].stage) mpn_stage_unpin(r->held[i].stage);
+  }
   free(r);
 }
 
@@ -50,7 +55,7 @@ void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
     for (int j = i; j < n; j++) {
       if (!same_capture(p, &plans[j])) continue;
       seen[j] = 1;
-      if (r) r->held[r->n++] = (held_t){plans[j].pair->gen, plans[j].seq, plan_side(&plans[j])};
+      if (r) r->held[r->n++] = (held_t){plans[j].pair->gen, plans[j].seq, plan_side(&plans[j]), plans[j].stage};
     }
     mpn_cuda_switch_device(current_device, p->op->comm->cuda_dev);
     if (r != NULL && mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) == ncclSuccess) {

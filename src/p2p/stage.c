@@ -18,12 +18,35 @@ struct mpn_stage {
   size_t bytes;
   int dev;
   int busy;          /* handed out and not yet put back */
-  int pinned;        /* in a CUDA graph: never reused */
+  int pinned;        /* in a CUDA graph (or its event failed): not reused */
   cudaEvent_t freed; /* recorded where the last user's stream put it back */
+  struct mpn_stage* unpin_next; /* on unpinned, once its graph is gone */
 };
 
 static struct mpn_stage* stages;
 static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mpn_stage* unpinned; /* news from graphs' destructors (lock-free stack) */
+
+void mpn_stage_unpin(mpn_stage_t* st) {
+  st->unpin_next = __atomic_load_n(&unpinned, __ATOMIC_ACQUIRE);
+  while (!__atomic_compare_exchange_n(&unpinned, &st->unpin_next, st, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
+}
+
+/* Under stage_lock: the stages whose graphs are gone serve again (their
+ * last stream use, if any, was before the capture: freed still says when). */
+static void unpin_reap(void) {
+  struct mpn_stage* st = __atomic_exchange_n(&unpinned, NULL, __ATOMIC_ACQ_REL);
+  for (; st; st = st->unpin_next) st->pinned = 0;
+}
+
+int mpn_stage_pinned(void) {
+  pthread_mutex_lock(&stage_lock);
+  unpin_reap();
+  int n = 0;
+  for (struct mpn_stage* st = stages; st; st = st->next) n += st->pinned;
+  pthread_mutex_unlock(&stage_lock);
+  return n;
+}
 
 static int stage_idle(struct mpn_stage* st) {
   if (st->busy || st->pinned) return 0;
@@ -49,6 +72,7 @@ static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&stage_lock);
+  unpin_reap();
   struct mpn_stage* best = NULL;
   for (struct mpn_stage* st = stages; st; st = st->next)
     if (st->dev == dev && st->bytes >= bytes && (best == NULL || st->bytes < best->bytes) &&

@@ -25,8 +25,18 @@ void* mpn_stage_ptr(const mpn_stage_t* st);
 /**
  * Gives a stage back: reusable once stream reaches this point (NULL: now);
  * graph: captured into a CUDA graph, which may replay it at any time, so
- * the stage is never reused.
+ * the stage is not reused until mpn_stage_unpin.
  */
 void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, int graph);
+
+/**
+ * The graph that captured st is destroyed: st may serve again.  Called on
+ * CUDA's thread (p2p/graphs.c): it only files the news, without a lock; the
+ * next mpn_stage_get takes it in.  At most once per capture of st.
+ */
+void mpn_stage_unpin(mpn_stage_t* st);
+
+/** Stages held by graphs (for tests). */
+int mpn_stage_pinned(void);
 
 #endif /* MPN_P2P_STAGE_H_ */

@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "mpinccl.h"
 #include "p2p/p2p.h"
+#include "p2p/stage.h"
 #include "pattern.h"
 #include "test_p2p.h"
 #include "transport.h"
@@ -433,6 +434,52 @@ static void graph_recapture(void) {
   cudaFree(r);
 }
 
+/* A send from a memory-pool buffer captured as the first side takes a stage
+ * the graph keeps; once the graph is destroyed the stage serves again
+ * (before, it stayed pinned for good).  Rank 0 captures its send first,
+ * rank 1 its receive after a barrier; between processes only. */
+static void graph_pool_stage(void) {
+  int pair = nranks >= 2 && rank < 2 && comm->transport[1 - rank] == MPN_TRANSPORT_IPC;
+  int both = 0;
+  MPI_Allreduce(&pair, &both, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (both < 2) return;
+  size_t bytes = 65536;
+  int before = mpn_stage_pinned(), during = before, after = before;
+  char* buf = rank == 0 ? buf_alloc(BUF_POOL, bytes) : rank == 1 ? dev_alloc(bytes) : NULL;
+  if (rank == 0) pattern_fill(buf, bytes, seed_of(0, 1, 6000), stream);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  int captured = 0;
+  for (int turn = 0; turn < 2; turn++) {
+    if (rank == turn) {
+      EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      EXPECT_OK(rank == 0 ? ncclSend(buf, bytes, ncclInt8, 1, comm, stream)
+                          : ncclRecv(buf, bytes, ncclInt8, 0, comm, stream));
+      captured =
+          cudaStreamEndCapture(stream, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (rank < 2) EXPECT(captured); /* (the other ranks only pass the barriers) */
+  if (captured) EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  if (rank == 1) expect_pattern(buf, bytes, seed_of(0, 1, 6000), "graph from a pool buffer");
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  during = mpn_stage_pinned();
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  for (int k = 0; k < 2000 && (after = mpn_stage_pinned()) != before; k++) usleep(1000); /* CUDA's thread */
+  if (rank == 0) {
+    EXPECT(during == before + 1); /* the first side's stage, held by the graph */
+    EXPECT(after == before);
+    printf("test_p2p: pool stages held by graphs: %d before, %d with the graph, %d after its destroy\n", before, during,
+           after);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank < 2) buf_free(rank == 0 ? BUF_POOL : BUF_DEVICE, buf);
+  cudaStreamSynchronize(stream);
+}
+
 /* 3D periodic decomposition, all 26 neighbours in one group; faces, edges
  * and corners of different sizes; buffers from ncclMemAlloc, registered. */
 static void halo26(void) {
@@ -661,6 +708,7 @@ int main(int argc, char** argv) {
   STEP(halo26());
   STEP(graph_replay());
   STEP(graph_recapture());
+  STEP(graph_pool_stage());
   STEP(mismatch());
   return harness_finish();
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Twenty-seventh session, call 3: the graph slots' hand-back again (the
+# Twenty-seventh session, call 4: the graph slots' hand-back again (the
 # reverted bcf5408, now with counts of records attached and released and
 # slot sides filed and marked), and the capture status read from
 # ncclGroupEnd's check.  graph_recapture alone at 2, 4 and 8 processes,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Twenty-seventh session, call 4: the graph slots' hand-back with release
-# words per side that only grow (call 3 found a slot whose release bits
+# Twenty-seventh session, call 5: the graph slots' hand-back with release
+# words per side that only grow (call 4 found a slot whose release bits
 # read 0).  graph_recapture alone at 4 and 8 processes, 3 rounds without
 # MPS and 3 with.  Everything is
 # appended to one log as it goes (the device tool returns few files).

@@ -65,11 +65,10 @@ static void words_read(struct mpn_drain* d, int dev) {
   if (!want) return;
   uint64_t now[DRAIN_WORDS];
   int saved = mpn_cuda_device_enter(dev);
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, d->reader);
   if (err == cudaSuccess) err = cudaStreamSynchronize(d->reader);
-  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   mpn_cuda_device_leave(saved); /* the caller's device, as it was */
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -136,13 +135,12 @@ static void words_make(struct mpn_drain* d) {
   d->words_tried = 1;
   void* words = NULL;
   cudaStream_t reader = NULL;
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   cudaError_t err = cudaMalloc(&words, DRAIN_WORDS * sizeof(uint64_t));
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaMemsetAsync(words, 0, DRAIN_WORDS * sizeof(uint64_t), reader);
   if (err == cudaSuccess) err = cudaStreamSynchronize(reader);
-  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
     if (reader) cudaStreamDestroy(reader);

@@ -116,12 +116,11 @@ ncclResult_t mpn_cuda_peer_enable(int dev, int peer) {
 }
 
 unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess; /* mode: the thread's own */
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   unsigned long long id = 0;
   cudaError_t err = cudaStreamGetId(s, &id);
-  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
-  if (err == cudaSuccess && relaxed) return id;
+  mpn_cuda_relaxed_leave(mode);
+  if (err == cudaSuccess && mode.set) return id; /* (relaxed: the query left the capture alone) */
   cudaGetLastError();
   return err == cudaSuccess ? id : (unsigned long long)(uintptr_t)s | (1ULL << 63);
 }
@@ -143,8 +142,7 @@ ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void
   on_destroy_t* d = malloc(sizeof(*d));
   if (d == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   *d = (on_destroy_t){fn, arg, 0};
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  int relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = NULL;
   cudaUserObject_t obj = NULL;
@@ -162,6 +160,6 @@ ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void
   } else {
     free(d);
   }
-  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   return mpn_cuda_result(NULL, err, "a user object for the graph being captured");
 }

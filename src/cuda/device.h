@@ -93,6 +93,30 @@ static inline void mpn_cuda_device_leave(int saved) {
   if (saved >= 0 && (cudaGetDevice(&now) != cudaSuccess || now != saved)) cudaSetDevice(saved);
 }
 
+/** A thread's capture mode, as mpn_cuda_relaxed_enter found it. */
+typedef struct {
+  enum cudaStreamCaptureMode mode;
+  int set; /**< the exchange took: mpn_cuda_relaxed_leave gives mode back */
+} mpn_capture_mode_t;
+
+/**
+ * Makes the calling thread's capture mode relaxed.  One of its streams may
+ * be capturing a graph, and the calls that follow (allocations, IPC, event
+ * and stream queries, user objects) are not part of it: in the default
+ * mode the capture would refuse them and be invalidated.  Pair with
+ * mpn_cuda_relaxed_leave.
+ */
+static inline mpn_capture_mode_t mpn_cuda_relaxed_enter(void) {
+  mpn_capture_mode_t m = {cudaStreamCaptureModeRelaxed, 0};
+  m.set = cudaThreadExchangeStreamCaptureMode(&m.mode) == cudaSuccess;
+  return m;
+}
+
+/** Gives the thread the capture mode mpn_cuda_relaxed_enter found. */
+static inline void mpn_cuda_relaxed_leave(mpn_capture_mode_t m) {
+  if (m.set) cudaThreadExchangeStreamCaptureMode(&m.mode);
+}
+
 /**
  * Has fn(arg) called once the graph being captured on stream s is destroyed,
  * with every executable graph made from it (a CUDA user object the graph

@@ -80,10 +80,9 @@ static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what,
     fresh.pool = 1;
   } else {
     /* The caller's stream may be capturing a graph: not part of it. */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
     cudaError_t err = cudaIpcGetMemHandle(&fresh.handle, (void*)base);
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    mpn_cuda_relaxed_leave(mode);
     if (err != cudaSuccess) {
       cudaGetLastError();
       return mpn_error_set(NULL, ncclInvalidUsage,
@@ -296,10 +295,9 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
                          .opened = 1};
     /* The caller's stream may be capturing a graph: the driver calls made
      * here (opening, closing, event queries) are not part of it. */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
     cudaError_t err = open_import(owner, dev, desc, &fresh);
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    mpn_cuda_relaxed_leave(mode);
     if (err != cudaSuccess) {
       cudaGetLastError();
       res = mpn_error_set(NULL, ncclUnhandledCudaError,
@@ -374,15 +372,14 @@ static void sweep_forgotten(void) {
   int any = 0;
   for (int i = 0; i < imported.n && !any; i++) any = imported.entries[i].forget;
   if (!any) return;
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
     if (!e->forget || !mapping_idle(e->mapping)) continue;
     close_on_device(e->mapping, e->dev, "forgotten");
     i = -1; /* the array was compacted: scan again */
   }
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
 }
 
 void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {

@@ -42,8 +42,7 @@ static pool_t* pool_make(int dev) {
   pool_t* p = calloc(1, sizeof(*p));
   void* counters = NULL;
   cudaStream_t zero = NULL;
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   cudaError_t err = p ? cudaMalloc(&counters, (size_t)POOL_SLOTS * POOL_STRIDE) : cudaErrorMemoryAllocation;
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaMemsetAsync(counters, 0, (size_t)POOL_SLOTS * POOL_STRIDE, zero);
@@ -51,7 +50,7 @@ static pool_t* pool_make(int dev) {
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(POOL_SLOTS * sizeof(uint64_t), (void**)&p->done, &p->done_dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&p->sms, cudaDevAttrMultiProcessorCount, dev);
   if (zero) cudaStreamDestroy(zero);
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
     MPN_INFO(MPN_SUBSYS_INIT, "device %d: no counters for flag kernels of several blocks (%s): one block each",

@@ -10,6 +10,7 @@
 #include "bootstrap/channel.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "cuda/device.h"
 
 /* Counted samples in a row that must disagree before the answer changes;
  * also the samples read while learning. */
@@ -99,10 +100,9 @@ static int gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s);
  * capture must not be invalidated by them (desk review). */
 int mpn_gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s) {
   if (mpn_param_int(MPN_PARAM_SLICED_GAP) <= 0) return 0;
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   int computes = gap_launch_begin(g, dev, s);
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   return computes;
 }
 

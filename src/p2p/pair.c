@@ -23,6 +23,7 @@
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/device.h"
 
 typedef struct mapping {
   struct mapping* next;
@@ -178,10 +179,9 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
 /* Pairs are mapped on first use, maybe while the caller's stream captures a
  * graph: registering memory with CUDA is not part of it (relaxed mode). */
 ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   ncclResult_t res = pair_map(key, sender, receiver, out);
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   return res;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/debug.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "cuda/ipc.h"
 
 struct mpn_stage {
@@ -61,10 +62,9 @@ static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out);
 /* The caller's stream may be capturing a graph: event queries and
  * allocations here are not part of it (relaxed capture mode). */
 ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out) {
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   ncclResult_t res = stage_get(bytes, out);
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   return res;
 }
 

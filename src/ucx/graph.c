@@ -80,15 +80,14 @@ int mpn_ucx_capturing(cudaStream_t s) {
  * late node reads only the mark and a queued wait reads mapped memory. */
 static void group_free(mpn_ucx_ggroup_t* g, int leak) {
   mpn_ucx_node_kill(&g->guard);
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   for (int i = 0; i < g->n; i++)
     if (g->posts[i].stage && !leak) cudaFreeHost(g->posts[i].stage);
   if (g->side) cudaStreamDestroy(g->side);
   if (g->fork) cudaEventDestroy(g->fork);
   if (g->join) cudaEventDestroy(g->join);
   cudaGetLastError();
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   free(g->posts);
   g->posts = NULL;
   g->n = 0;
@@ -115,8 +114,7 @@ static void CUDART_CB post_all(void* arg) {
 
 /* What a capture allocates, in relaxed mode (else the capture refuses it). */
 static ncclResult_t group_alloc(mpn_ucx_ggroup_t* g) {
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   cudaError_t err = cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming);
@@ -124,7 +122,7 @@ static ncclResult_t group_alloc(mpn_ucx_ggroup_t* g) {
   for (int i = 0; err == cudaSuccess && i < g->n; i++) g->words[i] = 1; /* nothing under way before the first replay */
   for (int i = 0; i < g->n && err == cudaSuccess; i++)
     err = cudaHostAlloc((void**)&g->posts[i].stage, g->posts[i].bytes, cudaHostAllocPortable);
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  mpn_cuda_relaxed_leave(mode);
   return mpn_cuda_result(NULL, err, "allocating the staging of a captured transfer over UCX");
 }
 

@@ -359,10 +359,9 @@ static ncclResult_t gnode_make(struct ncclComm* comm, int n, size_t stage, gnode
   g->cmds = cmds;
   cudaError_t err = cudaSuccess;
   if (stage) { /* while capturing: in relaxed mode */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
     err = cudaHostAlloc((void**)&g->stage, stage, cudaHostAllocPortable);
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    mpn_cuda_relaxed_leave(mode);
   }
   if (err != cudaSuccess) {
     free(cmds), free(g);

@@ -555,9 +555,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];
     if (op->kind == MPN_OP_WAIT_SIGNAL || !mpn_rma_over_ucx(op->comm, op->peer)) continue;
-#ifdef HAVE_UCX
-    if (mpn_ucx_capturing(op->stream)) continue; /* slots, not counts (issue_signals) */
-#endif
+    if (op->capturing) continue; /* slots, not counts (issue_signals) */
     op->seq = ++op->comm->rma->sent[mpn_rma_pc(op->comm, op->peer, op->ctx)];
     net[nnet++] = op;
   }

@@ -67,12 +67,6 @@ struct mpn_ucx_ggroup {
  * their communicator's list (mpn_ucx_graph_free). */
 static __thread mpn_ucx_ggroup_t* pending;
 
-int mpn_ucx_capturing(cudaStream_t s) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess) cudaGetLastError();
-  return cap != cudaStreamCaptureStatusNone;
-}
-
 /* Also while this thread captures (a failed fork): in relaxed mode.  A
  * replay may still be queued (its host node not yet run, or running): the
  * group is marked dead, which its host node checks, the node running now
@@ -186,7 +180,7 @@ static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** 
 ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) {
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n; i++) {
-    if (!mpn_ucx_capturing(ops[i]->stream)) continue;
+    if (!ops[i]->capturing) continue;
     int seen = 0;
     for (int j = 0; j < i && !seen; j++)
       seen = ops[j]->stream == ops[i]->stream && ops[j]->comm->cuda_dev == ops[i]->comm->cuda_dev;

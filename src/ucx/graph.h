@@ -16,9 +16,6 @@
 struct ncclComm;
 typedef struct mpn_ucx_ggroup mpn_ucx_ggroup_t;
 
-/** Whether stream s is being captured. */
-int mpn_ucx_capturing(cudaStream_t s);
-
 /**
  * First step of a launch, with the uncaptured lanes' forks: the ops (all
  * with UCX peers) on capturing streams are staged, posted and waited for on

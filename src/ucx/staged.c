@@ -168,7 +168,7 @@ static int is_put(const mpn_op_t* op) {
  * message captured in a graph has none (graph.c). */
 static lane_t* op_lane(mpn_op_t* op) {
   lane_t* l = NULL;
-  if ((op->bytes == 0 && !is_put(op)) || mpn_ucx_capturing(op->stream) ||
+  if ((op->bytes == 0 && !is_put(op)) || op->capturing ||
       lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
     return NULL;
   return l;
@@ -228,7 +228,7 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                    : op->kind == MPN_OP_RECV ? "ncclRecv"
                    : op->kind == MPN_OP_SIGNAL ? "ncclSignal"
                                                : "ncclPutSignal";
-  int captured = mpn_ucx_capturing(op->stream);
+  int captured = op->capturing;
   if (mpn_ucx_comm_peer(comm, op->peer) == NULL)
     return mpn_error_set(comm, ncclInternalError, "%s: rank %d has no UCX address of rank %d", fn,
                          comm->rank, op->peer);

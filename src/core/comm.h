@@ -25,9 +25,18 @@ typedef enum {
 /** How a communicator is being made (see init.c). */
 typedef enum { MPN_INIT_RANK, MPN_INIT_MPI, MPN_INIT_SPLIT } mpn_init_kind_t;
 
-/** Tickets handed out in call order and served one at a time (init.c). */
+/** A ticket given up before its turn came (init.c). */
+typedef struct mpn_ticket {
+  struct mpn_ticket* next;
+  uint64_t ticket;
+} mpn_ticket_t;
+
+/** Tickets handed out in call order and served one at a time (init.c);
+ *  all zero is a new order. */
 typedef struct {
   uint64_t tickets, serving;
+  int lock;              /**< spin lock (atomic) over advancing serving and over skipped */
+  mpn_ticket_t* skipped; /**< tickets after serving given up, lowest first: serving passes over them */
 } mpn_order_t;
 
 /** One ticket of an order; pending until its turn has come and gone. */

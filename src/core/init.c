@@ -6,6 +6,7 @@
  */
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +74,11 @@ static ncclResult_t comm_setup(struct ncclComm* comm) {
 
 /*
  * Turns: a ticket taken on the calling thread, in the order of its calls;
- * the job waits for its turn before its collectives and ends it after, or,
- * discarded, when it is released.  Two orders use them:
+ * the job waits for its turn before its collectives and ends it after.  A
+ * job aborted while it waits, or released without having run, gives its
+ * turn up instead (turn_give_up): the order passes over it when it comes,
+ * since ending it early would let a later ticket run beside an earlier one
+ * that still holds the order.  Two orders use them:
  * - splits of one parent (ncclComm.split_order): two non-blocking splits
  *   issued back to back would otherwise take the parent's split and
  *   collective numbers in either order, differently on different processes;
@@ -94,18 +98,84 @@ static void turn_take(mpn_order_t* order, mpn_turn_t* turn) {
   turn->pending = 1;
 }
 
-static void turn_wait(const mpn_turn_t* turn) {
-  if (!turn->pending) return;
-  while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) {
-    mpn_chan_drive(MPN_CHAN_DRIVE_CREATE); /* the turn's holder may be a worker that needs this thread's MPI */
-    usleep(100);
+/* The lock is held for a few instructions, never across a wait. */
+static void order_lock(mpn_order_t* order) {
+  while (__atomic_exchange_n(&order->lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+}
+
+static void order_unlock(mpn_order_t* order) { __atomic_store_n(&order->lock, 0, __ATOMIC_RELEASE); }
+
+/* Ends the ticket being served: serving moves to the next one not given up.
+ * Lock held. */
+static void order_advance(mpn_order_t* order) {
+  uint64_t next = order->serving + 1;
+  while (order->skipped && order->skipped->ticket == next) {
+    mpn_ticket_t* t = order->skipped;
+    order->skipped = t->next;
+    free(t);
+    next++;
   }
+  __atomic_store_n(&order->serving, next, __ATOMIC_RELEASE);
 }
 
 static void turn_end(mpn_turn_t* turn) {
   if (!turn->pending) return;
   turn->pending = 0;
-  __atomic_add_fetch(&turn->order->serving, 1, __ATOMIC_ACQ_REL);
+  order_lock(turn->order);
+  order_advance(turn->order);
+  order_unlock(turn->order);
+}
+
+/* Gives a turn up without waiting for it: ended if it has come, else filed
+ * for order_advance to pass over.  0 (still pending) if out of memory. */
+static int turn_give_up(mpn_turn_t* turn) {
+  if (!turn->pending) return 1;
+  mpn_order_t* order = turn->order;
+  mpn_ticket_t* t = malloc(sizeof(*t)); /* (not under the lock) */
+  int given_up = 1;
+  order_lock(order);
+  if (order->serving == turn->ticket) {
+    order_advance(order);
+  } else if (t) {
+    mpn_ticket_t** at = &order->skipped;
+    while (*at && (*at)->ticket < turn->ticket) at = &(*at)->next;
+    t->ticket = turn->ticket;
+    t->next = *at;
+    *at = t;
+    t = NULL;
+  } else {
+    given_up = 0;
+  }
+  order_unlock(order);
+  free(t);
+  if (given_up) turn->pending = 0;
+  return given_up;
+}
+
+/* Waits for the turn; once *abort (may be NULL) is set, gives it up and
+ * fails instead: the turn's holder may not move before the aborting thread
+ * returns (below MPI_THREAD_MULTIPLE its MPI waits for the main thread,
+ * which may be waiting for that thread). */
+static ncclResult_t turn_wait(mpn_turn_t* turn, const volatile int* abort, const char* fn) {
+  if (!turn->pending) return ncclSuccess;
+  while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) {
+    if (abort && *abort && turn_give_up(turn))
+      return mpn_error_set(NULL, ncclRemoteError,
+                           "%s: aborted while waiting for an earlier creation to end (a thread's "
+                           "creations, and a parent's splits, take turns in call order)",
+                           fn);
+    mpn_chan_drive(MPN_CHAN_DRIVE_CREATE); /* the turn's holder may be a worker that needs this thread's MPI */
+    usleep(100);
+  }
+  return ncclSuccess;
+}
+
+/* Lets a turn the job will not use pass, in order; waits for it only when
+ * out of memory. */
+static void turn_pass(mpn_turn_t* turn) {
+  if (turn_give_up(turn)) return;
+  (void)turn_wait(turn, NULL, NULL);
+  turn_end(turn);
 }
 
 static __thread mpn_order_t* thread_order;
@@ -125,14 +195,14 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
     case MPN_INIT_RANK: return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
     case MPN_INIT_MPI: {
       *mpi = job->mpi_comm;
-      turn_wait(&job->mpi_turn);
+      MPN_CHECK(turn_wait(&job->mpi_turn, abort, "mpincclCommInitMPI"));
       ncclResult_t res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
       turn_end(&job->mpi_turn);
       return res;
     }
     case MPN_INIT_SPLIT: break;
   }
-  turn_wait(&job->split_turn);
+  MPN_CHECK(turn_wait(&job->split_turn, abort, "ncclCommSplit"));
   ncclResult_t res = split_bootstrap(job, b, mpi);
   turn_end(&job->split_turn);
   return res;
@@ -150,6 +220,21 @@ static void mpi_split(void* arg) {
   s->err = MPI_Comm_split(s->parent, s->color, s->key, s->out);
 }
 
+/* The MPI_Comm_split of a split of an MPI-made communicator, in its turn. */
+static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* child_abort, MPI_Comm* mpi) {
+  const struct ncclComm* parent = job->parent;
+  MPN_CHECK(turn_wait(&job->mpi_turn, child_abort, "ncclCommSplit"));
+  mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
+  int ran = mpn_chan_call(mpi_split, &sp, 1, child_abort);
+  turn_end(&job->mpi_turn);
+  if (ran != 0)
+    return mpn_error_set(NULL, child_abort && *child_abort ? ncclRemoteError : ncclInvalidUsage,
+                         "ncclCommSplit: %s before MPI_Comm_split of the parent's MPI communicator",
+                         child_abort && *child_abort ? "aborted" : "MPI was finalized");
+  if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, "MPI_Comm_split");
+  return ncclSuccess;
+}
+
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
   /* The split's waits watch the child's flag (ncclCommAbort of the child
@@ -159,26 +244,22 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
   if (child_abort && parent->abort_flag) *child_abort = 1;
   ncclResult_t res = mpn_bootstrap_split(parent->bootstrap, job->color, job->key, child_abort, b);
   __atomic_store_n(&parent->split_abort, (volatile int*)NULL, __ATOMIC_RELEASE);
-  if (parent->mpi_comm == MPI_COMM_NULL) return res;
-  /* A split of an MPI-made communicator keeps an MPI communicator. */
-  turn_wait(&job->mpi_turn);
-  mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
-  if (res == ncclSuccess && mpn_chan_call(mpi_split, &sp, 1, child_abort) != 0)
-    res = mpn_error_set(NULL, child_abort && *child_abort ? ncclRemoteError : ncclInvalidUsage,
-                        "ncclCommSplit: %s before MPI_Comm_split of the parent's MPI communicator",
-                        child_abort && *child_abort ? "aborted" : "MPI was finalized");
-  turn_end(&job->mpi_turn);
-  if (res != ncclSuccess) return res;
-  if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, "MPI_Comm_split");
-  return ncclSuccess;
+  /* A split of an MPI-made communicator keeps an MPI communicator (a
+   * failed split's MPI turn passes at mpn_init_job_release). */
+  if (res != ncclSuccess || parent->mpi_comm == MPI_COMM_NULL) return res;
+  res = split_mpi(job, child_abort, mpi);
+  if (res != ncclSuccess) { /* job_run keeps only what succeeded */
+    mpn_bootstrap_destroy(*b);
+    *b = NULL;
+  }
+  return res;
 }
 
 void mpn_init_job_release(mpn_init_job_t* job) {
-  /* A job that never ran lets its turns pass (in order). */
-  turn_wait(&job->split_turn);
-  turn_end(&job->split_turn);
-  turn_wait(&job->mpi_turn);
-  turn_end(&job->mpi_turn);
+  /* A job that never ran, or stopped before its turns came, lets them pass
+   * without waiting for them (turn_give_up). */
+  turn_pass(&job->split_turn);
+  turn_pass(&job->mpi_turn);
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
 }

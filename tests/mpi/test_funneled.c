@@ -9,8 +9,10 @@
  * mpincclCommInitMPI and splits of it (MPI_Comm_split, one rank without a
  * color) non-blocking and blocking, two splits without a color of two
  * MPI-made communicators in one group, a split without a color of a
- * communicator with two ranks in each process, and the abort of a creation
- * that cannot complete, from the main thread and from another.
+ * communicator with two ranks in each process, the abort of a creation
+ * that cannot complete, from the main thread and from another, and the
+ * abort, from another thread, of creations waiting for the turn of an
+ * earlier one of the main thread (the order of turns kept).
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpinccl.h"
 
@@ -47,6 +50,21 @@ static void seen(const char* fn) {
   __atomic_compare_exchange_n(&first_off_main, &none, fn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
+/* Library calls on two watched MPI communicators, numbered in the order
+ * made: one creation's calls must all come before the next one's. */
+static MPI_Comm watched[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
+static long watch_seq, watch_first[2], watch_last[2];
+
+static void seen_on(const char* fn, MPI_Comm comm) {
+  seen(fn);
+  for (int i = 0; i < 2; i++) {
+    if (comm == MPI_COMM_NULL || comm != watched[i]) continue;
+    long n = __atomic_add_fetch(&watch_seq, 1, __ATOMIC_RELAXED);
+    if (watch_first[i] == 0) watch_first[i] = n;
+    watch_last[i] = n;
+  }
+}
+
 int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
   seen("MPI_Isend");
   return PMPI_Isend(buf, count, type, dest, tag, comm, req);
@@ -68,28 +86,28 @@ int MPI_Get_count(const MPI_Status* status, MPI_Datatype type, int* count) {
   return PMPI_Get_count(status, type, count);
 }
 int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* req) {
-  seen("MPI_Ibcast");
+  seen_on("MPI_Ibcast", comm);
   return PMPI_Ibcast(buf, count, type, root, comm, req);
 }
 int MPI_Iallgather(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype,
                    MPI_Comm comm, MPI_Request* req) {
-  seen("MPI_Iallgather");
+  seen_on("MPI_Iallgather", comm);
   return PMPI_Iallgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, req);
 }
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
-  seen("MPI_Comm_split");
+  seen_on("MPI_Comm_split", comm);
   return PMPI_Comm_split(comm, color, key, out);
 }
 int MPI_Comm_rank(MPI_Comm comm, int* rank) {
-  seen("MPI_Comm_rank");
+  seen_on("MPI_Comm_rank", comm);
   return PMPI_Comm_rank(comm, rank);
 }
 int MPI_Comm_size(MPI_Comm comm, int* size) {
-  seen("MPI_Comm_size");
+  seen_on("MPI_Comm_size", comm);
   return PMPI_Comm_size(comm, size);
 }
 int MPI_Comm_test_inter(MPI_Comm comm, int* flag) {
-  seen("MPI_Comm_test_inter");
+  seen_on("MPI_Comm_test_inter", comm);
   return PMPI_Comm_test_inter(comm, flag);
 }
 int MPI_Comm_free(MPI_Comm* comm) {
@@ -297,6 +315,101 @@ static void test_abort_pending(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Polls comm (NULL: nothing to poll) for at most seconds; ncclInProgress
+ * when it was still being created then. */
+static ncclResult_t poll_for(ncclComm_t comm, int seconds) {
+  ncclResult_t state = ncclSuccess;
+  for (int ms = 0; comm && ms <= 1000 * seconds; ms++) {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+    if (state != ncclInProgress) break;
+    usleep(1000);
+  }
+  return state;
+}
+
+typedef struct {
+  ncclComm_t victims[2];
+  ncclResult_t res;
+  int done; /* atomic */
+} aborter_t;
+
+static void* abort_victims(void* arg) {
+  aborter_t* a = arg;
+  a->res = ncclSuccess;
+  for (int i = 0; i < 2; i++)
+    if (a->victims[i] && a->res == ncclSuccess) a->res = ncclCommAbort(a->victims[i]);
+  __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Another thread aborts the victims, creations waiting for the turn of an
+ * earlier one of this thread, while this thread waits for it without
+ * calling the library: the earlier creations cannot move meanwhile (their
+ * MPI work waits for the main thread), so the aborts return only if they
+ * end the waits for turns.  Then the survivors complete once polled (which
+ * also lets aborts stuck in such waits end). */
+static void abort_waiting(ncclComm_t survivors[2], ncclComm_t victims[2], const char* what) {
+  aborter_t a = {{victims[0], victims[1]}, ncclInternalError, 0};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, abort_victims, &a) == 0);
+  for (int ms = 0; ms < 10000 && !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE); ms++) usleep(1000);
+  int done = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+  if (!done)
+    fprintf(stderr, "[world %d] %s: ncclCommAbort of a creation waiting for its turn still waits after 10 s\n",
+            world_rank, what);
+  EXPECT(done);
+  for (int i = 0; i < 2; i++) EXPECT(poll_for(survivors[i], 30) == ncclSuccess);
+  pthread_join(t, NULL);
+  EXPECT(a.res == ncclSuccess);
+}
+
+/* Non-blocking creations of the main thread run their MPI collectives in
+ * call order (turns): four mpincclCommInitMPI, the second and fourth
+ * aborted while the first holds its turn; two splits of the first, the
+ * second aborted; a mpincclCommInitMPI and a split of the third, the split
+ * aborted (with one rank its bootstrap split needs nobody: it then waits
+ * for its MPI turn; with more the abort ends its bootstrap split, and its
+ * MPI turn must pass unused).  Each abort must end its creation's wait,
+ * and the turns stay in order: the third runs only after the first, and
+ * later creations pass over the aborted ones' turns. */
+static void test_abort_waiting_turn(void) {
+  MPI_Comm d[4];
+  ncclComm_t c[4] = {NULL, NULL, NULL, NULL};
+  ncclConfig_t cfg = nonblocking();
+  for (int i = 0; i < 4; i++) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &d[i]);
+    EXPECT(mpincclCommInitMPI(&c[i], d[i], &cfg) == ncclInProgress);
+  }
+  watched[0] = d[0];
+  watched[1] = d[2];
+  abort_waiting((ncclComm_t[2]){c[0], c[2]}, (ncclComm_t[2]){c[1], c[3]}, "mpincclCommInitMPI");
+  EXPECT(watch_first[0] > 0 && watch_first[1] > watch_last[0]); /* the third after the first */
+  watched[0] = watched[1] = MPI_COMM_NULL;
+  ncclComm_t s[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) EXPECT(ncclCommSplit(c[0], 0, world_rank, &s[i], NULL) == ncclInProgress);
+  abort_waiting((ncclComm_t[2]){s[0], NULL}, (ncclComm_t[2]){s[1], NULL}, "ncclCommSplit");
+  MPI_Comm e;
+  MPI_Comm_dup(MPI_COMM_WORLD, &e);
+  ncclComm_t x = NULL, y = NULL;
+  EXPECT(mpincclCommInitMPI(&x, e, &cfg) == ncclInProgress);
+  EXPECT(ncclCommSplit(c[2], 0, world_rank, &y, NULL) == ncclInProgress);
+  abort_waiting((ncclComm_t[2]){x, NULL}, (ncclComm_t[2]){y, NULL}, "ncclCommSplit of an MPI-made communicator");
+  /* The aborted creations' turns were passed over: a new one has its turn. */
+  ncclComm_t last = NULL;
+  EXPECT(ncclCommSplit(c[2], 0, world_rank, &last, NULL) == ncclInProgress);
+  EXPECT(poll_for(last, 30) == ncclSuccess);
+  expect_shape(s[0], world_size, world_rank);
+  expect_shape(last, world_size, world_rank);
+  ncclComm_t keep[5] = {s[0], last, x, c[0], c[2]};
+  for (int i = 0; i < 5; i++) { /* (a creation still in progress, after a failure, is aborted) */
+    ncclResult_t state = ncclSuccess;
+    EXPECT_OK(ncclCommGetAsyncError(keep[i], &state));
+    EXPECT_OK(state == ncclInProgress ? ncclCommAbort(keep[i]) : ncclCommDestroy(keep[i]));
+  }
+  for (int i = 0; i < 4; i++) MPI_Comm_free(&d[i]);
+  MPI_Comm_free(&e);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -320,6 +433,7 @@ int main(int argc, char** argv) {
   test_two_nocolor_splits();
   test_nocolor_two_per_process();
   test_abort_pending();
+  test_abort_waiting_turn();
   long lib_calls = calls_main - before, off = __atomic_load_n(&calls_off_main, __ATOMIC_RELAXED);
   if (off)
     fprintf(stderr, "[world %d] %ld MPI calls off the main thread, the first %s\n", world_rank, off, first_off_main);

@@ -35,7 +35,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_WATCHDOG] = {"MPINCCL_WATCHDOG_MS", MPN_PARAM_INT, "200", NULL, 0, 60000,
                             "Milliseconds between checks that the processes of peers on this "
                             "host are alive; a peer found gone sets ncclRemoteError on the "
-                            "communicator and releases the streams waiting for it. 0 disables."},
+                            "communicator and releases the streams waiting for it. The same "
+                            "thread takes in the news of destroyed CUDA graphs, whose graph "
+                            "slots then serve again. 0 disables."},
     [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "4194304", NULL, 0, 1 << 30,
                                "Between processes whose kernels run at the same time (MPS, or "
                                "one process per GPU), a stream's flag writes and waits of one "
@@ -135,7 +137,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "pair's slots) waits until the peer catches up: the launch posts "
                                  "its other messages first, then, if the peer is another process, "
                                  "waits on the host at most this many seconds per launch; then "
-                                 "the held messages fail with ncclInvalidUsage."},
+                                 "the held messages fail with ncclInvalidUsage. A message or "
+                                 "one-sided signal captured in a CUDA graph whose graph slot is "
+                                 "still held (by the one 256 captured messages, or 256 / "
+                                 "numRmaCtx captured signals of a context, before it, whose graph "
+                                 "is not yet destroyed on both sides) waits as long, then fails "
+                                 "on both sides."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

@@ -5,7 +5,9 @@
  * communicator that has it, with a message naming it, and every stream
  * flag shared with it is released (over UCX, its operations fail and the
  * waits for its signals are let go) so that no stream waits forever; the
- * application then calls ncclCommAbort.
+ * application then calls ncclCommAbort.  It also takes in the news of CUDA
+ * graphs destroyed (p2p/pair.c), so that their slots serve again even in a
+ * process that launches nothing more.
  */
 #include "core/watchdog.h"
 
@@ -19,6 +21,7 @@
 #include "core/param.h"
 #include "core/proc.h"
 #include "p2p/p2p.h"
+#include "p2p/pair.h"
 #include "transport.h"
 #ifdef HAVE_UCX
 #include "ucx/net.h"
@@ -69,6 +72,7 @@ static void* watchdog_main(void* arg) {
   (void)arg;
   for (;;) {
     usleep((useconds_t)mpn_param_int(MPN_PARAM_WATCHDOG) * 1000);
+    mpn_pair_graph_reap(); /* graphs destroyed: their slots serve again, even where no launch comes */
     struct ncclComm** comms = NULL;
     int n = mpn_comm_hold_live(&comms);
     for (int i = 0; i < n; i++) {

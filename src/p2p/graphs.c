@@ -1,10 +1,13 @@
 /*
- * graphs.c - gives a pair's graph slots, and the stages of memory-pool
- * buffers, back once the graphs that captured their messages are destroyed:
- * each launch hangs, per capturing stream, a record of what its messages
- * took on the graph being captured (a CUDA user object); the record's
- * release files them (pair.c, stage.c).
+ * graphs.c - gives graph slots and the stages of memory-pool buffers back
+ * once the graphs that captured them are destroyed: a launch notes, per
+ * capturing stream, what its operations took, and hangs a record of it on
+ * the graph being captured (a CUDA user object); CUDA releases the record
+ * when the graph and every executable graph made from it are gone, and its
+ * destructor files the news (pair.c, stage.c).
  */
+#include "p2p/graphs.h"
+
 #include <stdlib.h>
 
 #include "core/comm.h"
@@ -14,11 +17,20 @@
 #include "p2p/plan.h"
 
 typedef struct {
+  cudaStream_t s;
+  int dev;
   uint64_t gen; /* the pair's mapping */
-  uint64_t seq; /* the message (its graph slot: pair.h) */
+  int kind;     /* MPN_GRAPH_P2P or MPN_GRAPH_RMA */
+  uint32_t slot;
+  uint64_t seq;
   int side;
-  mpn_stage_t* stage; /* the stage the message took, or NULL */
+  mpn_stage_t* stage; /* or NULL */
 } held_t;
+
+struct mpn_graph_holds {
+  int n, cap, lost; /* lost: entries that did not fit (out of memory) */
+  held_t held[];
+};
 
 typedef struct {
   int n;
@@ -27,49 +39,83 @@ typedef struct {
 
 static uint64_t attached, not_attached, released; /* records, for tests and logs (atomics) */
 
-/* On CUDA's thread: no lock, no CUDA call (mpn_pair_graph_released). */
+/* On CUDA's thread: no lock, no CUDA call (pair.c and stage.c only file). */
 static void record_release(void* arg) {
   record_t* r = arg;
   __atomic_add_fetch(&released, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < r->n; i++) {
-    mpn_pair_graph_released(r->held[i].gen, r->held[i].seq, r->held[i].side);
-    if (r->held[i].stage) mpn_stage_unpin(r->held[i].stage);
+    const held_t* e = &r->held[i];
+    mpn_pair_graph_released(e->gen, e->kind, e->slot, e->seq, e->side);
+    if (e->stage) mpn_stage_unpin(e->stage);
   }
   free(r);
 }
 
-static int same_capture(const plan_t* a, const plan_t* b) {
-  return b->graph && b->posted && b->op->stream == a->op->stream && b->op->comm->cuda_dev == a->op->comm->cuda_dev;
+void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const mpn_pair_t* pair, int kind,
+                         uint32_t slot, uint64_t seq, int side, mpn_stage_t* st) {
+  mpn_graph_holds_t* g = *h;
+  if (g == NULL || g->n == g->cap) {
+    int cap = g ? 2 * g->cap : 8;
+    mpn_graph_holds_t* bigger = realloc(g, sizeof(*g) + (size_t)cap * sizeof(held_t));
+    if (bigger == NULL) {
+      if (g) g->lost++;
+      return; /* (no holds at all: nothing to attach, nothing logged) */
+    }
+    if (g == NULL) bigger->n = bigger->lost = 0;
+    bigger->cap = cap;
+    *h = g = bigger;
+  }
+  g->held[g->n++] = (held_t){s, dev, pair->gen, kind, slot, seq, side, st};
+}
+
+/* One capture's entries, from held[first] on, as a record. */
+static record_t* record_of(const mpn_graph_holds_t* g, int first, char* taken) {
+  const held_t* a = &g->held[first];
+  int k = 0;
+  for (int j = first; j < g->n; j++) k += g->held[j].s == a->s && g->held[j].dev == a->dev;
+  record_t* r = malloc(sizeof(*r) + (size_t)k * sizeof(held_t));
+  if (r) r->n = 0;
+  for (int j = first; j < g->n; j++) {
+    if (g->held[j].s != a->s || g->held[j].dev != a->dev) continue;
+    taken[j] = 1;
+    if (r) r->held[r->n++] = g->held[j];
+  }
+  return r;
+}
+
+void mpn_graph_holds_attach(mpn_graph_holds_t* g, int rank, int* current_device) {
+  if (g == NULL) return;
+  char* taken = calloc((size_t)g->n + 1, 1);
+  for (int i = 0; taken && i < g->n; i++) {
+    if (taken[i]) continue;
+    record_t* r = record_of(g, i, taken);
+    mpn_cuda_switch_device(current_device, g->held[i].dev);
+    if (r != NULL && mpn_cuda_capture_on_destroy(g->held[i].s, record_release, r) == ncclSuccess) {
+      __atomic_add_fetch(&attached, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    __atomic_add_fetch(&not_attached, 1, __ATOMIC_RELAXED);
+    MPN_WARN("rank %d: the graph slots a capture took will not be given back when its graph is destroyed (%s)", rank,
+             r ? mpn_error_last(NULL) : "out of memory");
+    free(r);
+  }
+  if (taken == NULL || g->lost)
+    MPN_WARN("rank %d: out of memory: some graph slots will not be given back when their graphs are destroyed", rank);
+  free(taken);
+  free(g);
 }
 
 void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
-  char* seen = calloc((size_t)(n ? n : 1), 1);
-  if (seen == NULL) return; /* the slots stay held */
+  mpn_graph_holds_t* h = NULL;
+  int rank = -1;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (seen[i] || !p->graph || !p->posted) continue;
-    int k = 0;
-    for (int j = i; j < n; j++) k += same_capture(p, &plans[j]);
-    record_t* r = malloc(sizeof(*r) + (size_t)k * sizeof(held_t));
-    if (r) r->n = 0;
-    for (int j = i; j < n; j++) {
-      if (!same_capture(p, &plans[j])) continue;
-      seen[j] = 1;
-      if (r) r->held[r->n++] = (held_t){plans[j].pair->gen, plans[j].seq, plan_side(&plans[j]), plans[j].stage};
-    }
-    mpn_cuda_switch_device(current_device, p->op->comm->cuda_dev);
-    if (r != NULL && mpn_cuda_capture_on_destroy(p->op->stream, record_release, r) == ncclSuccess) {
-      __atomic_add_fetch(&attached, 1, __ATOMIC_RELAXED);
-    } else {
-      __atomic_add_fetch(&not_attached, 1, __ATOMIC_RELAXED);
-      MPN_WARN(
-          "rank %d: the graph slots of %d captured messages will not be given back when their graph is "
-          "destroyed (%s)",
-          p->op->comm->rank, k, r ? mpn_error_last(NULL) : "out of memory");
-      free(r);
-    }
+    if (!p->graph || !p->posted) continue;
+    rank = p->op->comm->rank;
+    mpn_graph_holds_add(&h, p->op->stream, p->op->comm->cuda_dev, p->pair, MPN_GRAPH_P2P,
+                        (uint32_t)((p->seq - 1) % MPN_PAIR_GRAPH_SLOTS), p->seq, plan_side(p), p->stage);
   }
-  free(seen);
+  mpn_graph_holds_attach(h, rank, current_device);
 }
 
 void mpn_p2p_graph_stats(mpn_graph_stats_t* out) {

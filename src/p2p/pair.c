@@ -40,8 +40,9 @@ static uint64_t last_gen; /* under map_lock */
 typedef struct released {
   struct released* next;
   uint64_t gen;
-  uint64_t seq; /* the message */
-  int side;
+  uint64_t seq; /* the message or signal */
+  int kind, side;
+  uint32_t slot;
 } released_t;
 static released_t* released_news;
 static uint64_t filed, marked, orphaned; /* slot sides, for tests and logs (atomics) */
@@ -288,11 +289,11 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
   }
 }
 
-void mpn_pair_graph_released(uint64_t gen, uint64_t seq, int side) {
+void mpn_pair_graph_released(uint64_t gen, int kind, uint32_t slot, uint64_t seq, int side) {
   released_t* r = malloc(sizeof(*r));
   if (r == NULL) return; /* the slot stays held */
   __atomic_add_fetch(&filed, 1, __ATOMIC_RELAXED);
-  *r = (released_t){.gen = gen, .seq = seq, .side = side};
+  *r = (released_t){.gen = gen, .seq = seq, .kind = kind, .side = side, .slot = slot};
   r->next = __atomic_load_n(&released_news, __ATOMIC_ACQUIRE);
   while (!__atomic_compare_exchange_n(&released_news, &r->next, r, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
 }
@@ -307,7 +308,9 @@ void mpn_pair_graph_reap(void) {
     while (m && m->pair.gen != r->gen) m = m->next;
     if (m) { /* else the pair went with its communicator */
       /* Raised, never lowered: news of an older message may come late. */
-      uint64_t* word = &mpn_pair_slot(&m->pair, r->seq, 1)->released[r->side];
+      uint64_t* word = r->kind == MPN_GRAPH_RMA
+                           ? &m->pair.mem->rma_graph_released[r->slot % MPN_PAIR_RMA_GRAPH][r->side]
+                           : &m->pair.mem->graph_slots[r->slot % MPN_PAIR_GRAPH_SLOTS].released[r->side];
       uint64_t cur = __atomic_load_n(word, __ATOMIC_ACQUIRE);
       while (cur < r->seq && !__atomic_compare_exchange_n(word, &cur, r->seq, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
       __atomic_add_fetch(&marked, 1, __ATOMIC_RELAXED);

@@ -98,6 +98,10 @@ typedef struct {
    * yet seen. */
   uint64_t rma_graph_signal[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
   uint64_t rma_graph_busy[MPN_PAIR_RMA_GRAPH] __attribute__((aligned(64)));
+  /** Per such slot and side (MPN_SIDE_SEND: the signalling rank), the last
+   * signal of the slot whose graphs on that side are all destroyed (pair.c;
+   * only raised): the slot serves again once both reach its last signal. */
+  uint64_t rma_graph_released[MPN_PAIR_RMA_GRAPH][2] __attribute__((aligned(64)));
   /** Inbox slots (p2p/eager.h): the eager number + 1 of the last message
    * copied out of each, written by the receiver's streams, read by both hosts. */
   uint64_t eager_free[MPN_EAGER_SLOTS] __attribute__((aligned(64)));
@@ -160,14 +164,18 @@ static inline int mpn_pair_slot_held(const mpn_pair_t* pair, uint64_t seq, int s
   return cur != 0 && (cur >> 3) + MPN_PAIR_SLOTS == seq && (cur & mine) && (cur & 7) != 7;
 }
 
+/** The two kinds of graph slots of a pair. */
+enum { MPN_GRAPH_P2P = 0, MPN_GRAPH_RMA = 1 };
+
 /**
  * Graph slots are given back when both sides' graphs that used them are
  * destroyed: a CUDA user object of each graph (p2p/graphs.c) calls
- * mpn_pair_graph_released from CUDA's thread, which only files the news (no
- * lock, no CUDA call); mpn_pair_graph_reap, on a thread of the library,
- * marks the slots of the pairs still mapped.
+ * mpn_pair_graph_released (slot of kind, message or signal seq, side) from
+ * CUDA's thread, which only files the news (no lock, no CUDA call);
+ * mpn_pair_graph_reap, on a thread of the library (a launch, a wait for a
+ * slot, the watchdog), marks the slots of the pairs still mapped.
  */
-void mpn_pair_graph_released(uint64_t gen, uint64_t seq, int side);
+void mpn_pair_graph_released(uint64_t gen, int kind, uint32_t slot, uint64_t seq, int side);
 void mpn_pair_graph_reap(void);
 
 /** Fills filed, marked and orphaned (the rest: mpn_p2p_graph_stats). */
@@ -178,6 +186,15 @@ void mpn_pair_graph_counts(mpn_graph_stats_t* out);
 static inline int mpn_pair_graph_gone(const mpn_slot_t* s, uint64_t seq) {
   return __atomic_load_n(&s->released[MPN_SIDE_SEND], __ATOMIC_ACQUIRE) >= seq &&
          __atomic_load_n(&s->released[MPN_SIDE_RECV], __ATOMIC_ACQUIRE) >= seq;
+}
+
+/** Whether captured signal seq of the pair may take one-sided graph slot
+ *  `slot`, which per_slot signals share in turn (seq, seq - per_slot, ...):
+ *  both sides' graphs that captured the one before it are destroyed. */
+static inline int mpn_pair_rma_graph_free(const mpn_pair_t* pair, uint32_t slot, uint64_t seq, uint64_t per_slot) {
+  const uint64_t* w = pair->mem->rma_graph_released[slot];
+  return seq <= per_slot || (__atomic_load_n(&w[MPN_SIDE_SEND], __ATOMIC_ACQUIRE) >= seq - per_slot &&
+                             __atomic_load_n(&w[MPN_SIDE_RECV], __ATOMIC_ACQUIRE) >= seq - per_slot);
 }
 
 /** Whether graph message seq's slot still holds message seq -

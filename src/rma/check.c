@@ -4,9 +4,15 @@
  * enqueued (the API entry points check their arguments themselves).
  */
 #include <cuda_runtime.h>
+#include <stdio.h>
+#include <unistd.h>
 
+#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/param.h"
+#include "p2p/p2p.h"
+#include "p2p/pair.h"
 #include "rma/rma.h"
 #include "rma/window.h"
 #include "transport.h"
@@ -99,10 +105,54 @@ static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, i
   return n;
 }
 
-/* Captured signals use slots of their own, never given back (rma.c,
- * graph_slot): a group that would run out is refused before anything of it
- * is enqueued, not in the middle of issuing it (a peer's captured wait
- * would then wait for a signal never sent). */
+/* Whether the captured signals first + 1 .. first + n of (comm, peer, ctx)
+ * may take their slots (rma.c, graph_slot): 1 yes, 0 not yet, -1 the pair
+ * failed to map (*err); *pair: the pair they live in (NULL over UCX, whose
+ * slots are not given back). */
+static int graph_slots_free(struct ncclComm* comm, int peer, int ctx, int send, uint64_t first, uint64_t n,
+                            mpn_pair_t** pair, ncclResult_t* err) {
+  uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
+  *pair = NULL;
+  if (first + n <= per_ctx) return 1;
+  if (mpn_rma_over_ucx(comm, peer)) return 0;
+  mpn_pair_t *to = NULL, *from = NULL;
+  if ((*err = mpn_p2p_pairs(comm, peer, &to, &from)) != ncclSuccess) return -1;
+  *pair = send ? to : from;
+  for (uint64_t seq = first + 1; seq <= first + n; seq++)
+    if (!mpn_pair_rma_graph_free(*pair, (uint32_t)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx), seq, per_ctx))
+      return 0;
+  return 1;
+}
+
+/* Refuses a group whose captured signals of (peer, ctx) find a slot held:
+ * nothing of it is enqueued.  The peer may have taken its side of them,
+ * so both communicators are failed (through the pair), as for a refused
+ * send/receive. */
+static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, int send, mpn_pair_t* pair,
+                                       uint64_t per_ctx) {
+  char text[512];
+  snprintf(text, sizeof(text),
+           "%s with rank %d on context %d: a slot of the %llu for %s captured in CUDA graphs between two ranks "
+           "on one context is still held by one %llu before, %s; nothing of the group was enqueued",
+           mpn_rma_op_name(op->kind), peer, ctx, (unsigned long long)per_ctx, send ? "signals" : "waited-for signals",
+           (unsigned long long)per_ctx,
+           pair ? "whose CUDA graph is not destroyed on one side or both within MPINCCL_AHEAD_TIMEOUT (or the "
+                  "communicator was aborted): signal numbering with that rank is out of step, abort the communicator"
+                : "and over UCX slots are not given back");
+  if (pair) {
+    mpn_pair_report(pair, ncclInvalidUsage, text);
+    mpn_comm_set_async(op->comm, ncclInvalidUsage);
+  }
+  return MPN_REFUSE(op->comm, ncclInvalidUsage, "%s", text);
+}
+
+/* Captured signals use slots of their own, which a context's signals take
+ * in turn (rma.c, graph_slot).  Before anything of the group is enqueued
+ * (a peer's captured wait would otherwise wait for a signal never sent),
+ * each one's slot must be free: its last signal's graphs destroyed on both
+ * sides.  The host waits for that, at most MPINCCL_AHEAD_TIMEOUT, taking in
+ * the news of destroyed graphs.  More signals of one (peer, context) in one
+ * group than it has slots are refused at once. */
 static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
   for (const mpn_op_t* op = ops; op; op = op->next) {
     struct ncclComm* comm = op->comm;
@@ -114,13 +164,26 @@ static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
       int peer = send ? op->peer : op->descs[i].peer, ctx = send ? op->ctx : op->descs[i].ctx;
       size_t pc = mpn_rma_pc(comm, peer, ctx);
       uint64_t used = comm->rma == NULL ? 0 : send ? comm->rma->graph_sent[pc] : comm->rma->graph_expected[pc];
-      if (used + captured_from(op, comm, peer, ctx, send) > per_ctx)
+      uint64_t more = captured_from(op, comm, peer, ctx, send);
+      if (more > per_ctx)
         return MPN_REFUSE(comm, ncclInvalidUsage,
                           "%s with rank %d on context %d: more than %llu %s between two ranks on one "
-                          "context captured in CUDA graphs (slots are not given back); nothing of the "
-                          "group was enqueued",
+                          "context captured in one group; nothing of the group was enqueued",
                           mpn_rma_op_name(op->kind), peer, ctx, (unsigned long long)per_ctx,
                           send ? "signals" : "waited-for signals");
+      mpn_pair_t* pair = NULL;
+      uint64_t deadline = 0;
+      ncclResult_t err = ncclSuccess;
+      int free_now;
+      while ((free_now = graph_slots_free(comm, peer, ctx, send, used, more, &pair, &err)) != 1) {
+        if (free_now < 0) return err;
+        if (pair == NULL || comm->abort_flag || (deadline && mpn_chan_now_ns() > deadline))
+          return graph_slots_refuse(op, peer, ctx, send, pair, per_ctx);
+        if (deadline == 0)
+          deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
+        usleep(20);
+        mpn_pair_graph_reap(); /* graphs destroyed meanwhile on this side */
+      }
     }
   }
   return ncclSuccess;

@@ -33,6 +33,7 @@
 #include "cuda/driver.h"
 #include "cuda/event.h"
 #include "cuda/memop.h"
+#include "p2p/graphs.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
 #include "rma/local.h"
@@ -128,16 +129,32 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
  * matching the n-th signal B's captured waits count on it: A waits until
  * its previous replay's signal was seen ("busy" back to 0), marks "busy",
  * and sets "signal"; B waits for "signal", clears it, then clears "busy".
+ * A context's slots serve its signals in turn; within a host a slot serves
+ * again once both sides' graphs that captured its last signal are destroyed
+ * (ncclGroupEnd's checks waited for that: check.c), and each launch notes
+ * what its captures took for them to give back (launch_holds, attached at
+ * the launch's end: p2p/graphs.h).  Over UCX the slots are not given back.
  */
-static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, uint64_t* counter, int ctx,
+static __thread mpn_graph_holds_t* launch_holds;
+
+static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, int peer, int ctx, int send, cudaStream_t s,
                                int* slot) {
   uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
-  if (*counter >= per_ctx)
+  size_t pc = mpn_rma_pc(comm, peer, ctx);
+  uint64_t* counter = send ? &comm->rma->graph_sent[pc] : &comm->rma->graph_expected[pc];
+  int reclaimed = !mpn_rma_over_ucx(comm, peer);
+  if (!reclaimed && *counter >= per_ctx)
     return MPN_REFUSE(comm, ncclInvalidUsage,
                       "%s: more than %llu signals between two ranks on one context captured in "
                       "CUDA graphs",
                       fn, (unsigned long long)per_ctx);
-  *slot = (int)((uint64_t)ctx * per_ctx + (*counter)++);
+  uint64_t seq = ++*counter;
+  *slot = (int)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx);
+  if (!reclaimed) return ncclSuccess;
+  mpn_pair_t *to, *from;
+  MPN_CHECK(mpn_p2p_pairs(comm, peer, &to, &from));
+  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, send ? to : from, MPN_GRAPH_RMA, (uint32_t)*slot, seq,
+                      send ? MPN_SIDE_SEND : MPN_SIDE_RECV, NULL);
   return ncclSuccess;
 }
 
@@ -202,8 +219,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), &comm->rma->graph_sent[mpn_rma_pc(comm, op->peer, op->ctx)],
-                       op->ctx, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, s, &slot));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
@@ -223,8 +239,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; mpn_rma_over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[mpn_rma_pc(comm, d->peer, d->ctx)], d->ctx,
-                         &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, &slot));
     MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
   }
   if (mpn_rma_over_ucx(comm, d->peer)) return ncclSuccess;
@@ -242,8 +257,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", &comm->rma->graph_expected[mpn_rma_pc(comm, d->peer, d->ctx)], d->ctx,
-                         &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, &slot));
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
     MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
     MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
@@ -260,8 +274,7 @@ _Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers th
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   int slot = 0;
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), &comm->rma->graph_sent[mpn_rma_pc(comm, op->peer, op->ctx)],
-                       op->ctx, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, op->stream, &slot));
   return mpn_ucx_rma_graph_signal(drv, op, slot);
 }
 #endif
@@ -623,6 +636,8 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   free(net);
   for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
     if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
+  mpn_graph_holds_attach(launch_holds, n ? ops[0]->comm->rank : -1, &current); /* graph_slot's notes */
+  launch_holds = NULL;
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(ops);
   free(puts);

@@ -5,7 +5,7 @@
  * many puts then a signal, signals before their wait, signals to one peer
  * from two streams, a barrier's signal to the rank itself waited for from
  * another stream, send/receive and RMA in one group, a CUDA graph
- * replayed 100 times.  Every byte put is checked.  Exits 77 without a GPU.
+ * replayed 100 times, captures beyond a context's graph slots.  Every byte put is checked.  Exits 77 without a GPU.
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
 #include <cuda_runtime.h>
@@ -604,6 +604,64 @@ static void graph_replay(void) {
 }
 
 /*
+ * A context's slots for captured signals serve its signals in turn, each
+ * again once both sides have destroyed the graphs that captured its last
+ * signal (before the twenty-seventh session they were never given back).
+ * With 64 contexts a context has 4 slots: 20 captures of a put+signal ring
+ * on context 3, each graph destroyed after one replay, go round them 5
+ * times.  Over UCX slots are not given back: the fifth capture is refused.
+ */
+static void graph_recapture(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.numRmaCtx = 64;
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, &cfg));
+  if (c == NULL) return;
+  size_t bytes = 4096;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks, bad = 0, failed = 0, k = 0;
+  void* buf = dev_alloc(bytes);
+  char* src = dev_alloc(bytes);
+  ncclWindow_t w = NULL;
+  EXPECT_OK(ncclCommWindowRegister(c, buf, bytes, &w, 0));
+  ncclWaitSignalDesc_t d = {1, from, 0, 3};
+  for (; k < 20 && w; k++) {
+    pattern_fill(src, bytes, seed_of(rank, to, 7000 + k), stream);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, to, w, 0, 0, 3, 0, c, stream));
+    EXPECT_OK(ncclWaitSignal(1, &d, c, stream));
+    ncclResult_t res = ncclGroupEnd();
+    int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+    int ready = captured && res == ncclSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (ready) {
+      EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+      bad += pattern_check(buf, bytes, seed_of(from, rank, 7000 + k), stream) != 0;
+      cudaGraphExecDestroy(exec);
+    } else if (!harness_over_ucx() || k != 4) {
+      fprintf(stderr, "[rank %d] capture %d: %s (%s)\n", rank, k, ncclGetErrorString(res), ncclGetLastError(c));
+      failed = 1;
+    } else {
+      EXPECT(res == ncclInvalidUsage && strstr(ncclGetLastError(c), "over UCX") != NULL);
+    }
+    if (captured) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    int stop = !ready;
+    MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* all ranks leave together */
+    if (stop) break;
+  }
+  EXPECT(!failed);
+  EXPECT(bad == 0);
+  EXPECT(k == (harness_over_ucx() ? 4 : 20));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w) EXPECT_OK(ncclCommWindowDeregister(c, w));
+  EXPECT_OK(ncclMemFree(buf));
+  EXPECT_OK(ncclMemFree(src));
+  EXPECT_OK(ncclCommDestroy(c));
+}
+
+/*
  * Captured signals past the slots a pair has on a context are refused
  * before anything of the group is enqueued (the capture stays valid and
  * empty), and an operation on a stream whose capture was invalidated takes
@@ -807,6 +865,7 @@ int main(int argc, char** argv) {
   STEP(mixed_group());
   STEP(graph_replay());
   STEP(graph_limits());
+  STEP(graph_recapture());
   STEP(threads_ring());
   STEP(threads_streams());
   return harness_finish();

@@ -1,0 +1,36 @@
+/*
+ * graphs.h - gives graph slots (send/receive messages and one-sided
+ * signals) and the stages of memory-pool buffers back once the graphs that
+ * captured them are destroyed, on both sides (graphs.c, pair.c).
+ */
+#ifndef MPN_P2P_GRAPHS_H_
+#define MPN_P2P_GRAPHS_H_
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "p2p/pair.h"
+#include "p2p/stage.h"
+
+/** What one launch's captured operations took, to be hung on their graphs. */
+typedef struct mpn_graph_holds mpn_graph_holds_t;
+
+/**
+ * Notes that the capture on stream s (of device dev) holds slot `slot` of
+ * pair's graph slots of kind (MPN_GRAPH_P2P or MPN_GRAPH_RMA) for message
+ * or signal seq on side (MPN_SIDE_*), and stage st (or NULL).  *h grows
+ * (NULL to start); out of memory, the slot stays held for good (logged by
+ * mpn_graph_holds_attach).
+ */
+void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const mpn_pair_t* pair, int kind,
+                         uint32_t slot, uint64_t seq, int side, mpn_stage_t* st);
+
+/**
+ * Hangs, on the graph each noted stream is capturing, a record of what it
+ * holds (a CUDA user object whose destructor files it: pair.c, stage.c),
+ * then frees h.  Switches the current device as needed (current_device:
+ * the one current now, updated).  rank: for the warning when CUDA refuses.
+ */
+void mpn_graph_holds_attach(mpn_graph_holds_t* h, int rank, int* current_device);
+
+#endif /* MPN_P2P_GRAPHS_H_ */

@@ -38,12 +38,23 @@ void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak);
 /** Adds g to list. */
 void mpn_ucx_graph_push(mpn_ucx_ggroup_t** list, mpn_ucx_ggroup_t* g);
 
+/** Frees the groups of list whose graph is destroyed and whose sends were
+ *  all taken; the others stay. */
+void mpn_ucx_graph_reclaim(mpn_ucx_ggroup_t** list);
+
+/** How many groups list holds (tests). */
+int mpn_ucx_graph_live(const mpn_ucx_ggroup_t* list);
+
 /* Provided by staged.c, which keeps the communicator's staging state. */
 
 /** The number of the next captured message to (send) or from peer on comm. */
 uint64_t mpn_ucx_graph_count(struct ncclComm* comm, int peer, int send);
 
-/** Hands g to comm (freed with its staging state). */
+/** Hands g to comm, which frees it once its graph is destroyed
+ *  (mpn_ucx_graph_reclaim, at this call) or with its staging state. */
 void mpn_ucx_graph_keep(struct ncclComm* comm, mpn_ucx_ggroup_t* g);
+
+/** The captured groups comm still holds (tests). */
+int mpn_ucx_graph_groups(const struct ncclComm* comm);
 
 #endif /* MPN_UCX_GRAPH_H_ */

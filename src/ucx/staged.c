@@ -91,7 +91,7 @@ typedef struct {
 struct mpn_ucx_staged {
   lane_t* lanes; /* 2 * nranks: [2 * peer] sends to peer, [2 * peer + 1] receives */
   uint64_t* gcount;          /* 2 * nranks: messages captured in graphs, as lanes */
-  mpn_ucx_ggroup_t* graphs;  /* captured groups (graph.c), freed with the communicator */
+  mpn_ucx_ggroup_t* graphs;  /* captured groups (graph.c), freed once their graph is gone or with the communicator */
   int clean;     /* destroy found every lane done (mpn_ucx_staged_quiesce) */
 };
 
@@ -128,7 +128,12 @@ uint64_t mpn_ucx_graph_count(struct ncclComm* comm, int peer, int send) {
 }
 
 void mpn_ucx_graph_keep(struct ncclComm* comm, mpn_ucx_ggroup_t* g) {
+  mpn_ucx_graph_reclaim(&comm->staged->graphs); /* those whose graphs are gone */
   mpn_ucx_graph_push(&comm->staged->graphs, g);
+}
+
+int mpn_ucx_graph_groups(const struct ncclComm* comm) {
+  return comm->staged ? mpn_ucx_graph_live(comm->staged->graphs) : 0;
 }
 
 static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t** out) {

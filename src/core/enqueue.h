@@ -30,6 +30,7 @@ typedef struct mpn_op {
   int peer;
   cudaStream_t stream;
   int capturing;        /**< stream is capturing a CUDA graph (set by ncclGroupEnd's checks) */
+  unsigned long long capture_id; /**< that capture's id (CUDA's, unique in the process), or 0 */
   ncclWindow_t win;     /**< put: the peer's window */
   size_t offset;        /**< put: offset in the peer's window */
   int ctx;

@@ -63,6 +63,7 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
     cudaStream_t s;
     int dev;
     enum cudaStreamCaptureStatus cap;
+    unsigned long long id;
   } seen[8];
   int n = 0, saved = mpn_cuda_device_enter(-1), current = saved;
   ncclResult_t res = ncclSuccess;
@@ -71,14 +72,21 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
       int i = 0, dev = op->comm->cuda_dev;
       while (i < n && (seen[i].s != op->stream || seen[i].dev != dev)) i++;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      unsigned long long id = 0;
       if (i < n) {
         cap = seen[i].cap;
+        id = seen[i].id;
       } else {
         mpn_cuda_switch_device(&current, dev);
-        if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
-        if (n < (int)(sizeof(seen) / sizeof(seen[0]))) seen[n++] = (struct stream_capture){op->stream, dev, cap};
+        if (cudaStreamGetCaptureInfo(op->stream, &cap, &id, NULL, NULL, NULL, NULL) != cudaSuccess) {
+          cudaGetLastError(); /* (an invalidated capture may answer so: ask the plain way) */
+          cap = cudaStreamCaptureStatusNone;
+          if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
+        }
+        if (n < (int)(sizeof(seen) / sizeof(seen[0]))) seen[n++] = (struct stream_capture){op->stream, dev, cap, id};
       }
       op->capturing = cap == cudaStreamCaptureStatusActive;
+      op->capture_id = op->capturing ? id : 0;
       if (cap == cudaStreamCaptureStatusInvalidated)
         res = MPN_REFUSE(op->comm, ncclInvalidUsage,
                          "ncclGroupEnd: stream %p of an operation with rank %d is in a CUDA graph capture "

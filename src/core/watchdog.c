@@ -72,7 +72,7 @@ static void* watchdog_main(void* arg) {
   (void)arg;
   for (;;) {
     usleep((useconds_t)mpn_param_int(MPN_PARAM_WATCHDOG) * 1000);
-    mpn_pair_graph_reap(); /* graphs destroyed: their slots serve again, even where no launch comes */
+    mpn_pair_graph_reap_try(); /* graphs destroyed: their slots serve again, even where no launch comes */
     struct ncclComm** comms = NULL;
     int n = mpn_comm_hold_live(&comms);
     for (int i = 0; i < n; i++) {

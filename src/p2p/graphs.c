@@ -58,8 +58,11 @@ void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const m
     int cap = g ? 2 * g->cap : 8;
     mpn_graph_holds_t* bigger = realloc(g, sizeof(*g) + (size_t)cap * sizeof(held_t));
     if (bigger == NULL) {
-      if (g) g->lost++;
-      return; /* (no holds at all: nothing to attach, nothing logged) */
+      if (g)
+        g->lost++; /* (logged by mpn_graph_holds_attach) */
+      else
+        MPN_WARN("out of memory: a graph slot will not be given back when its graph is destroyed");
+      return;
     }
     if (g == NULL) bigger->n = bigger->lost = 0;
     bigger->cap = cap;

@@ -353,7 +353,7 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   mpn_side_t mine;
   ncclResult_t bad = describe(p, &mine);
-  ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, side, &mine, &p->role);
+  ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, op->capture_id, side, &mine, &p->role);
   if (refused != ncclSuccess) {
     /* Its number is spent on this side only: the message numbering with
      * that rank is out of step, and the peer's side of this message waits
@@ -577,8 +577,10 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
       if (!p->prepared || done[i]) continue;
-      int slot_busy =
-          p->graph ? mpn_pair_graph_busy(p->pair, p->seq) : mpn_pair_slot_held(p->pair, p->seq, plan_side(p));
+      /* (a graph slot this very capture holds is refused at once: no wait frees it) */
+      int slot_busy = p->graph ? mpn_pair_graph_busy(p->pair, p->seq) &&
+                                     !mpn_pair_graph_own(p->pair, p->seq, plan_side(p), p->op->capture_id)
+                               : mpn_pair_slot_held(p->pair, p->seq, plan_side(p));
       int ahead = !give_up && ((nheld && pair_held(held, nheld, p)) || slot_busy);
       if (ahead || mpn_push_pending(p)) { /* later messages of the pair and side wait with it */
         if (!pair_held(held, nheld, p)) held[nheld++] = (pair_side_t){p->pair, plan_side(p)};

@@ -248,8 +248,29 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
   pthread_mutex_unlock(&map_lock);
 }
 
-ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, const mpn_side_t* desc,
-                           mpn_post_role_t* role) {
+/* A captured message whose slot its message MPN_PAIR_GRAPH_SLOTS before
+ * still holds: that one's graph lives, on one side or both (or, taken by
+ * this very capture, cannot be destroyed before this message is posted). */
+static ncclResult_t graph_refuse(const mpn_slot_t* s, uint64_t seq, unsigned long long capture, int side) {
+  uint64_t cur = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+  if (capture && __atomic_load_n(&s->capture[side], __ATOMIC_ACQUIRE) == capture)
+    return mpn_error_set(NULL, ncclInvalidUsage,
+                         "captured message %llu between two ranks finds its graph slot held by message %llu of "
+                         "the same CUDA graph capture: at most %d messages between two ranks per graph",
+                         (unsigned long long)seq, (unsigned long long)(cur >> 3), MPN_PAIR_GRAPH_SLOTS);
+  return mpn_error_set(NULL, ncclInvalidUsage,
+                       "captured message %llu between two ranks finds its graph slot held by message %llu "
+                       "(state %llu; graphs gone up to message %llu on the sending side, %llu on the "
+                       "receiving), whose CUDA graph is not destroyed on one side or both (at most %d captured "
+                       "messages of a pair live at once)",
+                       (unsigned long long)seq, (unsigned long long)(cur >> 3), (unsigned long long)(cur & 7),
+                       (unsigned long long)__atomic_load_n(&s->released[MPN_SIDE_SEND], __ATOMIC_ACQUIRE),
+                       (unsigned long long)__atomic_load_n(&s->released[MPN_SIDE_RECV], __ATOMIC_ACQUIRE),
+                       MPN_PAIR_GRAPH_SLOTS);
+}
+
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, unsigned long long capture, int side,
+                           const mpn_side_t* desc, mpn_post_role_t* role) {
   mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);
   uint64_t ring = graph ? MPN_PAIR_GRAPH_SLOTS : MPN_PAIR_SLOTS;
   uint64_t mine = side == MPN_SIDE_SEND ? MPN_SLOT_SEND : MPN_SLOT_RECV;
@@ -261,18 +282,14 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
     /* A graph slot also needs both graphs of its last message gone. */
     int free_slot = (cur == 0 && seq <= ring) ||
                     (cur_seq + ring == seq && flags == 7 && (!graph || mpn_pair_graph_gone(s, cur_seq)));
+    uint64_t again = cur;
     if (cur_seq == seq && !(flags & mine)) next = cur | mine;
     else if (free_slot) next = (seq << 3) | mine;
-    else if (graph)
-      return mpn_error_set(NULL, ncclInvalidUsage,
-                           "captured message %llu between two ranks finds its graph slot held by message %llu "
-                           "(state %llu; graphs gone up to message %llu on the sending side, %llu on the "
-                           "receiving), whose CUDA graph is not destroyed on one side or both (at most %d captured "
-                           "messages of a pair live at once)",
-                           (unsigned long long)seq, (unsigned long long)cur_seq, (unsigned long long)flags,
-                           (unsigned long long)__atomic_load_n(&s->released[MPN_SIDE_SEND], __ATOMIC_ACQUIRE),
-                           (unsigned long long)__atomic_load_n(&s->released[MPN_SIDE_RECV], __ATOMIC_ACQUIRE),
-                           MPN_PAIR_GRAPH_SLOTS);
+    else if ((again = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE)) != cur) { /* the peer took it meanwhile */
+      cur = again;
+      continue;
+    } else if (graph)
+      return graph_refuse(s, seq, capture, side);
     else
       return mpn_error_set(NULL, ncclInvalidUsage,
                            "more than %d messages outstanding between two ranks (message %llu "
@@ -283,6 +300,7 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side, 
     if (!written) s->side[side] = *desc;
     written = 1;
     if (__atomic_compare_exchange_n(&s->state, &cur, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      if (graph) __atomic_store_n(&s->capture[side], capture, __ATOMIC_RELEASE);
       *role = cur_seq == seq && (flags & other) ? MPN_POST_SECOND : MPN_POST_FIRST;
       return ncclSuccess;
     }
@@ -298,10 +316,9 @@ void mpn_pair_graph_released(uint64_t gen, int kind, uint32_t slot, uint64_t seq
   while (!__atomic_compare_exchange_n(&released_news, &r->next, r, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
 }
 
-void mpn_pair_graph_reap(void) {
-  if (__atomic_load_n(&released_news, __ATOMIC_ACQUIRE) == NULL) return;
+/* Under map_lock. */
+static void reap_locked(void) {
   released_t* r = __atomic_exchange_n(&released_news, NULL, __ATOMIC_ACQ_REL);
-  pthread_mutex_lock(&map_lock);
   while (r) {
     released_t* next = r->next;
     mapping_t* m = mappings;
@@ -320,6 +337,18 @@ void mpn_pair_graph_reap(void) {
     free(r);
     r = next;
   }
+}
+
+void mpn_pair_graph_reap(void) {
+  if (__atomic_load_n(&released_news, __ATOMIC_ACQUIRE) == NULL) return;
+  pthread_mutex_lock(&map_lock);
+  reap_locked();
+  pthread_mutex_unlock(&map_lock);
+}
+
+void mpn_pair_graph_reap_try(void) {
+  if (__atomic_load_n(&released_news, __ATOMIC_ACQUIRE) == NULL || pthread_mutex_trylock(&map_lock) != 0) return;
+  reap_locked();
   pthread_mutex_unlock(&map_lock);
 }
 

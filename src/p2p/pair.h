@@ -65,7 +65,8 @@ typedef struct {
   uint64_t done_seq;   /**< message whose done_event is published (release) */
   uint64_t released[2]; /**< graph slots, per side (MPN_SIDE_*): the last message whose graphs on that
                              side are all destroyed (pair.c; only grows, so never reset) */
-  uint64_t pad2[2];
+  uint64_t capture[2];  /**< graph slots, per side: the capture (CUDA's id in that side's process) that
+                             took the slot's message, written and read by that side only */
   uint64_t ready;    /**< stream flag: first side's buffer is ready (own line) */
   uint64_t pad3[7];
   uint64_t done;     /**< stream flag: the data moved (own line) */
@@ -102,6 +103,9 @@ typedef struct {
    * signal of the slot whose graphs on that side are all destroyed (pair.c;
    * only raised): the slot serves again once both reach its last signal. */
   uint64_t rma_graph_released[MPN_PAIR_RMA_GRAPH][2] __attribute__((aligned(64)));
+  /** Per such slot and side, the capture (CUDA's id in that side's process)
+   * that took its last signal: written and read by that side only. */
+  uint64_t rma_graph_capture[MPN_PAIR_RMA_GRAPH][2] __attribute__((aligned(64)));
   /** Inbox slots (p2p/eager.h): the eager number + 1 of the last message
    * copied out of each, written by the receiver's streams, read by both hosts. */
   uint64_t eager_free[MPN_EAGER_SLOTS] __attribute__((aligned(64)));
@@ -148,9 +152,10 @@ static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, in
  * seq - MPN_PAIR_SLOTS (too many messages outstanding on this pair), or, for
  * graph messages, when a graph that captured message seq -
  * MPN_PAIR_GRAPH_SLOTS is not destroyed yet on either side
- * (mpn_pair_graph_busy).
+ * (mpn_pair_graph_busy).  capture: a graph message's capture (CUDA's id,
+ * or 0 if unknown), which the slot keeps for this side.
  */
-ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, int side,
+ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, unsigned long long capture, int side,
                            const mpn_side_t* desc, mpn_post_role_t* role);
 
 /** Whether message seq's slot in the plain ring is still held by message
@@ -177,6 +182,9 @@ enum { MPN_GRAPH_P2P = 0, MPN_GRAPH_RMA = 1 };
  */
 void mpn_pair_graph_released(uint64_t gen, int kind, uint32_t slot, uint64_t seq, int side);
 void mpn_pair_graph_reap(void);
+/** The same, unless the pairs' lock is taken (it may be held across a wait
+ *  for a peer or a CUDA call): for the watchdog, which must never block. */
+void mpn_pair_graph_reap_try(void);
 
 /** Fills filed, marked and orphaned (the rest: mpn_p2p_graph_stats). */
 void mpn_pair_graph_counts(mpn_graph_stats_t* out);
@@ -195,6 +203,14 @@ static inline int mpn_pair_rma_graph_free(const mpn_pair_t* pair, uint32_t slot,
   const uint64_t* w = pair->mem->rma_graph_released[slot];
   return seq <= per_slot || (__atomic_load_n(&w[MPN_SIDE_SEND], __ATOMIC_ACQUIRE) >= seq - per_slot &&
                              __atomic_load_n(&w[MPN_SIDE_RECV], __ATOMIC_ACQUIRE) >= seq - per_slot);
+}
+
+/** Whether graph message seq's slot is held by a message this side took in
+ *  capture (which cannot end before this message is posted: no wait helps). */
+static inline int mpn_pair_graph_own(const mpn_pair_t* pair, uint64_t seq, int side, unsigned long long capture) {
+  const mpn_slot_t* s = mpn_pair_slot(pair, seq, 1);
+  return capture != 0 && (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) >> 3) + MPN_PAIR_GRAPH_SLOTS == seq &&
+         __atomic_load_n(&s->capture[side], __ATOMIC_ACQUIRE) == capture;
 }
 
 /** Whether graph message seq's slot still holds message seq -

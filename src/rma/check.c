@@ -105,23 +105,32 @@ static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, i
   return n;
 }
 
+enum { SLOTS_HELD, SLOTS_FREE, SLOTS_OWN, SLOTS_ERROR };
+
 /* Whether the captured signals first + 1 .. first + n of (comm, peer, ctx)
- * may take their slots (rma.c, graph_slot): 1 yes, 0 not yet, -1 the pair
- * failed to map (*err); *pair: the pair they live in (NULL over UCX, whose
- * slots are not given back). */
-static int graph_slots_free(struct ncclComm* comm, int peer, int ctx, int send, uint64_t first, uint64_t n,
-                            mpn_pair_t** pair, ncclResult_t* err) {
+ * may take their slots (rma.c, graph_slot): SLOTS_FREE, SLOTS_HELD (by a
+ * graph not yet destroyed), SLOTS_OWN (by this side's capture `capture`,
+ * which cannot end first), SLOTS_ERROR (the pair failed to map: *err);
+ * *pair: the pair they live in (NULL over UCX, whose slots are not given
+ * back). */
+static int graph_slots_state(struct ncclComm* comm, int peer, int ctx, int send, uint64_t first, uint64_t n,
+                             unsigned long long capture, mpn_pair_t** pair, ncclResult_t* err) {
   uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
   *pair = NULL;
-  if (first + n <= per_ctx) return 1;
-  if (mpn_rma_over_ucx(comm, peer)) return 0;
+  if (first + n <= per_ctx) return SLOTS_FREE;
+  if (mpn_rma_over_ucx(comm, peer)) return SLOTS_HELD;
   mpn_pair_t *to = NULL, *from = NULL;
-  if ((*err = mpn_p2p_pairs(comm, peer, &to, &from)) != ncclSuccess) return -1;
+  if ((*err = mpn_p2p_pairs(comm, peer, &to, &from)) != ncclSuccess) return SLOTS_ERROR;
   *pair = send ? to : from;
-  for (uint64_t seq = first + 1; seq <= first + n; seq++)
-    if (!mpn_pair_rma_graph_free(*pair, (uint32_t)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx), seq, per_ctx))
-      return 0;
-  return 1;
+  int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
+  for (uint64_t seq = first + 1; seq <= first + n; seq++) {
+    uint32_t slot = (uint32_t)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx);
+    if (mpn_pair_rma_graph_free(*pair, slot, seq, per_ctx)) continue;
+    if (capture && __atomic_load_n(&(*pair)->mem->rma_graph_capture[slot][side], __ATOMIC_ACQUIRE) == capture)
+      return SLOTS_OWN;
+    return SLOTS_HELD;
+  }
+  return SLOTS_FREE;
 }
 
 /* Refuses a group whose captured signals of (peer, ctx) find a slot held:
@@ -129,16 +138,18 @@ static int graph_slots_free(struct ncclComm* comm, int peer, int ctx, int send, 
  * so both communicators are failed (through the pair), as for a refused
  * send/receive. */
 static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, int send, mpn_pair_t* pair,
-                                       uint64_t per_ctx) {
+                                       uint64_t per_ctx, int own) {
   char text[512];
   snprintf(text, sizeof(text),
            "%s with rank %d on context %d: a slot of the %llu for %s captured in CUDA graphs between two ranks "
            "on one context is still held by one %llu before, %s; nothing of the group was enqueued",
            mpn_rma_op_name(op->kind), peer, ctx, (unsigned long long)per_ctx, send ? "signals" : "waited-for signals",
            (unsigned long long)per_ctx,
-           pair ? "whose CUDA graph is not destroyed on one side or both within MPINCCL_AHEAD_TIMEOUT (or the "
-                  "communicator was aborted): signal numbering with that rank is out of step, abort the communicator"
-                : "and over UCX slots are not given back");
+           own    ? "taken by the same CUDA graph capture (at most that many per graph): signal numbering with that "
+                    "rank is out of step, abort the communicator"
+           : pair ? "whose CUDA graph is not destroyed on one side or both within MPINCCL_AHEAD_TIMEOUT (or a "
+                    "communicator failed): signal numbering with that rank is out of step, abort the communicator"
+                  : "and over UCX slots are not given back");
   if (pair) {
     mpn_pair_report(pair, ncclInvalidUsage, text);
     mpn_comm_set_async(op->comm, ncclInvalidUsage);
@@ -146,14 +157,25 @@ static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, in
   return MPN_REFUSE(op->comm, ncclInvalidUsage, "%s", text);
 }
 
+/* Whether a wait for slots should end: the communicator was aborted or
+ * failed (a peer gone), or the group's deadline passed (0: not set yet). */
+static int graph_slots_give_up(struct ncclComm* comm, uint64_t* deadline) {
+  ncclResult_t async = mpn_comm_async(comm);
+  if (comm->abort_flag || async == ncclRemoteError || async == ncclTimeout) return 1;
+  if (*deadline == 0) *deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
+  return mpn_chan_now_ns() > *deadline;
+}
+
 /* Captured signals use slots of their own, which a context's signals take
  * in turn (rma.c, graph_slot).  Before anything of the group is enqueued
  * (a peer's captured wait would otherwise wait for a signal never sent),
  * each one's slot must be free: its last signal's graphs destroyed on both
- * sides.  The host waits for that, at most MPINCCL_AHEAD_TIMEOUT, taking in
- * the news of destroyed graphs.  More signals of one (peer, context) in one
- * group than it has slots are refused at once. */
+ * sides.  The host waits for that, at most MPINCCL_AHEAD_TIMEOUT for the
+ * whole group, taking in the news of destroyed graphs.  More signals of one
+ * (peer, context) in one group than it has slots, or a slot this side's
+ * capture itself holds, are refused at once. */
 static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
+  uint64_t deadline = 0;
   for (const mpn_op_t* op = ops; op; op = op->next) {
     struct ncclComm* comm = op->comm;
     if (!op->capturing) continue; /* (ncclGroupEnd's capture_check asked) */
@@ -172,15 +194,13 @@ static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
                           mpn_rma_op_name(op->kind), peer, ctx, (unsigned long long)per_ctx,
                           send ? "signals" : "waited-for signals");
       mpn_pair_t* pair = NULL;
-      uint64_t deadline = 0;
       ncclResult_t err = ncclSuccess;
-      int free_now;
-      while ((free_now = graph_slots_free(comm, peer, ctx, send, used, more, &pair, &err)) != 1) {
-        if (free_now < 0) return err;
-        if (pair == NULL || comm->abort_flag || (deadline && mpn_chan_now_ns() > deadline))
-          return graph_slots_refuse(op, peer, ctx, send, pair, per_ctx);
-        if (deadline == 0)
-          deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
+      int state;
+      while ((state = graph_slots_state(comm, peer, ctx, send, used, more, op->capture_id, &pair, &err)) !=
+             SLOTS_FREE) {
+        if (state == SLOTS_ERROR) return err;
+        if (state == SLOTS_OWN || pair == NULL || graph_slots_give_up(comm, &deadline))
+          return graph_slots_refuse(op, peer, ctx, send, pair, per_ctx, state == SLOTS_OWN);
         usleep(20);
         mpn_pair_graph_reap(); /* graphs destroyed meanwhile on this side */
       }

@@ -138,7 +138,7 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
 static __thread mpn_graph_holds_t* launch_holds;
 
 static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, int peer, int ctx, int send, cudaStream_t s,
-                               int* slot) {
+                               unsigned long long capture, int* slot) {
   uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
   size_t pc = mpn_rma_pc(comm, peer, ctx);
   uint64_t* counter = send ? &comm->rma->graph_sent[pc] : &comm->rma->graph_expected[pc];
@@ -153,8 +153,10 @@ static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, int peer, 
   if (!reclaimed) return ncclSuccess;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, peer, &to, &from));
-  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, send ? to : from, MPN_GRAPH_RMA, (uint32_t)*slot, seq,
-                      send ? MPN_SIDE_SEND : MPN_SIDE_RECV, NULL);
+  int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
+  mpn_pair_t* pair = send ? to : from;
+  __atomic_store_n(&pair->mem->rma_graph_capture[*slot][side], (uint64_t)capture, __ATOMIC_RELEASE);
+  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, pair, MPN_GRAPH_RMA, (uint32_t)*slot, seq, side, NULL);
   return ncclSuccess;
 }
 
@@ -219,7 +221,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, s, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, s, op->capture_id, &slot));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
@@ -228,9 +230,10 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
 
 /* A wait for a rank of this process under MPS takes the sender's event
  * (local.c); a flag kernel polls the counter instead and gives the events
- * up to it back.  sid: the id of stream s, 0 where unknown. */
+ * up to it back.  sid: the id of stream s, 0 where unknown; capture: the
+ * op's CUDA capture (graph). */
 static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d, cudaStream_t s,
-                             unsigned long long sid, int graph) {
+                             unsigned long long sid, int graph, unsigned long long capture) {
 #ifdef HAVE_UCX
   if (mpn_rma_over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
     uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
@@ -239,7 +242,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; mpn_rma_over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, capture, &slot));
     MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
   }
   if (mpn_rma_over_ucx(comm, d->peer)) return ncclSuccess;
@@ -257,7 +260,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, capture, &slot));
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
     MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
     MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
@@ -274,7 +277,7 @@ _Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers th
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   int slot = 0;
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, op->stream, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, op->stream, op->capture_id, &slot));
   return mpn_ucx_rma_graph_signal(drv, op, slot);
 }
 #endif
@@ -354,7 +357,7 @@ static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n
     for (int d = 0; wait && d < op->ndesc && res == ncclSuccess; d++, j++) {
       size_t pc = mpn_rma_pc(op->comm, op->descs[d].peer, op->descs[d].ctx);
       uint64_t first_slot = op->comm->rma->graph_expected[pc]; /* captured: where its slots start */
-      res = add_wait(&to, op->comm, &op->descs[d], s, sid, graph);
+      res = add_wait(&to, op->comm, &op->descs[d], s, sid, graph, op->capture_id);
       ex[j] = graph ? first_slot : op->comm->rma->expected[pc];
     }
   }
@@ -477,7 +480,7 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
       if (!wait && (with_self || !mpn_rma_self_local(op))) /* else issued before (issue_self) */
         MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
-      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0));
+      for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0, 0));
     }
   if (!mpn_sync_nflags(&k)) return ncclSuccess;
   return mpn_drain_sync_issue(drv, &k, s, 1, ends);

@@ -84,6 +84,19 @@ int harness_over_ucx(void) {
   return nranks > 1 && ((t && strcmp(t, "ucx") == 0) || (d && strcmp(d, "1") == 0));
 }
 
+void harness_same_capture_refused(ncclComm_t c, ncclResult_t res) {
+  EXPECT(res == ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(c), "same CUDA graph capture") != NULL);
+  cudaGraph_t g = NULL;
+  EXPECT(cudaStreamEndCapture(stream, &g) == cudaSuccess);
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();
+  ncclResult_t async = ncclSuccess;
+  EXPECT(ncclCommGetAsyncError(c, &async) == ncclSuccess);
+  EXPECT(async == ncclInvalidUsage); /* its numbering with the peers is out of step */
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int harness_selected(const char* text) { return only == NULL || strstr(text, only) != NULL; }
 
 void harness_step_done(const char* text) {

@@ -62,6 +62,12 @@ int harness_selected(const char* text);
  * (MPINCCL_TRANSPORT=ucx or NCCL_P2P_DISABLE=1). */
 int harness_over_ucx(void);
 
+/** After a group on the capturing stream that ncclGroupEnd refused with res
+ *  because it needed a graph slot the same capture holds: checks the
+ *  refusal and its text, ends and drops the capture, checks that c was
+ *  failed (ncclCommGetAsyncError), and meets the other ranks. */
+void harness_same_capture_refused(ncclComm_t c, ncclResult_t res);
+
 /** After a step: the barrier if asked for, and a line on rank 0. */
 void harness_step_done(const char* text);
 

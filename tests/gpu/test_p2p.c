@@ -444,6 +444,32 @@ static void graph_recapture(void) {
   cudaFree(r);
 }
 
+/* One capture needing more than a pair's 256 graph slots: the 257th
+ * message finds its slot held by a message of the same capture, which no
+ * wait can free; it is refused at once and both communicators are failed. */
+static void graph_same_capture(void) {
+  if (harness_over_ucx()) return; /* (captured over UCX: no slots) */
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, NULL));
+  if (c == NULL) return;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = dev_alloc(8), *r = dev_alloc(8);
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < 256; k++) {
+    EXPECT_OK(ncclSend(s, 8, ncclInt8, to, c, stream));
+    EXPECT_OK(ncclRecv(r, 8, ncclInt8, from, c, stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, 8, ncclInt8, to, c, stream));
+  EXPECT_OK(ncclRecv(r, 8, ncclInt8, from, c, stream));
+  harness_same_capture_refused(c, ncclGroupEnd());
+  EXPECT_OK(ncclCommAbort(c));
+  cudaFree(s);
+  cudaFree(r);
+}
+
 /* A send from a memory-pool buffer captured as the first side takes a stage
  * the graph keeps; once the graph is destroyed the stage serves again
  * (before, it stayed pinned for good).  Rank 0 captures its send first,
@@ -719,6 +745,7 @@ int main(int argc, char** argv) {
   STEP(graph_replay());
   STEP(graph_recapture());
   STEP(graph_pool_stage());
+  STEP(graph_same_capture());
   STEP(mismatch());
   return harness_finish();
 }

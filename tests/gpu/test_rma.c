@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "mpinccl.h"
@@ -603,6 +604,16 @@ static void graph_replay(void) {
   ncclMemFree(src);
 }
 
+/* A communicator with 64 contexts: 256 slots / 64, 4 captured signals per
+ * pair and context (NULL on failure, counted). */
+static ncclComm_t comm_ctx64(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.numRmaCtx = 64;
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, &cfg));
+  return c;
+}
+
 /*
  * A context's slots for captured signals serve its signals in turn, each
  * again once both sides have destroyed the graphs that captured its last
@@ -612,10 +623,7 @@ static void graph_replay(void) {
  * times.  Over UCX slots are not given back: the fifth capture is refused.
  */
 static void graph_recapture(void) {
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.numRmaCtx = 64;
-  ncclComm_t c = NULL;
-  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, &cfg));
+  ncclComm_t c = comm_ctx64();
   if (c == NULL) return;
   size_t bytes = 4096;
   int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks, bad = 0, failed = 0, k = 0;
@@ -661,6 +669,82 @@ static void graph_recapture(void) {
   EXPECT_OK(ncclCommDestroy(c));
 }
 
+/* Destroys a graph from another thread after a pause (graph_slot_wait). */
+typedef struct {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  volatile int destroyed;
+} later_t;
+
+static void* destroy_later(void* v) {
+  later_t* l = v;
+  usleep(300000);
+  l->destroyed = 1; /* before: whatever waited for the destroy returns after this */
+  cudaGraphExecDestroy(l->exec);
+  cudaGraphDestroy(l->graph);
+  return NULL;
+}
+
+/* Captures n signals and waits of the ring on context ctx of c, in one
+ * group; returns ncclGroupEnd's result. */
+static ncclResult_t capture_ring_signals(ncclComm_t c, int n, int ctx) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  ncclWaitSignalDesc_t d = {n, from, 0, ctx};
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < n; k++) EXPECT_OK(ncclSignal(to, 0, ctx, 0, c, stream));
+  EXPECT_OK(ncclWaitSignal(1, &d, c, stream));
+  return ncclGroupEnd();
+}
+
+/*
+ * A context's graph slot is not given back while a graph holding it lives
+ * (4 slots per context with 64 contexts).  A graph keeps all 4 of context
+ * 1; the next capture's group waits in ncclGroupEnd until another thread
+ * has destroyed that graph, on every rank, and then goes through.  A
+ * capture that needs a slot it holds itself is refused at once (it could
+ * not end first), and both communicators are failed.
+ */
+static void graph_slot_wait(void) {
+  ncclComm_t c = comm_ctx64();
+  if (c == NULL) return;
+  if (harness_over_ucx()) { /* over UCX slots are not given back */
+    EXPECT_OK(ncclCommDestroy(c));
+    return;
+  }
+  later_t l = {NULL, NULL, 0};
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(capture_ring_signals(c, 4, 1));
+  EXPECT(cudaStreamEndCapture(stream, &l.graph) == cudaSuccess);
+  EXPECT(l.graph && cudaGraphInstantiate(&l.exec, l.graph, 0) == cudaSuccess);
+  if (l.exec) EXPECT(cudaGraphLaunch(l.exec, stream) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  pthread_t t;
+  int started = l.exec && pthread_create(&t, NULL, destroy_later, &l) == 0;
+  EXPECT(started);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t e = NULL;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  ncclResult_t res = capture_ring_signals(c, 1, 1);
+  int destroyed = l.destroyed;
+  EXPECT_OK(res);
+  EXPECT(destroyed); /* the slot came back only with the first graph's destroy */
+  EXPECT(cudaStreamEndCapture(stream, &g) == cudaSuccess);
+  if (res == ncclSuccess && g && cudaGraphInstantiate(&e, g, 0) == cudaSuccess) {
+    EXPECT(cudaGraphLaunch(e, stream) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    cudaGraphExecDestroy(e);
+  }
+  if (g) cudaGraphDestroy(g);
+  if (started) pthread_join(t, NULL);
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* One capture, two groups: the second needs a slot of the first. */
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(capture_ring_signals(c, 4, 2));
+  harness_same_capture_refused(c, capture_ring_signals(c, 1, 2));
+  EXPECT_OK(ncclCommAbort(c)); /* as the message asks */ /* as the message asks */
+}
+
 /*
  * Captured signals past the slots a pair has on a context are refused
  * before anything of the group is enqueued (the capture stays valid and
@@ -669,10 +753,7 @@ static void graph_recapture(void) {
  * halfway through issuing, the second took a message number).
  */
 static void graph_limits(void) {
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.numRmaCtx = 64; /* 256 slots / 64 contexts: 4 captured signals per pair and context */
-  ncclComm_t c = NULL;
-  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, &cfg));
+  ncclComm_t c = comm_ctx64();
   if (c == NULL) return;
   int to = (rank + 1) % nranks;
   void* wbuf = dev_alloc(4096); /* over UCX a window comes first (docs/UCX.md) */
@@ -866,6 +947,7 @@ int main(int argc, char** argv) {
   STEP(graph_replay());
   STEP(graph_limits());
   STEP(graph_recapture());
+  STEP(graph_slot_wait());
   STEP(threads_ring());
   STEP(threads_streams());
   return harness_finish();

@@ -123,9 +123,15 @@ static void comm_join_init(struct ncclComm* comm, int abort) {
   comm->job = NULL;
 }
 
-/* Until no group launch of another thread holds comm (mpn_comm_hold). */
+/* Until no group launch of another thread, nor split of comm, holds comm
+ * (mpn_comm_hold).  Below MPI_THREAD_MULTIPLE a split's MPI work may wait
+ * for this thread (a destroy on the main thread right after a non-blocking
+ * split waited for good): done here as comm_join_init does. */
 static void launches_wait(const struct ncclComm* comm) {
-  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) usleep(50);
+  while (__atomic_load_n(&comm->launches, __ATOMIC_ACQUIRE) > 0) {
+    mpn_chan_drive(MPN_CHAN_DRIVE_END);
+    usleep(50);
+  }
 }
 
 /* Frees comm; with abort (ncclCommAbort) it first lets go of what the
@@ -135,8 +141,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   registry_remove(comm);
   comm_join_init(comm, 1);
   /* A split of comm in progress watches its child's flag, not comm's. */
-  volatile int* child = __atomic_load_n(&comm->split_abort, __ATOMIC_ACQUIRE);
-  if (child) *child = 1;
+  mpn_init_split_abort(comm);
   /* A launch of another thread still using comm (waiting for peers, say)
    * sees abort_flag and ends: only then go. */
   launches_wait(comm);

@@ -86,7 +86,8 @@ struct ncclComm {
   volatile int abort_flag;
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
   mpn_order_t split_order;               /**< splits of this comm run one at a time, in call order (init.c) */
-  volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch it) */
+  volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch
+                                              it), under split_order's lock (init.c) */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */
   pthread_t init_thread;
@@ -152,6 +153,10 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job);
 /** Lets go of a split job's parent, which the job holds (mpn_comm_hold) from
  *  its call until it ran or was discarded, so that a destroy waits for it. */
 void mpn_init_job_release(mpn_init_job_t* job);
+
+/** Ends the waits of the split of parent that runs now, if any (parent's
+ *  destroy or abort, once parent->abort_flag is set): its child's flag. */
+void mpn_init_split_abort(struct ncclComm* parent);
 
 /** Waits until the thread running job is done with it, doing its MPI work
  * meanwhile below MPI_THREAD_MULTIPLE (mpn_chan_drive): always while a

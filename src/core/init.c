@@ -220,38 +220,66 @@ static void mpi_split(void* arg) {
   s->err = MPI_Comm_split(s->parent, s->color, s->key, s->out);
 }
 
-/* The MPI_Comm_split of a split of an MPI-made communicator, in its turn. */
-static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* child_abort, MPI_Comm* mpi) {
+/* The MPI_Comm_split of a split of an MPI-made communicator, in its turn.
+ * Its waits watch abort, which the parent's abort sets (split_watch); a
+ * split without a color watches the parent's own flag. */
+static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* abort, MPI_Comm* mpi) {
   const struct ncclComm* parent = job->parent;
-  MPN_CHECK(turn_wait(&job->mpi_turn, child_abort, "ncclCommSplit"));
+  if (abort == NULL) abort = &parent->abort_flag;
+  MPN_CHECK(turn_wait(&job->mpi_turn, abort, "ncclCommSplit"));
   mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
-  int ran = mpn_chan_call(mpi_split, &sp, 1, child_abort);
+  int ran = mpn_chan_call(mpi_split, &sp, 1, abort);
   turn_end(&job->mpi_turn);
   if (ran != 0)
-    return mpn_error_set(NULL, child_abort && *child_abort ? ncclRemoteError : ncclInvalidUsage,
+    return mpn_error_set(NULL, *abort ? ncclRemoteError : ncclInvalidUsage,
                          "ncclCommSplit: %s before MPI_Comm_split of the parent's MPI communicator",
-                         child_abort && *child_abort ? "aborted" : "MPI was finalized");
+                         *abort ? "aborted" : "MPI was finalized");
   if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, "MPI_Comm_split");
   return ncclSuccess;
 }
 
+/* Publishes the flag the running split's waits watch (NULL: none now) for
+ * the parent's destroy or abort to set (mpn_init_split_abort), under the
+ * lock of the parent's split order that it takes too: it either finds the
+ * flag or is found here (1: the parent is ending; it sets abort_flag
+ * before), and never sets a flag taken back (a failed split's child may
+ * be freed at once). */
+static int split_watch(struct ncclComm* parent, volatile int* flag) {
+  order_lock(&parent->split_order);
+  parent->split_abort = flag;
+  int ending = parent->abort_flag;
+  order_unlock(&parent->split_order);
+  return ending;
+}
+
+void mpn_init_split_abort(struct ncclComm* parent) {
+  order_lock(&parent->split_order);
+  if (parent->split_abort) *parent->split_abort = 1;
+  order_unlock(&parent->split_order);
+}
+
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   struct ncclComm* parent = job->parent;
-  /* The split's waits watch the child's flag (ncclCommAbort of the child
-   * ends them); the parent's destroy or abort sets it too (comm_free). */
+  /* The split's waits, to the end of its MPI_Comm_split, watch the child's
+   * flag (ncclCommAbort of the child ends them), which the parent's abort
+   * sets too.  Splits queued behind this one look when their turn comes. */
   volatile int* child_abort = job->comm ? &job->comm->abort_flag : NULL;
-  __atomic_store_n(&parent->split_abort, child_abort, __ATOMIC_RELEASE);
-  if (child_abort && parent->abort_flag) *child_abort = 1;
+  if (split_watch(parent, child_abort)) {
+    (void)split_watch(parent, NULL);
+    if (child_abort) *child_abort = 1;
+    return mpn_error_set(NULL, ncclRemoteError, "ncclCommSplit: the parent communicator was aborted");
+  }
   ncclResult_t res = mpn_bootstrap_split(parent->bootstrap, job->color, job->key, child_abort, b);
-  __atomic_store_n(&parent->split_abort, (volatile int*)NULL, __ATOMIC_RELEASE);
   /* A split of an MPI-made communicator keeps an MPI communicator (a
    * failed split's MPI turn passes at mpn_init_job_release). */
-  if (res != ncclSuccess || parent->mpi_comm == MPI_COMM_NULL) return res;
-  res = split_mpi(job, child_abort, mpi);
-  if (res != ncclSuccess) { /* job_run keeps only what succeeded */
-    mpn_bootstrap_destroy(*b);
-    *b = NULL;
+  if (res == ncclSuccess && parent->mpi_comm != MPI_COMM_NULL) {
+    res = split_mpi(job, child_abort, mpi);
+    if (res != ncclSuccess) { /* job_run keeps only what succeeded */
+      mpn_bootstrap_destroy(*b);
+      *b = NULL;
+    }
   }
+  (void)split_watch(parent, NULL); /* before job_run's failure path, which may free the child */
   return res;
 }
 

@@ -12,7 +12,10 @@
  * communicator with two ranks in each process, the abort of a creation
  * that cannot complete, from the main thread and from another, and the
  * abort, from another thread, of creations waiting for the turn of an
- * earlier one of the main thread (the order of turns kept).
+ * earlier one of the main thread (the order of turns kept), the abort, from
+ * another thread, of a parent whose splits wait for their MPI turn or for
+ * MPI_Comm_split, and for each other, and the destroy of a parent right
+ * after non-blocking splits of it.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -410,6 +413,107 @@ static void test_abort_waiting_turn(void) {
   MPI_Comm_free(&e);
 }
 
+typedef struct {
+  ncclComm_t comm;
+  ncclResult_t res;
+  int done; /* atomic */
+} ender_t;
+
+static void* abort_comm(void* arg) {
+  ender_t* e = arg;
+  e->res = ncclCommAbort(e->comm);
+  __atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Another thread aborts a parent while two non-blocking splits of it wait:
+ * the first for its MPI turn, behind a mpincclCommInitMPI of this thread
+ * (with_holder), or for this thread to call MPI_Comm_split for it; the
+ * second for the first's turn among the parent's splits.  The parent is
+ * made from MPI_COMM_SELF: its bootstrap split needs nobody, so the first
+ * split is past it (where the abort ended it before).  This thread waits
+ * without calling the library, so nothing else moves the splits: the abort
+ * returns only if it ends them, with ncclRemoteError. */
+static void abort_parent_of_splits(int with_holder) {
+  const char* where = with_holder ? "its MPI turn" : "MPI_Comm_split";
+  MPI_Comm ds, dh = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_SELF, &ds);
+  ncclConfig_t cfg = nonblocking();
+  ncclComm_t parent = NULL, holder = NULL, s[2] = {NULL, NULL};
+  ncclResult_t res = mpincclCommInitMPI(&parent, ds, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  EXPECT(poll_ready(parent) == ncclSuccess);
+  if (with_holder) {
+    MPI_Comm_dup(MPI_COMM_SELF, &dh);
+    EXPECT(mpincclCommInitMPI(&holder, dh, &cfg) == ncclInProgress);
+  }
+  for (int i = 0; i < 2; i++) EXPECT(ncclCommSplit(parent, 0, 0, &s[i], NULL) == ncclInProgress);
+  usleep(200000); /* (the first split reaches its wait) */
+  ender_t e = {parent, ncclInternalError, 0};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, abort_comm, &e) == 0);
+  for (int ms = 0; ms < 10000 && !__atomic_load_n(&e.done, __ATOMIC_ACQUIRE); ms++) usleep(1000);
+  int done = __atomic_load_n(&e.done, __ATOMIC_ACQUIRE);
+  if (!done)
+    fprintf(stderr, "[world %d] ncclCommAbort of a parent whose split waits for %s still waits after 10 s\n",
+            world_rank, where);
+  EXPECT(done);
+  EXPECT(poll_for(holder, 30) == ncclSuccess); /* (which lets a stuck abort end) */
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t state = poll_for(s[i], 30);
+    if (state != ncclRemoteError)
+      fprintf(stderr, "[world %d] ncclCommAbort of a parent, split %d waiting for %s: %s\n", world_rank, i,
+              i ? "its turn" : where, ncclGetErrorString(state));
+    EXPECT(state == ncclRemoteError);
+    EXPECT_OK(state == ncclInProgress ? ncclCommAbort(s[i]) : ncclCommDestroy(s[i]));
+  }
+  pthread_join(t, NULL);
+  EXPECT(e.res == ncclSuccess);
+  if (holder) EXPECT_OK(ncclCommDestroy(holder));
+  if (dh != MPI_COMM_NULL) MPI_Comm_free(&dh);
+  MPI_Comm_free(&ds);
+}
+
+static int destroyed; /* atomic */
+
+/* Reports a destroy that never returns, and ends the process. */
+static void* destroy_watch(void* arg) {
+  (void)arg;
+  for (int ms = 0; ms < 20000 && !__atomic_load_n(&destroyed, __ATOMIC_ACQUIRE); ms++) usleep(1000);
+  if (__atomic_load_n(&destroyed, __ATOMIC_ACQUIRE)) return NULL;
+  fprintf(stderr,
+          "[world %d] ncclCommDestroy of a parent right after two non-blocking splits of it still waits "
+          "after 20 s\n",
+          world_rank);
+  _exit(1);
+}
+
+/* ncclCommDestroy of a parent right after two non-blocking splits of it,
+ * on the main thread: the destroy waits for the splits, whose MPI work
+ * (their bootstrap split, MPI_Comm_split) only this thread may do, so it
+ * must do it while it waits; the children are then made. */
+static void destroy_parent_of_splits(void) {
+  MPI_Comm d;
+  MPI_Comm_dup(MPI_COMM_WORLD, &d);
+  ncclConfig_t cfg = nonblocking();
+  ncclComm_t parent = NULL, s[2] = {NULL, NULL};
+  ncclResult_t res = mpincclCommInitMPI(&parent, d, &cfg);
+  EXPECT(res == ncclInProgress || res == ncclSuccess);
+  EXPECT(poll_ready(parent) == ncclSuccess);
+  for (int i = 0; i < 2; i++) EXPECT(ncclCommSplit(parent, 0, world_rank, &s[i], NULL) == ncclInProgress);
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, destroy_watch, NULL) == 0);
+  EXPECT_OK(ncclCommDestroy(parent));
+  __atomic_store_n(&destroyed, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 2; i++) {
+    EXPECT(poll_for(s[i], 30) == ncclSuccess);
+    expect_shape(s[i], world_size, world_rank);
+    EXPECT_OK(ncclCommDestroy(s[i]));
+  }
+  MPI_Comm_free(&d);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -434,6 +538,9 @@ int main(int argc, char** argv) {
   test_nocolor_two_per_process();
   test_abort_pending();
   test_abort_waiting_turn();
+  abort_parent_of_splits(1);
+  abort_parent_of_splits(0);
+  destroy_parent_of_splits();
   long lib_calls = calls_main - before, off = __atomic_load_n(&calls_off_main, __ATOMIC_RELAXED);
   if (off)
     fprintf(stderr, "[world %d] %ld MPI calls off the main thread, the first %s\n", world_rank, off, first_off_main);

@@ -124,7 +124,7 @@ static int graph_slots_state(struct ncclComm* comm, int peer, int ctx, int send,
   *pair = send ? to : from;
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   for (uint64_t seq = first + 1; seq <= first + n; seq++) {
-    uint32_t slot = (uint32_t)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx);
+    uint32_t slot = mpn_rma_graph_slot(comm, ctx, seq);
     if (mpn_pair_rma_graph_free(*pair, slot, seq, per_ctx)) continue;
     if (capture && __atomic_load_n(&(*pair)->mem->rma_graph_capture[slot][side], __ATOMIC_ACQUIRE) == capture)
       return SLOTS_OWN;

@@ -137,24 +137,22 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
  */
 static __thread mpn_graph_holds_t* launch_holds;
 
-static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, int peer, int ctx, int send, cudaStream_t s,
-                               unsigned long long capture, int* slot) {
+/* Takes the next graph slot of (peer, ctx) for a captured signal (send) or
+ * a count of a captured wait; pair: the pair it lives in, NULL over UCX. */
+static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, int peer, int ctx, int send, mpn_pair_t* pair,
+                               cudaStream_t s, unsigned long long capture, int* slot) {
   uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
   size_t pc = mpn_rma_pc(comm, peer, ctx);
   uint64_t* counter = send ? &comm->rma->graph_sent[pc] : &comm->rma->graph_expected[pc];
-  int reclaimed = !mpn_rma_over_ucx(comm, peer);
-  if (!reclaimed && *counter >= per_ctx)
+  if (pair == NULL && *counter >= per_ctx)
     return MPN_REFUSE(comm, ncclInvalidUsage,
                       "%s: more than %llu signals between two ranks on one context captured in "
                       "CUDA graphs",
                       fn, (unsigned long long)per_ctx);
   uint64_t seq = ++*counter;
-  *slot = (int)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx);
-  if (!reclaimed) return ncclSuccess;
-  mpn_pair_t *to, *from;
-  MPN_CHECK(mpn_p2p_pairs(comm, peer, &to, &from));
+  *slot = (int)mpn_rma_graph_slot(comm, ctx, seq);
+  if (pair == NULL) return ncclSuccess;
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
-  mpn_pair_t* pair = send ? to : from;
   __atomic_store_n(&pair->mem->rma_graph_capture[*slot][side], (uint64_t)capture, __ATOMIC_RELEASE);
   mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, pair, MPN_GRAPH_RMA, (uint32_t)*slot, seq, side, NULL);
   return ncclSuccess;
@@ -221,7 +219,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, s, op->capture_id, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, to, s, op->capture_id, &slot));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
@@ -242,7 +240,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; mpn_rma_over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, capture, &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, NULL, s, capture, &slot));
     MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
   }
   if (mpn_rma_over_ucx(comm, d->peer)) return ncclSuccess;
@@ -260,7 +258,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, s, capture, &slot));
+    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, from, s, capture, &slot));
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
     MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
     MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
@@ -277,7 +275,7 @@ _Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers th
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   int slot = 0;
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, op->stream, op->capture_id, &slot));
+  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, NULL, op->stream, op->capture_id, &slot));
   return mpn_ucx_rma_graph_signal(drv, op, slot);
 }
 #endif

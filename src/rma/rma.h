@@ -47,6 +47,13 @@ static inline uint64_t mpn_rma_graph_per_ctx(const struct ncclComm* comm) {
   return MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;
 }
 
+/** The graph slot of a context's captured signal seq (>= 1): the context's
+ *  mpn_rma_graph_per_ctx slots serve its signals in turn (rma.c, check.c). */
+static inline uint32_t mpn_rma_graph_slot(const struct ncclComm* comm, int ctx, uint64_t seq) {
+  uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
+  return (uint32_t)((uint64_t)ctx * per_ctx + (seq - 1) % per_ctx);
+}
+
 /** Index of (peer, ctx) in the per-peer counters of mpn_rma_t. */
 static inline size_t mpn_rma_pc(const struct ncclComm* comm, int peer, int ctx) {
   return (size_t)peer * (size_t)comm->config.num_rma_ctx + (size_t)ctx;

@@ -345,6 +345,14 @@ static void* abort_victims(void* arg) {
   return NULL;
 }
 
+/* Starts a thread (*t) that aborts a's victims and waits at most 10 s,
+ * without calling the library, for the aborts to return: whether they did. */
+static int aborted_within_10s(aborter_t* a, pthread_t* t) {
+  EXPECT(pthread_create(t, NULL, abort_victims, a) == 0);
+  for (int ms = 0; ms < 10000 && !__atomic_load_n(&a->done, __ATOMIC_ACQUIRE); ms++) usleep(1000);
+  return __atomic_load_n(&a->done, __ATOMIC_ACQUIRE);
+}
+
 /* Another thread aborts the victims, creations waiting for the turn of an
  * earlier one of this thread, while this thread waits for it without
  * calling the library: the earlier creations cannot move meanwhile (their
@@ -354,9 +362,7 @@ static void* abort_victims(void* arg) {
 static void abort_waiting(ncclComm_t survivors[2], ncclComm_t victims[2], const char* what) {
   aborter_t a = {{victims[0], victims[1]}, ncclInternalError, 0};
   pthread_t t;
-  EXPECT(pthread_create(&t, NULL, abort_victims, &a) == 0);
-  for (int ms = 0; ms < 10000 && !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE); ms++) usleep(1000);
-  int done = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+  int done = aborted_within_10s(&a, &t);
   if (!done)
     fprintf(stderr, "[world %d] %s: ncclCommAbort of a creation waiting for its turn still waits after 10 s\n",
             world_rank, what);
@@ -413,19 +419,6 @@ static void test_abort_waiting_turn(void) {
   MPI_Comm_free(&e);
 }
 
-typedef struct {
-  ncclComm_t comm;
-  ncclResult_t res;
-  int done; /* atomic */
-} ender_t;
-
-static void* abort_comm(void* arg) {
-  ender_t* e = arg;
-  e->res = ncclCommAbort(e->comm);
-  __atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
 /* Another thread aborts a parent while two non-blocking splits of it wait:
  * the first for its MPI turn, behind a mpincclCommInitMPI of this thread
  * (with_holder), or for this thread to call MPI_Comm_split for it; the
@@ -449,11 +442,9 @@ static void abort_parent_of_splits(int with_holder) {
   }
   for (int i = 0; i < 2; i++) EXPECT(ncclCommSplit(parent, 0, 0, &s[i], NULL) == ncclInProgress);
   usleep(200000); /* (the first split reaches its wait) */
-  ender_t e = {parent, ncclInternalError, 0};
+  aborter_t a = {{parent, NULL}, ncclInternalError, 0};
   pthread_t t;
-  EXPECT(pthread_create(&t, NULL, abort_comm, &e) == 0);
-  for (int ms = 0; ms < 10000 && !__atomic_load_n(&e.done, __ATOMIC_ACQUIRE); ms++) usleep(1000);
-  int done = __atomic_load_n(&e.done, __ATOMIC_ACQUIRE);
+  int done = aborted_within_10s(&a, &t);
   if (!done)
     fprintf(stderr, "[world %d] ncclCommAbort of a parent whose split waits for %s still waits after 10 s\n",
             world_rank, where);
@@ -468,7 +459,7 @@ static void abort_parent_of_splits(int with_holder) {
     EXPECT_OK(state == ncclInProgress ? ncclCommAbort(s[i]) : ncclCommDestroy(s[i]));
   }
   pthread_join(t, NULL);
-  EXPECT(e.res == ncclSuccess);
+  EXPECT(a.res == ncclSuccess);
   if (holder) EXPECT_OK(ncclCommDestroy(holder));
   if (dh != MPI_COMM_NULL) MPI_Comm_free(&dh);
   MPI_Comm_free(&ds);

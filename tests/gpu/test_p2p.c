@@ -353,6 +353,15 @@ static void init_all_ring(void) {
   }
 }
 
+/* One group of c on the test stream: bytes from s to rank `to`, into r from
+ * rank `from`; ncclGroupEnd's result. */
+static ncclResult_t ring_group(ncclComm_t c, const char* s, char* r, size_t bytes, int to, int from) {
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, c, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, c, stream));
+  return ncclGroupEnd();
+}
+
 /* A ring captured in a CUDA graph, replayed 100 times with new data each time. */
 static void graph_replay(void) {
   size_t bytes = 300000;
@@ -361,10 +370,7 @@ static void graph_replay(void) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
-  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
-  EXPECT_OK(ncclGroupEnd()); /* over UCX too: staged whole, posted by a host node (ucx/graph.c) */
+  EXPECT_OK(ring_group(comm, s, r, bytes, to, from)); /* over UCX too: staged whole, posted by a host node (ucx/graph.c) */
   int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
   EXPECT(captured);
   int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
@@ -406,10 +412,7 @@ static void graph_recapture(void) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    EXPECT_OK(ncclGroupStart());
-    EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
-    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
-    ncclResult_t res = ncclGroupEnd();
+    ncclResult_t res = ring_group(comm, s, r, bytes, to, from);
     int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
     int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
     if (res != ncclSuccess || !ready) {
@@ -461,10 +464,7 @@ static void graph_same_capture(void) {
     EXPECT_OK(ncclRecv(r, 8, ncclInt8, from, c, stream));
   }
   EXPECT_OK(ncclGroupEnd());
-  EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclSend(s, 8, ncclInt8, to, c, stream));
-  EXPECT_OK(ncclRecv(r, 8, ncclInt8, from, c, stream));
-  harness_same_capture_refused(c, ncclGroupEnd());
+  harness_same_capture_refused(c, ring_group(c, s, r, 8, to, from));
   EXPECT_OK(ncclCommAbort(c));
   cudaFree(s);
   cudaFree(r);

@@ -370,7 +370,8 @@ static void graph_replay(void) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  EXPECT_OK(ring_group(comm, s, r, bytes, to, from)); /* over UCX too: staged whole, posted by a host node (ucx/graph.c) */
+  /* (over UCX too: staged whole, posted by a host node, ucx/graph.c) */
+  EXPECT_OK(ring_group(comm, s, r, bytes, to, from));
   int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
   EXPECT(captured);
   int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/alias.h"
 #include "core/api.h"
 #include "core/drain.h"
 #include "core/error.h"
@@ -161,6 +162,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   mpn_rma_free(comm);
   mpn_p2p_free(comm);
   mpn_drain_free(comm);
+  mpn_alias_free(comm);
 #ifdef HAVE_UCX
   /* Done cleanly: the one-sided keys go while their endpoints live.  Else
    * the proxy first cancels what it still holds of comm, and what peers or

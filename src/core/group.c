@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alias.h"
 #include "core/api.h"
 #include "core/drain.h"
 #include "core/error.h"
@@ -165,6 +166,8 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
   ncclResult_t res = capture_check(lists);
   if (res == ncclSuccess && p2p) res = mpn_p2p_check(p2p);
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
+  mpn_alias_t alias;
+  if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
   if (res == ncclSuccess) {
     /* Both always run once checked: send/receive may report an error after
      * posting everything, and a signal left out would leave its peer behind. */
@@ -173,6 +176,7 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     ncclResult_t put = rma ? mpn_rma_launch(rma) : ncclSuccess;
     res = sent != ncclSuccess ? sent : put;
     mpn_drain_end();
+    mpn_keep(&res, mpn_alias_join(&alias));
   }
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) mpn_comm_release(op->comm);

@@ -353,6 +353,67 @@ static void init_all_ring(void) {
   }
 }
 
+/*
+ * Ranks of one process on every GPU (ncclCommInitAll, two per GPU, up to
+ * 8), one thread, a ring in one group on a default stream handle, which
+ * names another stream on each device: the legacy stream, then the
+ * per-thread one.  Each device's messages must come after what its default
+ * stream did before (the last GPU's fills held back 50 ms) and before what
+ * it does next (the check).  Rank 0 only; with one GPU there is nothing to
+ * tell apart.
+ */
+static void init_all_devices(void) {
+  int ndev = 0, dev;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2 || rank != 0) {
+    if (rank == 0) printf("test_p2p: init_all_devices: one GPU, nothing to check\n");
+    return;
+  }
+  cudaGetDevice(&dev);
+  enum { MAX = 8 };
+  int n = 2 * ndev < MAX ? 2 * ndev : MAX, devs[MAX];
+  for (int i = 0; i < n; i++) devs[i] = i % ndev;
+  ncclComm_t comms[MAX];
+  EXPECT_OK(ncclCommInitAll(comms, n, devs));
+  size_t bytes = 4 << 20;
+  for (int round = 0; round < 2; round++) {
+    cudaStream_t h = round == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
+    char *s[MAX], *r[MAX];
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(devs[i]);
+      s[i] = dev_alloc(bytes);
+      r[i] = dev_alloc(bytes);
+      cudaMemset(r[i], 0, bytes);
+    }
+    cudaSetDevice(devs[n - 1]);
+    gpu_busy(50000, h);
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(devs[i]);
+      pattern_fill(s[i], bytes, seed_of(i, (i + 1) % n, 80 + round), h);
+    }
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < n; i++) {
+      EXPECT_OK(ncclSend(s[i], bytes, ncclInt8, (i + 1) % n, comms[i], h));
+      EXPECT_OK(ncclRecv(r[i], bytes, ncclInt8, (i + n - 1) % n, comms[i], h));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(devs[i]);
+      unsigned long long bad = pattern_check(r[i], bytes, seed_of((i + n - 1) % n, i, 80 + round), h);
+      if (bad)
+        fprintf(stderr, "[rank %d] init_all_devices round %d: comm %d (GPU %d) got %llu of %zu bytes wrong\n", rank,
+                round, i, devs[i], bad, bytes);
+      EXPECT(bad == 0);
+    }
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(devs[i]);
+      cudaFree(s[i]);
+      cudaFree(r[i]);
+    }
+  }
+  for (int i = 0; i < n; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+  cudaSetDevice(dev);
+}
+
 /* One group of c on the test stream: bytes from s to rank `to`, into r from
  * rank `from`; ncclGroupEnd's result. */
 static ncclResult_t ring_group(ncclComm_t c, const char* s, char* r, size_t bytes, int to, int from) {
@@ -741,6 +802,7 @@ int main(int argc, char** argv) {
   STEP(reallocated());
   STEP(two_comms());
   STEP(init_all_ring());
+  STEP(init_all_devices());
   STEP(threads_ring());
   STEP(halo26());
   STEP(graph_replay());

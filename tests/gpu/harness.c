@@ -84,6 +84,26 @@ int harness_over_ucx(void) {
   return nranks > 1 && ((t && strcmp(t, "ucx") == 0) || (d && strcmp(d, "1") == 0));
 }
 
+int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int max) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2 || rank != 0) {
+    if (rank == 0) printf("%s: one GPU, nothing to check\n", what);
+    return 0;
+  }
+  int n = 2 * ndev < max ? 2 * ndev : max;
+  for (int i = 0; i < n; i++) devs[i] = i % ndev;
+  EXPECT_OK(ncclCommInitAll(comms, n, devs));
+  return n;
+}
+
+int harness_device_order(const int* devs, int n, int k) {
+  int seen = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++)
+      if ((pass == 0) != (devs[i] == devs[0]) && seen++ == k) return i;
+  return k;
+}
+
 void harness_same_capture_refused(ncclComm_t c, ncclResult_t res) {
   EXPECT(res == ncclInvalidUsage);
   EXPECT(strstr(ncclGetLastError(c), "same CUDA graph capture") != NULL);

@@ -68,6 +68,15 @@ int harness_over_ucx(void);
  *  failed (ncclCommGetAsyncError), and meets the other ranks. */
 void harness_same_capture_refused(ncclComm_t c, ncclResult_t res);
 
+/** Rank 0 with two GPUs or more: ranks of this process on every GPU, two
+ *  per GPU up to max (devs[i] = i % GPUs), made by ncclCommInitAll; their
+ *  number, or 0 (said on rank 0 when the machine has one GPU). */
+int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int max);
+
+/** The index of the k-th check of n ranks over devs, k < n: the ranks of
+ *  GPUs other than devs[0] first (a check synchronizes its GPU's stream). */
+int harness_device_order(const int* devs, int n, int k);
+
 /** After a step: the barrier if asked for, and a line on rank 0. */
 void harness_step_done(const char* text);
 

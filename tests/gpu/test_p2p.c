@@ -358,23 +358,19 @@ static void init_all_ring(void) {
  * 8), one thread, a ring in one group on a default stream handle, which
  * names another stream on each device: the legacy stream, then the
  * per-thread one.  Each device's messages must come after what its default
- * stream did before (the last GPU's fills held back 50 ms) and before what
- * it does next (the check).  Rank 0 only; with one GPU there is nothing to
- * tell apart.
+ * stream did before and before what it does next (the check).  The first
+ * GPU's stream is held back 50 ms: work of another GPU's messages issued
+ * there would come after that GPU's check.  Rank 0 only; with one GPU
+ * there is nothing to tell apart.
  */
 static void init_all_devices(void) {
-  int ndev = 0, dev;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2 || rank != 0) {
-    if (rank == 0) printf("test_p2p: init_all_devices: one GPU, nothing to check\n");
-    return;
-  }
-  cudaGetDevice(&dev);
   enum { MAX = 8 };
-  int n = 2 * ndev < MAX ? 2 * ndev : MAX, devs[MAX];
-  for (int i = 0; i < n; i++) devs[i] = i % ndev;
+  int dev, devs[MAX];
   ncclComm_t comms[MAX];
-  EXPECT_OK(ncclCommInitAll(comms, n, devs));
-  size_t bytes = 4 << 20;
+  cudaGetDevice(&dev);
+  int n = harness_init_all_devices("test_p2p: init_all_devices", comms, devs, MAX);
+  if (n == 0) return;
+  size_t bytes = 1 << 20; /* below the size whose copies between GPUs go to lanes */
   for (int round = 0; round < 2; round++) {
     cudaStream_t h = round == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
     char *s[MAX], *r[MAX];
@@ -384,7 +380,7 @@ static void init_all_devices(void) {
       r[i] = dev_alloc(bytes);
       cudaMemset(r[i], 0, bytes);
     }
-    cudaSetDevice(devs[n - 1]);
+    cudaSetDevice(devs[0]);
     gpu_busy(50000, h);
     for (int i = 0; i < n; i++) {
       cudaSetDevice(devs[i]);
@@ -396,7 +392,8 @@ static void init_all_devices(void) {
       EXPECT_OK(ncclRecv(r[i], bytes, ncclInt8, (i + n - 1) % n, comms[i], h));
     }
     EXPECT_OK(ncclGroupEnd());
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < n; k++) {
+      int i = harness_device_order(devs, n, k);
       cudaSetDevice(devs[i]);
       unsigned long long bad = pattern_check(r[i], bytes, seed_of((i + n - 1) % n, i, 80 + round), h);
       if (bad)

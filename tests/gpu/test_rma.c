@@ -876,6 +876,69 @@ static void threads_run(void* (*fn)(void*)) {
 static void threads_ring(void) { threads_run(thread_ring); }
 
 /*
+ * Ranks of one process on every GPU (ncclCommInitAll, two per GPU, up to
+ * 8), one thread, a ring of signals in one group on a default stream
+ * handle, which names another stream on each device: the legacy stream,
+ * then the per-thread one.  Each rank fills a buffer of its GPU, signals the
+ * next rank and waits for the one before, whose buffer it then checks
+ * (peer access): a wait issued on another device's stream would let the
+ * check run first.  The first GPU's stream is held back 50 ms.  Rank 0
+ * only; with one GPU there is nothing to tell apart.
+ */
+static void init_all_devices(void) {
+  enum { MAX = 8 };
+  int dev, devs[MAX];
+  ncclComm_t comms[MAX];
+  cudaGetDevice(&dev);
+  int n = harness_init_all_devices("test_rma: init_all_devices", comms, devs, MAX);
+  if (n == 0) return;
+  size_t bytes = 1 << 20;
+  void* buf[MAX];
+  for (int i = 0; i < n; i++) {
+    cudaSetDevice(devs[i]);
+    EXPECT(cudaMalloc(&buf[i], bytes) == cudaSuccess);
+  }
+  for (int round = 0; round < 2; round++) {
+    cudaStream_t h = round == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(devs[i]);
+      cudaMemset(buf[i], 0, bytes);
+    }
+    cudaSetDevice(devs[0]);
+    gpu_busy(50000, h);
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(devs[i]);
+      pattern_fill(buf[i], bytes, seed_of(i, (i + 1) % n, 90 + round), h);
+    }
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < n; i++) {
+      ncclWaitSignalDesc_t d = {1, (i + n - 1) % n, 0, 0};
+      EXPECT_OK(ncclSignal((i + 1) % n, 0, 0, 0, comms[i], h));
+      EXPECT_OK(ncclWaitSignal(1, &d, comms[i], h));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int k = 0; k < n; k++) {
+      int i = harness_device_order(devs, n, k), from = (i + n - 1) % n;
+      cudaSetDevice(devs[i]);
+      unsigned long long bad = pattern_check(buf[from], bytes, seed_of(from, i, 90 + round), h);
+      if (bad)
+        fprintf(stderr,
+                "[rank %d] init_all_devices round %d: comm %d (GPU %d) read %llu of %zu bytes of "
+                "comm %d before they were written\n",
+                rank, round, i, devs[i], bad, bytes, from);
+      EXPECT(bad == 0);
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    cudaSetDevice(devs[i]);
+    cudaDeviceSynchronize();
+    cudaFree(buf[i]);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+  cudaSetDevice(dev);
+}
+
+/*
  * Several ranks of one process, one thread each, each putting to the next
  * from two streams, the first held back on the GPU for 0.2 s: the
  * multi-stream signal order (signal_streams) between ranks of one process.
@@ -949,6 +1012,7 @@ int main(int argc, char** argv) {
   STEP(graph_recapture());
   STEP(graph_slot_wait());
   STEP(threads_ring());
+  STEP(init_all_devices());
   STEP(threads_streams());
   return harness_finish();
 }

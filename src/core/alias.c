@@ -21,9 +21,13 @@ static int handle_index(cudaStream_t s) {
   return -1;
 }
 
+/* A stream of a communicator's for one handle; several where launches of
+ * different threads or captures need one at once (list, pushed only). */
 struct mpn_alias_stream {
   cudaStream_t s;
   cudaEvent_t fork, join;
+  int busy; /* a launch forked it and has not joined it yet (atomic) */
+  struct mpn_alias_stream* next;
 };
 
 struct mpn_alias_move {
@@ -32,14 +36,24 @@ struct mpn_alias_move {
   struct mpn_alias_stream* alias;
 };
 
-/* comm's alias for handle h, made on first use on comm's device (current). */
-static ncclResult_t alias_get(struct ncclComm* comm, int h, struct mpn_alias_stream** out) {
-  struct mpn_alias_stream* a = __atomic_load_n(&comm->alias[h], __ATOMIC_ACQUIRE);
-  if (a) {
-    *out = a;
-    return ncclSuccess;
+/* Whether a, taken, may serve an op: it is in no graph capture, or in the
+ * op's (a capture stays open until its owner ends it, after the join). */
+static int alias_fits(const struct mpn_alias_stream* a, const mpn_op_t* op) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
+  cudaError_t err = cudaStreamGetCaptureInfo(a->s, &st, &id, NULL, NULL, NULL, NULL);
+  mpn_cuda_relaxed_leave(mode);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
   }
-  a = calloc(1, sizeof(*a));
+  return st == cudaStreamCaptureStatusNone ||
+         (st == cudaStreamCaptureStatusActive && op->capturing && id == op->capture_id);
+}
+
+static ncclResult_t alias_new(struct ncclComm* comm, int h, struct mpn_alias_stream** out) {
+  struct mpn_alias_stream* a = calloc(1, sizeof(*a));
   if (a == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* the caller's stream may be capturing */
   cudaError_t err = cudaStreamCreateWithFlags(&a->s, cudaStreamNonBlocking);
@@ -52,16 +66,27 @@ static ncclResult_t alias_get(struct ncclComm* comm, int h, struct mpn_alias_str
     free(a);
     return mpn_cuda_result(comm, err, "a stream for a default stream handle used on several GPUs");
   }
-  struct mpn_alias_stream* none = NULL;
-  if (!__atomic_compare_exchange_n(&comm->alias[h], &none, a, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    cudaEventDestroy(a->join); /* another thread's launch made one first */
-    cudaEventDestroy(a->fork);
-    cudaStreamDestroy(a->s);
-    free(a);
-    a = none;
-  }
+  a->busy = 1;
+  a->next = __atomic_load_n(&comm->alias[h], __ATOMIC_ACQUIRE);
+  while (!__atomic_compare_exchange_n(&comm->alias[h], &a->next, a, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
   *out = a;
   return ncclSuccess;
+}
+
+/* An alias of the op's communicator for the op's handle, taken (busy) for
+ * the launch: a free one that fits, else a new one (on the op's device,
+ * current). */
+static ncclResult_t alias_take(const mpn_op_t* op, int h, struct mpn_alias_stream** out) {
+  for (struct mpn_alias_stream* a = __atomic_load_n(&op->comm->alias[h], __ATOMIC_ACQUIRE); a; a = a->next) {
+    int idle = 0;
+    if (!__atomic_compare_exchange_n(&a->busy, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    if (alias_fits(a, op)) {
+      *out = a;
+      return ncclSuccess;
+    }
+    __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);
+  }
+  return alias_new(op->comm, h, out);
 }
 
 /* Whether op's handle names one stream per device and another device of
@@ -79,24 +104,54 @@ static struct mpn_alias_move* move_find(mpn_alias_t* a, const mpn_op_t* op) {
   return NULL;
 }
 
-/* Finds the launch's moves and forks each (a->moves has room for one per op). */
+/* Joins the first n moves of a (forked) back into their handles' streams and
+ * lets every move's alias go; the first failure. */
+static ncclResult_t moves_join(mpn_alias_t* a, int n, int* current) {
+  ncclResult_t first = ncclSuccess;
+  for (int i = 0; i < a->n; i++) {
+    struct mpn_alias_move* m = &a->moves[i];
+    if (i < n) {
+      mpn_cuda_switch_device(current, m->dev);
+      cudaError_t err = cudaEventRecord(m->alias->join, m->alias->s);
+      if (err == cudaSuccess) err = cudaStreamWaitEvent(m->user, m->alias->join, 0);
+      if (err != cudaSuccess)
+        mpn_keep(&first, mpn_cuda_result(NULL, err, "joining a default stream used on several GPUs"));
+    }
+    __atomic_store_n(&m->alias->busy, 0, __ATOMIC_RELEASE);
+  }
+  return first;
+}
+
+/* Finds the launch's moves and takes an alias for each (a->moves has room
+ * for one per op), enqueueing nothing; then forks each.  On failure
+ * nothing stays forked or taken. */
 static ncclResult_t moves_fork(mpn_op_t* lists[2], mpn_alias_t* a, int* current) {
   mpn_op_t* first[HANDLES] = {NULL, NULL, NULL};
-  for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = lists[k]; op; op = op->next) {
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; k < 2 && res == ncclSuccess; k++)
+    for (mpn_op_t* op = lists[k]; op && res == ncclSuccess; op = op->next) {
       if (!moved(op, first) || move_find(a, op)) continue;
       struct mpn_alias_move* m = &a->moves[a->n];
       m->user = op->stream;
       m->dev = op->comm->cuda_dev;
       mpn_cuda_switch_device(current, m->dev);
-      MPN_CHECK(alias_get(op->comm, handle_index(op->stream), &m->alias));
-      a->n++;
-      /* After everything the caller enqueued on the handle there. */
-      cudaError_t err = cudaEventRecord(m->alias->fork, m->user);
-      if (err == cudaSuccess) err = cudaStreamWaitEvent(m->alias->s, m->alias->fork, 0);
-      if (err != cudaSuccess) return mpn_cuda_result(op->comm, err, "forking a default stream used on several GPUs");
+      res = alias_take(op, handle_index(op->stream), &m->alias);
+      if (res == ncclSuccess) a->n++;
     }
-  return ncclSuccess;
+  int forked = 0;
+  for (; forked < a->n && res == ncclSuccess; forked++) {
+    struct mpn_alias_move* m = &a->moves[forked];
+    mpn_cuda_switch_device(current, m->dev);
+    /* After everything the caller enqueued on the handle there. */
+    cudaError_t err = cudaEventRecord(m->alias->fork, m->user);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(m->alias->s, m->alias->fork, 0);
+    if (err != cudaSuccess) {
+      res = mpn_cuda_result(NULL, err, "forking a default stream used on several GPUs");
+      break; /* this one's wait did not take: nothing to join */
+    }
+  }
+  if (res != ncclSuccess) moves_join(a, forked, current); /* (a capture must not keep an unjoined stream) */
+  return res;
 }
 
 ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a) {
@@ -111,7 +166,7 @@ ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a) {
   if (a->moves == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   int saved = mpn_cuda_device_enter(-1), current = saved;
   ncclResult_t res = moves_fork(lists, a, &current);
-  if (res == ncclSuccess) /* forks already made only make their alias wait */
+  if (res == ncclSuccess)
     for (int k = 0; k < 2; k++)
       for (mpn_op_t* op = lists[k]; op; op = op->next) {
         struct mpn_alias_move* m = move_find(a, op);
@@ -128,16 +183,8 @@ ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a) {
 
 ncclResult_t mpn_alias_join(mpn_alias_t* a) {
   if (a->moves == NULL) return ncclSuccess;
-  ncclResult_t first = ncclSuccess;
   int saved = mpn_cuda_device_enter(-1), current = saved;
-  for (int i = 0; i < a->n; i++) {
-    struct mpn_alias_move* m = &a->moves[i];
-    mpn_cuda_switch_device(&current, m->dev);
-    cudaError_t err = cudaEventRecord(m->alias->join, m->alias->s);
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(m->user, m->alias->join, 0);
-    if (err != cudaSuccess)
-      mpn_keep(&first, mpn_cuda_result(NULL, err, "joining a default stream used on several GPUs"));
-  }
+  ncclResult_t first = moves_join(a, a->n, &current);
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(a->moves);
   a->moves = NULL;
@@ -147,15 +194,18 @@ ncclResult_t mpn_alias_join(mpn_alias_t* a) {
 
 void mpn_alias_free(struct ncclComm* comm) {
   int saved = -2;
-  for (int h = 0; h < HANDLES; h++) {
-    struct mpn_alias_stream* a = comm->alias[h];
-    if (a == NULL) continue;
-    if (saved == -2) saved = mpn_cuda_device_enter(comm->cuda_dev);
-    cudaEventDestroy(a->join);
-    cudaEventDestroy(a->fork);
-    cudaStreamDestroy(a->s); /* its work, if any, still runs */
-    free(a);
-    comm->alias[h] = NULL;
+  for (int h = 0; h < HANDLES; h++)
+    for (struct mpn_alias_stream *a = comm->alias[h], *next; a; a = next) {
+      next = a->next;
+      if (saved == -2) saved = mpn_cuda_device_enter(comm->cuda_dev);
+      cudaEventDestroy(a->join);
+      cudaEventDestroy(a->fork);
+      cudaStreamDestroy(a->s); /* its work, if any, still runs */
+      free(a);
+    }
+  for (int h = 0; h < HANDLES; h++) comm->alias[h] = NULL;
+  if (saved != -2) {
+    cudaGetLastError();
+    mpn_cuda_device_leave(saved);
   }
-  if (saved != -2) mpn_cuda_device_leave(saved);
 }

@@ -27,16 +27,18 @@ typedef struct {
 
 /**
  * Moves the ops of both lists that share a per-device handle with ops of
- * another device to their device's alias stream (created with the first
- * such op's communicator, on its device), forked after the work the caller
- * enqueued on the handle there.  Nothing moves, and nothing is enqueued,
- * in a launch whose per-device handles are each used on one device only.
- * On failure no op is moved.
+ * another device to an alias stream of the first such op's communicator
+ * (one that no other launch holds and that is in no other graph capture;
+ * made if there is none), forked after the work the caller enqueued on the
+ * handle on that device.  Nothing moves, and nothing is enqueued, in a
+ * launch whose per-device handles are each used on one device only.  On
+ * failure no op is moved and nothing stays forked.
  */
 ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a);
 
 /** Makes each moved handle's stream wait for the launch's work on its
- *  alias, and forgets a; the first failure is returned. */
+ *  alias, lets the aliases go and forgets a; the first failure is
+ *  returned.  Nothing to do after a fork that moved nothing. */
 ncclResult_t mpn_alias_join(mpn_alias_t* a);
 
 /** Frees comm's alias stream and events (its work may still run). */

@@ -163,11 +163,14 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
                       "ncclGroupEnd: comm %p was destroyed or aborted after its operations were enqueued",
                       (void*)gone);
   }
+  /* Streams forked before the engines' checks: a refusal there may tell
+   * peers, a failed fork tells nobody, as nothing is posted yet. */
+  mpn_alias_t alias = {0, NULL};
   ncclResult_t res = capture_check(lists);
+  if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
   if (res == ncclSuccess && p2p) res = mpn_p2p_check(p2p);
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
-  mpn_alias_t alias;
-  if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
+  if (res != ncclSuccess) mpn_alias_join(&alias); /* (nothing was issued on the aliases) */
   if (res == ncclSuccess) {
     /* Both always run once checked: send/receive may report an error after
      * posting everything, and a signal left out would leave its peer behind. */

@@ -44,14 +44,19 @@ extern "C" void pattern_fill(void* buf, size_t bytes, uint32_t seed, cudaStream_
   if (bytes) fill_kernel<<<grid_for(bytes), 256, 0, stream>>>((unsigned char*)buf, bytes, seed);
 }
 
-// The counter is allocated once per thread and never freed: stream-ordered
+// The counter is allocated once per thread and device (the check's GPU then
+// writes its own memory), and never freed: stream-ordered
 // allocation could make this stream wait for another stream of the process
 // (the pool's internal dependencies), and cudaFree synchronizes the whole
 // device; either can deadlock against a peer waiting for this stream.
 extern "C" unsigned long long pattern_check(const void* buf, size_t bytes, uint32_t seed,
                                             cudaStream_t stream) {
-  static __thread unsigned long long* bad;
+  enum { kDevices = 64 };
+  static __thread unsigned long long* counters[kDevices];
   unsigned long long result = ~0ull;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) return result;
+  unsigned long long*& bad = counters[dev];
   if (bad == NULL && cudaMalloc(&bad, sizeof(*bad)) != cudaSuccess) return result;
   cudaMemsetAsync(bad, 0, sizeof(*bad), stream);
   if (bytes) check_kernel<<<grid_for(bytes), 256, 0, stream>>>((const unsigned char*)buf, bytes, seed, bad);

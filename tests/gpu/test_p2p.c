@@ -358,32 +358,38 @@ static void init_all_ring(void) {
  * 8), one thread, a ring in one group on a default stream handle, which
  * names another stream on each device: the legacy stream, then the
  * per-thread one.  Each device's messages must come after what its default
- * stream did before and before what it does next (the check).  The first
- * GPU's stream is held back 50 ms: work of another GPU's messages issued
- * there would come after that GPU's check.  Rank 0 only; with one GPU
- * there is nothing to tell apart.
+ * stream did before (clearing the receive buffers, filling the send ones)
+ * and before what it does next (the check).  Held back 50 ms first: the
+ * first GPU's stream (work of another GPU issued there would come after
+ * that GPU's check), then the other GPUs' (their messages' work started
+ * early would come before their clears and fills).  Rank 0 only; with one
+ * GPU there is nothing to tell apart.
  */
 static void init_all_devices(void) {
   enum { MAX = 8 };
-  int dev, devs[MAX];
+  int dev, devs[MAX], ndev = 0;
   ncclComm_t comms[MAX];
   cudaGetDevice(&dev);
+  cudaGetDeviceCount(&ndev);
   int n = harness_init_all_devices("test_p2p: init_all_devices", comms, devs, MAX);
   if (n == 0) return;
   size_t bytes = 1 << 20; /* below the size whose copies between GPUs go to lanes */
-  for (int round = 0; round < 2; round++) {
-    cudaStream_t h = round == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
-    char *s[MAX], *r[MAX];
-    for (int i = 0; i < n; i++) {
-      cudaSetDevice(devs[i]);
-      s[i] = dev_alloc(bytes);
-      r[i] = dev_alloc(bytes);
-      cudaMemset(r[i], 0, bytes);
+  char *s[MAX], *r[MAX];
+  for (int i = 0; i < n; i++) {
+    cudaSetDevice(devs[i]);
+    s[i] = dev_alloc(bytes);
+    r[i] = dev_alloc(bytes);
+  }
+  for (int round = 0; round < 4; round++) {
+    cudaStream_t h = round % 2 == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
+    for (int d = 0; d < ndev; d++) { /* the first GPU's stream, then the others' */
+      if ((d != devs[0]) != (round >= 2)) continue;
+      cudaSetDevice(d);
+      gpu_busy(50000, h);
     }
-    cudaSetDevice(devs[0]);
-    gpu_busy(50000, h);
     for (int i = 0; i < n; i++) {
       cudaSetDevice(devs[i]);
+      cudaMemsetAsync(r[i], 0, bytes, h);
       pattern_fill(s[i], bytes, seed_of(i, (i + 1) % n, 80 + round), h);
     }
     EXPECT_OK(ncclGroupStart());
@@ -401,13 +407,14 @@ static void init_all_devices(void) {
                 round, i, devs[i], bad, bytes);
       EXPECT(bad == 0);
     }
-    for (int i = 0; i < n; i++) {
-      cudaSetDevice(devs[i]);
-      cudaFree(s[i]);
-      cudaFree(r[i]);
-    }
   }
-  for (int i = 0; i < n; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+  for (int i = 0; i < n; i++) {
+    cudaSetDevice(devs[i]);
+    cudaDeviceSynchronize();
+    cudaFree(s[i]);
+    cudaFree(r[i]);
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
   cudaSetDevice(dev);
 }
 

@@ -882,14 +882,16 @@ static void threads_ring(void) { threads_run(thread_ring); }
  * then the per-thread one.  Each rank fills a buffer of its GPU, signals the
  * next rank and waits for the one before, whose buffer it then checks
  * (peer access): a wait issued on another device's stream would let the
- * check run first.  The first GPU's stream is held back 50 ms.  Rank 0
- * only; with one GPU there is nothing to tell apart.
+ * check run first, a signal issued early would let it read before the
+ * fill.  Held back 50 ms: the first GPU's stream, then the others'.  Rank
+ * 0 only; with one GPU there is nothing to tell apart.
  */
 static void init_all_devices(void) {
   enum { MAX = 8 };
-  int dev, devs[MAX];
+  int dev, devs[MAX], ndev = 0;
   ncclComm_t comms[MAX];
   cudaGetDevice(&dev);
+  cudaGetDeviceCount(&ndev);
   int n = harness_init_all_devices("test_rma: init_all_devices", comms, devs, MAX);
   if (n == 0) return;
   size_t bytes = 1 << 20;
@@ -898,16 +900,16 @@ static void init_all_devices(void) {
     cudaSetDevice(devs[i]);
     EXPECT(cudaMalloc(&buf[i], bytes) == cudaSuccess);
   }
-  for (int round = 0; round < 2; round++) {
-    cudaStream_t h = round == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
-    for (int i = 0; i < n; i++) {
-      cudaSetDevice(devs[i]);
-      cudaMemset(buf[i], 0, bytes);
+  for (int round = 0; round < 4; round++) {
+    cudaStream_t h = round % 2 == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
+    for (int d = 0; d < ndev; d++) { /* the first GPU's stream, then the others' */
+      if ((d != devs[0]) != (round >= 2)) continue;
+      cudaSetDevice(d);
+      gpu_busy(50000, h);
     }
-    cudaSetDevice(devs[0]);
-    gpu_busy(50000, h);
     for (int i = 0; i < n; i++) {
       cudaSetDevice(devs[i]);
+      cudaMemsetAsync(buf[i], 0, bytes, h);
       pattern_fill(buf[i], bytes, seed_of(i, (i + 1) % n, 90 + round), h);
     }
     EXPECT_OK(ncclGroupStart());

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Twenty-eighth session: default stream handles in groups spanning GPUs
 # (src/core/alias.c), on a machine with 2 GPUs.  The init_all_devices steps
-# of test_p2p and test_rma as landed, then with the fork taken out
-# (scratch), then the steps with ranks of one process, test_p2p and
-# test_rma at 2 processes, examples/ring.
+# of test_p2p and test_rma as landed, then without the aliases and with
+# aliases not forked (scratch: both must fail), then the steps with ranks
+# of one process, test_p2p and test_rma at 2 processes, examples/ring.
 set -u
 out=${1:?outdir}
 mkdir -p "$out"
@@ -23,12 +23,19 @@ one() { # label test step
 one landed test_p2p init_all_devices
 one landed test_rma init_all_devices
 cp src/core/group.c /tmp/group.c.keep
-sed -i 's/  if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);/  alias.n = 0, alias.moves = NULL;/' src/core/group.c
-cmp -s src/core/group.c /tmp/group.c.keep && echo "   the mutation did not apply"
+cp src/core/alias.c /tmp/alias.c.keep
+sed -i 's/  if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);/  (void)0;/' src/core/group.c
+cmp -s src/core/group.c /tmp/group.c.keep && echo "   mutation 1 did not apply"
 build
-one mutation test_p2p init_all_devices
-one mutation test_rma init_all_devices
+one no-alias test_p2p init_all_devices
+one no-alias test_rma init_all_devices
 cp /tmp/group.c.keep src/core/group.c
+sed -i 's/    if (err == cudaSuccess) err = cudaStreamWaitEvent(m->alias->s, m->alias->fork, 0);/    (void)0;/' src/core/alias.c
+cmp -s src/core/alias.c /tmp/alias.c.keep && echo "   mutation 2 did not apply"
+build
+one no-fork test_p2p init_all_devices
+one no-fork test_rma init_all_devices
+cp /tmp/alias.c.keep src/core/alias.c
 build
 one again test_p2p init_all
 one again test_p2p threads_ring

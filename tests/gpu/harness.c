@@ -96,6 +96,16 @@ int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int
   return n;
 }
 
+void harness_hold_devices(int first, int others, cudaStream_t h) {
+  int ndev = 0;
+  cudaGetDeviceCount(&ndev);
+  for (int d = 0; d < ndev; d++)
+    if ((d != first) == others) {
+      cudaSetDevice(d);
+      gpu_busy(50000, h);
+    }
+}
+
 int harness_device_order(const int* devs, int n, int k) {
   int seen = 0;
   for (int pass = 0; pass < 2; pass++)

@@ -73,6 +73,10 @@ void harness_same_capture_refused(ncclComm_t c, ncclResult_t res);
  *  number, or 0 (said on rank 0 when the machine has one GPU). */
 int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int max);
 
+/** Holds stream handle h back 50 ms on the GPU first (others 0) or on
+ *  every other GPU (others 1): a kernel that waits (pattern.h, gpu_busy). */
+void harness_hold_devices(int first, int others, cudaStream_t h);
+
 /** The index of the k-th check of n ranks over devs, k < n: the ranks of
  *  GPUs other than devs[0] first (a check synchronizes its GPU's stream). */
 int harness_device_order(const int* devs, int n, int k);

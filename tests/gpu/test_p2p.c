@@ -367,10 +367,9 @@ static void init_all_ring(void) {
  */
 static void init_all_devices(void) {
   enum { MAX = 8 };
-  int dev, devs[MAX], ndev = 0;
+  int dev, devs[MAX];
   ncclComm_t comms[MAX];
   cudaGetDevice(&dev);
-  cudaGetDeviceCount(&ndev);
   int n = harness_init_all_devices("test_p2p: init_all_devices", comms, devs, MAX);
   if (n == 0) return;
   size_t bytes = 1 << 20; /* below the size whose copies between GPUs go to lanes */
@@ -382,11 +381,7 @@ static void init_all_devices(void) {
   }
   for (int round = 0; round < 4; round++) {
     cudaStream_t h = round % 2 == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
-    for (int d = 0; d < ndev; d++) { /* the first GPU's stream, then the others' */
-      if ((d != devs[0]) != (round >= 2)) continue;
-      cudaSetDevice(d);
-      gpu_busy(50000, h);
-    }
+    harness_hold_devices(devs[0], round >= 2, h);
     for (int i = 0; i < n; i++) {
       cudaSetDevice(devs[i]);
       cudaMemsetAsync(r[i], 0, bytes, h);

@@ -773,9 +773,4 @@ void mpn_p2p_free(struct ncclComm* comm) {
   free(comm->p2p->peers);
   free(comm->p2p);
   comm->p2p = NULL;
-  if (comm->cuda_dev >= 0) { /* the process's stages that nothing uses any more: device memory, given back */
-    int saved = mpn_cuda_device_enter(comm->cuda_dev);
-    mpn_stage_trim(comm->cuda_dev);
-    mpn_cuda_device_leave(saved);
-  }
 }

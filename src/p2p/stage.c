@@ -111,41 +111,6 @@ static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
 
 void* mpn_stage_ptr(const mpn_stage_t* st) { return st->ptr; }
 
-int mpn_stage_trim(int dev) {
-  struct mpn_stage* gone = NULL;
-  pthread_mutex_lock(&stage_lock);
-  unpin_reap();
-  for (struct mpn_stage** at = &stages; *at;) {
-    struct mpn_stage* st = *at;
-    if (st->dev != dev || !stage_idle(st)) {
-      at = &st->next;
-      continue;
-    }
-    *at = st->next;
-    st->next = gone;
-    gone = st;
-  }
-  pthread_mutex_unlock(&stage_lock);
-  int n = 0;
-  for (struct mpn_stage *st = gone, *next; st; st = next, n++) {
-    next = st->next;
-    if (st->freed) cudaEventDestroy(st->freed);
-    cudaFree(st->ptr);
-    free(st);
-  }
-  cudaGetLastError();
-  if (n) MPN_TRACE(MPN_SUBSYS_P2P, "freed %d idle staging buffers on device %d", n, dev);
-  return n;
-}
-
-int mpn_stage_count(int dev) {
-  pthread_mutex_lock(&stage_lock);
-  int n = 0;
-  for (struct mpn_stage* st = stages; st; st = st->next) n += st->dev == dev;
-  pthread_mutex_unlock(&stage_lock);
-  return n;
-}
-
 void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, int graph) {
   pthread_mutex_lock(&stage_lock);
   if (graph) {

@@ -39,16 +39,4 @@ void mpn_stage_unpin(mpn_stage_t* st);
 /** Stages held by graphs (for tests). */
 int mpn_stage_pinned(void);
 
-/**
- * Frees device dev's stages that nothing uses any more: not handed out, not
- * held by a graph, their last stream use complete.  For a communicator's
- * destroy (cudaFree synchronizes the device), so that a burst of large
- * memory-pool messages does not keep its stages for the life of the
- * process; later messages make new ones.  Returns how many were freed.
- */
-int mpn_stage_trim(int dev);
-
-/** Stages the process holds on device dev (for tests). */
-int mpn_stage_count(int dev);
-
 #endif /* MPN_P2P_STAGE_H_ */

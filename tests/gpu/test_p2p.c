@@ -577,40 +577,6 @@ static void graph_pool_stage(void) {
   cudaStreamSynchronize(stream);
 }
 
-/*
- * Memory-pool buffers go through stages, kept for reuse; a communicator's
- * destroy frees those nothing uses any more, so a burst of large pool
- * messages does not hold device memory for the life of the process.  A
- * ring of pool buffers on a split of comm (between processes: the side of
- * each message that posts first stages it), then its destroy: every stage
- * of this device is gone but those graphs hold.
- */
-static void pool_stages_freed(void) {
-  if (nranks < 2 || harness_over_ucx()) return;
-  int dev;
-  cudaGetDevice(&dev);
-  ncclComm_t c = NULL;
-  EXPECT_OK(ncclCommSplit(comm, 0, rank, &c, NULL));
-  size_t bytes = (16 << 20) + 5;
-  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
-  char *s = buf_alloc(BUF_POOL, bytes), *r = buf_alloc(BUF_POOL, bytes);
-  pattern_fill(s, bytes, seed_of(rank, to, 6100), stream);
-  EXPECT_OK(ring_group(c, s, r, bytes, to, from));
-  expect_pattern(r, bytes, seed_of(from, rank, 6100), "pool ring before a destroy");
-  int held = mpn_stage_count(dev), staged = 0;
-  MPI_Allreduce(&held, &staged, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  EXPECT(staged >= 1); /* (each message's first side staged it) */
-  EXPECT_OK(ncclCommDestroy(c));
-  int after = mpn_stage_count(dev), pinned = mpn_stage_pinned();
-  EXPECT(after == pinned);
-  if (rank == 0)
-    printf("test_p2p: pool stages on this GPU: %d before the destroy (%d on all ranks), %d after, %d held by graphs\n",
-           held, staged, after, pinned);
-  buf_free(BUF_POOL, s);
-  buf_free(BUF_POOL, r);
-  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-}
-
 /* 3D periodic decomposition, all 26 neighbours in one group; faces, edges
  * and corners of different sizes; buffers from ncclMemAlloc, registered. */
 static void halo26(void) {
@@ -841,7 +807,6 @@ int main(int argc, char** argv) {
   STEP(graph_replay());
   STEP(graph_recapture());
   STEP(graph_pool_stage());
-  STEP(pool_stages_freed());
   STEP(graph_same_capture());
   STEP(mismatch());
   return harness_finish();

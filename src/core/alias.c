@@ -170,7 +170,10 @@ ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a) {
     for (int k = 0; k < 2; k++)
       for (mpn_op_t* op = lists[k]; op; op = op->next) {
         struct mpn_alias_move* m = move_find(a, op);
-        if (m) op->stream = m->alias->s;
+        if (m) {
+          op->stream = m->alias->s;
+          op->stream_id = 0; /* (the handle's: the launches ask the alias's) */
+        }
       }
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   if (res != ncclSuccess) {

@@ -178,7 +178,7 @@ typedef struct {
 static __thread group_mark_t* marks;
 static __thread int n_marks, cap_marks;
 
-void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too) {
+void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too) {
   if (n_marks == cap_marks) {
     int cap = cap_marks ? 2 * cap_marks : 16;
     group_mark_t* grown = realloc(marks, (size_t)cap * sizeof(*grown));
@@ -189,7 +189,7 @@ void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too) {
   int shared = 0;
   for (int i = 0; i < n_marks; i++)
     if (marks[i].s == s) shared = marks[i].shared = 1;
-  marks[n_marks++] = (group_mark_t){comm, s, mpn_cuda_stream_id(s), rma_too, shared, 0, 0};
+  marks[n_marks++] = (group_mark_t){comm, s, id, rma_too, shared, 0, 0};
 }
 
 static group_mark_t* mark_of(cudaStream_t s) {

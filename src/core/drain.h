@@ -23,10 +23,10 @@ struct ncclComm;
 /**
  * Before a group's launch, in the launching thread: comm's operations go to s
  * (not a capturing stream: a graph's work is the graph's owner's to wait
- * for); rma_too: one-sided operations of the group use s too (they are
- * issued after send/receive).
+ * for), whose mpn_cuda_stream_id is id; rma_too: one-sided operations of
+ * the group use s too (they are issued after send/receive).
  */
-void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, int rma_too);
+void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too);
 
 /**
  * For the flag kernel or memory-operation batch that is the last thing a

@@ -31,6 +31,8 @@ typedef struct mpn_op {
   cudaStream_t stream;
   int capturing;        /**< stream is capturing a CUDA graph (set by ncclGroupEnd's checks) */
   unsigned long long capture_id; /**< that capture's id (CUDA's, unique in the process), or 0 */
+  unsigned long long stream_id;  /**< mpn_cuda_stream_id of stream, asked once a group by ncclGroupEnd's
+                                     checks (never of a capturing stream); 0: not asked, ask again */
   ncclWindow_t win;     /**< put: the peer's window */
   size_t offset;        /**< put: offset in the peer's window */
   int ctx;

@@ -58,13 +58,15 @@ static void jobs_discard(mpn_init_job_t* jobs) {
  * still use up a message or signal number that its peer counts too.  Sets
  * each op's capturing, asking once per stream (of the first few) on its
  * communicator's device: a per-thread stream handle names one stream per
- * device.  The launches read op->capturing and never ask again. */
+ * device.  The launches read op->capturing and never ask again; they read
+ * op->stream_id too, asked here once per stream that is not capturing (the
+ * send/receive launch and the drain each asked before). */
 static ncclResult_t capture_check(mpn_op_t* lists[2]) {
   struct stream_capture {
     cudaStream_t s;
     int dev;
     enum cudaStreamCaptureStatus cap;
-    unsigned long long id;
+    unsigned long long id, sid;
   } seen[8];
   int n = 0, saved = mpn_cuda_device_enter(-1), current = saved;
   ncclResult_t res = ncclSuccess;
@@ -73,10 +75,11 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
       int i = 0, dev = op->comm->cuda_dev;
       while (i < n && (seen[i].s != op->stream || seen[i].dev != dev)) i++;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      unsigned long long id = 0;
+      unsigned long long id = 0, sid = 0;
       if (i < n) {
         cap = seen[i].cap;
         id = seen[i].id;
+        sid = seen[i].sid;
       } else {
         mpn_cuda_switch_device(&current, dev);
         if (cudaStreamGetCaptureInfo(op->stream, &cap, &id, NULL, NULL, NULL, NULL) != cudaSuccess) {
@@ -84,10 +87,13 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
           cap = cudaStreamCaptureStatusNone;
           if (cudaStreamIsCapturing(op->stream, &cap) != cudaSuccess) cudaGetLastError();
         }
-        if (n < (int)(sizeof(seen) / sizeof(seen[0]))) seen[n++] = (struct stream_capture){op->stream, dev, cap, id};
+        int room = n < (int)(sizeof(seen) / sizeof(seen[0])); /* (else the launches ask) */
+        if (room && cap == cudaStreamCaptureStatusNone) sid = mpn_cuda_stream_id(op->stream);
+        if (room) seen[n++] = (struct stream_capture){op->stream, dev, cap, id, sid};
       }
       op->capturing = cap == cudaStreamCaptureStatusActive;
       op->capture_id = op->capturing ? id : 0;
+      op->stream_id = sid;
       if (cap == cudaStreamCaptureStatusInvalidated)
         res = MPN_REFUSE(op->comm, ncclInvalidUsage,
                          "ncclGroupEnd: stream %p of an operation with rank %d is in a CUDA graph capture "
@@ -121,7 +127,7 @@ static void work_begin(mpn_op_t* lists[2]) {
       int rma_too = k == 1;
       for (mpn_op_t* r = lists[1]; r && !rma_too; r = r->next) rma_too = r->stream == op->stream;
       mpn_cuda_switch_device(&current, op->comm->cuda_dev);
-      mpn_drain_begin(op->comm, op->stream, rma_too);
+      mpn_drain_begin(op->comm, op->stream, op->stream_id ? op->stream_id : mpn_cuda_stream_id(op->stream), rma_too);
     }
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
 }

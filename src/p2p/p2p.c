@@ -225,10 +225,14 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   int send = op->kind == MPN_OP_SEND;
   p->pair = send ? ps->send : ps->recv;
   p->graph = op->capturing; /* (ncclGroupEnd's capture_check asked) */
-  if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev)
+  if (p->graph)
+    p->stream_id = 0; /* (graph messages have slots of their own) */
+  else if (op->stream_id)
+    p->stream_id = op->stream_id; /* (asked by ncclGroupEnd's checks) */
+  else if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev)
     p->stream_id = prev->stream_id; /* (a per-thread stream handle names one stream per device) */
   else
-    p->stream_id = p->graph ? 0 : mpn_cuda_stream_id(op->stream); /* (graph messages have slots of their own) */
+    p->stream_id = mpn_cuda_stream_id(op->stream);
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;

@@ -154,14 +154,25 @@ static ncclResult_t moves_fork(mpn_op_t* lists[2], mpn_alias_t* a, int* current)
   return res;
 }
 
+int mpn_alias_select(mpn_op_t* lists[2], unsigned char* out) {
+  mpn_op_t* first[HANDLES] = {NULL, NULL, NULL};
+  int i = 0, n = 0;
+  for (int k = 0; k < 2; k++)
+    for (mpn_op_t* op = lists[k]; op; op = op->next, i++) {
+      int m = moved(op, first);
+      if (out) out[i] = (unsigned char)m;
+      n += m;
+    }
+  return n;
+}
+
 ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a) {
   a->n = 0;
   a->moves = NULL;
-  mpn_op_t* first[HANDLES] = {NULL, NULL, NULL};
-  int n_ops = 0, any = 0;
+  if (mpn_alias_select(lists, NULL) == 0) return ncclSuccess;
+  int n_ops = 0;
   for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = lists[k]; op; op = op->next, n_ops++) any |= moved(op, first);
-  if (!any) return ncclSuccess;
+    for (mpn_op_t* op = lists[k]; op; op = op->next) n_ops++;
   a->moves = calloc((size_t)n_ops, sizeof(*a->moves));
   if (a->moves == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   int saved = mpn_cuda_device_enter(-1), current = saved;

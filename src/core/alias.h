@@ -36,6 +36,14 @@ typedef struct {
  */
 ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a);
 
+/**
+ * Which ops of both lists mpn_alias_fork would move, in list order (moved[i]
+ * for the i-th op, if moved is not NULL): those whose handle names one
+ * stream per device and came first with another device.  Returns how many;
+ * asks nothing of CUDA.
+ */
+int mpn_alias_select(mpn_op_t* lists[2], unsigned char* moved);
+
 /** Makes each moved handle's stream wait for the launch's work on its
  *  alias, lets the aliases go and forgets a; the first failure is
  *  returned.  Nothing to do after a fork that moved nothing. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/alias.h"
 #include "core/comm.h"
 #include "core/param.h"
 #include "core/topo.h"
@@ -584,6 +585,49 @@ START_TEST(peer_gpus_reached) {
 }
 END_TEST
 
+/* Which ops of a launch (up to 8, the first n_p2p in the send/receive list,
+ * the rest one-sided) move to alias streams: op i on stream s[i] of a
+ * communicator on device dev[i]. */
+static int alias_moves(const cudaStream_t* s, const int* dev, int n, int n_p2p, unsigned char* moved) {
+  struct ncclComm comms[8];
+  mpn_op_t ops[8];
+  memset(comms, 0, sizeof(comms));
+  memset(ops, 0, sizeof(ops));
+  mpn_op_t* lists[2] = {n_p2p ? &ops[0] : NULL, n_p2p < n ? &ops[n_p2p] : NULL};
+  for (int i = 0; i < n; i++) {
+    comms[i].cuda_dev = dev[i];
+    ops[i] = (mpn_op_t){.kind = i < n_p2p ? MPN_OP_SEND : MPN_OP_SIGNAL, .comm = &comms[i], .stream = s[i]};
+    if (i + 1 < n && i + 1 != n_p2p) ops[i].next = &ops[i + 1];
+  }
+  return mpn_alias_select(lists, moved);
+}
+
+/* Default stream handles (NULL, cudaStreamLegacy, cudaStreamPerThread) name
+ * one stream per device: in a launch over several GPUs the ops of every
+ * device but the first that used the handle move to an alias stream
+ * (core/alias.h); other handles, and handles used on one device, stay. */
+START_TEST(alias_selection) {
+  const cudaStream_t L = cudaStreamLegacy, T = cudaStreamPerThread, mine = (cudaStream_t)(uintptr_t)0x1000;
+  unsigned char m[8];
+  /* the legacy stream on GPUs 0, 1, 0, 1: the GPU 1 ops move */
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){NULL, NULL, NULL, NULL}, (int[]){0, 1, 0, 1}, 4, 4, m), 2);
+  ck_assert(!m[0] && m[1] && !m[2] && m[3]);
+  /* one GPU, or a stream of the caller's own: nothing moves */
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){NULL, T, NULL, T}, (int[]){2, 2, 2, 2}, 4, 4, m), 0);
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){mine, mine}, (int[]){0, 1}, 2, 2, m), 0);
+  /* NULL and cudaStreamLegacy are different handles: each on one GPU */
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){NULL, L}, (int[]){0, 1}, 2, 2, m), 0);
+  /* the first GPU to use a handle keeps it, whichever that is */
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){T, T, T, L, L}, (int[]){1, 0, 1, 0, 3}, 5, 5, m), 2);
+  ck_assert(!m[0] && m[1] && !m[2] && !m[3] && m[4]);
+  /* across the lists: a signal of GPU 1 after a send of GPU 0 */
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){NULL, NULL, NULL}, (int[]){0, 0, 1}, 3, 2, m), 1);
+  ck_assert(!m[0] && !m[1] && m[2]);
+  /* the count alone */
+  ck_assert_int_eq(alias_moves((cudaStream_t[]){T, T}, (int[]){0, 1}, 2, 2, NULL), 1);
+}
+END_TEST
+
 /* Which sends wait to move their own data (p2p/push.h): to another process
  * on another GPU, from MPINCCL_PUSH_MIN bytes, in a launch that receives as
  * much from that peer; nothing where MPINCCL_PUSH_WAIT_US is 0. */
@@ -778,6 +822,7 @@ int main(void) {
   tcase_add_test(tc, watchdog_peer_gone);
   tcase_add_test(tc, peer_gpus_reached);
   tcase_add_test(tc, push_own_sends);
+  tcase_add_test(tc, alias_selection);
   tcase_add_test(tc, bootstrap_collectives_threads);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;

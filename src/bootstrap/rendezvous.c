@@ -160,13 +160,20 @@ typedef struct {
 static open_id_t* open_ids;
 static int n_open, service_running;
 
+/* A failed id still owes its error to callers that may come late (ranks
+ * some caller claimed and nobody has been answered for), until nobody came
+ * for 2 s: its process must go on serving it meanwhile. */
+static int record_lingers(const record_t* r) {
+  return r->failed && r->answered < r->max_nranks && mpn_chan_now_ns() - r->last_ns <= 2000000000ull;
+}
+
 static void service_sweep(void* arg) {
   int* remaining = arg;
   uint64_t now = mpn_chan_now_ns();
   int j = 0;
   for (int i = 0; i < n_open; i++) {
     record_t* r = record_find(open_ids[i].key, 0);
-    int served = r && r->round != open_ids[i].round;
+    int served = r && r->round != open_ids[i].round && !record_lingers(r);
     if (!served && now < open_ids[i].deadline && mpn_chan_mpi_ready()) open_ids[j++] = open_ids[i];
   }
   n_open = j;
@@ -275,8 +282,7 @@ typedef struct {
 static void linger_check(void* arg) {
   linger_t* l = arg;
   record_t* r = record_find(l->key, 0);
-  l->done = r == NULL || !r->failed || r->answered >= r->max_nranks ||
-            mpn_chan_now_ns() - r->last_ns > 2000000000ull;
+  l->done = r == NULL || !record_lingers(r);
 }
 
 /*

@@ -2,14 +2,19 @@
  * test_bootstrap_mpi.c - the bootstrap module between processes (no CUDA):
  * rendezvous, allgather of several sizes, broadcast, barrier, tagged
  * messages that arrive before they are received, split, contexts from an
- * MPI communicator, and many contexts alive at once.
+ * MPI communicator, many contexts alive at once, and (MPI_THREAD_MULTIPLE)
+ * a rendezvous served by the helper thread of a process that does not join.
  */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/error.h"
+#include "core/param.h"
 
 static int world_rank, world_size, failures;
 
@@ -51,12 +56,58 @@ static void exercise(mpn_bootstrap_t* b) {
   }
 }
 
+/* Callers of one id from threads of this process: caller i is rank i of
+ * late_nranks[i], and calls after late_delay_us[i]. */
+static mpn_bootstrap_id_t late_id;
+static const int late_nranks[3] = {3, 2, 3};
+static const unsigned late_delay_us[3] = {0, 200000, 1000000};
+static ncclResult_t late_res[3];
+static char late_error[3][256];
+
+static void* late_caller(void* p) {
+  int i = (int)(intptr_t)p;
+  usleep(late_delay_us[i]);
+  mpn_bootstrap_t* b = NULL;
+  late_res[i] = mpn_bootstrap_rendezvous(&late_id, late_nranks[i], i, NULL, &b);
+  snprintf(late_error[i], sizeof(late_error[i]), "%s", mpn_error_last(NULL));
+  mpn_bootstrap_destroy(b);
+  return NULL;
+}
+
+/* An id whose creator (world rank 0) does not join is served by its helper
+ * thread.  Callers that disagree on nranks fail, and one that comes after
+ * the failure gets the error too, at once: the helper thread used to leave
+ * as soon as the failure was answered, and the late caller waited out
+ * MPINCCL_BOOTSTRAP_TIMEOUT for an answer nobody would send. */
+static void test_late_caller_unjoined(int provided) {
+  if (world_size < 2 || provided != MPI_THREAD_MULTIPLE) return;
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
+  EXPECT_OK(mpn_params_reload());
+  if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&late_id));
+  MPI_Bcast(&late_id, sizeof(late_id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (world_rank == 1) {
+    double start = MPI_Wtime();
+    pthread_t t[3];
+    for (intptr_t i = 0; i < 3; i++) pthread_create(&t[i], NULL, late_caller, (void*)i);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    EXPECT(MPI_Wtime() - start < 10);
+    for (int i = 0; i < 3; i++) {
+      EXPECT(late_res[i] == ncclInvalidArgument);
+      EXPECT(strstr(late_error[i], "disagree on nranks (3 and 2)") != NULL);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
     return 0;
   }
-  MPI_Init(&argc, &argv);
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
@@ -97,6 +148,7 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(m);
   mpn_bootstrap_destroy(pairs);
   mpn_bootstrap_destroy(b);
+  test_late_caller_unjoined(provided);
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) printf("test_bootstrap_mpi: %d ranks, %d failures\n", world_size, total);

@@ -11,9 +11,6 @@
 #include "core/error.h"
 #include "cuda/device.h"
 
-/* The handles that name one stream per device, each with an alias of its own. */
-enum { HANDLES = 3 };
-
 static int handle_index(cudaStream_t s) {
   if (s == NULL) return 0;
   if (s == cudaStreamLegacy) return 1;
@@ -91,7 +88,7 @@ static ncclResult_t alias_take(const mpn_op_t* op, int h, struct mpn_alias_strea
 
 /* Whether op's handle names one stream per device and another device of
  * the launch came first with it (first: the first op of each handle). */
-static int moved(const mpn_op_t* op, mpn_op_t* first[HANDLES]) {
+static int moved(const mpn_op_t* op, mpn_op_t* first[MPN_ALIAS_HANDLES]) {
   int h = handle_index(op->stream);
   if (h < 0) return 0;
   if (first[h] == NULL) first[h] = (mpn_op_t*)op;
@@ -123,10 +120,10 @@ static ncclResult_t moves_join(mpn_alias_t* a, int n, int* current) {
 }
 
 /* Finds the launch's moves and takes an alias for each (a->moves has room
- * for one per op), enqueueing nothing; then forks each.  On failure
+ * for one per moved op), enqueueing nothing; then forks each.  On failure
  * nothing stays forked or taken. */
 static ncclResult_t moves_fork(mpn_op_t* lists[2], mpn_alias_t* a, int* current) {
-  mpn_op_t* first[HANDLES] = {NULL, NULL, NULL};
+  mpn_op_t* first[MPN_ALIAS_HANDLES] = {NULL, NULL, NULL};
   ncclResult_t res = ncclSuccess;
   for (int k = 0; k < 2 && res == ncclSuccess; k++)
     for (mpn_op_t* op = lists[k]; op && res == ncclSuccess; op = op->next) {
@@ -155,7 +152,7 @@ static ncclResult_t moves_fork(mpn_op_t* lists[2], mpn_alias_t* a, int* current)
 }
 
 int mpn_alias_select(mpn_op_t* lists[2], unsigned char* out) {
-  mpn_op_t* first[HANDLES] = {NULL, NULL, NULL};
+  mpn_op_t* first[MPN_ALIAS_HANDLES] = {NULL, NULL, NULL};
   int i = 0, n = 0;
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next, i++) {
@@ -169,11 +166,9 @@ int mpn_alias_select(mpn_op_t* lists[2], unsigned char* out) {
 ncclResult_t mpn_alias_fork(mpn_op_t* lists[2], mpn_alias_t* a) {
   a->n = 0;
   a->moves = NULL;
-  if (mpn_alias_select(lists, NULL) == 0) return ncclSuccess;
-  int n_ops = 0;
-  for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = lists[k]; op; op = op->next) n_ops++;
-  a->moves = calloc((size_t)n_ops, sizeof(*a->moves));
+  int moved_ops = mpn_alias_select(lists, NULL);
+  if (moved_ops == 0) return ncclSuccess;
+  a->moves = calloc((size_t)moved_ops, sizeof(*a->moves)); /* (a move per moved op at most) */
   if (a->moves == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   int saved = mpn_cuda_device_enter(-1), current = saved;
   ncclResult_t res = moves_fork(lists, a, &current);
@@ -208,7 +203,7 @@ ncclResult_t mpn_alias_join(mpn_alias_t* a) {
 
 void mpn_alias_free(struct ncclComm* comm) {
   int saved = -2;
-  for (int h = 0; h < HANDLES; h++)
+  for (int h = 0; h < MPN_ALIAS_HANDLES; h++)
     for (struct mpn_alias_stream *a = comm->alias[h], *next; a; a = next) {
       next = a->next;
       if (saved == -2) saved = mpn_cuda_device_enter(comm->cuda_dev);
@@ -217,7 +212,7 @@ void mpn_alias_free(struct ncclComm* comm) {
       cudaStreamDestroy(a->s); /* its work, if any, still runs */
       free(a);
     }
-  for (int h = 0; h < HANDLES; h++) comm->alias[h] = NULL;
+  for (int h = 0; h < MPN_ALIAS_HANDLES; h++) comm->alias[h] = NULL;
   if (saved != -2) {
     cudaGetLastError();
     mpn_cuda_device_leave(saved);

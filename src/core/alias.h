@@ -19,6 +19,10 @@
 
 struct ncclComm;
 
+/** Handles that name one stream per device: NULL, cudaStreamLegacy,
+ *  cudaStreamPerThread (a communicator keeps aliases for each). */
+#define MPN_ALIAS_HANDLES 3
+
 /** One launch's moved streams (mpn_alias_fork), for mpn_alias_join. */
 typedef struct {
   int n;

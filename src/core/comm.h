@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/alias.h"
 #include "core/config.h"
 #include "core/topo.h"
 #include "nccl.h"
@@ -74,7 +75,7 @@ struct ncclComm {
   struct mpn_p2p* p2p; /**< send/receive state, made on first use (p2p.c) */
   struct mpn_rma* rma; /**< one-sided state and windows, made on first use (rma.c) */
   struct mpn_drain* drain; /**< streams this comm's operations went to, for finalize (drain.c) */
-  struct mpn_alias_stream* alias[3]; /**< per default stream handle, streams for its use on several GPUs (alias.c) */
+  struct mpn_alias_stream* alias[MPN_ALIAS_HANDLES]; /**< per default stream handle, streams for its use on several GPUs (alias.c) */
   uint64_t finalized_ns;   /**< when ncclCommFinalize was called (a non-blocking one's timeout) */
   uint8_t* peer_gone;  /**< per peer: its process was found gone (watchdog.c) */
   struct mpn_ucx_comm* ucx; /**< UCX peers' addresses and endpoints (ucx/net.c) */

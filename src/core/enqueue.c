@@ -14,6 +14,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/group.h"
+#include "cuda/device.h"
 
 static const struct {
   const char* name;
@@ -23,6 +24,10 @@ static const struct {
     {"ncclInt64", 8},   {"ncclUint64", 8},  {"ncclFloat16", 2},   {"ncclFloat32", 4},
     {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1},
 };
+
+unsigned long long mpn_op_stream_id(const mpn_op_t* op) {
+  return op->stream_id ? op->stream_id : mpn_cuda_stream_id(op->stream);
+}
 
 size_t mpn_dtype_size(ncclDataType_t dtype) { return dtypes[dtype].size; }
 const char* mpn_dtype_name(ncclDataType_t dtype) { return dtypes[dtype].name; }

@@ -42,6 +42,10 @@ typedef struct mpn_op {
   struct mpn_op* next;
 } mpn_op_t;
 
+/** op->stream_id, or, where ncclGroupEnd's checks did not ask it (0), CUDA's
+ *  answer now (mpn_cuda_stream_id, on the op's device, current). */
+unsigned long long mpn_op_stream_id(const mpn_op_t* op);
+
 /** Size in bytes of one element of a valid datatype. */
 size_t mpn_dtype_size(ncclDataType_t dtype);
 

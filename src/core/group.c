@@ -127,7 +127,7 @@ static void work_begin(mpn_op_t* lists[2]) {
       int rma_too = k == 1;
       for (mpn_op_t* r = lists[1]; r && !rma_too; r = r->next) rma_too = r->stream == op->stream;
       mpn_cuda_switch_device(&current, op->comm->cuda_dev);
-      mpn_drain_begin(op->comm, op->stream, op->stream_id ? op->stream_id : mpn_cuda_stream_id(op->stream), rma_too);
+      mpn_drain_begin(op->comm, op->stream, mpn_op_stream_id(op), rma_too);
     }
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
 }

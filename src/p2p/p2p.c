@@ -227,12 +227,11 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   p->graph = op->capturing; /* (ncclGroupEnd's capture_check asked) */
   if (p->graph)
     p->stream_id = 0; /* (graph messages have slots of their own) */
-  else if (op->stream_id)
-    p->stream_id = op->stream_id; /* (asked by ncclGroupEnd's checks) */
-  else if (prev && prev->prepared && prev->op->stream == op->stream && prev->op->comm->cuda_dev == op->comm->cuda_dev)
-    p->stream_id = prev->stream_id; /* (a per-thread stream handle names one stream per device) */
+  else if (!op->stream_id && prev && prev->prepared && prev->op->stream == op->stream &&
+           prev->op->comm->cuda_dev == op->comm->cuda_dev)
+    p->stream_id = prev->stream_id; /* (not asked by the checks; a per-thread handle names one stream per device) */
   else
-    p->stream_id = mpn_cuda_stream_id(op->stream);
+    p->stream_id = mpn_op_stream_id(op);
   uint64_t* counter = p->graph ? (send ? &ps->graph_send_seq : &ps->graph_recv_seq)
                                : (send ? &ps->send_seq : &ps->recv_seq);
   p->seq = ++*counter;

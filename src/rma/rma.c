@@ -591,7 +591,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
     sync[i] = ops[i]->capturing ? 4 : 0;
     if (!sync[i] && host_signals(ops, n, ops[i]->stream))
-      sids[i] = ops[i]->stream_id ? ops[i]->stream_id : mpn_cuda_stream_id(ops[i]->stream);
+      sids[i] = mpn_op_stream_id(ops[i]);
   }
   int ordered =
       res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, first, sync, sids);

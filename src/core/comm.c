@@ -164,6 +164,12 @@ static void comm_free(struct ncclComm* comm, int abort) {
   mpn_drain_free(comm);
   mpn_alias_free(comm);
 #ifdef HAVE_UCX
+  /* The host nodes of captured graphs read comm->ucx and post for comm: a
+   * replay still queued finds them dead from here on, before that state
+   * goes (a clean destroy waited for the replays under way first:
+   * mpn_ucx_staged_quiesce). */
+  mpn_ucx_staged_kill_graphs(comm);
+  mpn_ucx_rma_kill_graphs(comm);
   /* Done cleanly: the one-sided keys go while their endpoints live.  Else
    * the proxy first cancels what it still holds of comm, and what peers or
    * streams may still use is leaked. */

@@ -300,6 +300,10 @@ int mpn_ucx_graph_quiesce(mpn_ucx_ggroup_t* list, const int* error, uint64_t dea
   return 1;
 }
 
+void mpn_ucx_graph_kill_list(mpn_ucx_ggroup_t* list) {
+  for (mpn_ucx_ggroup_t* g = list; g; g = g->next) mpn_ucx_node_kill(&g->guard);
+}
+
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {
   for (mpn_ucx_ggroup_t *g = list, *next; g; g = next) {
     next = g->next;

@@ -32,6 +32,10 @@ ncclResult_t mpn_ucx_graph_join(mpn_op_t** ops, int n);
  * returns whether they were done. */
 int mpn_ucx_graph_quiesce(mpn_ucx_ggroup_t* list, const int* error, uint64_t deadline);
 
+/** Marks a communicator's captured groups dead, waiting for a host node
+ * running now: later replays post nothing (before its UCX state goes). */
+void mpn_ucx_graph_kill_list(mpn_ucx_ggroup_t* list);
+
 /** Frees a communicator's captured groups (leak: UCX may still hold their buffers). */
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak);
 

@@ -538,6 +538,10 @@ ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {
   return ncclSuccess;
 }
 
+void mpn_ucx_staged_kill_graphs(struct ncclComm* comm) {
+  if (comm->staged) mpn_ucx_graph_kill_list(comm->staged->graphs);
+}
+
 void mpn_ucx_staged_free(struct ncclComm* comm) {
   if (comm->staged == NULL) return;
   for (int i = 0; i < 2 * comm->nranks; i++) {

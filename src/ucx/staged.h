@@ -50,6 +50,9 @@ int mpn_ucx_staged_quiesce(struct ncclComm* comm);
  * going away; bounded by MPINCCL_NET_TIMEOUT, ncclRemoteError past it). */
 ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm);
 
+/** Marks comm's captured send/receive groups dead (mpn_ucx_graph_kill_list). */
+void mpn_ucx_staged_kill_graphs(struct ncclComm* comm);
+
 /** Frees comm's staging buffers (after its UCX operations were closed). */
 void mpn_ucx_staged_free(struct ncclComm* comm);
 

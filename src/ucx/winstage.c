@@ -217,6 +217,10 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
 /* A replay's host node may still be queued: each node is marked dead
  * (gnode_post checks), the one running is waited for, and the nodes stay
  * (leaked) for late host nodes to read the mark. */
+void mpn_ucx_rma_kill_graphs(struct ncclComm* comm) {
+  for (gnode_t* g = comm->ucx_rma_graphs; g; g = g->next) mpn_ucx_node_kill(&g->guard);
+}
+
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
   for (gnode_t *g = comm->ucx_rma_graphs, *next; g; g = next) {
     next = g->next;

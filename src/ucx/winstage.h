@@ -102,6 +102,9 @@ void mpn_ucx_rma_release(struct ncclComm* comm);
  */
 void mpn_ucx_rma_free(struct ncclComm* comm, int leak);
 
+/** Marks comm's captured one-sided calls dead (mpn_ucx_graph_kill_list). */
+void mpn_ucx_rma_kill_graphs(struct ncclComm* comm);
+
 /** Frees what comm's captured one-sided calls hold (after its UCX work was
  * closed: the proxy writes into it until then; leak as for mpn_ucx_rma_free). */
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak);

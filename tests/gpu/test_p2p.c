@@ -372,16 +372,19 @@ static void init_all_devices(void) {
   cudaGetDevice(&dev);
   int n = harness_init_all_devices("test_p2p: init_all_devices", comms, devs, MAX);
   if (n == 0) return;
-  size_t bytes = 1 << 20; /* below the size whose copies between GPUs go to lanes */
+  /* 1 MiB, below the size whose copies between GPUs go to lanes, then
+   * 6 MiB, whose copies take the lanes forked from an alias stream. */
+  size_t most = (size_t)6 << 20;
   char *s[MAX], *r[MAX];
   for (int i = 0; i < n; i++) {
     cudaSetDevice(devs[i]);
-    s[i] = dev_alloc(bytes);
-    r[i] = dev_alloc(bytes);
+    s[i] = dev_alloc(most);
+    r[i] = dev_alloc(most);
   }
-  for (int round = 0; round < 4; round++) {
+  for (int round = 0; round < 8; round++) {
+    size_t bytes = round < 4 ? (size_t)1 << 20 : most;
     cudaStream_t h = round % 2 == 0 ? (cudaStream_t)0 : cudaStreamPerThread;
-    harness_hold_devices(devs[0], round >= 2, h);
+    harness_hold_devices(devs[0], round % 4 >= 2, h);
     for (int i = 0; i < n; i++) {
       cudaSetDevice(devs[i]);
       cudaMemsetAsync(r[i], 0, bytes, h);

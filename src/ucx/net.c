@@ -249,7 +249,7 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
 
 void mpn_ucx_peer_lost(struct ncclComm* comm, int peer) {
   mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
-  if (p && mpn_ucx_proxy_peer_lost(p) != ncclSuccess)
+  if (p && mpn_ucx_proxy_peer_lost(comm->ucx, p) != ncclSuccess)
     MPN_WARN("rank %d is gone, and its UCX operations could not be failed: out of memory", peer);
 }
 

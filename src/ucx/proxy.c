@@ -495,9 +495,14 @@ void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {
 
 static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }
 
-ncclResult_t mpn_ucx_proxy_peer_lost(mpn_ucx_peer_t* peer) {
+/* Owned: arriving with its communicator's close while other commands wait
+ * for their trigger, it waits behind them, and unowned it would outlive the
+ * close and write to the freed peer; owned, the close drops it.  That loses
+ * nothing (the close cancels what is left on peer), so it is quiet. */
+ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer) {
   static uint64_t done; /* nobody waits for it */
-  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = peer_lost, .arg = peer, .flag = &done, .value = 1};
+  mpn_ucx_cmd_t cmd = {
+      .kind = MPN_UCX_CALL, .owner = owner, .fn = peer_lost, .arg = peer, .flag = &done, .value = 1, .quiet = 1};
   return mpn_ucx_proxy_post(&cmd);
 }
 
@@ -512,4 +517,11 @@ void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {
   int gen = ++px.close_gen;
   while (px.closed_gen < gen) pthread_cond_wait(&px.closed, &px.lock);
   pthread_mutex_unlock(&px.lock);
+}
+
+int mpn_ucx_proxy_close_pending(void) {
+  pthread_mutex_lock(&px.lock);
+  int pending = px.close_gen != px.closed_gen;
+  pthread_mutex_unlock(&px.lock);
+  return pending;
 }

@@ -95,8 +95,10 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 
 /** The peer's process is known gone (the watchdog): its operations in
- * flight and those started later fail, on the proxy thread; returns at once. */
-ncclResult_t mpn_ucx_proxy_peer_lost(mpn_ucx_peer_t* peer);
+ * flight and those started later fail, on the proxy thread; returns at once.
+ * owner is the communicator state peer belongs to: its close drops the call
+ * if it has not run yet. */
+ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer);
 
 /** Proxy thread only (a command's fn): peer's operations in flight fail,
  * and so do those started later. */
@@ -107,5 +109,8 @@ void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer);
  * down, on the proxy thread; returns when that is done.
  */
 void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n);
+
+/** Whether a close waits for the proxy to serve it (for tests). */
+int mpn_ucx_proxy_close_pending(void);
 
 #endif /* MPN_UCX_PROXY_H_ */

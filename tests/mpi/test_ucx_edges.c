@@ -14,7 +14,11 @@
  *    and the communicator reports ncclRemoteError naming that rank;
  *  - closes of two communicators' endpoints from two threads at once
  *    (ranks of one process destroyed by their threads): the second closer's
- *    request was wiped by the first, and the proxy crashed on it.
+ *    request was wiped by the first, and the proxy crashed on it;
+ *  - a "peer lost" call that reaches the proxy with the close of its
+ *    communicator while other commands wait for their trigger: it waited
+ *    among them, the close passed it by, and it ran after the close had
+ *    returned (on freed peers, in a destroy).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -159,6 +163,68 @@ static void concurrent_closes(void) {
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
+/* lost_call_at_close puts calls on the proxy thread that hold it, to order
+ * its batches; each gives up after 10 s so that a wrong test fails, not hangs. */
+static uint64_t close_returned;
+
+static void wait_on_proxy(int (*ready)(void)) {
+  for (int i = 0; i < 10000 && !ready(); i++) usleep(1000);
+}
+
+static int after_close(void) { return (int)__atomic_load_n(&close_returned, __ATOMIC_ACQUIRE); }
+
+/* Holds the proxy until the close is asked for, so that the commands
+ * posted meanwhile come to it in the close's batch. */
+static void hold_until_close(void* started) {
+  __atomic_store_n((int*)started, 1, __ATOMIC_RELEASE);
+  wait_on_proxy(mpn_ucx_proxy_close_pending);
+}
+
+/* Armed before the lost call, it holds the proxy's sweep after the close
+ * until the closer has looked at its peers. */
+static void hold_until_returned(void* arg) {
+  (void)arg;
+  wait_on_proxy(after_close);
+}
+
+static void noop(void* arg) { (void)arg; }
+
+static void post_call(void (*fn)(void*), void* arg, const void* owner, const uint64_t* trigger, uint64_t* done) {
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL,
+                       .owner = owner,
+                       .fn = fn,
+                       .arg = arg,
+                       .flag = done,
+                       .value = 1,
+                       .trigger = trigger,
+                       .trigger_value = 1,
+                       .quiet = 1};
+  EXPECT(mpn_ucx_proxy_post(&cmd) == ncclSuccess);
+}
+
+static void lost_call_at_close(void) {
+  ncclComm_t comm; /* starts the proxy */
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  static mpn_ucx_peer_t peers[2]; /* the closing communicator's, endpoints NULL */
+  static const uint64_t never = 0;
+  static uint64_t done[3];
+  int started = 0;
+  /* One of the communicator's commands waits for a trigger that never
+   * comes: later commands queue behind it. */
+  post_call(noop, NULL, peers, &never, &done[0]);
+  post_call(hold_until_close, &started, NULL, NULL, &done[1]);
+  while (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) usleep(100);
+  post_call(hold_until_returned, NULL, NULL, NULL, &done[2]);
+  EXPECT(mpn_ucx_proxy_peer_lost(peers, &peers[0]) == ncclSuccess);
+  mpn_ucx_proxy_close(peers, peers, 2);
+  int failed_at_close = peers[0].failed; /* a destroy frees peers here */
+  __atomic_store_n(&close_returned, 1, __ATOMIC_RELEASE);
+  EXPECT(mpn_ucx_proxy_call(noop, NULL) == ncclSuccess); /* the proxy is past its sweep */
+  EXPECT(peers[0].failed == failed_at_close);
+  EXPECT(done[0] == 1 && done[1] == 1 && done[2] == 1);
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -173,6 +239,7 @@ int main(int argc, char** argv) {
   peer_lost();
   peer_aborted();
   concurrent_closes();
+  lost_call_at_close();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("test_ucx_edges: %d failures\n", total);

@@ -73,17 +73,27 @@ static int may_call_mpi(void) { return !chan_worker || chan.thread_level == MPI_
 
 static pthread_once_t chan_once = PTHREAD_ONCE_INIT;
 
+/* Random bits make the identity unique even across pid reuse and hosts. */
+static uint64_t chan_proc_new(void) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = (uint64_t)mpn_chan_now_ns();
+  return (r ^ ((uint64_t)getpid() << 32)) | 1;
+}
+
+/* A child of fork() is another process: with its parent's identity it took
+ * ids its parent made for its own and waited for a rendezvous nobody
+ * served, instead of refusing them (rendezvous.c). */
+static void chan_after_fork(void) { chan.proc = chan_proc_new(); }
+
 static void chan_init_once(void) {
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
   pthread_mutex_init(&chan.lock, &attr);
   pthread_mutexattr_destroy(&attr);
-  /* Random bits make the identity unique even across pid reuse and hosts. */
-  uint64_t r = 0;
-  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = (uint64_t)mpn_chan_now_ns();
-  chan.proc = (r ^ ((uint64_t)getpid() << 32)) | 1;
+  chan.proc = chan_proc_new();
   chan.world_rank = -1;
+  pthread_atfork(NULL, NULL, chan_after_fork);
 }
 
 static void chan_init(void) { pthread_once(&chan_once, chan_init_once); }

@@ -28,7 +28,7 @@ typedef struct {
 #define MPN_TAG_HELLO 0x7ffffff0
 #define MPN_TAG_TABLE 0x7ffffff1
 
-/** Identity of the calling process. */
+/** Identity of the calling process (a forked child gets its own). */
 uint64_t mpn_chan_proc_id(void);
 
 /**

@@ -744,6 +744,50 @@ START_TEST(last_error_per_thread) {
 }
 END_TEST
 
+/* What a forked child got from ncclCommInitRank. */
+typedef struct {
+  ncclResult_t parents_id, own_id;
+  char text[256];
+} fork_report_t;
+
+static void forked_child(int fd, ncclUniqueId parents) {
+  fork_report_t r;
+  ncclComm_t comm = NULL;
+  r.parents_id = ncclCommInitRank(&comm, 2, parents, 1);
+  snprintf(r.text, sizeof(r.text), "%s", ncclGetLastError(NULL));
+  ncclUniqueId own;
+  r.own_id = ncclGetUniqueId(&own);
+  if (r.own_id == ncclSuccess) r.own_id = ncclCommInitRank(&comm, 1, own, 0);
+  if (r.own_id == ncclSuccess) r.own_id = ncclCommDestroy(comm);
+  ssize_t n = write(fd, &r, sizeof(r));
+  _exit(n == (ssize_t)sizeof(r) ? 0 : 1);
+}
+
+/* A child of fork() is another process: an id its parent made without MPI
+ * is refused there at once (the child took itself for the id's maker and
+ * waited out MPINCCL_BOOTSTRAP_TIMEOUT), and an id of its own works. */
+START_TEST(forked_child_is_another_process) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) forked_child(fds[1], id);
+  close(fds[1]);
+  fork_report_t r;
+  ck_assert_int_eq(read(fds[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+  close(fds[0]);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(r.parents_id == ncclInvalidUsage && contains(r.text, "another process"),
+                "child with its parent's id: %d \"%s\"", r.parents_id, r.text);
+  ck_assert_int_eq(r.own_id, ncclSuccess);
+}
+END_TEST
+
 /* Bootstrap collectives among threads of this process. */
 typedef struct {
   mpn_bootstrap_id_t id;
@@ -824,6 +868,7 @@ int main(void) {
   tcase_add_test(tc, push_own_sends);
   tcase_add_test(tc, alias_selection);
   tcase_add_test(tc, bootstrap_collectives_threads);
+  tcase_add_test(tc, forked_child_is_another_process);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;
    * backtrace loads what it needs on its first call, here rather than in

@@ -331,6 +331,9 @@ fail:
     mpn_error_set(comm, res, "%s", mpn_error_last(NULL));
     __atomic_store_n(&comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
     mpn_comm_set_async(comm, res);
+  } else { /* no comm keeps the reason: the job does, for the calling thread */
+    job->result = res;
+    snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
   }
   return res;
 }
@@ -449,9 +452,12 @@ static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
   int reported = 0;
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
     next = job->next;
-    if (job->comm && mpn_comm_async(job->comm) != ncclSuccess) {
-      /* Bring the reason to the calling thread before the comm goes away. */
-      if (!reported++) mpn_error_set(NULL, mpn_comm_async(job->comm), "%s", mpn_error_last(job->comm));
+    ncclResult_t res = job->comm ? mpn_comm_async(job->comm) : job->result;
+    /* Bring the reason to the calling thread (a job's thread set it on its
+     * own) before the comm goes away. */
+    if (res != ncclSuccess && !reported++)
+      mpn_error_set(NULL, res, "%s", job->comm ? mpn_error_last(job->comm) : job->error);
+    if (job->comm && res != ncclSuccess) {
       mpn_comm_free(job->comm);
       if (job->user_out) *job->user_out = NULL;
     }

@@ -744,6 +744,28 @@ START_TEST(last_error_per_thread) {
 }
 END_TEST
 
+/* A split without a color that fails in a group of several jobs (they run
+ * on creation threads) reports its reason to the calling thread: the
+ * failure's text, not an older one. */
+START_TEST(split_nocolor_failure_text) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
+  ncclComm_t pair[2], one = comm_of_one(), none = NULL, sub = NULL;
+  group_create(pair, 2);
+  ck_assert_int_eq(ncclCommCount(one, NULL), ncclInvalidArgument); /* the older error */
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommSplit(pair[0], NCCL_SPLIT_NOCOLOR, 0, &none, NULL), ncclSuccess); /* pair[1] never splits */
+  ck_assert_int_eq(ncclCommSplit(one, 0, 0, &sub, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclTimeout);
+  ck_assert_ptr_null(none);
+  const char* text = ncclGetLastError(NULL);
+  ck_assert_msg(contains(text, "MPINCCL_BOOTSTRAP_TIMEOUT"), "ncclGetLastError(NULL): \"%s\"", text);
+  if (sub) ck_assert_int_eq(ncclCommDestroy(sub), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(one), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommAbort(pair[i]), ncclSuccess);
+}
+END_TEST
+
 /* What a forked child got from ncclCommInitRank. */
 typedef struct {
   ncclResult_t parents_id, own_id;
@@ -868,6 +890,7 @@ int main(void) {
   tcase_add_test(tc, push_own_sends);
   tcase_add_test(tc, alias_selection);
   tcase_add_test(tc, bootstrap_collectives_threads);
+  tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;

@@ -19,8 +19,9 @@ typedef struct {
 } mpn_config_t;
 
 /**
- * Fills out from user (may be NULL).  Unset fields take the value from
- * parent when given (ncclCommSplit inherits), else the defaults.
+ * Fills out from user.  A NULL user gives parent's config when parent is
+ * given (ncclCommSplit inherits), else the defaults; fields user leaves
+ * unset take the defaults, as NCCL's.
  *
  * @param caller name of the API call, for the error text.
  * @return ncclInvalidArgument with a message for a bad magic, size or value.

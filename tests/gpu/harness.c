@@ -106,11 +106,11 @@ void harness_hold_devices(int first, int others, cudaStream_t h) {
     }
 }
 
-int harness_device_order(const int* devs, int n, int k) {
+int harness_device_order(const int* devs, int n, int k, int first_first) {
   int seen = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < n; i++)
-      if ((pass == 0) != (devs[i] == devs[0]) && seen++ == k) return i;
+      if (((pass == 0) != (devs[i] == devs[0])) != first_first && seen++ == k) return i;
   return k;
 }
 

@@ -78,8 +78,10 @@ int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int
 void harness_hold_devices(int first, int others, cudaStream_t h);
 
 /** The index of the k-th check of n ranks over devs, k < n: the ranks of
- *  GPUs other than devs[0] first (a check synchronizes its GPU's stream). */
-int harness_device_order(const int* devs, int n, int k);
+ *  GPUs other than devs[0] first, or those of devs[0] first (first_first).
+ *  A check synchronizes its GPU's stream, so the GPU checked first is the
+ *  one whose early reads are caught. */
+int harness_device_order(const int* devs, int n, int k, int first_first);
 
 /** After a step: the barrier if asked for, and a line on rank 0. */
 void harness_step_done(const char* text);

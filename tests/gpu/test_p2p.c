@@ -397,7 +397,7 @@ static void init_all_devices(void) {
     }
     EXPECT_OK(ncclGroupEnd());
     for (int k = 0; k < n; k++) {
-      int i = harness_device_order(devs, n, k);
+      int i = harness_device_order(devs, n, k, 0);
       cudaSetDevice(devs[i]);
       unsigned long long bad = pattern_check(r[i], bytes, seed_of((i + n - 1) % n, i, 80 + round), h);
       if (bad)

@@ -773,7 +773,7 @@ typedef struct {
 } fork_report_t;
 
 static void forked_child(int fd, ncclUniqueId parents) {
-  fork_report_t r;
+  fork_report_t r = {0};
   ncclComm_t comm = NULL;
   r.parents_id = ncclCommInitRank(&comm, 2, parents, 1);
   snprintf(r.text, sizeof(r.text), "%s", ncclGetLastError(NULL));

@@ -220,7 +220,10 @@ static ncclResult_t group_flush(void) {
 
 ncclResult_t mpn_group_add_op(const mpn_op_t* op) {
   mpn_op_t* copy = malloc(sizeof(*copy));
-  if (copy == NULL) return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "out of memory"));
+  if (copy == NULL) {
+    free(op->descs); /* owned by the op from here on, refused or not */
+    return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "out of memory"));
+  }
   *copy = *op;
   copy->next = NULL;
   if (group.ops_tail) group.ops_tail->next = copy;

@@ -15,7 +15,8 @@ int mpn_group_depth(void);
 
 /**
  * Adds an operation (copied) to the calling thread's group; outside a group
- * it forms a group of its own and is launched at once.
+ * it forms a group of its own and is launched at once.  op->descs belongs
+ * to the group from here on, also when this fails.
  */
 ncclResult_t mpn_group_add_op(const mpn_op_t* op);
 

@@ -542,10 +542,10 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   int current = saved;
   ncclResult_t res = ncclSuccess;
   int i = 0;
-  for (mpn_op_t* op = list; op && res == ncclSuccess; op = op->next, i++) {
-    ops[i] = op;
+  for (mpn_op_t* op = list; op; op = op->next) ops[i++] = op; /* all of them: read below, past a failure too */
+  for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_rma_t* rma; /* the ops passed mpn_rma_check */
-    res = mpn_rma_state(op->comm, &rma);
+    res = mpn_rma_state(ops[i]->comm, &rma);
   }
   for (i = 0; i < n && res == ncclSuccess; i++) {
     mpn_op_t* op = ops[i];

@@ -1,0 +1,109 @@
+/*
+ * test_alloc_fail.c - what the library does when an allocation fails: the
+ * call returns ncclSystemError with a message and leaks nothing it took.
+ * The test is linked with --wrap for malloc, calloc and free (Makefile.am),
+ * so the library's calls to them come here first; a chosen one fails.  No
+ * GPU needed.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/param.h"
+#include "mpinccl.h"
+#include "rma/rma.h"
+
+void* __real_malloc(size_t size);
+void* __real_calloc(size_t n, size_t size);
+void __real_free(void* p);
+
+/* The countdown-th malloc from now on fails (0: none); what the mallocs
+ * since arming returned, and whether each was freed since. */
+static int countdown;
+static void* given[8];
+static int ngiven, freed[8];
+
+void* __wrap_malloc(size_t size) {
+  if (countdown > 0 && --countdown == 0) return NULL;
+  void* p = __real_malloc(size);
+  if (countdown > 0 && ngiven < 8) given[ngiven++] = p;
+  return p;
+}
+
+/* While set, a calloc of one object of this size fails. */
+static size_t fail_calloc_of;
+
+void* __wrap_calloc(size_t n, size_t size) {
+  if (fail_calloc_of && n == 1 && size == fail_calloc_of) return NULL;
+  return __real_calloc(n, size);
+}
+
+void __wrap_free(void* p) {
+  for (int i = 0; p && i < ngiven; i++)
+    if (given[i] == p) freed[i] = 1;
+  __real_free(p);
+}
+
+static void arm(int nth) {
+  ngiven = 0;
+  memset(freed, 0, sizeof(freed));
+  countdown = nth;
+}
+
+/* ncclWaitSignal copies its descriptors, then queues the operation: when
+ * the queueing fails, the copy is freed too. */
+START_TEST(wait_signal_queue_fails) {
+  setenv("MPINCCL_BOOTSTRAP", "local", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  ncclWaitSignalDesc_t d[3] = {{1, 0, 0, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}};
+  arm(2); /* the first malloc is the copy of the descriptors, the second the queued op */
+  ck_assert_int_eq(ncclWaitSignal(3, d, comm, NULL), ncclSystemError);
+  countdown = 0;
+  ck_assert_int_eq(ngiven, 1);
+  ck_assert_msg(freed[0], "ncclWaitSignal leaked its copy of the descriptors (%p)", given[0]);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "out of memory"));
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+/* The one-sided launch makes a communicator's one-sided state on its first
+ * operation (a signal needs no window): when that fails, it returns
+ * ncclSystemError instead of reading operations it had not listed yet.
+ * Called directly (without a GPU the group's checks refuse before it). */
+START_TEST(rma_state_fails_at_launch) {
+  setenv("MPINCCL_BOOTSTRAP", "local", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  ck_assert_ptr_null(comm->rma);
+  mpn_op_t second = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0};
+  mpn_op_t first = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0, .next = &second};
+  fail_calloc_of = sizeof(mpn_rma_t);
+  ncclResult_t res = mpn_rma_launch(&first);
+  fail_calloc_of = 0;
+  ck_assert_int_eq(res, ncclSystemError);
+  ck_assert_ptr_null(comm->rma);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("alloc_fail");
+  TCase* tc = tcase_create("core");
+  tcase_add_test(tc, wait_signal_queue_fails);
+  tcase_add_test(tc, rma_state_fails_at_launch);
+  suite_add_tcase(s, tc);
+  SRunner* sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

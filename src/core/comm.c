@@ -294,12 +294,12 @@ MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   return mpn_drain_wait(comm, "ncclCommFinalize", comm_failed);
 }
 
-/* A communicator that the caller's open group makes or splits cannot go
- * before ncclGroupEnd runs that job. */
+/* A communicator that the caller's open group makes, splits or registers a
+ * window of cannot go before ncclGroupEnd runs that job. */
 static ncclResult_t check_not_in_group(struct ncclComm* comm, const char* caller) {
   if (!mpn_group_has_job_of(comm)) return ncclSuccess;
   return MPN_REFUSE(NULL, ncclInvalidUsage,
-                    "%s: comm %p is being created or split in this thread's open group; call "
+                    "%s: comm %p is being created, split or given a window in this thread's open group; call "
                     "ncclGroupEnd first",
                     caller, (void*)comm);
 }

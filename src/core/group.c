@@ -18,12 +18,14 @@
 #include "cuda/device.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
+#include "rma/wingroup.h"
 
 static __thread struct {
   int depth;
   ncclResult_t error;
   mpn_op_t *ops, *ops_tail;
   mpn_init_job_t *jobs, *jobs_tail;
+  mpn_win_job_t *wins, *wins_tail;
 } group;
 
 int mpn_group_depth(void) { return group.depth; }
@@ -194,10 +196,14 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
   return res;
 }
 
-/* Ends the outermost group: everything collected is run or discarded. */
+/* Ends the outermost group: everything collected is run or discarded.
+ * Creations first, then window registrations (which need the
+ * communicators; an operation of the group cannot name a window the group
+ * makes, whose handle it does not have yet), then the operations. */
 static ncclResult_t group_flush(void) {
   mpn_op_t* ops = group.ops;
   mpn_init_job_t* jobs = group.jobs;
+  mpn_win_job_t* wins = group.wins;
   ncclResult_t error = group.error;
   memset(&group, 0, sizeof(group));
   if (error == ncclSuccess && jobs && mpn_init_jobs_mixed(jobs))
@@ -207,15 +213,18 @@ static ncclResult_t group_flush(void) {
   if (error != ncclSuccess) {
     ops_free(ops);
     jobs_discard(jobs);
+    mpn_win_jobs_free(wins);
     return error;
   }
   ncclResult_t res = jobs ? mpn_init_jobs_launch(jobs) : ncclSuccess;
   if (res != ncclSuccess && res != ncclInProgress) {
     ops_free(ops);
+    mpn_win_jobs_free(wins);
     return res;
   }
+  ncclResult_t win_res = wins ? mpn_win_jobs_run(wins) : ncclSuccess;
   ncclResult_t ops_res = ops ? ops_launch(ops) : ncclSuccess;
-  return ops_res != ncclSuccess ? ops_res : res;
+  return win_res != ncclSuccess ? win_res : ops_res != ncclSuccess ? ops_res : res;
 }
 
 ncclResult_t mpn_group_add_op(const mpn_op_t* op) {
@@ -242,9 +251,21 @@ ncclResult_t mpn_group_add_job(mpn_init_job_t* job) {
   return group_flush();
 }
 
+ncclResult_t mpn_group_add_win(mpn_win_job_t* job) {
+  job->next = NULL;
+  if (group.wins_tail)
+    group.wins_tail->next = job;
+  else
+    group.wins = job;
+  group.wins_tail = job;
+  return ncclSuccess;
+}
+
 int mpn_group_has_job_of(const struct ncclComm* comm) {
   for (const mpn_init_job_t* job = group.jobs; job; job = job->next)
     if (job->comm == comm || job->parent == comm) return 1;
+  for (const mpn_win_job_t* job = group.wins; job; job = job->next)
+    if (job->comm == comm) return 1;
   return 0;
 }
 

@@ -1,7 +1,8 @@
 /*
- * group.h - ncclGroupStart/ncclGroupEnd: per-thread nesting, the operations
- * and creation jobs collected inside a group, and the first error raised in
- * it (which ncclGroupEnd returns, discarding the whole group).
+ * group.h - ncclGroupStart/ncclGroupEnd: per-thread nesting, the operations,
+ * creation jobs and window registrations collected inside a group, and the
+ * first error raised in it (which ncclGroupEnd returns, discarding the
+ * whole group).
  */
 #ifndef MPN_CORE_GROUP_H_
 #define MPN_CORE_GROUP_H_
@@ -23,8 +24,15 @@ ncclResult_t mpn_group_add_op(const mpn_op_t* op);
 /** Adds a communicator creation job (ownership passes to the group). */
 ncclResult_t mpn_group_add_job(mpn_init_job_t* job);
 
+struct mpn_win_job;
+
+/** Adds a window (de)registration made inside a group (rma/wingroup.h;
+ *  ownership passes to the group).  Inside a group only. */
+ncclResult_t mpn_group_add_win(struct mpn_win_job* job);
+
 /** Whether the calling thread's open group holds a job that makes comm or
- *  splits it (it runs at ncclGroupEnd, so comm cannot go before). */
+ *  splits it, or a window (de)registration of comm (they run at
+ *  ncclGroupEnd, so comm cannot go before). */
 int mpn_group_has_job_of(const struct ncclComm* comm);
 
 /**

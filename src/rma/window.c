@@ -20,6 +20,8 @@
 #include "core/api.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/group.h"
+#include "rma/wingroup.h"
 #include "rma/rma.h"
 #include "transport.h"
 #ifdef HAVE_UCX
@@ -112,7 +114,7 @@ static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int win
   return ncclSuccess;
 }
 
-static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   const char* fn = "ncclCommWindowRegister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   if (win) *win = NULL;
@@ -154,7 +156,8 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
 
 MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
         ncclWindow_t* win, int winFlags) {
-  return win_register(comm, buff, size, win, winFlags);
+  if (mpn_group_depth() > 0) return mpn_win_defer_register(comm, buff, size, win, winFlags);
+  return mpn_win_register(comm, buff, size, win, winFlags);
 }
 
 static void win_free(struct ncclWindow_vidmem* w) {
@@ -200,6 +203,11 @@ static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine) {
 }
 
 MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  if (mpn_group_depth() > 0) return mpn_win_defer_deregister(comm, win);
+  return mpn_win_deregister(comm, win);
+}
+
+ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   MPN_CHECK(agree_deregister(comm, mpn_win_check(comm, win, fn)));

@@ -48,6 +48,13 @@ ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* 
 ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_ref_t* ref,
                               int* imported);
 
+/** ncclCommWindowRegister's collective work, done at once (outside a
+ *  group, or at the end of one: wingroup.h). */
+ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
+
+/** ncclCommWindowDeregister's collective work, done at once. */
+ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win);
+
 /** Frees the windows a communicator still holds (at destruction; not collective). */
 void mpn_win_free_all(struct ncclComm* comm);
 

@@ -96,6 +96,13 @@ int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int
   return n;
 }
 
+void harness_init_all_here(ncclComm_t* comms, int n) {
+  int dev = 0, devs[8];
+  cudaGetDevice(&dev);
+  for (int i = 0; i < n && i < 8; i++) devs[i] = dev;
+  EXPECT_OK(ncclCommInitAll(comms, n, devs));
+}
+
 void harness_hold_devices(int first, int others, cudaStream_t h) {
   int ndev = 0;
   cudaGetDeviceCount(&ndev);

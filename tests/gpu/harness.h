@@ -73,6 +73,10 @@ void harness_same_capture_refused(ncclComm_t c, ncclResult_t res);
  *  number, or 0 (said on rank 0 when the machine has one GPU). */
 int harness_init_all_devices(const char* what, ncclComm_t* comms, int* devs, int max);
 
+/** n ranks of this process on the current GPU (ncclCommInitAll, n <= 8);
+ *  the result is checked (EXPECT). */
+void harness_init_all_here(ncclComm_t* comms, int n);
+
 /** Holds stream handle h back 50 ms on the GPU first (others 0) or on
  *  every other GPU (others 1): a kernel that waits (pattern.h, gpu_busy). */
 void harness_hold_devices(int first, int others, cudaStream_t h);

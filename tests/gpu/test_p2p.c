@@ -327,11 +327,8 @@ static void two_comms(void) {
 /* Ranks of one process: ncclCommInitAll with a repeated device, one thread. */
 static void init_all_ring(void) {
   enum { N = 3 };
-  int dev;
-  cudaGetDevice(&dev);
-  int devs[N] = {dev, dev, dev};
   ncclComm_t comms[N];
-  EXPECT_OK(ncclCommInitAll(comms, N, devs));
+  harness_init_all_here(comms, N);
   size_t bytes = 777777;
   char *s[N], *r[N];
   for (int i = 0; i < N; i++) {
@@ -686,9 +683,8 @@ static void threads_ring(void) {
   enum { N = 3 };
   int dev;
   cudaGetDevice(&dev);
-  int devs[N] = {dev, dev, dev};
   ncclComm_t comms[N];
-  EXPECT_OK(ncclCommInitAll(comms, N, devs));
+  harness_init_all_here(comms, N);
   pthread_t t[N];
   thread_arg_t args[N];
   pthread_barrier_t sync;

@@ -847,9 +847,8 @@ static void threads_run(void* (*fn)(void*)) {
   enum { N = 3 };
   int dev;
   cudaGetDevice(&dev);
-  int devs[N] = {dev, dev, dev};
   ncclComm_t comms[N];
-  EXPECT_OK(ncclCommInitAll(comms, N, devs));
+  harness_init_all_here(comms, N);
   pthread_t t[N];
   thread_arg_t args[N];
   pthread_barrier_t sync;
@@ -874,6 +873,62 @@ static void threads_run(void* (*fn)(void*)) {
 }
 
 static void threads_ring(void) { threads_run(thread_ring); }
+
+/*
+ * One thread driving three ranks of one process (ncclCommInitAll), as NCCL
+ * programs do: their windows registered in one group (each call only
+ * queues; the handles come at ncclGroupEnd, made for the three ranks at
+ * once), a ring of puts through them in one group, then deregistered in
+ * one group.  Made at once, the first registration waited for ranks this
+ * thread had not reached and timed out.
+ */
+static void windows_in_group(void) {
+  enum { N = 3 };
+  ncclComm_t comms[N];
+  harness_init_all_here(comms, N);
+  size_t bytes = 65536 + 8;
+  void *buf[N], *src[N];
+  ncclWindow_t w[N];
+  int made = 1;
+  for (int i = 0; i < N; i++) {
+    buf[i] = dev_alloc(bytes);
+    src[i] = dev_alloc(bytes);
+    cudaMemsetAsync(buf[i], 0, bytes, stream); /* on stream: see window() */
+    pattern_fill(src[i], bytes, seed_of(i, (i + 1) % N, 35), stream);
+  }
+  pattern_check(buf[0], 0, 0, stream); /* a synchronization */
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < N; i++) {
+    EXPECT_OK(ncclCommWindowRegister(comms[i], buf[i], bytes, &w[i], 0));
+    EXPECT(w[i] == NULL); /* not before ncclGroupEnd */
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < N; i++) made &= w[i] != NULL;
+  EXPECT(made);
+  if (made) {
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < N; i++) {
+      ncclWaitSignalDesc_t d = {1, (i + N - 1) % N, 0, 0};
+      EXPECT_OK(ncclPutSignal(src[i], bytes, ncclInt8, (i + 1) % N, w[i], 0, 0, 0, 0, comms[i], stream));
+      EXPECT_OK(ncclWaitSignal(1, &d, comms[i], stream));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int i = 0; i < N; i++) {
+      unsigned long long bad = pattern_check(buf[i], bytes, seed_of((i + N - 1) % N, i, 35), stream);
+      if (bad)
+        fprintf(stderr, "[rank %d] windows_in_group: comm %d got %llu of %zu bytes wrong\n", rank, i, bad, bytes);
+      EXPECT(bad == 0);
+    }
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < N; i++) EXPECT_OK(ncclCommWindowDeregister(comms[i], w[i]));
+    EXPECT_OK(ncclGroupEnd());
+  }
+  for (int i = 0; i < N; i++) {
+    EXPECT_OK(ncclMemFree(buf[i]));
+    EXPECT_OK(ncclMemFree(src[i]));
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+}
 
 /*
  * Ranks of one process on every GPU (ncclCommInitAll, two per GPU, up to
@@ -1011,6 +1066,7 @@ int main(int argc, char** argv) {
   STEP(graph_recapture());
   STEP(graph_slot_wait());
   STEP(threads_ring());
+  STEP(windows_in_group());
   STEP(init_all_devices());
   STEP(threads_streams());
   return harness_finish();

@@ -766,6 +766,42 @@ START_TEST(split_nocolor_failure_text) {
 }
 END_TEST
 
+/* Window registration and deregistration inside a group, one thread
+ * driving both ranks: queued (the handle stays NULL) and made at
+ * ncclGroupEnd for both ranks at once.  Made at once, the first call waited
+ * for the second rank, which this thread had not reached, and timed out.
+ * No GPU here, so every rank refuses its buffer, together; a
+ * communicator with a queued registration cannot be destroyed first. */
+START_TEST(windows_in_group) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
+  ncclComm_t pair[2];
+  group_create(pair, 2);
+  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(buf);
+  ncclWindow_t win[2], bogus = (ncclWindow_t)buf;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) {
+    win[i] = bogus;
+    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclSuccess);
+    ck_assert_ptr_null(win[i]);
+  }
+  ck_assert_int_eq(ncclCommDestroy(pair[0]), ncclInvalidUsage);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  const char* text = ncclGetLastError(NULL);
+  ck_assert_msg(contains(text, "no window was made") || contains(text, "has no CUDA device"),
+                "ncclGetLastError(NULL): \"%s\"", text);
+  for (int i = 0; i < 2; i++) ck_assert_ptr_null(win[i]);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommWindowDeregister(pair[i], bogus), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+  text = ncclGetLastError(NULL);
+  ck_assert_msg(contains(text, "is not a window of comm"), "ncclGetLastError(NULL): \"%s\"", text);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  free(buf);
+}
+END_TEST
+
 /* What a forked child got from ncclCommInitRank. */
 typedef struct {
   ncclResult_t parents_id, own_id;
@@ -892,6 +928,7 @@ int main(void) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
+  tcase_add_test(tc, windows_in_group);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;
    * backtrace loads what it needs on its first call, here rather than in

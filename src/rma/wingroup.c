@@ -1,0 +1,132 @@
+/*
+ * wingroup.c - window (de)registration inside a group (wingroup.h): the
+ * calls are collective, so made at once one thread driving several ranks
+ * would wait in the first for ranks it has not reached yet.
+ */
+#include "rma/wingroup.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/channel.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/group.h"
+#include "cuda/device.h"
+#include "rma/window.h"
+
+static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
+  /* A live communicator only: one that is not cannot join its peers. */
+  ncclResult_t res = mpn_comm_check(job->comm, caller, 0);
+  mpn_win_job_t* copy = res == ncclSuccess ? malloc(sizeof(*copy)) : NULL;
+  if (res == ncclSuccess && copy == NULL) res = mpn_error_set(job->comm, ncclSystemError, "%s: out of memory", caller);
+  if (res != ncclSuccess) return mpn_group_fail(res);
+  *copy = *job;
+  return mpn_group_add_win(copy);
+}
+
+ncclResult_t mpn_win_defer_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  if (win) *win = NULL;
+  mpn_win_job_t job = {.comm = comm, .buff = buff, .size = size, .out = win, .flags = winFlags};
+  return defer(&job, "ncclCommWindowRegister");
+}
+
+ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win) {
+  mpn_win_job_t job = {.deregister = 1, .comm = comm, .win = win};
+  return defer(&job, "ncclCommWindowDeregister");
+}
+
+static void job_run(mpn_win_job_t* job) {
+  job->result = job->deregister ? mpn_win_deregister(job->comm, job->win)
+                                : mpn_win_register(job->comm, job->buff, job->size, job->out, job->flags);
+  if (job->result != ncclSuccess) snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
+}
+
+/* The calls of one communicator, in call order, on a thread of their own. */
+typedef struct {
+  ncclComm_t comm;
+  mpn_win_job_t* jobs;
+  pthread_t thread;
+  int started, finished;
+} lane_t;
+
+static void* lane_main(void* arg) {
+  lane_t* lane = arg;
+  mpn_chan_worker_begin();
+  if (lane->comm->cuda_dev >= 0) mpn_cuda_device_enter(lane->comm->cuda_dev);
+  for (mpn_win_job_t* job = lane->jobs; job; job = job->next)
+    if (job->comm == lane->comm) job_run(job);
+  mpn_chan_worker_end();
+  __atomic_store_n(&lane->finished, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* The lanes' communicators, in order of first call; their count. */
+static int lanes_find(mpn_win_job_t* jobs, lane_t* lanes, int most) {
+  int n = 0;
+  for (mpn_win_job_t* job = jobs; job; job = job->next) {
+    int i = 0;
+    while (i < n && lanes[i].comm != job->comm) i++;
+    if (i < n) continue;
+    if (n == most) return -1;
+    lanes[n++] = (lane_t){.comm = job->comm, .jobs = jobs};
+  }
+  return n;
+}
+
+/* Several communicators: a thread each (peers of one may be this thread's
+ * other ranks); below MPI_THREAD_MULTIPLE this thread makes their MPI
+ * calls meanwhile.  A thread that cannot start fails its calls. */
+static void lanes_run(lane_t* lanes, int n) {
+  for (int i = 0; i < n; i++) {
+    int err = pthread_create(&lanes[i].thread, NULL, lane_main, &lanes[i]);
+    lanes[i].started = err == 0;
+    if (err == 0) continue;
+    for (mpn_win_job_t* job = lanes[i].jobs; job; job = job->next)
+      if (job->comm == lanes[i].comm) {
+        job->result = ncclSystemError;
+        snprintf(job->error, sizeof(job->error), "cannot start a thread for a window of comm %p: %s", (void*)job->comm,
+                 strerror(err));
+      }
+  }
+  for (int i = 0; i < n; i++) {
+    while (lanes[i].started && !__atomic_load_n(&lanes[i].finished, __ATOMIC_ACQUIRE)) {
+      mpn_chan_drive(MPN_CHAN_DRIVE_CREATE);
+      usleep(50);
+    }
+    if (lanes[i].started) pthread_join(lanes[i].thread, NULL);
+  }
+}
+
+ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
+  int n = 0;
+  for (mpn_win_job_t* job = jobs; job; job = job->next) n++;
+  lane_t* lanes = calloc((size_t)n + 1, sizeof(*lanes));
+  int nlanes = lanes ? lanes_find(jobs, lanes, n) : -1;
+  if (nlanes < 0) {
+    free(lanes);
+    mpn_win_jobs_free(jobs);
+    return mpn_error_set(NULL, ncclSystemError, "ncclGroupEnd: out of memory for window registrations");
+  }
+  if (nlanes == 1) /* on this thread, as outside a group */
+    for (mpn_win_job_t* job = jobs; job; job = job->next) job_run(job);
+  else
+    lanes_run(lanes, nlanes);
+  free(lanes);
+  ncclResult_t first = ncclSuccess;
+  for (mpn_win_job_t* job = jobs; job && first == ncclSuccess; job = job->next)
+    if (job->result != ncclSuccess) first = mpn_error_set(NULL, job->result, "%s", job->error);
+  mpn_win_jobs_free(jobs);
+  return first;
+}
+
+void mpn_win_jobs_free(mpn_win_job_t* jobs) {
+  while (jobs) {
+    mpn_win_job_t* next = jobs->next;
+    free(jobs);
+    jobs = next;
+  }
+}

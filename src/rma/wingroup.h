@@ -1,0 +1,46 @@
+/*
+ * wingroup.h - window registration and deregistration called inside a
+ * group: queued, and done at ncclGroupEnd, each communicator's in call
+ * order and different communicators' at once, so that one thread can
+ * register a window on every rank it drives (NCCL fills the handle by the
+ * end of the group, too).
+ */
+#ifndef MPN_RMA_WINGROUP_H_
+#define MPN_RMA_WINGROUP_H_
+
+#include "nccl.h"
+
+/** One queued call. */
+typedef struct mpn_win_job {
+  int deregister; /**< 0: ncclCommWindowRegister; 1: ncclCommWindowDeregister */
+  ncclComm_t comm;
+  void* buff; /**< register: its arguments */
+  size_t size;
+  ncclWindow_t* out;
+  int flags;
+  ncclWindow_t win;    /**< deregister: its window */
+  ncclResult_t result; /**< how it ended */
+  char error[512];     /**< and why it failed, for the thread that ends the group */
+  struct mpn_win_job* next;
+} mpn_win_job_t;
+
+/** Inside a group: queues a registration (*win is NULL until the group
+ *  ends); refuses only a communicator that is not live. */
+ncclResult_t mpn_win_defer_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
+
+/** Inside a group: queues a deregistration. */
+ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win);
+
+/**
+ * At ncclGroupEnd: does the queued calls, one thread per communicator when
+ * there are several (each waits for its peers in the collective), and
+ * frees them.  Returns the first failure in call order, its text on the
+ * calling thread; every call is made whatever the others did, as peers
+ * wait for each.
+ */
+ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs);
+
+/** A discarded group: frees the queued calls without making them. */
+void mpn_win_jobs_free(mpn_win_job_t* jobs);
+
+#endif /* MPN_RMA_WINGROUP_H_ */

@@ -29,6 +29,7 @@
 static struct ncclComm** live;
 static int n_live, cap_live;
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t last_serial; /* under live_lock */
 
 static ncclResult_t registry_add(struct ncclComm* comm) {
   pthread_mutex_lock(&live_lock);
@@ -43,6 +44,7 @@ static ncclResult_t registry_add(struct ncclComm* comm) {
     cap_live = cap;
   }
   live[n_live++] = comm;
+  comm->serial = ++last_serial;
   pthread_mutex_unlock(&live_lock);
   return ncclSuccess;
 }
@@ -73,10 +75,12 @@ int mpn_comm_hold_live(struct ncclComm*** out) {
   return n;
 }
 
-int mpn_comm_hold(struct ncclComm* comm) {
+int mpn_comm_hold(struct ncclComm* comm) { return mpn_comm_hold_serial(comm, 0); }
+
+int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial) {
   int found = 0;
   pthread_mutex_lock(&live_lock);
-  for (int i = 0; i < n_live && !found; i++) found = live[i] == comm;
+  for (int i = 0; i < n_live && !found; i++) found = live[i] == comm && (serial == 0 || comm->serial == serial);
   if (found) hold_locked(comm);
   pthread_mutex_unlock(&live_lock);
   return found;

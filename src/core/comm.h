@@ -68,6 +68,7 @@ typedef struct mpn_init_job {
 
 struct ncclComm {
   uint64_t magic;
+  uint64_t serial; /**< unique in the process, never reused: tells this comm from a later one at its address */
   int rank, nranks;
   int cuda_dev; /**< -1: no GPU (host-only communicator) */
   mpn_config_t config;
@@ -138,6 +139,10 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_
 /** Marks a launch using comm, if comm is still live (1; else 0): freeing comm
  * waits until every such launch has released it (abort_flag set first). */
 int mpn_comm_hold(struct ncclComm* comm);
+
+/** The same, only if comm is still the communicator whose serial was taken
+ * (0: any): one made later at a destroyed one's address is not held. */
+int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial);
 
 /** Ends what mpn_comm_hold began. */
 void mpn_comm_release(struct ncclComm* comm);

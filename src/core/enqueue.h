@@ -23,6 +23,7 @@ typedef enum {
 typedef struct mpn_op {
   mpn_op_kind_t kind;
   struct ncclComm* comm;
+  uint64_t comm_serial; /**< comm->serial when the call was made (set by mpn_group_add_op) */
   void* buf;            /**< send/recv/put source buffer */
   size_t count;
   ncclDataType_t dtype;

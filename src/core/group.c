@@ -136,11 +136,12 @@ static void work_begin(mpn_op_t* lists[2]) {
 
 /* Holds the comm of every op (an abort or destroy from another thread frees
  * it only once the launch is over, mpn_comm_free) or, if one was freed since
- * its call, none: that comm is returned in *gone. */
+ * its call, none: that comm is returned in *gone.  By serial, not address: a
+ * communicator made since at a freed one's address is another one. */
 static int ops_hold(mpn_op_t* lists[2], struct ncclComm** gone) {
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) {
-      if (mpn_comm_hold(op->comm)) continue;
+      if (mpn_comm_hold_serial(op->comm, op->comm_serial)) continue;
       *gone = op->comm;
       for (int j = 0; j <= k; j++)
         for (mpn_op_t* q = lists[j]; q && q != op; q = q->next) mpn_comm_release(q->comm);
@@ -234,6 +235,7 @@ ncclResult_t mpn_group_add_op(const mpn_op_t* op) {
     return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "out of memory"));
   }
   *copy = *op;
+  copy->comm_serial = op->comm->serial; /* (checked live by the caller) */
   copy->next = NULL;
   if (group.ops_tail) group.ops_tail->next = copy;
   else group.ops = copy;

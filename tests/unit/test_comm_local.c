@@ -358,6 +358,35 @@ START_TEST(destroy_in_group) {
 }
 END_TEST
 
+/* A communicator destroyed while the caller's open group holds an
+ * operation of it: ncclGroupEnd refuses the group (nothing of it was
+ * posted), even when a communicator made meanwhile got the same address
+ * (desk review: the launch took the new one for the old and posted the
+ * operation on it, a message its peer never expects). */
+START_TEST(destroyed_comm_address_reused) {
+  use_local_bootstrap();
+  int reused = 0;
+  for (int attempt = 0; attempt < 8 && !reused; attempt++) {
+    ncclComm_t old = comm_of_one(), made = NULL;
+    char buf[16];
+    ncclUniqueId id;
+    ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, 0, old, NULL), ncclSuccess);
+    ck_assert_int_eq(ncclCommDestroy(old), ncclSuccess);
+    ck_assert_int_eq(ncclCommInitRank(&made, 1, id, 0), ncclSuccess); /* allocated now, run by ncclGroupEnd */
+    reused = made == old;
+    ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+    ck_assert(contains(ncclGetLastError(NULL), "was destroyed or aborted after its operations were enqueued"));
+    int n = 0;
+    ck_assert_int_eq(ncclCommCount(made, &n), ncclSuccess); /* the creation ran */
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ncclCommDestroy(made), ncclSuccess);
+  }
+  ck_assert_msg(reused, "no communicator got a destroyed one's address: the case was not reached");
+}
+END_TEST
+
 START_TEST(send_recv_checks) {
   use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
@@ -915,6 +944,7 @@ int main(void) {
   tcase_add_test(tc, nonblocking_creation);
   tcase_add_test(tc, abort_pending_creation);
   tcase_add_test(tc, destroy_in_group);
+  tcase_add_test(tc, destroyed_comm_address_reused);
   tcase_add_test(tc, send_recv_checks);
   tcase_add_test(tc, group_errors);
   tcase_add_test(tc, group_size_limit);

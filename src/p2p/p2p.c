@@ -458,30 +458,56 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
 }
 
 /*
- * A launch holds at most MPN_PAIR_SLOTS messages per peer and direction.
- * Message k and k + MPN_PAIR_SLOTS share a slot and its flag words, and in
- * one launch every "ready" write is issued before any wait: if the two had
- * different first sides, one side's "ready" for the later message could
- * satisfy its own wait for the earlier one, or the other side's older write
- * land last (a hang or a copy too early).  Messages of later launches on
- * the same stream are ordered behind the earlier ones' waits.  Refused
- * before anything is posted, so the communicator stays usable.
+ * A launch holds at most MPN_PAIR_SLOTS messages per peer and direction
+ * (MPN_PAIR_GRAPH_SLOTS of those captured in a graph, whose ring is that
+ * long).  Message k and k + the ring's length share a slot and its flag
+ * words, and in one launch every "ready" write is issued before any wait:
+ * if the two had different first sides, one side's "ready" for the later
+ * message could satisfy its own wait for the earlier one, or the other
+ * side's older write land last (a hang or a copy too early); a captured
+ * one finds its slot held by its own capture and is refused after the
+ * launch posted the others, failing both communicators.  Messages of later
+ * launches on the same stream are ordered behind the earlier ones' waits.
+ * Refused before anything is posted, so the communicator stays usable.
+ * Counted after sorting (a group may hold thousands of messages: an
+ * all-to-all over many ranks).
  */
+typedef struct {
+  const mpn_op_t* op;
+} size_key_t;
+
+static int size_key_cmp(const void* a, const void* b) {
+  const mpn_op_t *x = ((const size_key_t*)a)->op, *y = ((const size_key_t*)b)->op;
+  uintptr_t cx = (uintptr_t)x->comm, cy = (uintptr_t)y->comm;
+  if (cx != cy) return cx < cy ? -1 : 1;
+  if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  return (x->capturing != 0) - (y->capturing != 0);
+}
+
 static ncclResult_t group_size_check(mpn_op_t* ops) {
   int n = 0;
   for (mpn_op_t* op = ops; op; op = op->next) n++;
-  if (n <= MPN_PAIR_SLOTS) return ncclSuccess;
-  for (mpn_op_t* op = ops; op; op = op->next) {
-    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
-    int same = 0;
-    for (mpn_op_t* q = ops; q; q = q->next) same += q->comm == op->comm && q->peer == op->peer && q->kind == op->kind;
-    if (same > MPN_PAIR_SLOTS)
-      return mpn_error_set(op->comm, ncclInvalidUsage,
-                           "ncclGroupEnd: %d %s rank %d in one group; at most %d per peer and direction", same,
-                           op->kind == MPN_OP_SEND ? "ncclSend calls to" : "ncclRecv calls from", op->peer,
-                           MPN_PAIR_SLOTS);
+  if (n <= MPN_PAIR_GRAPH_SLOTS) return ncclSuccess;
+  size_key_t* keys = malloc((size_t)n * sizeof(*keys));
+  if (keys == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  int k = 0;
+  for (mpn_op_t* op = ops; op; op = op->next)
+    if (op->comm->transport[op->peer] != MPN_TRANSPORT_UCX) keys[k++].op = op;
+  qsort(keys, (size_t)k, sizeof(*keys), size_key_cmp);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0, run = 0; i < k && res == ncclSuccess; i++) {
+    run = i > 0 && size_key_cmp(&keys[i - 1], &keys[i]) == 0 ? run + 1 : 1;
+    const mpn_op_t* op = keys[i].op;
+    int limit = op->capturing ? MPN_PAIR_GRAPH_SLOTS : MPN_PAIR_SLOTS;
+    if (run <= limit || (i + 1 < k && size_key_cmp(&keys[i], &keys[i + 1]) == 0)) continue;
+    res = mpn_error_set(
+        op->comm, ncclInvalidUsage, "ncclGroupEnd: %d %s%s rank %d in one group; at most %d per peer and direction%s",
+        run, op->capturing ? "captured " : "", op->kind == MPN_OP_SEND ? "ncclSend calls to" : "ncclRecv calls from",
+        op->peer, limit, op->capturing ? " in a CUDA graph capture" : "");
   }
-  return ncclSuccess;
+  free(keys);
+  return res;
 }
 
 ncclResult_t mpn_p2p_check(mpn_op_t* ops) {

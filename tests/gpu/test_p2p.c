@@ -531,6 +531,42 @@ static void graph_same_capture(void) {
   cudaFree(r);
 }
 
+/* More captured messages to one peer in one group than a pair has graph
+ * slots (256): refused before anything is posted, so the communicator goes
+ * on working (desk review: the group check allowed 512, and the 257th was
+ * refused after the others were posted, failing both communicators).  Not
+ * run on a GPU when written. */
+static void graph_group_limit(void) {
+  if (harness_over_ucx()) return; /* (captured over UCX: no slots) */
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, NULL));
+  if (c == NULL) return;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = dev_alloc(4096), *r = dev_alloc(4096);
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < 257; k++) {
+    EXPECT_OK(ncclSend(s, 8, ncclInt8, to, c, stream));
+    EXPECT_OK(ncclRecv(r, 8, ncclInt8, from, c, stream));
+  }
+  EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "at most 256 per peer and direction in a CUDA graph capture");
+  cudaGraph_t g = NULL;
+  EXPECT(cudaStreamEndCapture(stream, &g) == cudaSuccess);
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();
+  ncclResult_t async = ncclInternalError;
+  EXPECT(ncclCommGetAsyncError(c, &async) == ncclSuccess);
+  EXPECT(async == ncclSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  pattern_fill(s, 4096, seed_of(rank, to, 6100), stream);
+  EXPECT_OK(ring_group(c, s, r, 4096, to, from)); /* the numbering is still in step */
+  expect_pattern(r, 4096, seed_of(from, rank, 6100), "after a refused captured group");
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclCommDestroy(c));
+  cudaFree(s);
+  cudaFree(r);
+}
+
 /* A send from a memory-pool buffer captured as the first side takes a stage
  * the graph keeps; once the graph is destroyed the stage serves again
  * (before, it stayed pinned for good).  Rank 0 captures its send first,
@@ -807,6 +843,7 @@ int main(int argc, char** argv) {
   STEP(graph_recapture());
   STEP(graph_pool_stage());
   STEP(graph_same_capture());
+  STEP(graph_group_limit());
   STEP(mismatch());
   return harness_finish();
 }

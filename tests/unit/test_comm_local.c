@@ -22,6 +22,7 @@
 #include "core/topo.h"
 #include "core/watchdog.h"
 #include "mpinccl.h"
+#include "p2p/p2p.h"
 #include "p2p/push.h"
 #include "transport.h"
 
@@ -426,6 +427,42 @@ START_TEST(group_size_limit) {
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
   for (int k = 0; k < 513; k++) ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclSuccess);
   ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "513 ncclSend calls to rank 0 in one group; at most 512"));
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+/* Captured messages have a ring of 256 graph slots per pair side: more
+ * than that to one peer in one group are refused before anything is posted
+ * (desk review: the check allowed 512, so the 257th was refused only after
+ * the others were posted, failing both communicators).  Each ring is
+ * counted on its own: 300 plain and 256 captured fit. */
+static ncclResult_t size_check(ncclComm_t comm, int plain, int captured) {
+  int n = plain + captured;
+  mpn_op_t* ops = calloc((size_t)n, sizeof(*ops));
+  char buf[1];
+  for (int i = 0; i < n; i++)
+    ops[i] = (mpn_op_t){.kind = MPN_OP_SEND,
+                        .comm = comm,
+                        .buf = buf,
+                        .count = 1,
+                        .bytes = 1,
+                        .peer = 0,
+                        .capturing = i >= plain,
+                        .next = i + 1 < n ? &ops[i + 1] : NULL};
+  ncclResult_t res = mpn_p2p_check(ops);
+  free(ops);
+  return res;
+}
+
+START_TEST(group_size_limit_captured) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  ck_assert_int_eq(size_check(comm, 0, 257), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(comm), "257 captured ncclSend calls to rank 0 in one group; at most 256"));
+  ncclResult_t res = size_check(comm, 300, 256); /* then refused without a GPU only */
+  ck_assert(res == ncclSuccess || (res == ncclInvalidUsage && contains(ncclGetLastError(comm), "no CUDA device")));
+  ck_assert_int_eq(size_check(comm, 513, 0), ncclInvalidUsage);
   ck_assert(contains(ncclGetLastError(comm), "513 ncclSend calls to rank 0 in one group; at most 512"));
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
 }
@@ -948,6 +985,7 @@ int main(void) {
   tcase_add_test(tc, send_recv_checks);
   tcase_add_test(tc, group_errors);
   tcase_add_test(tc, group_size_limit);
+  tcase_add_test(tc, group_size_limit_captured);
   tcase_add_test(tc, rma_checks);
   tcase_add_test(tc, last_error_per_thread);
   tcase_add_test(tc, register_handles);

@@ -501,7 +501,7 @@ static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_
       mpn_keep(&first, mpn_cuda_result(NULL, cudaMemcpyAsync(p->op->buf, mpn_stage_ptr(p->stage), p->op->bytes,
                                                cudaMemcpyDeviceToDevice, s),
                                "copying a stage to its receive buffer"));
-    mpn_stage_put(p->stage, s, p->graph);
+    mpn_stage_put(p->stage, s, p->graph ? MPN_STAGE_PINNED : MPN_STAGE_STREAM);
     p->stage = NULL;
   }
   return first;

@@ -379,7 +379,7 @@ static ncclResult_t plan_post(plan_t* p) {
     return bad;
   }
   if (p->stage) { /* second: this side copies from or to its own buffer directly */
-    mpn_stage_put(p->stage, NULL, 0);
+    mpn_stage_put(p->stage, NULL, MPN_STAGE_UNUSED);
     p->stage = NULL;
   }
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
@@ -703,7 +703,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   mpn_p2p_graphs_hold(plans, n, &current);
   ncclResult_t res = mpn_p2p_issue(drv, plans, scratch, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
-    if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, 1);
+    if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, MPN_STAGE_PINNED);
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
 #endif

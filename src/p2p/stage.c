@@ -111,14 +111,14 @@ static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
 
 void* mpn_stage_ptr(const mpn_stage_t* st) { return st->ptr; }
 
-void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, int graph) {
+void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, mpn_stage_use_t use) {
   pthread_mutex_lock(&stage_lock);
-  if (graph) {
+  if (use == MPN_STAGE_PINNED) {
     st->pinned = 1;
-  } else if (stream != NULL && cudaEventRecord(st->freed, stream) != cudaSuccess) {
+  } else if (use == MPN_STAGE_STREAM && cudaEventRecord(st->freed, stream) != cudaSuccess) {
     cudaGetLastError();
     st->pinned = 1; /* never known idle */
-  } /* unused (stream NULL): its event is still the completed one it had */
+  }                 /* unused: its event is still the completed one it had */
   st->busy = 0;
   pthread_mutex_unlock(&stage_lock);
 }

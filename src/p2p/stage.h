@@ -22,12 +22,21 @@ ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out);
 /** The stage's device address. */
 void* mpn_stage_ptr(const mpn_stage_t* st);
 
+/** How a stage is given back (mpn_stage_put). */
+typedef enum {
+  MPN_STAGE_UNUSED, /**< no stream work used it: reusable now */
+  MPN_STAGE_STREAM, /**< reusable once the stream reaches this point (any stream, the legacy NULL one too) */
+  MPN_STAGE_PINNED  /**< in a CUDA graph, which may replay it at any time, or maybe in use: not reused until
+                         mpn_stage_unpin */
+} mpn_stage_use_t;
+
 /**
- * Gives a stage back: reusable once stream reaches this point (NULL: now);
- * graph: captured into a CUDA graph, which may replay it at any time, so
- * the stage is not reused until mpn_stage_unpin.
+ * Gives a stage back.  stream is read only for MPN_STAGE_STREAM: NULL there
+ * is the legacy default stream, whose work must complete too (before, NULL
+ * meant "unused", and a stage last used on the default stream was handed
+ * to another stream while that work was still queued).
  */
-void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, int graph);
+void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, mpn_stage_use_t use);
 
 /**
  * The graph that captured st is destroyed: st may serve again.  Called on

@@ -103,6 +103,60 @@ static void pool_buffers(void) {
   }
 }
 
+/* A stage given back by a message on the legacy default stream (NULL) is
+ * reused only once that stream's work on it is done (desk review: NULL
+ * stood for "unused", no event was recorded, and the next message, on
+ * another stream, copied into the stage before the peer had read the
+ * first one's data).  Rank 0 sends two pool buffers to rank 1, the first
+ * on the NULL stream, the second on a non-blocking stream, both as the
+ * first side (rank 1 posts its receives after a barrier); between
+ * processes only.  Not run on a GPU when written. */
+static void pool_default_stream(void) {
+  int pair = nranks >= 2 && rank < 2 && comm->transport[1 - rank] == MPN_TRANSPORT_IPC;
+  int both = 0;
+  MPI_Allreduce(&pair, &both, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (both < 2) return;
+  size_t bytes = (size_t)1 << 20; /* above the inboxes' sizes: the two-hop path */
+  char *a = NULL, *b = NULL;
+  if (rank == 0) {
+    a = buf_alloc(BUF_POOL, bytes);
+    b = buf_alloc(BUF_POOL, bytes);
+    pattern_fill(a, bytes, seed_of(0, 1, 6200), stream);
+    pattern_fill(b, bytes, seed_of(0, 1, 6201), stream);
+  } else if (rank == 1) {
+    a = dev_alloc(bytes);
+    b = dev_alloc(bytes);
+  }
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaStream_t other = NULL;
+  EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  if (rank == 0) {
+    EXPECT_OK(ncclSend(a, bytes, ncclInt8, 1, comm, NULL));
+    EXPECT_OK(ncclSend(b, bytes, ncclInt8, 1, comm, other));
+    usleep(100 * 1000); /* both copies into stages have run */
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    EXPECT_OK(ncclRecv(a, bytes, ncclInt8, 0, comm, stream));
+    EXPECT_OK(ncclRecv(b, bytes, ncclInt8, 0, comm, stream));
+    expect_pattern(a, bytes, seed_of(0, 1, 6200), "pool send on the NULL stream");
+    expect_pattern(b, bytes, seed_of(0, 1, 6201), "pool send on another stream after one on NULL");
+  }
+  EXPECT(cudaStreamSynchronize(NULL) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(other) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    buf_free(BUF_POOL, a);
+    buf_free(BUF_POOL, b);
+  } else if (rank == 1) {
+    cudaFree(a);
+    cudaFree(b);
+  }
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(other);
+}
+
 /* Everybody to everybody (self included) in one group; sizes differ per pair. */
 static void all_to_all(size_t base) {
   char **s = calloc(nranks, sizeof(char*)), **r = calloc(nranks, sizeof(char*));
@@ -819,6 +873,7 @@ int main(int argc, char** argv) {
   STEP(ring(12345, 0, ncclInt8, 1)); /* to self */
   STEP(all_to_all(4096));
   STEP(pool_buffers());
+  STEP(pool_default_stream());
   STEP(host_buffers());
   STEP(scatter_gather(100000));
   STEP(same_peer_order());

@@ -589,13 +589,7 @@ static void push_give_up(plan_t* plans, const char* done, int n) {
  * likewise, once everything else is posted, for its peer's receive, at most
  * MPINCCL_PUSH_WAIT_US for the launch, then posts as it is.
  */
-static ncclResult_t post_all(plan_t* plans, int n, int* current) {
-  char* done = calloc((size_t)(n ? n : 1), 1);
-  pair_side_t* held = calloc((size_t)(n ? n : 1), sizeof(*held));
-  if (done == NULL || held == NULL) {
-    free(done), free(held);
-    return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  }
+static ncclResult_t post_all(plan_t* plans, int n, char* done, pair_side_t* held, int* current) {
   ncclResult_t first = ncclSuccess, why = ncclSuccess;
   int left = 0, give_up = 0, waiting = 0;
   for (int i = 0; i < n; i++) left += plans[i].prepared;
@@ -649,8 +643,6 @@ static ncclResult_t post_all(plan_t* plans, int n, int* current) {
                   why == ncclInvalidUsage ? "the peers did not post theirs, or the graphs were not destroyed, within "
                                             "MPINCCL_AHEAD_TIMEOUT, or the communicator was aborted"
                                           : "a communicator failed meanwhile");
-  free(done);
-  free(held);
   return why != ncclSuccess ? why : first;
 }
 
@@ -665,10 +657,15 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int nnet = ucx_ops(ops, &net);
   plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
   plan_t** scratch = calloc((size_t)(n ? n : 1), sizeof(*scratch)); /* for issuing (mpn_p2p_issue) */
-  if (nnet < 0 || plans == NULL || scratch == NULL) {
+  /* post_all's: once prepared, every message's number is spent and must be posted. */
+  char* done = calloc((size_t)(n ? n : 1), 1);
+  pair_side_t* held = calloc((size_t)(n ? n : 1), sizeof(*held));
+  if (nnet < 0 || plans == NULL || scratch == NULL || done == NULL || held == NULL) {
     free(net);
     free(plans);
     free(scratch);
+    free(done);
+    free(held);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
 #ifdef HAVE_UCX
@@ -699,7 +696,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int computes = timed && gap_time(timed, 0, &current);
   int late = mpn_sliced_delegate_wait(plans, n, mpn_sliced_inbox(plans, n, one_peer, computes));
   if (late >= 0) plans[late].op->comm->p2p->delegate_timeouts++;
-  mpn_keep(&first_error, post_all(plans, n, &current));
+  mpn_keep(&first_error, post_all(plans, n, done, held, &current));
   mpn_p2p_graphs_hold(plans, n, &current);
   ncclResult_t res = mpn_p2p_issue(drv, plans, scratch, n, &current);
   for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
@@ -711,6 +708,8 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
   free(plans);
   free(scratch);
+  free(done);
+  free(held);
   free(net);
   if (res == ncclSuccess) res = first_error;
   if (res == ncclSuccess) res = forked;

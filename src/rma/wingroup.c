@@ -15,6 +15,8 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/group.h"
+#include <cuda_runtime.h>
+
 #include "cuda/device.h"
 #include "rma/window.h"
 
@@ -56,7 +58,9 @@ typedef struct {
 static void* lane_main(void* arg) {
   lane_t* lane = arg;
   mpn_chan_worker_begin();
-  if (lane->comm->cuda_dev >= 0) mpn_cuda_device_enter(lane->comm->cuda_dev);
+  /* Set even when current: a new thread has no CUDA context until then,
+   * and the driver's pointer queries need one. */
+  if (lane->comm->cuda_dev >= 0 && cudaSetDevice(lane->comm->cuda_dev) != cudaSuccess) cudaGetLastError();
   for (mpn_win_job_t* job = lane->jobs; job; job = job->next)
     if (job->comm == lane->comm) job_run(job);
   mpn_chan_worker_end();

@@ -3,7 +3,7 @@
  * call returns ncclSystemError with a message and leaks nothing it took.
  * The test is linked with --wrap for malloc, calloc and free (Makefile.am),
  * so the library's calls to them come here first; a chosen one fails.  No
- * GPU needed.
+ * GPU used, also where there is one.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -96,6 +96,9 @@ START_TEST(rma_state_fails_at_launch) {
 END_TEST
 
 int main(void) {
+  /* No GPU, also on a machine that has one: the communicators are then
+   * host-only, and no CUDA library allocates through the wrapped calls. */
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
   Suite* s = suite_create("alloc_fail");
   TCase* tc = tcase_create("core");
   tcase_add_test(tc, wait_signal_queue_fails);

@@ -35,6 +35,39 @@ static mapping_t* mappings;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t last_gen; /* under map_lock */
 
+/*
+ * Pairs this process made and let go of before the peer opened them (pairs
+ * are made on first use, so something was posted into them): a one-hop
+ * message is done on its sender's side before its receiver posts, and a
+ * sender that destroys its communicator then must not take the message
+ * with it.  Their files and device blocks stay for the peer, which unlinks
+ * the name once it opened the file; names the peer never took go when the
+ * process exits (its device memory goes then anyway).  Under map_lock.
+ */
+typedef struct kept {
+  char name[96]; /* (mpn_pair_t's) */
+  struct kept* next;
+} kept_t;
+static kept_t* kept;
+
+static void kept_unlink_all(void) {
+  pthread_mutex_lock(&map_lock);
+  for (kept_t* k = kept; k; k = k->next) shm_unlink(k->name); /* (ENOENT: the peer took it) */
+  pthread_mutex_unlock(&map_lock);
+}
+
+/* Keeps name for the peer (map_lock held); 0 if it cannot be noted. */
+static int kept_add(const char* name) {
+  static int registered;
+  kept_t* k = calloc(1, sizeof(*k));
+  if (k == NULL) return 0;
+  if (!registered) registered = atexit(kept_unlink_all) == 0;
+  snprintf(k->name, sizeof(k->name), "%s", name);
+  k->next = kept;
+  kept = k;
+  return 1;
+}
+
 /* Graph slots whose graph is gone on this side, not yet marked (a stack
  * CUDA's thread pushes on without a lock). */
 typedef struct released {
@@ -235,12 +268,20 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
     if (&m->pair != pair) continue;
     if (--m->refs == 0) {
       *pm = m->next;
-      int unlink = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
-      if (m->pair.dflags && m->pair.created) cudaFree((void*)m->pair.dflags);
-      else if (m->pair.dflags) mpn_ipc_release(&m->pair.dflags_import);
+      int unopened = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
+      int keep = unopened && kept_add(m->pair.name);
+      if (keep)
+        MPN_INFO(MPN_SUBSYS_P2P,
+                 "%s: kept for the peer, which has not opened it yet (%s device block "
+                 "held until this process exits)",
+                 m->pair.name, m->pair.dflags ? "its" : "no");
+      if (m->pair.dflags && m->pair.created && !keep)
+        cudaFree((void*)m->pair.dflags);
+      else if (m->pair.dflags && !m->pair.created)
+        mpn_ipc_release(&m->pair.dflags_import);
       pair_mem_unmap(&m->pair);
       if (m->pair.rma_rings) m->pair.rma_rings_free(m->pair.rma_rings);
-      if (unlink) shm_unlink(m->pair.name); /* the peer never came */
+      if (unopened && !keep) shm_unlink(m->pair.name);
       free(m);
     }
     break;

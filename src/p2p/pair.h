@@ -134,7 +134,9 @@ typedef struct mpn_pair {
  */
 ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out);
 
-/** Unmaps (and unlinks what this process created). */
+/** Unmaps; what this process created goes too (its name, its device
+ *  block) unless the peer has not opened it yet: then it stays for the
+ *  peer to take what was posted into it (pair.c, kept pairs). */
 void mpn_pair_unmap(mpn_pair_t* pair);
 
 /** Result of posting one side of a message. */

@@ -621,6 +621,41 @@ static void graph_group_limit(void) {
   cudaFree(r);
 }
 
+/*
+ * A sender that destroys its communicator before its receiver posted: a
+ * one-hop message (the inbox, under MPS or with several processes on a
+ * time-sliced GPU) is done on the sender's side at once, in the pair that
+ * the sender made; the destroy freed it, and the late receiver mapped a
+ * freed block or made a new pair and waited for good (seen once in
+ * make check as "cudaIpcOpenMemHandle failed ...").  Rank 0 sends to rank
+ * 1, which posts 200 ms later (where the message takes two hops, rank 0's
+ * destroy waits for it).
+ */
+static void sender_gone_first(void) {
+  if (nranks < 2 || harness_over_ucx()) return;
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, NULL));
+  if (c == NULL) return;
+  size_t bytes = 4096;
+  char* buf = dev_alloc(bytes);
+  if (rank == 0) {
+    pattern_fill(buf, bytes, seed_of(0, 1, 6200), stream);
+    EXPECT_OK(ncclSend(buf, bytes, ncclInt8, 1, c, stream));
+    EXPECT_OK(ncclCommDestroy(c));
+  } else if (rank == 1) {
+    usleep(200000);
+    cudaMemsetAsync(buf, 0, bytes, stream);
+    EXPECT_OK(ncclRecv(buf, bytes, ncclInt8, 0, c, stream));
+    expect_pattern(buf, bytes, seed_of(0, 1, 6200), "from a sender whose communicator was destroyed first");
+    EXPECT_OK(ncclCommDestroy(c));
+  } else {
+    EXPECT_OK(ncclCommDestroy(c));
+  }
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  cudaFree(buf);
+}
+
 /* A send from a memory-pool buffer captured as the first side takes a stage
  * the graph keeps; once the graph is destroyed the stage serves again
  * (before, it stayed pinned for good).  Rank 0 captures its send first,
@@ -899,6 +934,7 @@ int main(int argc, char** argv) {
   STEP(graph_pool_stage());
   STEP(graph_same_capture());
   STEP(graph_group_limit());
+  STEP(sender_gone_first());
   STEP(mismatch());
   return harness_finish();
 }

@@ -32,7 +32,10 @@ static pthread_mutex_t watchdog_lock = PTHREAD_MUTEX_INITIALIZER;
 static int watchdog_running;
 
 int mpn_watchdog_check(struct ncclComm* comm) {
-  if (__atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) != MPN_COMM_READY) return 0;
+  /* Finalized too: ncclCommFinalize and ncclCommDestroy wait for the streams,
+   * which a peer found gone must release (drain.h). */
+  int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+  if (state != MPN_COMM_READY && state != MPN_COMM_FINALIZED) return 0;
   const mpn_topo_t* t = &comm->topo;
   const mpn_rank_info_t* me = &t->ranks[comm->rank];
   int found = 0;

@@ -782,6 +782,29 @@ START_TEST(watchdog_peer_gone) {
 }
 END_TEST
 
+/* A peer that dies while a rank finalizes is found all the same: finalize
+ * and destroy wait for the streams, which only the watchdog releases then
+ * (README: "A peer that fails releases the waits"). */
+START_TEST(watchdog_after_finalize) {
+  use_local_bootstrap();
+  ncclComm_t comms[2];
+  group_create(comms, 2);
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ck_assert_int_gt(child, 0);
+  waitpid(child, NULL, 0);
+  comms[0]->topo.ranks[1].proc ^= 1;
+  comms[0]->topo.ranks[1].pid = child;
+  ck_assert_int_eq(ncclCommFinalize(comms[0]), ncclSuccess); /* nothing enqueued: done at once */
+  ck_assert_int_eq(mpn_watchdog_check(comms[0]), 1);
+  ncclResult_t async;
+  ck_assert_int_eq(ncclCommGetAsyncError(comms[0], &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclRemoteError);
+  ck_assert_int_eq(ncclCommAbort(comms[0]), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comms[1]), ncclSuccess);
+}
+END_TEST
+
 /* Each thread reads its own last error. */
 static void* error_thread(void* p) {
   intptr_t peer = (intptr_t)p;
@@ -991,6 +1014,7 @@ int main(void) {
   tcase_add_test(tc, last_error_per_thread);
   tcase_add_test(tc, register_handles);
   tcase_add_test(tc, watchdog_peer_gone);
+  tcase_add_test(tc, watchdog_after_finalize);
   tcase_add_test(tc, peer_gpus_reached);
   tcase_add_test(tc, push_own_sends);
   tcase_add_test(tc, alias_selection);

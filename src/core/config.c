@@ -4,6 +4,7 @@
  */
 #include "core/config.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,48 @@ static const char* field_str(const ncclConfig_t* c, size_t offset) {
 }
 
 #define FIELD_INT(c, f, v) field_int((c), offsetof(ncclConfig_t, f), (v))
+
+/* Fields we do not act on, checked as NCCL checks them (an out-of-range
+ * value is ncclInvalidArgument there too), from the NCCL version that
+ * introduced each. */
+static const struct {
+  size_t offset;
+  const char* name;
+  unsigned version;
+  int lo, hi;
+} ranges[] = {
+    {offsetof(ncclConfig_t, cgaClusterSize), "cgaClusterSize", NCCL_VERSION(2, 17, 0), 0, INT_MAX},
+    {offsetof(ncclConfig_t, minCTAs), "minCTAs", NCCL_VERSION(2, 17, 0), 1, INT_MAX},
+    {offsetof(ncclConfig_t, maxCTAs), "maxCTAs", NCCL_VERSION(2, 17, 0), 1, INT_MAX},
+    {offsetof(ncclConfig_t, splitShare), "splitShare", 0, 0, 1},
+    {offsetof(ncclConfig_t, collnetEnable), "collnetEnable", NCCL_VERSION(2, 27, 0), 0, 1},
+    {offsetof(ncclConfig_t, CTAPolicy), "CTAPolicy", NCCL_VERSION(2, 27, 0), 0,
+     NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO},
+    {offsetof(ncclConfig_t, shrinkShare), "shrinkShare", NCCL_VERSION(2, 27, 0), 0, 1},
+    {offsetof(ncclConfig_t, nvlsCTAs), "nvlsCTAs", NCCL_VERSION(2, 27, 0), 1, INT_MAX},
+    {offsetof(ncclConfig_t, nChannelsPerNetPeer), "nChannelsPerNetPeer", NCCL_VERSION(2, 28, 0), 1, INT_MAX},
+    {offsetof(ncclConfig_t, nvlinkCentricSched), "nvlinkCentricSched", NCCL_VERSION(2, 28, 0), 0, 1},
+    {offsetof(ncclConfig_t, graphUsageMode), "graphUsageMode", NCCL_VERSION(2, 29, 0), 0, 2},
+    {offsetof(ncclConfig_t, maxP2pPeers), "maxP2pPeers", MPN_CONFIG_V2_30, 1, INT_MAX},
+    {offsetof(ncclConfig_t, graphStreamOrdering), "graphStreamOrdering", MPN_CONFIG_V2_30, 0, 1},
+};
+
+static ncclResult_t check_ranges(const ncclConfig_t* user, const char* caller) {
+  for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+    int v = field_int(user, ranges[i].offset, ranges[i].version);
+    if (v != NCCL_CONFIG_UNDEF_INT && (v < ranges[i].lo || v > ranges[i].hi)) {
+      if (ranges[i].hi == INT_MAX)
+        return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->%s %d is below %d", caller, ranges[i].name, v,
+                          ranges[i].lo);
+      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->%s %d is not in [%d, %d]", caller, ranges[i].name, v,
+                        ranges[i].lo, ranges[i].hi);
+    }
+  }
+  int lo = FIELD_INT(user, minCTAs, NCCL_VERSION(2, 17, 0)), hi = FIELD_INT(user, maxCTAs, NCCL_VERSION(2, 17, 0));
+  if (lo != NCCL_CONFIG_UNDEF_INT && hi != NCCL_CONFIG_UNDEF_INT && lo > hi)
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->minCTAs %d is above config->maxCTAs %d", caller, lo, hi);
+  return ncclSuccess;
+}
 
 ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* parent,
                              const char* caller, mpn_config_t* out) {
@@ -62,6 +105,7 @@ ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* paren
                         caller, ctx);
     cfg.num_rma_ctx = ctx;
   }
+  MPN_CHECK(check_ranges(user, caller));
   int share = FIELD_INT(user, splitShare, 0);
   if (share != NCCL_CONFIG_UNDEF_INT) cfg.split_share = share;
   int peers = FIELD_INT(user, maxP2pPeers, MPN_CONFIG_V2_30);

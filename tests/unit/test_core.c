@@ -108,6 +108,57 @@ START_TEST(config_defaults_and_magic) {
 }
 END_TEST
 
+/* Fields we ignore are still refused out of range, as NCCL refuses them,
+ * naming the field and the value. */
+START_TEST(config_field_ranges) {
+  mpn_config_t cfg;
+  const struct {
+    size_t offset;
+    int value;
+    const char* text;
+  } bad[] = {
+      {offsetof(ncclConfig_t, cgaClusterSize), -1, "config->cgaClusterSize -1"},
+      {offsetof(ncclConfig_t, minCTAs), 0, "config->minCTAs 0"},
+      {offsetof(ncclConfig_t, maxCTAs), -3, "config->maxCTAs -3"},
+      {offsetof(ncclConfig_t, splitShare), 5, "config->splitShare 5"},
+      {offsetof(ncclConfig_t, collnetEnable), 2, "config->collnetEnable 2"},
+      {offsetof(ncclConfig_t, CTAPolicy), 0x40, "config->CTAPolicy 64"},
+      {offsetof(ncclConfig_t, shrinkShare), -1, "config->shrinkShare -1"},
+      {offsetof(ncclConfig_t, nvlsCTAs), 0, "config->nvlsCTAs 0"},
+      {offsetof(ncclConfig_t, nChannelsPerNetPeer), -2, "config->nChannelsPerNetPeer -2"},
+      {offsetof(ncclConfig_t, nvlinkCentricSched), 7, "config->nvlinkCentricSched 7"},
+      {offsetof(ncclConfig_t, graphUsageMode), 3, "config->graphUsageMode 3"},
+      {offsetof(ncclConfig_t, maxP2pPeers), -1, "config->maxP2pPeers -1"},
+      {offsetof(ncclConfig_t, graphStreamOrdering), 2, "config->graphStreamOrdering 2"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    memcpy((char*)&c + bad[i].offset, &bad[i].value, sizeof(int));
+    ck_assert_msg(mpn_config_read(&c, NULL, "t", &cfg) == ncclInvalidArgument, "%s accepted", bad[i].text);
+    ck_assert_msg(strstr(ncclGetLastError(NULL), bad[i].text) != NULL, "%s: \"%s\"", bad[i].text,
+                  ncclGetLastError(NULL));
+  }
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.minCTAs = 8;
+  c.maxCTAs = 4;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "minCTAs 8 is above config->maxCTAs 4"));
+  /* Values in range are accepted, and a field newer than the caller's
+   * version is not read. */
+  c.minCTAs = 1;
+  c.maxCTAs = 32;
+  c.splitShare = 1;
+  c.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+  c.graphUsageMode = 2;
+  c.maxP2pPeers = 8;
+  c.graphStreamOrdering = 0;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclSuccess);
+  c.version = NCCL_VERSION(2, 26, 0);
+  c.collnetEnable = 9; /* arrived in 2.27 */
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclSuccess);
+}
+END_TEST
+
 /* A program built against an older header passes a shorter struct. */
 START_TEST(config_older_header) {
   mpn_config_t cfg;
@@ -542,6 +593,7 @@ int main(void) {
   tcase_add_test(tc, error_strings);
   tcase_add_test(tc, config_defaults_and_magic);
   tcase_add_test(tc, config_older_header);
+  tcase_add_test(tc, config_field_ranges);
   tcase_add_test(tc, config_inherits_parent);
   tcase_add_test(tc, params_table);
   tcase_add_test(tc, readme_parameters);

@@ -291,11 +291,20 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
  * triggered by the streams, so they are done when the streams are. */
 MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
+  /* Held while it waits: an abort of another thread (which ends the wait,
+   * drain.h) frees comm only after it (launches_wait). */
+  if (!mpn_comm_hold(comm))
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclCommFinalize: comm %p is not a live communicator", (void*)comm);
   comm->finalized_ns = mpn_chan_now_ns();
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
-  if (!comm->config.blocking) return mpn_drain_done(comm) ? ncclSuccess : ncclInProgress;
-  return mpn_drain_wait(comm, "ncclCommFinalize", comm_failed);
+  ncclResult_t res;
+  if (!comm->config.blocking)
+    res = mpn_drain_done(comm) ? ncclSuccess : ncclInProgress;
+  else
+    res = mpn_drain_wait(comm, "ncclCommFinalize", comm_failed);
+  mpn_comm_release(comm);
+  return res;
 }
 
 /* A communicator that the caller's open group makes, splits or registers a
@@ -308,10 +317,35 @@ static ncclResult_t check_not_in_group(struct ncclComm* comm, const char* caller
                     caller, (void*)comm);
 }
 
+/* Takes the freeing of comm for this call (1), or finds that a destroy or
+ * abort of another thread has it (0, *res set): a second abort then asks
+ * that one to stop waiting (for a creation, a split, or the streams) and
+ * returns, a second destroy is refused.  Two of them freeing comm at once
+ * joined one creation thread twice and freed comm twice. */
+static int close_claim(struct ncclComm* comm, int abort, const char* caller, ncclResult_t* res) {
+  if (!mpn_comm_hold(comm)) { /* freed since mpn_comm_check */
+    *res = MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", caller, (void*)comm);
+    return 0;
+  }
+  int ours = !__atomic_exchange_n(&comm->closing, 1, __ATOMIC_ACQ_REL);
+  *res = ncclSuccess;
+  if (!ours && abort) {
+    comm->abort_flag = 1;
+    mpn_init_split_abort(comm);
+  } else if (!ours) {
+    *res = MPN_REFUSE(NULL, ncclInvalidUsage, "%s: comm %p is being destroyed or aborted by another thread", caller,
+                      (void*)comm);
+  }
+  mpn_comm_release(comm); /* (the freeing waits for the hold: comm stays until here) */
+  return ours;
+}
+
 MPN_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
   MPN_CHECK(mpn_comm_check(comm, "ncclCommDestroy", 0));
   MPN_CHECK(check_not_in_group(comm, "ncclCommDestroy"));
+  ncclResult_t claim;
+  if (!close_claim(comm, 0, "ncclCommDestroy", &claim)) return claim;
   comm_join_init(comm, 0);
   /* As NCCL's, a destroy finalizes first: the streams must be done with
    * what is freed below.  If that ends in a timeout or an error of comm's
@@ -344,6 +378,8 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   MPN_CHECK(mpn_comm_check(comm, "ncclCommAbort", 0));
   MPN_CHECK(check_not_in_group(comm, "ncclCommAbort"));
+  ncclResult_t claim;
+  if (!close_claim(comm, 1, "ncclCommAbort", &claim)) return claim;
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d aborted", (void*)comm, comm->rank);
   comm_free(comm, 1);
   return ncclSuccess;

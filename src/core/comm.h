@@ -89,6 +89,7 @@ struct ncclComm {
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;
+  int closing;  /**< atomic: a destroy or abort has taken the freeing of this comm (comm.c) */
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
   mpn_order_t split_order;               /**< splits of this comm run one at a time, in call order (init.c) */
   volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch

@@ -279,6 +279,9 @@ ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller, ncclResul
   useconds_t nap = 20;
   while (!mpn_drain_done(comm)) {
     uint64_t now = mpn_chan_now_ns();
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* ncclCommAbort of another thread */
+      return MPN_REFUSE(comm, ncclRemoteError, "%s: rank %d was aborted while it waited for its operations", caller,
+                        comm->rank);
     ncclResult_t bad = failed ? failed(comm) : ncclSuccess;
     if (bad != ncclSuccess && failed_at == 0) failed_at = now;
     if (bad != ncclSuccess && now - failed_at > 1000000000ull)

@@ -325,6 +325,49 @@ START_TEST(abort_pending_creation) {
 }
 END_TEST
 
+/* A destroy waiting for a creation that cannot finish, and an abort of
+ * another thread meant to end it: the abort ends the wait and returns, the
+ * destroy frees the communicator once (both used to join the creation
+ * thread and free comm: a hang in pthread_join, or a double free). */
+static void* destroy_thread(void* p) {
+  ncclComm_t comm = p;
+  return (void*)(intptr_t)ncclCommDestroy(comm);
+}
+
+START_TEST(abort_during_destroy) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "30");
+  ncclUniqueId id;
+  ncclComm_t comm;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRankConfig(&comm, 2, id, 0, &cfg), ncclInProgress); /* rank 1 never comes */
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, destroy_thread, comm), 0);
+  usleep(200000); /* the destroy waits for the creation */
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+  void* ret = NULL;
+  ck_assert_int_eq(pthread_join(t, &ret), 0);
+  ck_assert_int_eq((ncclResult_t)(intptr_t)ret, ncclSuccess);
+  int n;
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclInvalidArgument); /* gone */
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclInvalidArgument);
+  /* A second destroy while the first one waits is refused. */
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRankConfig(&comm, 2, id, 0, &cfg), ncclInProgress);
+  ck_assert_int_eq(pthread_create(&t, NULL, destroy_thread, comm), 0);
+  usleep(200000);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclInvalidUsage);
+  ck_assert(contains(ncclGetLastError(NULL), "being destroyed or aborted by another thread"));
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+  ck_assert_int_eq(pthread_join(t, &ret), 0);
+  ck_assert_int_eq((ncclResult_t)(intptr_t)ret, ncclSuccess);
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+}
+END_TEST
+
 /* A communicator that the caller's open group makes or splits is refused
  * by destroy and abort until ncclGroupEnd ran the job (desk review of the
  * twenty-fourth session: they freed it, and ncclGroupEnd then used it). */
@@ -1004,6 +1047,7 @@ int main(void) {
   tcase_add_test(tc, split_in_group);
   tcase_add_test(tc, nonblocking_creation);
   tcase_add_test(tc, abort_pending_creation);
+  tcase_add_test(tc, abort_during_destroy);
   tcase_add_test(tc, destroy_in_group);
   tcase_add_test(tc, destroyed_comm_address_reused);
   tcase_add_test(tc, send_recv_checks);

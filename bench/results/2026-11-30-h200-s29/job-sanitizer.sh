@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-ninth session: compute-sanitizer (memcheck) on every step of
-# test_rma and on test_p2p's halo, graph and pool steps, 2 ranks on one GPU
+# test_rma and on test_p2p's graph steps, 2 ranks on one GPU
 # without MPS (run-device.sh covers only test_p2p's first steps).  Memory
 # accesses only, as in run-device.sh (the import cache's
 # cudaErrorAlreadyMapped is an API error the library handles).
@@ -16,12 +16,10 @@ san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 run() { # label test only-filter
   local label=$1 t=$2 sel=$3 var
   var=$([ "$t" = test_p2p ] && echo TEST_P2P_ONLY || echo TEST_RMA_ONLY)
-  env $var="$sel" timeout 280 mpirun -np 2 $flags -x $var \
+  env $var="$sel" timeout ${TLIMIT:-200} mpirun -np 2 $flags -x $var \
     "$san" --tool memcheck --report-api-errors no --error-exitcode 9 ./tests/gpu/$t >"$out/$label.log" 2>&1
   echo "== $label: exit $?; $(grep -c 'ERROR SUMMARY: 0 errors' "$out/$label.log") ranks with 0 errors"
   grep -E "ranks, |ERROR SUMMARY" "$out/$label.log" | head -4
 }
 run rma-all test_rma ""
-run p2p-halo test_p2p "halo26"
-run p2p-graph test_p2p "graph_"
-run p2p-pool test_p2p "pool_"
+TLIMIT=120 run p2p-graph test_p2p "graph_"

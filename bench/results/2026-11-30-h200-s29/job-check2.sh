@@ -17,12 +17,13 @@ flags=$(tests/run-test --mpirun-flags)
 one() { # label np [env...]
   local label=$1 np=$2; shift 2
   env "$@" TEST_P2P_ONLY=sender_gone_first MPINCCL_TEST_TIMEOUT=60 MPINCCL_TEST_NP=$np \
-    MPINCCL_MPIRUN_FLAGS="$flags -x TEST_P2P_ONLY" tests/run-test ./tests/gpu/test_p2p >"$out/$label.log" 2>&1
+    MPINCCL_MPIRUN_FLAGS="$flags -x TEST_P2P_ONLY ${extra:-}" tests/run-test ./tests/gpu/test_p2p >"$out/$label.log" 2>&1
   echo "== $label (np $np): exit $?"; grep -E "wrong|expected|failures|PASS|FAIL|timed out" "$out/$label.log" | head -6
 }
 one gone-np2 2
 one gone-np4 4
-mps_start >/dev/null 2>&1
+mps_start >/dev/null 2>&1 && sleep 1
+extra="-x CUDA_MPS_PIPE_DIRECTORY"
 one gone-mps-np2 2
 one gone-mps-np3 3
 cp src/p2p/pair.c /tmp/pair.c.keep

@@ -790,8 +790,9 @@ void mpn_p2p_free(struct ncclComm* comm) {
            (unsigned long long)comm->p2p->pushed, (unsigned long long)comm->p2p->push_timeouts);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
-      if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send);
-      if (comm->p2p->peers[peer].recv) mpn_pair_unmap(comm->p2p->peers[peer].recv);
+      int elsewhere = comm->transport[peer] == MPN_TRANSPORT_IPC; /* (another process) */
+      if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send, elsewhere);
+      if (comm->p2p->peers[peer].recv) mpn_pair_unmap(comm->p2p->peers[peer].recv, elsewhere);
       mpn_slot_streams_free(&comm->p2p->peers[peer].streams[0]);
       mpn_slot_streams_free(&comm->p2p->peers[peer].streams[1]);
     }

@@ -261,7 +261,7 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
   return res;
 }
 
-void mpn_pair_unmap(mpn_pair_t* pair) {
+void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
   pthread_mutex_lock(&map_lock);
   for (mapping_t** pm = &mappings; *pm; pm = &(*pm)->next) {
     mapping_t* m = *pm;
@@ -269,7 +269,8 @@ void mpn_pair_unmap(mpn_pair_t* pair) {
     if (--m->refs == 0) {
       *pm = m->next;
       int unopened = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
-      int keep = unopened && kept_add(m->pair.name);
+      /* (a peer in this process never opens it by name: nothing to keep) */
+      int keep = unopened && elsewhere && kept_add(m->pair.name);
       if (keep)
         MPN_INFO(MPN_SUBSYS_P2P,
                  "%s: kept for the peer, which has not opened it yet (%s device block "

@@ -467,24 +467,44 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
   return ncclSuccess;
 }
 
+/* A call's state: the caller gives up on it only while it has not started,
+ * so that once mpn_ucx_proxy_call returns, fn has run or never will (a
+ * given-up call ran later, on a region mpn_ucx_region_free had freed). */
+enum { CALL_QUEUED, CALL_RUNNING, CALL_ABANDONED };
+
+typedef struct {
+  void (*fn)(void*);
+  void* arg;
+  uint64_t done;
+  int error;
+  int state;
+} call_t;
+
+static void call_run(void* arg) {
+  call_t* c = arg;
+  int queued = CALL_QUEUED;
+  if (__atomic_compare_exchange_n(&c->state, &queued, CALL_RUNNING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    c->fn(c->arg);
+}
+
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
-  /* On the heap: a call that times out is left to the proxy, which may still
-   * write its flag; then it is leaked rather than freed under it. */
-  struct {
-    uint64_t done;
-    int error;
-  }* st = calloc(1, sizeof(*st));
-  if (st == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL, .fn = fn, .arg = arg, .flag = &st->done, .value = 1,
-                       .error = &st->error};
+  /* On the heap: a call given up is left to the proxy, which still writes
+   * its flag when it drops it; then it is leaked rather than freed under it. */
+  call_t* c = calloc(1, sizeof(*c));
+  if (c == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *c = (call_t){.fn = fn, .arg = arg, .state = CALL_QUEUED};
+  mpn_ucx_cmd_t cmd = {
+      .kind = MPN_UCX_CALL, .fn = call_run, .arg = c, .flag = &c->done, .value = 1, .error = &c->error};
   ncclResult_t res = mpn_ucx_proxy_post(&cmd);
   uint64_t deadline = mpn_chan_deadline();
-  while (res == ncclSuccess && __atomic_load_n(&st->done, __ATOMIC_ACQUIRE) != 1) {
-    if (mpn_chan_now_ns() > deadline)
+  while (res == ncclSuccess && __atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != 1) {
+    int queued = CALL_QUEUED;
+    if (mpn_chan_now_ns() > deadline &&
+        __atomic_compare_exchange_n(&c->state, &queued, CALL_ABANDONED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       return mpn_error_set(NULL, ncclInternalError, "the UCX proxy thread does not answer");
-    usleep(20);
+    usleep(20); /* past the deadline only while fn runs: it ends */
   }
-  free(st);
+  free(c);
   return res;
 }
 

@@ -91,7 +91,10 @@ ucp_context_h mpn_ucx_proxy_context(void);
 /** Queues a command (copied); returns at once. */
 ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
 
-/** Runs fn(arg) on the proxy thread and waits for it (set-up and teardown only). */
+/** Runs fn(arg) on the proxy thread and waits for it (set-up and teardown
+ * only).  When the proxy does not take it up within MPINCCL_BOOTSTRAP_TIMEOUT,
+ * returns ncclInternalError and fn will never run: either way arg may go
+ * once this returns. */
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 
 /** The peer's process is known gone (the watchdog): its operations in

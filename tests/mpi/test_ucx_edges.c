@@ -18,7 +18,11 @@
  *  - a "peer lost" call that reaches the proxy with the close of its
  *    communicator while other commands wait for their trigger: it waited
  *    among them, the close passed it by, and it ran after the close had
- *    returned (on freed peers, in a destroy).
+ *    returned (on freed peers, in a destroy);
+ *  - a call on the proxy thread whose caller gave up waiting (the proxy
+ *    held past MPINCCL_BOOTSTRAP_TIMEOUT): it stayed queued and ran later,
+ *    after the caller had freed what it works on (mpn_ucx_region_free
+ *    unmapping a freed region).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -27,6 +31,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/param.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
 #include "ucx/proxy.h"
@@ -225,6 +230,39 @@ static void lost_call_at_close(void) {
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
+static int call_released;
+
+static int released(void) { return __atomic_load_n(&call_released, __ATOMIC_ACQUIRE); }
+
+static void hold_until_released(void* started) {
+  __atomic_store_n((int*)started, 1, __ATOMIC_RELEASE);
+  wait_on_proxy(released);
+}
+
+static void mark(void* ran) { __atomic_store_n((int*)ran, 1, __ATOMIC_RELEASE); }
+
+/* The proxy is held past the caller's deadline: the caller gets an error,
+ * and the call must then never run (its argument may be gone). */
+static void abandoned_call(void) {
+  ncclComm_t comm; /* starts the proxy */
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  static uint64_t done;
+  int started = 0, ran = 0;
+  post_call(hold_until_released, &started, NULL, NULL, &done);
+  while (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) usleep(100);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "1", 1);
+  EXPECT(mpn_params_reload() == ncclSuccess);
+  EXPECT(mpn_ucx_proxy_call(mark, &ran) != ncclSuccess); /* gives up after 1 s */
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  EXPECT(mpn_params_reload() == ncclSuccess);
+  __atomic_store_n(&call_released, 1, __ATOMIC_RELEASE);
+  EXPECT(mpn_ucx_proxy_call(noop, NULL) == ncclSuccess); /* the proxy is past the given-up call */
+  EXPECT(__atomic_load_n(&ran, __ATOMIC_ACQUIRE) == 0);
+  EXPECT(done == 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -240,6 +278,7 @@ int main(int argc, char** argv) {
   peer_aborted();
   concurrent_closes();
   lost_call_at_close();
+  abandoned_call();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("test_ucx_edges: %d failures\n", total);

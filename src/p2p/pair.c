@@ -49,8 +49,10 @@ typedef struct kept {
   struct kept* next;
 } kept_t;
 static kept_t* kept;
+static pid_t kept_pid; /* the process that kept them: a forked child's exit leaves them */
 
 static void kept_unlink_all(void) {
+  if (getpid() != kept_pid) return;
   pthread_mutex_lock(&map_lock);
   for (kept_t* k = kept; k; k = k->next) shm_unlink(k->name); /* (ENOENT: the peer took it) */
   pthread_mutex_unlock(&map_lock);
@@ -62,6 +64,7 @@ static int kept_add(const char* name) {
   kept_t* k = calloc(1, sizeof(*k));
   if (k == NULL) return 0;
   if (!registered) registered = atexit(kept_unlink_all) == 0;
+  kept_pid = getpid();
   snprintf(k->name, sizeof(k->name), "%s", name);
   k->next = kept;
   kept = k;

@@ -26,9 +26,9 @@ typedef struct {
   int pinned;          /* imported: baked into a CUDA graph, never closed */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
   int forget;          /* imported: to be closed once idle (mpn_ipc_forget) */
-  cudaEvent_t used;    /* imported: an event recorded after the last copies that used it
-                          (the caller's, recorded again later: a later record only makes
-                          the import look busy longer) */
+  cudaEvent_t used[MPN_IPC_USED_EVENTS]; /* imported: per stream that used it, an event recorded
+                          after its last copies (the caller's, recorded again later: a later
+                          record only makes the import look busy longer); NULL: none */
 } ipc_entry_t;
 
 typedef struct {
@@ -39,6 +39,24 @@ typedef struct {
 static ipc_cache_t exported, imported;
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Whether the two ranges of an owner's address space overlap. */
+static int ranges_overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
+  return a < b + b_size && b < a + a_size;
+}
+
+/* Whether a copy issued with e may still run: one of its events is not
+ * complete (a failed query counts as not complete). */
+static int events_busy(const ipc_entry_t* e) {
+  for (int k = 0; k < MPN_IPC_USED_EVENTS; k++) {
+    if (e->used[k] == NULL) continue;
+    cudaError_t err = cudaEventQuery(e->used[k]);
+    if (err == cudaSuccess) continue;
+    cudaGetLastError();
+    return 1;
+  }
+  return 0;
+}
+
 static ipc_entry_t* cache_find(ipc_cache_t* c, uint64_t owner, uint64_t id, int dev) {
   for (int i = 0; i < c->n; i++)
     if (c->entries[i].owner == owner && c->entries[i].buffer_id == id && c->entries[i].dev == dev)
@@ -46,14 +64,19 @@ static ipc_entry_t* cache_find(ipc_cache_t* c, uint64_t owner, uint64_t id, int 
   return NULL;
 }
 
+/* Room for one more entry; 0 when out of memory. */
+static int cache_reserve(ipc_cache_t* c) {
+  if (c->n < c->cap) return 1;
+  int cap = c->cap ? 2 * c->cap : 64;
+  ipc_entry_t* grown = realloc(c->entries, (size_t)cap * sizeof(*grown));
+  if (grown == NULL) return 0;
+  c->entries = grown;
+  c->cap = cap;
+  return 1;
+}
+
 static ipc_entry_t* cache_add(ipc_cache_t* c, const ipc_entry_t* e) {
-  if (c->n == c->cap) {
-    int cap = c->cap ? 2 * c->cap : 64;
-    ipc_entry_t* grown = realloc(c->entries, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) return NULL;
-    c->entries = grown;
-    c->cap = cap;
-  }
+  if (!cache_reserve(c)) return NULL;
   c->entries[c->n] = *e;
   return &c->entries[c->n++];
 }
@@ -93,7 +116,17 @@ static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what,
   }
   pthread_mutex_lock(&ipc_lock);
   e = cache_find(&exported, 0, id, -1); /* another thread may have added it */
-  if (e == NULL) e = cache_add(&exported, &fresh);
+  if (e == NULL) {
+    /* Allocations that overlapped this one were freed: their entries go, so
+     * that a program allocating afresh for each message does not grow the
+     * cache (and its scans) for good. */
+    for (int i = 0; i < exported.n;)
+      if (ranges_overlap((uint64_t)(uintptr_t)exported.entries[i].base, exported.entries[i].size, base, size))
+        exported.entries[i] = exported.entries[--exported.n];
+      else
+        i++;
+    e = cache_add(&exported, &fresh);
+  }
   if (e) *out = *e;
   pthread_mutex_unlock(&ipc_lock);
   return e ? ncclSuccess : mpn_error_set(NULL, ncclSystemError, "out of memory");
@@ -156,7 +189,7 @@ static int drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
     if (e->owner != owner || e->dev != dev) continue;
-    int overlaps = e->owner_base < desc->base + desc->size && desc->base < e->owner_base + e->size;
+    int overlaps = ranges_overlap(e->owner_base, e->size, desc->base, desc->size);
     if (!overlaps && memcmp(&e->handle, &desc->handle, sizeof(desc->handle)) != 0) continue;
     close_mapping(e->mapping, "stale");
     dropped = 1;
@@ -175,18 +208,13 @@ static int flush_idle(uint64_t owner, int dev) {
   int dropped = 0;
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev || !e->opened || e->pending || e->pinned) continue;
-    if (e->used != NULL && cudaEventQuery(e->used) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
+    if (e->owner != owner || e->dev != dev || !e->opened || e->pending || e->pinned || events_busy(e)) continue;
     int busy = 0; /* a borrower of the same mapping may be in use */
     for (int j = 0; j < imported.n; j++) {
       ipc_entry_t* b = &imported.entries[j];
       if (b->mapping != e->mapping || b == e) continue;
-      busy |= b->pending || b->pinned || (b->used != NULL && cudaEventQuery(b->used) != cudaSuccess);
+      busy |= b->pending || b->pinned || events_busy(b);
     }
-    cudaGetLastError();
     if (busy) continue;
     close_mapping(e->mapping, "idle");
     dropped = 1;
@@ -234,8 +262,7 @@ static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
     const ipc_entry_t* e = &imported.entries[i];
     if (e->owner != owner || e->dev != dev) continue;
     const unsigned char* x = (const unsigned char*)&e->handle;
-    int busy = e->used != NULL && cudaEventQuery(e->used) != cudaSuccess;
-    cudaGetLastError();
+    int busy = events_busy(e);
     MPN_WARN("  buffer %llu [%llx, +%llu) at %p%s%s%s%s handle %02x%02x%02x%02x%02x%02x%02x%02x...",
              (unsigned long long)e->buffer_id, (unsigned long long)e->owner_base,
              (unsigned long long)e->size, e->base, e->opened ? "" : " borrowed",
@@ -281,6 +308,67 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
 
 static void sweep_forgotten(void);
 
+/*
+ * After fresh was opened: the imports of the owner's allocations that
+ * overlapped it in the owner's address space are of freed allocations and
+ * never used again (a new allocation has a new buffer id).  One that came
+ * back as fresh's own mapping (the driver recycled its handle, counting the
+ * opens) goes now, handing its open to fresh or closing it; the others are
+ * forgotten (closed, with the entries borrowing their mapping, once idle).
+ * Before, they stayed until the driver refused an open, so a peer that
+ * allocates a new buffer for each message grew the cache for good.
+ */
+/* Copies issued with from may still run on the mapping that into keeps: its
+ * events are into's too.  0 (into unchanged) when they do not fit. */
+static int events_merge(ipc_entry_t* into, const ipc_entry_t* from) {
+  cudaEvent_t merged[MPN_IPC_USED_EVENTS];
+  memcpy(merged, into->used, sizeof(merged));
+  for (int k = 0; k < MPN_IPC_USED_EVENTS; k++) {
+    if (from->used[k] == NULL) continue;
+    int at = -1;
+    for (int j = 0; j < MPN_IPC_USED_EVENTS && at < 0; j++)
+      if (merged[j] == from->used[k]) at = j;
+    for (int j = 0; j < MPN_IPC_USED_EVENTS && at < 0; j++)
+      if (merged[j] == NULL) at = j;
+    if (at < 0) return 0;
+    merged[at] = from->used[k];
+  }
+  memcpy(into->used, merged, sizeof(merged));
+  return 1;
+}
+
+static void retire_overlapped(ipc_entry_t* fresh) {
+  for (int i = 0; i < imported.n;) {
+    ipc_entry_t* e = &imported.entries[i];
+    if (e->owner != fresh->owner || e->dev != fresh->dev || e->buffer_id == fresh->buffer_id ||
+        !ranges_overlap(e->owner_base, e->size, fresh->owner_base, fresh->size)) {
+      i++;
+      continue;
+    }
+    if (e->mapping != fresh->mapping) {
+      for (int j = 0; j < imported.n; j++)
+        if (imported.entries[j].mapping == e->mapping) imported.entries[j].forget = 1;
+      i++;
+      continue;
+    }
+    /* Handed out or in a graph, or more streams than fresh can tell apart:
+     * left as it was (closed with fresh's mapping, if ever). */
+    if (e->pending || e->pinned || !events_merge(fresh, e)) {
+      i++;
+      continue;
+    }
+    if (e->opened && !fresh->opened) {
+      fresh->opened = 1; /* the mapping's open is fresh's now */
+    } else if (e->opened && cudaIpcCloseMemHandle(e->mapping) != cudaSuccess) {
+      cudaGetLastError();
+      MPN_WARN("CUDA IPC: closing stale import at %p failed", e->mapping);
+    }
+    MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu replaces the stale import of buffer %llu at %p",
+              (unsigned long long)fresh->buffer_id, (unsigned long long)e->buffer_id, e->mapping);
+    *e = imported.entries[--imported.n];
+  }
+}
+
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
                             mpn_ipc_ref_t* ref) {
   ncclResult_t res = ncclSuccess;
@@ -289,7 +377,11 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
   pthread_mutex_lock(&ipc_lock);
   sweep_forgotten();
   ipc_entry_t* e = cache_find(&imported, owner, desc->buffer_id, dev);
-  if (e == NULL) {
+  if (e == NULL && !cache_reserve(&imported)) {
+    /* (Before the open: a mapping opened and then not added would stay
+     * mapped with nothing here knowing of it.) */
+    res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+  } else if (e == NULL) {
     ipc_entry_t fresh = {.owner = owner, .buffer_id = desc->buffer_id, .dev = dev,
                          .handle = desc->handle, .owner_base = desc->base, .size = desc->size,
                          .opened = 1};
@@ -297,16 +389,15 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
      * here (opening, closing, event queries) are not part of it. */
     mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
     cudaError_t err = open_import(owner, dev, desc, &fresh);
+    if (err == cudaSuccess) retire_overlapped(&fresh);
     mpn_cuda_relaxed_leave(mode);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      res = mpn_error_set(NULL, ncclUnhandledCudaError,
-                          "cudaIpcOpenMemHandle failed for buffer %llu of process %llx: %s",
-                          (unsigned long long)desc->buffer_id, (unsigned long long)owner,
-                          cudaGetErrorString(err));
-    } else if ((e = cache_add(&imported, &fresh)) == NULL) {
-      res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+      res =
+          mpn_error_set(NULL, ncclUnhandledCudaError, "cudaIpcOpenMemHandle failed for buffer %llu of process %llx: %s",
+                        (unsigned long long)desc->buffer_id, (unsigned long long)owner, cudaGetErrorString(err));
     } else {
+      e = cache_add(&imported, &fresh); /* (reserved: cannot fail) */
       MPN_TRACE(MPN_SUBSYS_IPC, "imported buffer %llu of process %llx at %p%s",
                 (unsigned long long)desc->buffer_id, (unsigned long long)owner, fresh.base,
                 fresh.opened ? "" : " (inside a block mapped before)");
@@ -321,15 +412,41 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
   return res;
 }
 
+/*
+ * Adds used to the events that tell when e's copies are done: one per
+ * stream, as each event stands for the last copies of its own stream only.
+ * Events whose copies are done make room.  0 when used is NULL or no room
+ * is left (the import is then never known idle: pinned).
+ */
+static int note_used(ipc_entry_t* e, cudaEvent_t used) {
+  if (used == NULL) return 0;
+  for (int k = 0; k < MPN_IPC_USED_EVENTS; k++)
+    if (e->used[k] == used) return 1;
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* (as for the sweep's queries) */
+  int room = -1;
+  for (int k = 0; k < MPN_IPC_USED_EVENTS; k++) {
+    if (e->used[k] != NULL) {
+      cudaError_t err = cudaEventQuery(e->used[k]);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        continue;
+      }
+      e->used[k] = NULL; /* that stream's copies are done */
+    }
+    if (room < 0) room = k;
+  }
+  mpn_cuda_relaxed_leave(mode);
+  if (room < 0) return 0;
+  e->used[room] = used;
+  return 1;
+}
+
 void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph) {
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
   if (e != NULL) {
     if (e->pending > 0) e->pending--;
-    /* One event tells when the last copies are done only if they were all
-     * on one stream: used from two, the import is never known idle. */
-    if (graph || used == NULL || (e->used != NULL && e->used != used)) e->pinned = 1;
-    else e->used = used;
+    if (graph || !note_used(e, used)) e->pinned = 1;
     e->forget = 0; /* used again: imported again, in effect */
   }
   sweep_forgotten();
@@ -349,11 +466,7 @@ static int mapping_idle(void* mapping) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* b = &imported.entries[i];
     if (b->mapping != mapping) continue;
-    if (b->pinned || b->pending) return 0;
-    if (b->used != NULL && cudaEventQuery(b->used) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
+    if (b->pinned || b->pending || events_busy(b)) return 0;
   }
   return 1;
 }
@@ -392,5 +505,12 @@ void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {
       if (imported.entries[i].mapping == mapping) imported.entries[i].forget = 1;
     sweep_forgotten();
   }
+  pthread_mutex_unlock(&ipc_lock);
+}
+
+void mpn_ipc_counts(int* n_exported, int* n_imported) {
+  pthread_mutex_lock(&ipc_lock);
+  *n_exported = exported.n;
+  *n_imported = imported.n;
   pthread_mutex_unlock(&ipc_lock);
 }

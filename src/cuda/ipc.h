@@ -19,6 +19,10 @@
  */
 #define MPN_IPC_BLOCK_BYTES ((size_t)2 << 20)
 
+/** Streams whose copies an import tells apart (one event each); an import
+ * used from more at once is never closed to make room (see ipc.c). */
+#define MPN_IPC_USED_EVENTS 4
+
 /** What a peer process needs to map one buffer. */
 typedef struct {
   uint64_t buffer_id; /**< unique per allocation for the life of the process */
@@ -60,10 +64,12 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
 
 /**
  * Every import handed out must be reported once its copies are issued: used
- * is an event the caller recorded after them and keeps alive (it may record
- * it again later); graph: captured, which pins the mapping for good; a NULL
- * event pins it too.  Only imports whose last copies completed may be closed
- * to make room (see ipc.c).
+ * is an event the caller recorded after them on their stream and keeps alive
+ * (it may record it again later, on that stream only); graph: captured,
+ * which pins the mapping for good; a NULL event pins it too, as does a fifth
+ * stream's event while the copies of four others may still run.  Only
+ * imports whose last copies completed may be closed to make room (see
+ * ipc.c).
  */
 void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph);
 
@@ -80,5 +86,8 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref);
  * in the way of the owner's next allocation at that address.
  */
 void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev);
+
+/** Entries in the export and import caches (for tests). */
+void mpn_ipc_counts(int* exported, int* imported);
 
 #endif /* MPN_CUDA_IPC_H_ */

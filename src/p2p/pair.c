@@ -46,10 +46,33 @@ static uint64_t last_gen; /* under map_lock */
  */
 typedef struct kept {
   char name[96]; /* (mpn_pair_t's) */
+  void* dflags;  /* its device block, or NULL */
   struct kept* next;
 } kept_t;
 static kept_t* kept;
 static pid_t kept_pid; /* the process that kept them: a forked child's exit leaves them */
+
+/* The kept pairs whose name the peer took (it unlinks the name once it has
+ * opened the file and mapped the device block) go: their device blocks are
+ * freed, as those of pairs the peer opened before this side let go (the
+ * peer's mapping keeps what it maps).  So a program that makes and destroys
+ * communicators in a loop holds the blocks of the pairs not taken yet, not
+ * one per communicator.  Under map_lock. */
+static void kept_reap(void) {
+  for (kept_t** pk = &kept; *pk;) {
+    kept_t* k = *pk;
+    int fd = shm_open(k->name, O_RDONLY, 0);
+    if (fd >= 0 || errno != ENOENT) {
+      if (fd >= 0) close(fd);
+      pk = &k->next;
+      continue;
+    }
+    if (k->dflags) cudaFree(k->dflags);
+    cudaGetLastError();
+    *pk = k->next;
+    free(k);
+  }
+}
 
 static void kept_unlink_all(void) {
   if (getpid() != kept_pid) return;
@@ -58,14 +81,16 @@ static void kept_unlink_all(void) {
   pthread_mutex_unlock(&map_lock);
 }
 
-/* Keeps name for the peer (map_lock held); 0 if it cannot be noted. */
-static int kept_add(const char* name) {
+/* Keeps name and its device block for the peer (map_lock held); 0 if it
+ * cannot be noted. */
+static int kept_add(const char* name, void* dflags) {
   static int registered;
   kept_t* k = calloc(1, sizeof(*k));
   if (k == NULL) return 0;
   if (!registered) registered = atexit(kept_unlink_all) == 0;
   kept_pid = getpid();
   snprintf(k->name, sizeof(k->name), "%s", name);
+  k->dflags = dflags;
   k->next = kept;
   kept = k;
   return 1;
@@ -273,7 +298,7 @@ void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
       *pm = m->next;
       int unopened = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
       /* (a peer in this process never opens it by name: nothing to keep) */
-      int keep = unopened && elsewhere && kept_add(m->pair.name);
+      int keep = unopened && elsewhere && kept_add(m->pair.name, m->pair.created ? (void*)m->pair.dflags : NULL);
       if (keep)
         MPN_INFO(MPN_SUBSYS_P2P,
                  "%s: kept for the peer, which has not opened it yet (%s device block "
@@ -290,6 +315,7 @@ void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
     }
     break;
   }
+  kept_reap();
   pthread_mutex_unlock(&map_lock);
 }
 
@@ -395,6 +421,14 @@ void mpn_pair_graph_reap_try(void) {
   if (__atomic_load_n(&released_news, __ATOMIC_ACQUIRE) == NULL || pthread_mutex_trylock(&map_lock) != 0) return;
   reap_locked();
   pthread_mutex_unlock(&map_lock);
+}
+
+int mpn_pair_kept(void) {
+  pthread_mutex_lock(&map_lock);
+  int n = 0;
+  for (kept_t* k = kept; k; k = k->next) n++;
+  pthread_mutex_unlock(&map_lock);
+  return n;
 }
 
 void mpn_pair_graph_counts(mpn_graph_stats_t* out) {

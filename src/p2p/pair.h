@@ -136,9 +136,13 @@ ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** o
 
 /** Unmaps; what this process created goes too (its name, its device
  *  block) unless the peer, in another process (elsewhere), has not opened
- *  it yet: then it stays for the peer to take what was posted into it
- *  (pair.c, kept pairs).  A peer in this process shares the mapping. */
+ *  it yet: then it stays for the peer to take what was posted into it, and
+ *  its device block goes at a later unmap once the peer took it (pair.c,
+ *  kept pairs).  A peer in this process shares the mapping. */
 void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere);
+
+/** Pairs this process keeps for a peer that has not taken them yet (for tests). */
+int mpn_pair_kept(void);
 
 /** Result of posting one side of a message. */
 typedef enum { MPN_POST_FIRST, MPN_POST_SECOND } mpn_post_role_t;

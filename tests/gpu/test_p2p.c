@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "mpinccl.h"
 #include "p2p/p2p.h"
+#include "p2p/pair.h"
 #include "p2p/stage.h"
 #include "pattern.h"
 #include "test_p2p.h"
@@ -656,6 +657,68 @@ static void sender_gone_first(void) {
   cudaFree(buf);
 }
 
+/* A rank's pair with itself, which no other process opens, goes with its
+ * communicator: file and device block (before, each communicator left its
+ * self pair in /dev/shm and 2 MiB of device flags until the process
+ * exited, as if kept for a peer of another process). */
+static void self_pairs_freed(void) {
+  int kept_before = mpn_pair_kept();
+  size_t bytes = 4096;
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+  for (int i = 0; i < 20; i++) {
+    ncclComm_t c = NULL;
+    EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_SELF, NULL));
+    if (c == NULL) break;
+    char path[128];
+    snprintf(path, sizeof(path), "/dev/shm/mpinccl-%016llx-0-0", (unsigned long long)c->bootstrap->key);
+    pattern_fill(s, bytes, seed_of(rank, rank, 6300 + i), stream);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(s, bytes, ncclInt8, 0, c, stream));
+    EXPECT_OK(ncclRecv(r, bytes, ncclInt8, 0, c, stream));
+    EXPECT_OK(ncclGroupEnd());
+    expect_pattern(r, bytes, seed_of(rank, rank, 6300 + i), "to itself");
+    EXPECT_OK(ncclCommDestroy(c));
+    int left = access(path, F_OK) == 0;
+    if (left) fprintf(stderr, "[rank %d] %s is still there\n", rank, path);
+    EXPECT(!left);
+  }
+  EXPECT(mpn_pair_kept() == kept_before);
+  cudaFree(s);
+  cudaFree(r);
+}
+
+/* sender_gone_first in a loop: the pairs kept for the late receiver are
+ * freed at a later destroy once it took them, so the sender holds only
+ * the last communicator's (before, one device block per communicator
+ * until exit). */
+static void sender_gone_loop(void) {
+  if (nranks < 2 || harness_over_ucx()) return;
+  int kept_before = mpn_pair_kept();
+  size_t bytes = 4096;
+  char* buf = dev_alloc(bytes);
+  for (int i = 0; i < 10; i++) {
+    ncclComm_t c = NULL;
+    EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, NULL));
+    if (c == NULL) break;
+    if (rank == 0) {
+      pattern_fill(buf, bytes, seed_of(0, 1, 6400 + i), stream);
+      EXPECT_OK(ncclSend(buf, bytes, ncclInt8, 1, c, stream));
+      EXPECT_OK(ncclCommDestroy(c));
+    } else if (rank == 1) {
+      usleep(50000);
+      EXPECT_OK(ncclRecv(buf, bytes, ncclInt8, 0, c, stream));
+      expect_pattern(buf, bytes, seed_of(0, 1, 6400 + i), "from a sender gone first, in a loop");
+      EXPECT_OK(ncclCommDestroy(c));
+    } else {
+      EXPECT_OK(ncclCommDestroy(c));
+    }
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (rank == 0) EXPECT(mpn_pair_kept() <= kept_before + 2); /* the last one's two directions */
+  cudaFree(buf);
+}
+
 /* A send from a memory-pool buffer captured as the first side takes a stage
  * the graph keeps; once the graph is destroyed the stage serves again
  * (before, it stayed pinned for good).  Rank 0 captures its send first,
@@ -935,6 +998,8 @@ int main(int argc, char** argv) {
   STEP(graph_same_capture());
   STEP(graph_group_limit());
   STEP(sender_gone_first());
+  STEP(self_pairs_freed());
+  STEP(sender_gone_loop());
   STEP(mismatch());
   return harness_finish();
 }

@@ -682,7 +682,7 @@ static void self_pairs_freed(void) {
     if (left) fprintf(stderr, "[rank %d] %s is still there\n", rank, path);
     EXPECT(!left);
   }
-  EXPECT(mpn_pair_kept() == kept_before);
+  EXPECT(mpn_pair_kept() <= kept_before); /* (a pair kept before may have been taken since) */
   cudaFree(s);
   cudaFree(r);
 }

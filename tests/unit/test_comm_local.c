@@ -934,6 +934,25 @@ START_TEST(windows_in_group) {
   text = ncclGetLastError(NULL);
   ck_assert_msg(contains(text, "is not a window of comm"), "ncclGetLastError(NULL): \"%s\"", text);
   for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  /* Made and given windows in one group: the creations run first, so the
+   * registrations find the communicators ready (and refuse host memory as
+   * above, not a communicator still being created). */
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(ncclCommInitRank(&pair[i], 2, id, i), ncclSuccess);
+    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclSuccess);
+  }
+  res = ncclGroupEnd();
+  text = ncclGetLastError(NULL);
+  ck_assert_msg((res == ncclInvalidUsage || res == ncclInvalidArgument) && contains(text, "ncclCommWindowRegister") &&
+                    !contains(text, "being created"),
+                "ncclGroupEnd: %d, ncclGetLastError(NULL): \"%s\"", res, text);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_ptr_null(win[i]);
+    ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  }
   free(buf);
 }
 END_TEST

@@ -114,10 +114,29 @@ static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int win
   return ncclSuccess;
 }
 
+/* Holds comm for a collective window call: an abort or destroy of another
+ * thread (the way out of a hung allgather) frees it only once the call let
+ * go of it (mpn_comm_free waits for holds); unheld, the allgather read the
+ * freed communicator. */
+static ncclResult_t win_hold(struct ncclComm* comm, const char* fn) {
+  if (mpn_comm_hold(comm)) return ncclSuccess;
+  return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", fn, (void*)comm);
+}
+
+static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
+
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   const char* fn = "ncclCommWindowRegister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   if (win) *win = NULL;
+  MPN_CHECK(win_hold(comm, fn));
+  ncclResult_t res = win_register(comm, buff, size, win, winFlags);
+  mpn_comm_release(comm);
+  return res;
+}
+
+static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  const char* fn = "ncclCommWindowRegister";
   mpn_win_part_t* parts = calloc((size_t)comm->nranks, sizeof(*parts));
   if (parts == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
   struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
@@ -207,9 +226,19 @@ MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t wi
   return mpn_win_deregister(comm, win);
 }
 
+static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win);
+
 ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  MPN_CHECK(win_hold(comm, fn));
+  ncclResult_t res = win_deregister(comm, win);
+  mpn_comm_release(comm);
+  return res;
+}
+
+static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win) {
+  const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(agree_deregister(comm, mpn_win_check(comm, win, fn)));
   mpn_rma_t* rma = comm->rma;
   pthread_mutex_lock(&rma->lock);

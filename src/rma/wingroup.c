@@ -21,10 +21,18 @@
 #include "rma/window.h"
 
 static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
-  /* A live communicator only: one that is not cannot join its peers. */
+  /* A live communicator only: one that is not cannot join its peers.  Its
+   * serial tells it from one made later at its address (read held: another
+   * thread may free it meanwhile). */
   ncclResult_t res = mpn_comm_check(job->comm, caller, 0);
+  if (res == ncclSuccess && !mpn_comm_hold(job->comm))
+    res = MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", caller, (void*)job->comm);
+  else if (res == ncclSuccess) {
+    job->comm_serial = job->comm->serial;
+    mpn_comm_release(job->comm);
+  }
   mpn_win_job_t* copy = res == ncclSuccess ? malloc(sizeof(*copy)) : NULL;
-  if (res == ncclSuccess && copy == NULL) res = mpn_error_set(job->comm, ncclSystemError, "%s: out of memory", caller);
+  if (res == ncclSuccess && copy == NULL) res = mpn_error_set(NULL, ncclSystemError, "%s: out of memory", caller);
   if (res != ncclSuccess) return mpn_group_fail(res);
   *copy = *job;
   return mpn_group_add_win(copy);
@@ -62,7 +70,7 @@ static void* lane_main(void* arg) {
    * and the driver's pointer queries need one. */
   if (lane->comm->cuda_dev >= 0 && cudaSetDevice(lane->comm->cuda_dev) != cudaSuccess) cudaGetLastError();
   for (mpn_win_job_t* job = lane->jobs; job; job = job->next)
-    if (job->comm == lane->comm) job_run(job);
+    if (job->held && job->comm == lane->comm) job_run(job);
   mpn_chan_worker_end();
   __atomic_store_n(&lane->finished, 1, __ATOMIC_RELEASE);
   return NULL;
@@ -72,6 +80,7 @@ static void* lane_main(void* arg) {
 static int lanes_find(mpn_win_job_t* jobs, lane_t* lanes, int most) {
   int n = 0;
   for (mpn_win_job_t* job = jobs; job; job = job->next) {
+    if (!job->held) continue;
     int i = 0;
     while (i < n && lanes[i].comm != job->comm) i++;
     if (i < n) continue;
@@ -90,7 +99,7 @@ static void lanes_run(lane_t* lanes, int n) {
     lanes[i].started = err == 0;
     if (err == 0) continue;
     for (mpn_win_job_t* job = lanes[i].jobs; job; job = job->next)
-      if (job->comm == lanes[i].comm) {
+      if (job->held && job->comm == lanes[i].comm) {
         job->result = ncclSystemError;
         snprintf(job->error, sizeof(job->error), "cannot start a thread for a window of comm %p: %s", (void*)job->comm,
                  strerror(err));
@@ -105,20 +114,41 @@ static void lanes_run(lane_t* lanes, int n) {
   }
 }
 
+/* Holds every job's communicator until its calls are done (an abort or
+ * destroy of another thread waits for that), if it is still the one the
+ * call named; a job whose communicator went meanwhile fails. */
+static void jobs_hold(mpn_win_job_t* jobs) {
+  for (mpn_win_job_t* job = jobs; job; job = job->next) {
+    job->held = mpn_comm_hold_serial(job->comm, job->comm_serial);
+    if (job->held) continue;
+    job->result = ncclInvalidArgument;
+    snprintf(job->error, sizeof(job->error), "%s: comm %p was destroyed or aborted before ncclGroupEnd made the call",
+             job->deregister ? "ncclCommWindowDeregister" : "ncclCommWindowRegister", (void*)job->comm);
+  }
+}
+
+static void jobs_release(mpn_win_job_t* jobs) {
+  for (mpn_win_job_t* job = jobs; job; job = job->next)
+    if (job->held) mpn_comm_release(job->comm);
+}
+
 ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
   int n = 0;
   for (mpn_win_job_t* job = jobs; job; job = job->next) n++;
   lane_t* lanes = calloc((size_t)n + 1, sizeof(*lanes));
-  int nlanes = lanes ? lanes_find(jobs, lanes, n) : -1;
-  if (nlanes < 0) {
-    free(lanes);
+  if (lanes == NULL) {
     mpn_win_jobs_free(jobs);
     return mpn_error_set(NULL, ncclSystemError, "ncclGroupEnd: out of memory for window registrations");
   }
+  jobs_hold(jobs);
+  int nlanes = lanes_find(jobs, lanes, n);
   if (nlanes == 1) /* on this thread, as outside a group */
-    for (mpn_win_job_t* job = jobs; job; job = job->next) job_run(job);
-  else
+    for (mpn_win_job_t* job = jobs; job; job = job->next) {
+      if (job->held) job_run(job);
+    }
+  else if (nlanes > 1)
     lanes_run(lanes, nlanes);
+  jobs_release(jobs);
   free(lanes);
   ncclResult_t first = ncclSuccess;
   for (mpn_win_job_t* job = jobs; job && first == ncclSuccess; job = job->next)

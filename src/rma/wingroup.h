@@ -8,12 +8,16 @@
 #ifndef MPN_RMA_WINGROUP_H_
 #define MPN_RMA_WINGROUP_H_
 
+#include <stdint.h>
+
 #include "nccl.h"
 
 /** One queued call. */
 typedef struct mpn_win_job {
   int deregister; /**< 0: ncclCommWindowRegister; 1: ncclCommWindowDeregister */
   ncclComm_t comm;
+  uint64_t comm_serial; /**< comm->serial at the call: a comm made later at its address is another */
+  int held;             /**< comm held while the queued calls run (wingroup.c) */
   void* buff; /**< register: its arguments */
   size_t size;
   ncclWindow_t* out;

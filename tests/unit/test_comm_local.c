@@ -957,6 +957,61 @@ START_TEST(windows_in_group) {
 }
 END_TEST
 
+/* A window registration of one rank whose peer never registers, ended by
+ * ncclCommAbort from another thread (NCCL's way out of a hung collective),
+ * outside a group and inside one: the abort frees the communicator only
+ * once the registration let go of it (it freed it under the waiting
+ * allgather, which then read the freed communicator: valgrind "Invalid
+ * read" in mpn_chan_recv). */
+typedef struct {
+  ncclComm_t comm;
+  void* buf;
+  int in_group;
+  ncclResult_t res;
+  int done;
+} win_abort_t;
+
+static void* window_register_thread(void* p) {
+  win_abort_t* a = p;
+  ncclWindow_t win = NULL;
+  if (a->in_group) {
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    ck_assert_int_eq(ncclCommWindowRegister(a->comm, a->buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win, 0), ncclSuccess);
+    a->res = ncclGroupEnd();
+  } else {
+    a->res = ncclCommWindowRegister(a->comm, a->buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win, 0);
+  }
+  __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+START_TEST(window_register_aborted) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "30");
+  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(buf);
+  for (int in_group = 0; in_group < 2; in_group++) {
+    ncclComm_t pair[2];
+    group_create(pair, 2);
+    win_abort_t a = {.comm = pair[0], .buf = buf, .in_group = in_group, .res = ncclSuccess};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, window_register_thread, &a), 0);
+    usleep(200000); /* rank 0 waits in the registration's allgather for rank 1 */
+    ck_assert_int_eq(ncclCommAbort(pair[0]), ncclSuccess);
+    ck_assert_msg(__atomic_load_n(&a.done, __ATOMIC_ACQUIRE),
+                  "in_group %d: the abort returned (and freed the comm) "
+                  "while the registration still used it",
+                  in_group);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(a.res, ncclRemoteError);
+    ck_assert_int_eq(ncclCommAbort(pair[1]), ncclSuccess);
+  }
+  free(buf);
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+}
+END_TEST
+
 /* What a forked child got from ncclCommInitRank. */
 typedef struct {
   ncclResult_t parents_id, own_id;
@@ -1088,6 +1143,7 @@ int main(void) {
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   tcase_add_test(tc, windows_in_group);
+  tcase_add_test(tc, window_register_aborted);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;
    * backtrace loads what it needs on its first call, here rather than in

@@ -11,8 +11,12 @@
 
 #include "core/error.h"
 
-/* NCCL versions that introduced the last two fields. */
+/* NCCL versions that introduced the last two fields: maxP2pPeers in 2.30.0,
+ * graphStreamOrdering in 2.30.5 (NCCL's parseCommConfig resets it below).
+ * A 2.30.0-2.30.4 struct has the same size as ours (padded to 8 bytes after
+ * maxP2pPeers): the version alone tells that its last 4 bytes are padding. */
 #define MPN_CONFIG_V2_30 NCCL_VERSION(2, 30, 0)
+#define MPN_CONFIG_V2_30_5 NCCL_VERSION(2, 30, 5)
 
 /* Reads an int field if the caller's struct holds it, else UNDEF. */
 static int field_int(const ncclConfig_t* c, size_t offset, unsigned min_version) {
@@ -53,7 +57,7 @@ static const struct {
     {offsetof(ncclConfig_t, nvlinkCentricSched), "nvlinkCentricSched", NCCL_VERSION(2, 28, 0), 0, 1},
     {offsetof(ncclConfig_t, graphUsageMode), "graphUsageMode", NCCL_VERSION(2, 29, 0), 0, 2},
     {offsetof(ncclConfig_t, maxP2pPeers), "maxP2pPeers", MPN_CONFIG_V2_30, 1, INT_MAX},
-    {offsetof(ncclConfig_t, graphStreamOrdering), "graphStreamOrdering", MPN_CONFIG_V2_30, 0, 1},
+    {offsetof(ncclConfig_t, graphStreamOrdering), "graphStreamOrdering", MPN_CONFIG_V2_30_5, 0, 1},
 };
 
 static ncclResult_t check_ranges(const ncclConfig_t* user, const char* caller) {
@@ -110,7 +114,7 @@ ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* paren
   if (share != NCCL_CONFIG_UNDEF_INT) cfg.split_share = share;
   int peers = FIELD_INT(user, maxP2pPeers, MPN_CONFIG_V2_30);
   if (peers != NCCL_CONFIG_UNDEF_INT) cfg.max_p2p_peers = peers;
-  int ordering = FIELD_INT(user, graphStreamOrdering, MPN_CONFIG_V2_30);
+  int ordering = FIELD_INT(user, graphStreamOrdering, MPN_CONFIG_V2_30_5);
   if (ordering != NCCL_CONFIG_UNDEF_INT) cfg.graph_stream_ordering = ordering;
   const char* name = field_str(user, offsetof(ncclConfig_t, commName));
   if (name) snprintf(cfg.name, sizeof(cfg.name), "%s", name);

@@ -14,7 +14,7 @@ typedef struct {
   int num_rma_ctx; /**< RMA contexts, each with its own signal slots */
   int split_share; /**< accepted; resources are never shared between comms */
   int max_p2p_peers;         /**< maxP2pPeers (2.30), 0 when unset */
-  int graph_stream_ordering; /**< graphStreamOrdering (2.30), 0 when unset */
+  int graph_stream_ordering; /**< graphStreamOrdering (2.30.5), 0 when unset */
   char name[64];   /**< commName, for logs */
 } mpn_config_t;
 

@@ -133,6 +133,7 @@ START_TEST(config_field_ranges) {
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.version = NCCL_VERSION(2, 30, 7); /* every field read (graphStreamOrdering: 2.30.5) */
     memcpy((char*)&c + bad[i].offset, &bad[i].value, sizeof(int));
     ck_assert_msg(mpn_config_read(&c, NULL, "t", &cfg) == ncclInvalidArgument, "%s accepted", bad[i].text);
     ck_assert_msg(strstr(ncclGetLastError(NULL), bad[i].text) != NULL, "%s: \"%s\"", bad[i].text,
@@ -183,6 +184,21 @@ START_TEST(config_older_header) {
   d.version = NCCL_VERSION(2, 30, 0);
   ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
   ck_assert_int_eq(cfg.max_p2p_peers, 7);
+  /* graphStreamOrdering arrived in 2.30.5 (NCCL's parseCommConfig resets it
+   * below that version).  A 2.30.0-2.30.4 header's struct ends with
+   * maxP2pPeers, and its size is the same (padded to 8 bytes): the last 4
+   * bytes are padding, whatever the stack held, never a value to refuse. */
+  ck_assert_uint_eq(offsetof(ncclConfig_t, graphStreamOrdering) + sizeof(int), sizeof(ncclConfig_t));
+  ck_assert_uint_eq((offsetof(ncclConfig_t, maxP2pPeers) + sizeof(int) + 7) / 8 * 8, sizeof(ncclConfig_t));
+  memset(&d.graphStreamOrdering, 0x5a, sizeof(int));
+  d.version = NCCL_VERSION(2, 30, 3);
+  ck_assert_msg(mpn_config_read(&d, NULL, "t", &cfg) == ncclSuccess, "a 2.30.3 config refused: \"%s\"",
+                ncclGetLastError(NULL));
+  ck_assert_int_eq(cfg.graph_stream_ordering, 0);
+  d.version = NCCL_VERSION(2, 30, 7);
+  d.graphStreamOrdering = 1;
+  ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.graph_stream_ordering, 1);
 }
 END_TEST
 

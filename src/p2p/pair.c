@@ -76,7 +76,10 @@ static void kept_reap(void) {
 
 static void kept_unlink_all(void) {
   if (getpid() != kept_pid) return;
-  pthread_mutex_lock(&map_lock);
+  /* Not while another thread maps a pair (it may wait for a peer's set-up
+   * for as long as MPINCCL_BOOTSTRAP_TIMEOUT): the exit goes on, and the
+   * names stay in /dev/shm. */
+  if (pthread_mutex_trylock(&map_lock) != 0) return;
   for (kept_t* k = kept; k; k = k->next) shm_unlink(k->name); /* (ENOENT: the peer took it) */
   pthread_mutex_unlock(&map_lock);
 }

@@ -77,6 +77,11 @@ int mpn_comm_hold_live(struct ncclComm*** out) {
 
 int mpn_comm_hold(struct ncclComm* comm) { return mpn_comm_hold_serial(comm, 0); }
 
+ncclResult_t mpn_comm_hold_for(struct ncclComm* comm, const char* caller) {
+  if (mpn_comm_hold(comm)) return ncclSuccess;
+  return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", caller, (void*)comm);
+}
+
 int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial) {
   int found = 0;
   pthread_mutex_lock(&live_lock);
@@ -293,8 +298,7 @@ MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
   /* Held while it waits: an abort of another thread (which ends the wait,
    * drain.h) frees comm only after it (launches_wait). */
-  if (!mpn_comm_hold(comm))
-    return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclCommFinalize: comm %p is not a live communicator", (void*)comm);
+  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommFinalize"));
   comm->finalized_ns = mpn_chan_now_ns();
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
@@ -323,10 +327,7 @@ static ncclResult_t check_not_in_group(struct ncclComm* comm, const char* caller
  * returns, a second destroy is refused.  Two of them freeing comm at once
  * joined one creation thread twice and freed comm twice. */
 static int close_claim(struct ncclComm* comm, int abort, const char* caller, ncclResult_t* res) {
-  if (!mpn_comm_hold(comm)) { /* freed since mpn_comm_check */
-    *res = MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", caller, (void*)comm);
-    return 0;
-  }
+  if ((*res = mpn_comm_hold_for(comm, caller)) != ncclSuccess) return 0; /* freed since mpn_comm_check */
   int ours = !__atomic_exchange_n(&comm->closing, 1, __ATOMIC_ACQ_REL);
   *res = ncclSuccess;
   if (!ours && abort) {

@@ -145,6 +145,10 @@ int mpn_comm_hold(struct ncclComm* comm);
  * (0: any): one made later at a destroyed one's address is not held. */
 int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial);
 
+/** mpn_comm_hold for an API call: ncclSuccess (held), or ncclInvalidArgument
+ *  naming caller when comm was freed since its check (another thread). */
+ncclResult_t mpn_comm_hold_for(struct ncclComm* comm, const char* caller);
+
 /** Ends what mpn_comm_hold began. */
 void mpn_comm_release(struct ncclComm* comm);
 

@@ -667,10 +667,11 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   mpn_init_job_t* job;
   int has_color = color != NCCL_SPLIT_NOCOLOR;
   MPN_CHECK(job_new(MPN_INIT_SPLIT, &cfg, comm->cuda_dev, has_color ? newcomm : NULL, &job));
-  if (!mpn_comm_hold(comm)) { /* destroyed by another thread meanwhile */
+  ncclResult_t held = mpn_comm_hold_for(comm, fn);
+  if (held != ncclSuccess) { /* destroyed by another thread meanwhile */
     if (job->comm) mpn_comm_free(job->comm);
     free(job);
-    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", fn, (void*)comm);
+    return held;
   }
   job->parent = comm; /* held until the job ran (mpn_init_job_release) */
   job->color = color;

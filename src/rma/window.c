@@ -114,22 +114,16 @@ static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int win
   return ncclSuccess;
 }
 
-/* Holds comm for a collective window call: an abort or destroy of another
- * thread (the way out of a hung allgather) frees it only once the call let
- * go of it (mpn_comm_free waits for holds); unheld, the allgather read the
- * freed communicator. */
-static ncclResult_t win_hold(struct ncclComm* comm, const char* fn) {
-  if (mpn_comm_hold(comm)) return ncclSuccess;
-  return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", fn, (void*)comm);
-}
-
 static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
 
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   const char* fn = "ncclCommWindowRegister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   if (win) *win = NULL;
-  MPN_CHECK(win_hold(comm, fn));
+  /* Held for the collective: an abort or destroy of another thread (the
+   * way out of a hung allgather) frees comm only once the call let go of
+   * it; unheld, the allgather read the freed communicator. */
+  MPN_CHECK(mpn_comm_hold_for(comm, fn));
   ncclResult_t res = win_register(comm, buff, size, win, winFlags);
   mpn_comm_release(comm);
   return res;
@@ -231,7 +225,7 @@ static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
-  MPN_CHECK(win_hold(comm, fn));
+  MPN_CHECK(mpn_comm_hold_for(comm, fn)); /* (as for registration) */
   ncclResult_t res = win_deregister(comm, win);
   mpn_comm_release(comm);
   return res;

@@ -5,6 +5,7 @@
  */
 #include "rma/wingroup.h"
 
+#include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,6 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/group.h"
-#include <cuda_runtime.h>
-
-#include "cuda/device.h"
 #include "rma/window.h"
 
 static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
@@ -25,9 +23,8 @@ static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
    * serial tells it from one made later at its address (read held: another
    * thread may free it meanwhile). */
   ncclResult_t res = mpn_comm_check(job->comm, caller, 0);
-  if (res == ncclSuccess && !mpn_comm_hold(job->comm))
-    res = MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", caller, (void*)job->comm);
-  else if (res == ncclSuccess) {
+  if (res == ncclSuccess) res = mpn_comm_hold_for(job->comm, caller);
+  if (res == ncclSuccess) {
     job->comm_serial = job->comm->serial;
     mpn_comm_release(job->comm);
   }

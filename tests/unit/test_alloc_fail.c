@@ -52,15 +52,21 @@ static void arm(int nth) {
   countdown = nth;
 }
 
-/* ncclWaitSignal copies its descriptors, then queues the operation: when
- * the queueing fails, the copy is freed too. */
-START_TEST(wait_signal_queue_fails) {
+/* A communicator of one rank made in this process (no GPU, no MPI). */
+static ncclComm_t comm_of_one(void) {
   setenv("MPINCCL_BOOTSTRAP", "local", 1);
   ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
   ncclUniqueId id;
   ncclComm_t comm = NULL;
   ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
   ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  return comm;
+}
+
+/* ncclWaitSignal copies its descriptors, then queues the operation: when
+ * the queueing fails, the copy is freed too. */
+START_TEST(wait_signal_queue_fails) {
+  ncclComm_t comm = comm_of_one();
   ncclWaitSignalDesc_t d[3] = {{1, 0, 0, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}};
   arm(2); /* the first malloc is the copy of the descriptors, the second the queued op */
   ck_assert_int_eq(ncclWaitSignal(3, d, comm, NULL), ncclSystemError);
@@ -77,12 +83,7 @@ END_TEST
  * ncclSystemError instead of reading operations it had not listed yet.
  * Called directly (without a GPU the group's checks refuse before it). */
 START_TEST(rma_state_fails_at_launch) {
-  setenv("MPINCCL_BOOTSTRAP", "local", 1);
-  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
-  ncclUniqueId id;
-  ncclComm_t comm = NULL;
-  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
-  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  ncclComm_t comm = comm_of_one();
   ck_assert_ptr_null(comm->rma);
   mpn_op_t second = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0};
   mpn_op_t first = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0, .next = &second};

@@ -800,18 +800,24 @@ START_TEST(push_own_sends) {
 }
 END_TEST
 
-/* A peer whose process is gone: ncclRemoteError with its name, once. */
-START_TEST(watchdog_peer_gone) {
-  use_local_bootstrap();
-  ncclComm_t comms[2];
+/* Two ranks of this process, rank 1 presented to rank 0 as another
+ * process of this host whose pid now names no process; that pid. */
+static pid_t pair_with_dead_peer(ncclComm_t comms[2]) {
   group_create(comms, 2);
   pid_t child = fork();
   if (child == 0) _exit(0);
   ck_assert_int_gt(child, 0);
-  waitpid(child, NULL, 0); /* the pid now names no process */
-  /* Present rank 1 to rank 0 as another process of this host. */
+  waitpid(child, NULL, 0);
   comms[0]->topo.ranks[1].proc ^= 1;
   comms[0]->topo.ranks[1].pid = child;
+  return child;
+}
+
+/* A peer whose process is gone: ncclRemoteError with its name, once. */
+START_TEST(watchdog_peer_gone) {
+  use_local_bootstrap();
+  ncclComm_t comms[2];
+  pid_t child = pair_with_dead_peer(comms);
   ck_assert_int_eq(mpn_watchdog_check(comms[1]), 0); /* rank 0 is alive */
   ck_assert_int_eq(mpn_watchdog_check(comms[0]), 1);
   ck_assert_int_eq(mpn_watchdog_check(comms[0]), 0); /* reported once */
@@ -834,13 +840,7 @@ END_TEST
 START_TEST(watchdog_after_finalize) {
   use_local_bootstrap();
   ncclComm_t comms[2];
-  group_create(comms, 2);
-  pid_t child = fork();
-  if (child == 0) _exit(0);
-  ck_assert_int_gt(child, 0);
-  waitpid(child, NULL, 0);
-  comms[0]->topo.ranks[1].proc ^= 1;
-  comms[0]->topo.ranks[1].pid = child;
+  pair_with_dead_peer(comms);
   ck_assert_int_eq(ncclCommFinalize(comms[0]), ncclSuccess); /* nothing enqueued: done at once */
   ck_assert_int_eq(mpn_watchdog_check(comms[0]), 1);
   ncclResult_t async;

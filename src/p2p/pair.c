@@ -301,11 +301,11 @@ void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
       *pm = m->next;
       int unopened = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
       /* (a peer in this process never opens it by name: nothing to keep) */
-      int keep = unopened && elsewhere && kept_add(m->pair.name, m->pair.created ? (void*)m->pair.dflags : NULL);
+      int keep = unopened && elsewhere && kept_add(m->pair.name, (void*)m->pair.dflags); /* (unopened: created here) */
       if (keep)
         MPN_INFO(MPN_SUBSYS_P2P,
                  "%s: kept for the peer, which has not opened it yet (%s device block "
-                 "held until this process exits)",
+                 "held until the peer takes it or this process exits)",
                  m->pair.name, m->pair.dflags ? "its" : "no");
       if (m->pair.dflags && m->pair.created && !keep)
         cudaFree((void*)m->pair.dflags);

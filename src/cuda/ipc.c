@@ -308,16 +308,6 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
 
 static void sweep_forgotten(void);
 
-/*
- * After fresh was opened: the imports of the owner's allocations that
- * overlapped it in the owner's address space are of freed allocations and
- * never used again (a new allocation has a new buffer id).  One that came
- * back as fresh's own mapping (the driver recycled its handle, counting the
- * opens) goes now, handing its open to fresh or closing it; the others are
- * forgotten (closed, with the entries borrowing their mapping, once idle).
- * Before, they stayed until the driver refused an open, so a peer that
- * allocates a new buffer for each message grew the cache for good.
- */
 /* Copies issued with from may still run on the mapping that into keeps: its
  * events are into's too.  0 (into unchanged) when they do not fit. */
 static int events_merge(ipc_entry_t* into, const ipc_entry_t* from) {
@@ -337,6 +327,16 @@ static int events_merge(ipc_entry_t* into, const ipc_entry_t* from) {
   return 1;
 }
 
+/*
+ * After fresh was opened: the imports of the owner's allocations that
+ * overlapped it in the owner's address space are of freed allocations and
+ * never used again (a new allocation has a new buffer id).  One that came
+ * back as fresh's own mapping (the driver recycled its handle, counting the
+ * opens) goes now, handing its open to fresh or closing it; the others are
+ * forgotten (closed, with the entries borrowing their mapping, once idle).
+ * Before, they stayed until the driver refused an open, so a peer that
+ * allocates a new buffer for each message grew the cache for good.
+ */
 static void retire_overlapped(ipc_entry_t* fresh) {
   for (int i = 0; i < imported.n;) {
     ipc_entry_t* e = &imported.entries[i];

@@ -129,6 +129,20 @@ static void jobs_release(mpn_win_job_t* jobs) {
     if (job->held) mpn_comm_release(job->comm);
 }
 
+/* Communicators still being created (non-blocking, in this group or an
+ * earlier one) are waited for: each rank's creation ends, one way or the
+ * other, within the bootstrap's timeout, and every rank then makes its
+ * calls on a finished communicator.  Refusing them instead would depend on
+ * timing, and a rank whose creation had ended first would register and
+ * wait for a peer that refused. */
+static void jobs_wait_created(mpn_win_job_t* jobs) {
+  for (mpn_win_job_t* job = jobs; job; job = job->next)
+    while (job->held && __atomic_load_n(&job->comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_INITIALIZING) {
+      mpn_chan_drive(MPN_CHAN_DRIVE_CREATE);
+      usleep(50);
+    }
+}
+
 ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
   int n = 0;
   for (mpn_win_job_t* job = jobs; job; job = job->next) n++;
@@ -138,6 +152,7 @@ ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
     return mpn_error_set(NULL, ncclSystemError, "ncclGroupEnd: out of memory for window registrations");
   }
   jobs_hold(jobs);
+  jobs_wait_created(jobs);
   int nlanes = lanes_find(jobs, lanes, n);
   if (nlanes == 1) /* on this thread, as outside a group */
     for (mpn_win_job_t* job = jobs; job; job = job->next) {

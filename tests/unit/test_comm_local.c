@@ -957,6 +957,44 @@ START_TEST(windows_in_group) {
 }
 END_TEST
 
+/* Communicators created non-blocking and given windows in one group: the
+ * registrations wait for their communicators' creation (each rank's is
+ * bounded by the bootstrap's timeout), so every rank refuses the host
+ * buffer alike.  They refused "still being created" instead, or, where
+ * one rank's creation had ended first, one rank registered and waited
+ * for a peer that had refused. */
+START_TEST(windows_in_nonblocking_group) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclUniqueId id;
+  ncclComm_t pair[2];
+  ncclWindow_t win[2];
+  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(ncclCommInitRankConfig(&pair[i], 2, id, i, &cfg), ncclSuccess);
+    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclSuccess);
+  }
+  ncclResult_t res = ncclGroupEnd();
+  const char* text = ncclGetLastError(NULL);
+  ck_assert_msg((res == ncclInvalidUsage || res == ncclInvalidArgument) && contains(text, "ncclCommWindowRegister") &&
+                    !contains(text, "being created"),
+                "ncclGroupEnd: %d, ncclGetLastError(NULL): \"%s\"", res, text);
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t state;
+    ck_assert_ptr_null(win[i]);
+    ck_assert_int_eq(ncclCommGetAsyncError(pair[i], &state), ncclSuccess);
+    ck_assert_int_eq(state, ncclSuccess); /* created before the registrations ran */
+  }
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  free(buf);
+}
+END_TEST
+
 /* A window registration of one rank whose peer never registers, ended by
  * ncclCommAbort from another thread (NCCL's way out of a hung collective),
  * outside a group and inside one: the abort frees the communicator only
@@ -1143,6 +1181,7 @@ int main(void) {
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   tcase_add_test(tc, windows_in_group);
+  tcase_add_test(tc, windows_in_nonblocking_group);
   tcase_add_test(tc, window_register_aborted);
   suite_add_tcase(s, tc);
   /* Each test runs in a forked child, which inherits these handlers;

@@ -162,7 +162,7 @@ ncclResult_t mpn_ucx_host_put_signal_on(struct ncclComm* comm, int peer, const v
                          "put of %zu bytes at offset %zu runs past the end of rank %d's region "
                          "(%llu bytes)",
                          bytes, dst_offset, peer, (unsigned long long)dst->remote_bytes[peer]);
-  if (signal_offset % 8 || signal_offset + 8 > signal->remote_bytes[peer])
+  if (signal_offset % 8 || signal_offset > signal->remote_bytes[peer] || signal->remote_bytes[peer] - signal_offset < 8)
     return mpn_error_set(comm, ncclInvalidArgument,
                          "signal offset %zu is not an aligned counter inside rank %d's region "
                          "(%llu bytes)",

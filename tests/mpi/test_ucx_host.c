@@ -147,6 +147,9 @@ static void put_signal(ncclComm_t comm) {
     EXPECT(mpn_ucx_host_put_signal(comm, to, src, BYTES + 1, data, (size_t)(nranks - 1) * BYTES, sig, 0,
                                    &flag, 1, &error) == ncclInvalidArgument);
     EXPECT(mpn_ucx_host_put_signal(comm, to, src, 8, data, 0, sig, 4, &flag, 1, &error) == ncclInvalidArgument);
+    /* an offset whose end wraps past SIZE_MAX (it passed as offset 0) */
+    EXPECT(mpn_ucx_host_put_signal(comm, to, src, 8, data, 0, sig, SIZE_MAX - 7, &flag, 1, &error) ==
+           ncclInvalidArgument);
     EXPECT(mpn_ucx_host_put_signal(comm, rank, src, 8, data, 0, sig, 0, &flag, 1, &error) == ncclInvalidUsage);
   }
   if (data) EXPECT(mpn_ucx_region_deregister(comm, data) == ncclSuccess);

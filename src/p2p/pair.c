@@ -25,14 +25,25 @@
 #include "core/param.h"
 #include "cuda/device.h"
 
+/*
+ * A mapping is listed from the start of its set-up, so that no other thread
+ * of the process opens its file meanwhile, but set up without map_lock: the
+ * second side waits there for the creator's decision (flags_adopt, up to
+ * MPINCCL_BOOTSTRAP_TIMEOUT), which must hold up neither the pairs of other
+ * peers and communicators nor an unmap.  Until ready only its setter
+ * touches the pair; other threads wanting it wait for map_ready.
+ */
 typedef struct mapping {
   struct mapping* next;
   mpn_pair_t pair;
   int refs;
+  int ready; /* under map_lock */
 } mapping_t;
 
 static mapping_t* mappings;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Broadcast when a set-up ends: its mapping ready, or unlisted. */
+static pthread_cond_t map_ready = PTHREAD_COND_INITIALIZER;
 static uint64_t last_gen; /* under map_lock */
 
 /*
@@ -76,9 +87,8 @@ static void kept_reap(void) {
 
 static void kept_unlink_all(void) {
   if (getpid() != kept_pid) return;
-  /* Not while another thread maps a pair (it may wait for a peer's set-up
-   * for as long as MPINCCL_BOOTSTRAP_TIMEOUT): the exit goes on, and the
-   * names stay in /dev/shm. */
+  /* Not while another thread holds map_lock (an unmap's CUDA calls may
+   * block): the exit goes on, and the names stay in /dev/shm. */
   if (pthread_mutex_trylock(&map_lock) != 0) return;
   for (kept_t* k = kept; k; k = k->next) shm_unlink(k->name); /* (ENOENT: the peer took it) */
   pthread_mutex_unlock(&map_lock);
@@ -250,46 +260,82 @@ ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** o
   return res;
 }
 
+/* Opens and sets up p, without map_lock; undone on failure. */
+static ncclResult_t pair_setup(mpn_pair_t* p) {
+  ncclResult_t res = pair_open(p);
+  if (res != ncclSuccess) return res;
+  res = p->created ? flags_publish(p) : flags_adopt(p);
+  if (res != ncclSuccess) {
+    pair_close(p);
+    return res;
+  }
+  if (!p->created) {
+    /* Both sides hold the file now, and nobody opens it by name again:
+     * the name goes at once, so that a process killed later leaves
+     * nothing behind in /dev/shm. */
+    shm_unlink(p->name);
+    __atomic_store_n(&p->mem->name_gone, 1, __ATOMIC_RELEASE);
+  }
+  return ncclSuccess;
+}
+
+static void mapping_unlist(mapping_t* m) {
+  mapping_t** pm = &mappings;
+  while (*pm != m) pm = &(*pm)->next;
+  *pm = m->next;
+}
+
+/* The mapping of name, listed and not ready, for this thread to set up;
+ * or, when another thread set it up meanwhile, *found.  Under map_lock. */
+static ncclResult_t mapping_take(const char* name, mapping_t** found, mapping_t** fresh) {
+  mapping_t* m;
+  for (;;) { /* (a set-up that failed is unlisted: then this thread tries) */
+    for (m = mappings; m && strcmp(m->pair.name, name) != 0; m = m->next) {}
+    if (m == NULL || m->ready) break;
+    pthread_cond_wait(&map_ready, &map_lock);
+  }
+  if (m) {
+    *found = m;
+    return ncclSuccess;
+  }
+  m = calloc(1, sizeof(*m));
+  if (m == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  snprintf(m->pair.name, sizeof(m->pair.name), "%s", name);
+  m->pair.gen = ++last_gen;
+  m->next = mappings;
+  mappings = m;
+  *fresh = m;
+  return ncclSuccess;
+}
+
 static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
   char name[96];
   snprintf(name, sizeof(name), "/mpinccl-%016llx-%d-%d", (unsigned long long)key, sender, receiver);
-  ncclResult_t res = ncclSuccess;
+  mapping_t *found = NULL, *fresh = NULL;
   pthread_mutex_lock(&map_lock);
-  mapping_t* m = mappings;
-  while (m && strcmp(m->pair.name, name) != 0) m = m->next;
-  if (m == NULL) {
-    m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-      res = mpn_error_set(NULL, ncclSystemError, "out of memory");
-    } else {
-      snprintf(m->pair.name, sizeof(m->pair.name), "%s", name);
-      m->pair.gen = ++last_gen;
-      res = pair_open(&m->pair);
-      int opened = res == ncclSuccess;
-      if (res == ncclSuccess) res = m->pair.created ? flags_publish(&m->pair) : flags_adopt(&m->pair);
-      if (res == ncclSuccess && !m->pair.created) {
-        /* Both sides hold the file now, and nobody opens it by name again:
-         * the name goes at once, so that a process killed later leaves
-         * nothing behind in /dev/shm. */
-        shm_unlink(name);
-        __atomic_store_n(&m->pair.mem->name_gone, 1, __ATOMIC_RELEASE);
-      }
-      if (res == ncclSuccess) {
-        m->next = mappings;
-        mappings = m;
-      } else {
-        if (opened) pair_close(&m->pair);
-        free(m);
-        m = NULL;
-      }
-    }
-  }
-  if (m) {
-    m->refs++;
-    *out = &m->pair;
+  ncclResult_t res = mapping_take(name, &found, &fresh);
+  if (found) {
+    found->refs++;
+    *out = &found->pair;
   }
   pthread_mutex_unlock(&map_lock);
-  return res;
+  if (fresh == NULL) return res;
+  res = pair_setup(&fresh->pair);
+  pthread_mutex_lock(&map_lock);
+  if (res == ncclSuccess) {
+    fresh->ready = 1;
+    fresh->refs = 1;
+  } else {
+    mapping_unlist(fresh);
+  }
+  pthread_cond_broadcast(&map_ready);
+  pthread_mutex_unlock(&map_lock);
+  if (res != ncclSuccess) {
+    free(fresh);
+    return res;
+  }
+  *out = &fresh->pair;
+  return ncclSuccess;
 }
 
 void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {

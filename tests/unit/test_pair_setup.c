@@ -1,0 +1,194 @@
+/*
+ * test_pair_setup.c - pair set-up (src/p2p/pair.c) on the host: the CUDA
+ * calls of a mapping are replaced at link time (--wrap) and the flags are
+ * in host memory, so the test can play the peer process that created a
+ * pair file and has not finished setting it up.
+ */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap/channel.h"
+#include "core/param.h"
+#include "p2p/pair.h"
+
+cudaError_t __wrap_cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  (void)ptr, (void)size, (void)flags;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaHostGetDevicePointer(void** dev, void* host, unsigned int flags) {
+  (void)flags;
+  *dev = host;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaHostUnregister(void* ptr) {
+  (void)ptr;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  (void)mode;
+  return cudaErrorNotSupported; /* nothing to give back */
+}
+
+static uint64_t test_key(int n) { return ((uint64_t)getpid() << 20) ^ ((uint64_t)time(NULL) << 4) ^ (uint64_t)n; }
+
+static void pair_name(char* name, size_t size, uint64_t key) {
+  snprintf(name, size, "/mpinccl-%016llx-%d-%d", (unsigned long long)key, 0, 1);
+}
+
+/* The peer process's side: the file made and sized, its flags not decided. */
+static mpn_pair_mem_t* peer_create(uint64_t key) {
+  char name[96];
+  pair_name(name, sizeof(name), key);
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, sizeof(mpn_pair_mem_t)), 0);
+  void* mem = mmap(NULL, sizeof(mpn_pair_mem_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ck_assert_ptr_ne(mem, MAP_FAILED);
+  return mem;
+}
+
+static int name_exists(uint64_t key) {
+  char name[96];
+  pair_name(name, sizeof(name), key);
+  int fd = shm_open(name, O_RDONLY, 0);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+
+/* One mpn_pair_map on a thread of its own. */
+typedef struct {
+  pthread_t thread;
+  uint64_t key;
+  mpn_pair_t* pair;
+  ncclResult_t res;
+  int done;        /* atomic */
+  uint64_t end_ns; /* when it returned */
+} mapper_t;
+
+static void* mapper_main(void* arg) {
+  mapper_t* m = arg;
+  m->res = mpn_pair_map(m->key, 0, 1, &m->pair);
+  m->end_ns = mpn_chan_now_ns();
+  __atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void mapper_start(mapper_t* m, uint64_t key) {
+  *m = (mapper_t){.key = key, .res = ncclInternalError};
+  ck_assert_int_eq(pthread_create(&m->thread, NULL, mapper_main, m), 0);
+}
+
+static int unmaps; /* atomic */
+
+static void* unmapper_main(void* arg) {
+  ck_assert_int_eq(((mpn_pair_t*)arg)->created, 1);
+  ck_assert_uint_eq(((mpn_pair_t*)arg)->mem->flags_where, MPN_FLAGS_HOST);
+  mpn_pair_unmap(arg, 0);
+  __atomic_add_fetch(&unmaps, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static int mapper_wait(mapper_t* m, double seconds) {
+  for (int i = 0; i < (int)(seconds * 1000) && !__atomic_load_n(&m->done, __ATOMIC_ACQUIRE); i++) usleep(1000);
+  return __atomic_load_n(&m->done, __ATOMIC_ACQUIRE);
+}
+
+/* A thread waiting for a peer's set-up of one pair (up to
+ * MPINCCL_BOOTSTRAP_TIMEOUT) holds up neither the set-up of another pair
+ * nor an unmap; a second thread mapping the same pair waits for the first
+ * and gets the same mapping. */
+START_TEST(wait_holds_up_no_other_pair) {
+  uint64_t kx = test_key(1), ky = test_key(2);
+  mpn_pair_mem_t* peer = peer_create(kx);
+  mapper_t a, same, other;
+  mapper_start(&a, kx);
+  usleep(200 * 1000); /* a now waits for the peer's decision */
+  ck_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE));
+  mapper_start(&same, kx);
+  mapper_start(&other, ky); /* a pair of another communicator, nobody's yet */
+  int in_time = mapper_wait(&other, 3.0);
+  pthread_t unmapper;
+  int unmapped = 0;
+  if (in_time) { /* and its unmap (a communicator destroyed) meanwhile */
+    ck_assert_int_eq(pthread_create(&unmapper, NULL, unmapper_main, other.pair), 0);
+    for (int i = 0; i < 1000 && !__atomic_load_n(&unmaps, __ATOMIC_ACQUIRE); i++) usleep(1000);
+    unmapped = __atomic_load_n(&unmaps, __ATOMIC_ACQUIRE);
+  }
+  uint64_t published = mpn_chan_now_ns();
+  __atomic_store_n(&peer->flags_where, MPN_FLAGS_HOST, __ATOMIC_RELEASE);
+  pthread_join(other.thread, NULL);
+  if (in_time) pthread_join(unmapper, NULL);
+  ck_assert_msg(in_time,
+                "mapping an unrelated pair returned %.2f s after the peer of another pair published "
+                "(it waited for that pair's set-up, 3 s and more)",
+                (double)(other.end_ns - published) / 1e9);
+  ck_assert_int_eq(other.res, ncclSuccess);
+  ck_assert_msg(unmapped, "unmapping an unrelated pair waited for another pair's set-up");
+  ck_assert(!name_exists(ky)); /* made here, never opened by a peer: gone at the unmap */
+  pthread_join(a.thread, NULL);
+  pthread_join(same.thread, NULL);
+  ck_assert_int_eq(a.res, ncclSuccess);
+  ck_assert_int_eq(same.res, ncclSuccess);
+  ck_assert_ptr_eq(same.pair, a.pair); /* one mapping, two references */
+  ck_assert(same.end_ns >= published);
+  ck_assert_int_eq(a.pair->created, 0);
+  ck_assert_uint_eq(__atomic_load_n(&peer->name_gone, __ATOMIC_ACQUIRE), 1); /* seen by the peer */
+  ck_assert(!name_exists(kx));
+  mpn_pair_unmap(a.pair, 0);
+  ck_assert_uint_eq(__atomic_load_n(&peer->name_gone, __ATOMIC_ACQUIRE), 1);
+  mpn_pair_unmap(same.pair, 0);
+  munmap(peer, sizeof(*peer));
+}
+END_TEST
+
+/* A set-up that fails ends the wait of a second thread for the same pair,
+ * which then tries on its own and learns the same. */
+START_TEST(failed_setup_ends_waiters) {
+  uint64_t k = test_key(4);
+  mpn_pair_mem_t* peer = peer_create(k);
+  mapper_t a, same;
+  mapper_start(&a, k);
+  usleep(100 * 1000);
+  mapper_start(&same, k);
+  usleep(100 * 1000);
+  ck_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE) && !__atomic_load_n(&same.done, __ATOMIC_ACQUIRE));
+  __atomic_store_n(&peer->flags_where, MPN_FLAGS_FAILED, __ATOMIC_RELEASE);
+  ck_assert(mapper_wait(&a, 5.0) && mapper_wait(&same, 5.0));
+  pthread_join(a.thread, NULL);
+  pthread_join(same.thread, NULL);
+  ck_assert_int_eq(a.res, ncclRemoteError);
+  ck_assert_int_eq(same.res, ncclRemoteError);
+  char name[96];
+  pair_name(name, sizeof(name), k);
+  shm_unlink(name); /* (the peer's, which failed) */
+  munmap(peer, sizeof(*peer));
+}
+END_TEST
+
+int main(void) {
+  setenv("MPINCCL_FLAGS", "host", 1);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
+  if (mpn_params_reload() != ncclSuccess) return EXIT_FAILURE; /* (read once, as the library does at start) */
+  Suite* s = suite_create("pair_setup");
+  TCase* tc = tcase_create("setup");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, wait_holds_up_no_other_pair);
+  tcase_add_test(tc, failed_setup_ends_waiters);
+  suite_add_tcase(s, tc);
+  SRunner* sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* /proc numbers processes as our PID namespace does: one mounted from
@@ -65,4 +66,9 @@ int mpn_proc_gone(int pid, uint64_t start_time) {
   if (!proc_is_ours() || proc_stat_read(pid, &state, &now) != 0) return 0;
   if (state == 'Z' || state == 'X') return 1;
   return start_time != 0 && now != start_time;
+}
+
+uint64_t mpn_proc_pidns(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }

@@ -23,4 +23,8 @@ uint64_t mpn_proc_start_time(int pid);
  */
 int mpn_proc_gone(int pid, uint64_t start_time);
 
+/** This process's PID namespace (inode of /proc/self/ns/pid), 0 when
+ * unknown: pids of other processes mean something only inside the same one. */
+uint64_t mpn_proc_pidns(void);
+
 #endif /* MPN_CORE_PROC_H_ */

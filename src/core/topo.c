@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -54,12 +53,6 @@ static uint64_t host_hash(const char* host) {
   return h;
 }
 
-/* The PID namespace: pids of peers mean something only inside the same one. */
-static uint64_t pid_namespace(void) {
-  struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
 ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
   mpn_rank_info_t r;
   memset(&r, 0, sizeof(r));
@@ -67,7 +60,7 @@ ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
   r.host_hash = host_hash(r.host);
   r.proc = mpn_chan_proc_id();
   r.pid = (int32_t)getpid();
-  r.pidns = pid_namespace();
+  r.pidns = mpn_proc_pidns();
   r.start_time = mpn_proc_start_time(r.pid); /* tells this process from a later one given its pid */
   r.world = mpn_chan_self().world;
   r.cuda_dev = device;

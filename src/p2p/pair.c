@@ -4,26 +4,37 @@
  * the valid initial state) and unlinked by the second once it is set up, mapped and registered with CUDA so that streams
  * can wait on and write its flags.  Mappings are shared by the ranks of one
  * process.  Errors are left here for the other side, and every wait on a
- * pair can be released at once (a peer gone, an abort).
+ * pair can be released at once (a peer gone, an abort).  Files whose
+ * creator was killed before its peer opened them are swept away by the next
+ * process of the host that maps a pair.
  */
 #include "p2p/pair.h"
 
 #include <cuda_runtime.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "core/proc.h"
 #include "cuda/device.h"
+
+/* Pair file names, after shm_open's '/': both sides make the same one. */
+#define PAIR_NAME_FORMAT "mpinccl-%016llx-%d-%d"
+/* Where shm_open keeps them (glibc on Linux). */
+#define PAIR_SHM_DIR "/dev/shm"
 
 /*
  * A mapping is listed from the start of its set-up, so that no other thread
@@ -151,6 +162,9 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
     pair_abandon(p, NULL);
     return mpn_error_set(NULL, ncclSystemError, "mmap %s failed: %s", p->name, strerror(e));
   }
+  /* First, so that a creator killed at any later step leaves a file
+   * that others can tell is stale (mpn_pair_sweep). */
+  if (p->created) mpn_pair_stamp(mem);
   cudaError_t err = cudaHostRegister(mem, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
   void* dev = NULL;
   if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, mem, 0);
@@ -308,9 +322,13 @@ static ncclResult_t mapping_take(const char* name, mapping_t** found, mapping_t*
   return ncclSuccess;
 }
 
+static void sweep_once(void) { mpn_pair_sweep(); }
+
 static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
+  static pthread_once_t swept = PTHREAD_ONCE_INIT;
+  pthread_once(&swept, sweep_once);
   char name[96];
-  snprintf(name, sizeof(name), "/mpinccl-%016llx-%d-%d", (unsigned long long)key, sender, receiver);
+  snprintf(name, sizeof(name), "/" PAIR_NAME_FORMAT, (unsigned long long)key, sender, receiver);
   mapping_t *found = NULL, *fresh = NULL;
   pthread_mutex_lock(&map_lock);
   ncclResult_t res = mapping_take(name, &found, &fresh);
@@ -478,6 +496,79 @@ int mpn_pair_kept(void) {
   for (kept_t* k = kept; k; k = k->next) n++;
   pthread_mutex_unlock(&map_lock);
   return n;
+}
+
+void mpn_pair_stamp(mpn_pair_mem_t* mem) {
+  mpn_pair_creator_t* c = &mem->creator;
+  c->pid = (int32_t)getpid();
+  c->pidns = mpn_proc_pidns();
+  c->start_time = mpn_proc_start_time(c->pid);
+  if (c->pidns != 0) __atomic_store_n(&c->magic, MPN_PAIR_MAGIC, __ATOMIC_RELEASE);
+}
+
+/* Whether an entry of PAIR_SHM_DIR is named exactly as a pair file. */
+static int pair_name_ours(const char* entry) {
+  unsigned long long key;
+  int sender, receiver, end = 0;
+  char again[96];
+  if (sscanf(entry, "mpinccl-%16llx-%d-%d%n", &key, &sender, &receiver, &end) != 3 || entry[end] != '\0') return 0;
+  snprintf(again, sizeof(again), PAIR_NAME_FORMAT, key, sender, receiver);
+  return strcmp(again, entry) == 0;
+}
+
+/* Entry name of dir: -1 if not a pair file of this user (name, owner, type,
+ * size), else 1 if its creator, of this PID namespace, is gone (*pid: its
+ * pid; *file: the file judged), 0 if it lives or cannot be judged.  Files of
+ * others are not even opened. */
+static int pair_stale(int dir, const char* name, uint64_t pidns, int* pid, struct stat* file) {
+  struct stat st;
+  if (!pair_name_ours(name) || fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_uid != geteuid() || st.st_size != (off_t)sizeof(mpn_pair_mem_t))
+    return -1;
+  int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  const size_t head = offsetof(mpn_pair_mem_t, rma_signal);
+  void* mem =
+      fstat(fd, file) == 0 && file->st_ino == st.st_ino ? mmap(NULL, head, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (mem == MAP_FAILED) return 0;
+  const mpn_pair_creator_t* c = &((const mpn_pair_mem_t*)mem)->creator;
+  int stale = __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == MPN_PAIR_MAGIC && c->pidns == pidns &&
+              mpn_proc_gone(c->pid, c->start_time);
+  *pid = c->pid;
+  munmap(mem, head);
+  return stale;
+}
+
+int mpn_pair_sweep(void) {
+  uint64_t pidns = mpn_proc_pidns();
+  DIR* d = pidns != 0 ? opendir(PAIR_SHM_DIR) : NULL;
+  if (d == NULL) {
+    MPN_INFO(MPN_SUBSYS_P2P, "stale pair files in %s not looked for: %s", PAIR_SHM_DIR,
+             pidns != 0 ? strerror(errno) : "PID namespace unknown");
+    return 0;
+  }
+  int removed = 0, left = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    int pid = 0;
+    struct stat judged, now;
+    int stale = pair_stale(dirfd(d), e->d_name, pidns, &pid, &judged);
+    if (stale < 0) continue;
+    /* Only the very file judged: its name may have been taken meanwhile. */
+    if (stale && fstatat(dirfd(d), e->d_name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == judged.st_ino &&
+        now.st_dev == judged.st_dev && unlinkat(dirfd(d), e->d_name, 0) == 0) {
+      MPN_INFO(MPN_SUBSYS_P2P, "%s/%s removed: the process that made it (pid %d) is gone", PAIR_SHM_DIR, e->d_name,
+               pid);
+      removed++;
+    } else {
+      left++;
+    }
+  }
+  closedir(d);
+  MPN_INFO(MPN_SUBSYS_P2P, "stale pair files: %d removed from %s, %d left (creator alive or not judged)", removed,
+           PAIR_SHM_DIR, left);
+  return removed;
 }
 
 void mpn_pair_graph_counts(mpn_graph_stats_t* out) {

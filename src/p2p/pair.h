@@ -74,6 +74,19 @@ typedef struct {
   mpn_side_t side[2];
 } __attribute__((aligned(64))) mpn_slot_t;
 
+/** Who made a pair file, so that any process of the host can tell a file
+ * whose creator is gone (killed before the peer opened it) from one still
+ * in use (mpn_pair_sweep).  magic is written last. */
+typedef struct {
+  uint64_t pidns;      /**< the creator's PID namespace (mpn_proc_pidns) */
+  uint64_t start_time; /**< its start time (mpn_proc_start_time), 0: unknown */
+  int32_t pid;
+  uint32_t magic; /**< MPN_PAIR_MAGIC once the fields above are set, else 0 */
+  uint64_t pad;
+} mpn_pair_creator_t;
+
+#define MPN_PAIR_MAGIC 0x6d706e70u /* "mpnp" */
+
 /* Where the pair's stream flags live, as published by the file's creator. */
 enum { MPN_FLAGS_UNSET = 0, MPN_FLAGS_HOST = 1, MPN_FLAGS_DEVICE = 2, MPN_FLAGS_FAILED = 3 };
 
@@ -86,7 +99,7 @@ typedef struct {
   mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
   uint32_t name_gone;                /**< the second side unlinked the file's name (pair.c) */
   uint32_t pad0;
-  uint64_t pad[4];
+  mpn_pair_creator_t creator; /**< set by the creator before anything else (pair.c) */
   /** One-sided signals from the pair's sender to its receiver, one per RMA
    * context: the sender's running count, written by its streams, waited
    * for by the receiver's (rma.c).  Used only where the pair's flags are in
@@ -143,6 +156,18 @@ void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere);
 
 /** Pairs this process keeps for a peer that has not taken them yet (for tests). */
 int mpn_pair_kept(void);
+
+/** Marks a pair file's memory as made by this process (its creator). */
+void mpn_pair_stamp(mpn_pair_mem_t* mem);
+
+/**
+ * Removes the stale pair files of /dev/shm: files of this user, named as
+ * pair files and of their size, whose creator (mpn_pair_stamp) is gone from
+ * this PID namespace (mpn_proc_gone).  A file whose creator lives or cannot
+ * be judged (not stamped, another namespace) stays.  Returns how many went.
+ * mpn_pair_map runs it once per process, before its first file.
+ */
+int mpn_pair_sweep(void);
 
 /** Result of posting one side of a message. */
 typedef enum { MPN_POST_FIRST, MPN_POST_SECOND } mpn_post_role_t;

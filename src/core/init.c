@@ -596,7 +596,9 @@ MPN_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* newcomm, int nranks,
 static ncclResult_t init_all(ncclComm_t* comms, int ndev, const int* devlist) {
   const char* fn = "ncclCommInitAll";
   if (comms == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comms is NULL", fn);
-  if (ndev < 1) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: ndev %d is not positive", fn, ndev);
+  /* As NCCL's: a negative count is refused, none at all creates nothing and succeeds. */
+  if (ndev < 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: ndev %d is negative", fn, ndev);
+  if (ndev == 0) return ncclSuccess;
   MPN_CHECK(mpn_params_load());
   int count = mpn_cuda_device_count();
   for (int i = 0; i < ndev; i++) {

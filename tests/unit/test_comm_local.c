@@ -114,10 +114,17 @@ START_TEST(init_arguments) {
   ck_assert_int_eq(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(NULL), "magic"));
   ck_assert_int_eq(ncclCommInitAll(NULL, 1, NULL), ncclInvalidArgument);
-  ncclComm_t comms[2];
-  ck_assert_int_eq(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument);
-  int bad[2] = {4096, 0};
-  ck_assert_int_eq(ncclCommInitAll(comms, 2, bad), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "ncclCommInitAll: comms is NULL"));
+  ck_assert_int_eq(ncclCommInitAll(NULL, 0, NULL), ncclInvalidArgument); /* comms is checked first */
+  int bad_list[2] = {4096, 0};
+  ncclComm_t comms[2] = {(ncclComm_t)&junk, (ncclComm_t)&junk};
+  ck_assert_int_eq(ncclCommInitAll(comms, -1, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "ncclCommInitAll: ndev -1 is negative"));
+  /* No devices: nothing is created, comms is left alone, and it succeeds (NCCL's init.cc). */
+  ck_assert_int_eq(ncclCommInitAll(comms, 0, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitAll(comms, 0, bad_list), ncclSuccess);
+  ck_assert_ptr_eq(comms[0], (ncclComm_t)&junk);
+  ck_assert_int_eq(ncclCommInitAll(comms, 2, bad_list), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(NULL), "devlist[0] = 4096"));
 }
 END_TEST

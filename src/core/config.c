@@ -102,11 +102,16 @@ ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* paren
                         caller, blocking);
     cfg.blocking = blocking;
   }
+  /* As NCCL's: a negative count is refused, 0 leaves the communicator
+   * without one-sided operations.  NCCL has no upper bound; a pair here
+   * carries signals for at most MPN_CONFIG_RMA_CTX_MAX contexts
+   * (p2p/pair.h, MPN_PAIR_RMA_CTX). */
   int ctx = FIELD_INT(user, numRmaCtx, 0);
   if (ctx != NCCL_CONFIG_UNDEF_INT) {
-    if (ctx < 1 || ctx > 64)
-      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is not in [1, 64]",
-                        caller, ctx);
+    if (ctx < 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is negative", caller, ctx);
+    if (ctx > MPN_CONFIG_RMA_CTX_MAX)
+      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is above the %d mpinccl supports", caller,
+                        ctx, MPN_CONFIG_RMA_CTX_MAX);
     cfg.num_rma_ctx = ctx;
   }
   MPN_CHECK(check_ranges(user, caller));

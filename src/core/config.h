@@ -8,10 +8,14 @@
 
 #include "nccl.h"
 
+/** The most RMA contexts a communicator may have (a pair carries signals
+ *  for that many: p2p/pair.h, MPN_PAIR_RMA_CTX). */
+#define MPN_CONFIG_RMA_CTX_MAX 64
+
 /** Options mpinccl acts on; the rest of ncclConfig_t is accepted and ignored. */
 typedef struct {
   int blocking;    /**< 1: creation returns when done; 0: returns ncclInProgress */
-  int num_rma_ctx; /**< RMA contexts, each with its own signal slots */
+  int num_rma_ctx; /**< RMA contexts, each with its own signal slots; 0: no one-sided operations */
   int split_share; /**< accepted; resources are never shared between comms */
   int max_p2p_peers;         /**< maxP2pPeers (2.30), 0 when unset */
   int graph_stream_ordering; /**< graphStreamOrdering (2.30.5), 0 when unset */

@@ -99,8 +99,9 @@ static ncclResult_t rma_check(ncclComm_t comm, const char* caller, int peer, int
   if (sigIdx != 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: sigIdx %d is not 0", caller, sigIdx);
   if (ctx < 0 || ctx >= comm->config.num_rma_ctx)
-    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: ctx %d out of range [0, %d) (numRmaCtx)",
-                      caller, ctx, comm->config.num_rma_ctx);
+    return MPN_REFUSE(comm, ncclInvalidArgument, "%s: ctx %d out of range [0, %d) (numRmaCtx%s)", caller, ctx,
+                      comm->config.num_rma_ctx,
+                      comm->config.num_rma_ctx == 0 ? " 0: the communicator has no one-sided operations" : "");
   if (flags != 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: flags 0x%x is not 0", caller, flags);
   return ncclSuccess;

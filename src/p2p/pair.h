@@ -15,6 +15,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "core/config.h"
 #include "cuda/ipc.h"
 #include "nccl.h"
 #include "p2p/p2p.h"
@@ -33,7 +34,7 @@ enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };
 #define MPN_EAGER_BIG_SLOTS 4
 
 /** RMA contexts a pair carries signals for (the largest numRmaCtx accepted). */
-#define MPN_PAIR_RMA_CTX 64
+#define MPN_PAIR_RMA_CTX MPN_CONFIG_RMA_CTX_MAX
 /** Signals of a pair that CUDA graphs may capture, shared out among the contexts. */
 #define MPN_PAIR_RMA_GRAPH 256
 

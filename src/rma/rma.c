@@ -53,11 +53,14 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
     pthread_mutex_lock(&state_lock);
     rma = comm->rma;
     if (rma == NULL) {
-      size_t n = (size_t)comm->nranks * (size_t)comm->config.num_rma_ctx;
+      /* numRmaCtx 0 (no one-sided operation passes the checks) still gets
+       * its state, empty: the window registration makes it. */
+      size_t nctx = comm->config.num_rma_ctx > 0 ? (size_t)comm->config.num_rma_ctx : 1;
+      size_t n = (size_t)comm->nranks * nctx;
       rma = calloc(1, sizeof(*rma));
       uint64_t* counts = calloc(4 * n, sizeof(uint64_t));
       unsigned long long* streams = calloc(n, sizeof(*streams));
-      mpn_rma_self_t* self = calloc((size_t)comm->config.num_rma_ctx, sizeof(*self));
+      mpn_rma_self_t* self = calloc(nctx, sizeof(*self));
       if (rma == NULL || counts == NULL || streams == NULL || self == NULL) {
         free(rma), free(counts), free(streams), free(self);
         rma = NULL;

@@ -541,6 +541,38 @@ START_TEST(group_errors) {
 }
 END_TEST
 
+/* numRmaCtx 0 (NCCL 2.30: RMA disabled on the communicator): created, and
+ * every one-sided call is refused on ctx 0, which is out of [0, 0). */
+START_TEST(rma_no_contexts) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.numRmaCtx = 0;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclSuccess);
+  ck_assert_ptr_nonnull(comm);
+  char buf[16];
+  ncclWindow_t win = (ncclWindow_t)buf;
+  ck_assert_int_eq(ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, 0, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm),
+                     "ncclPutSignal: ctx 0 out of range [0, 0) (numRmaCtx 0: the "
+                     "communicator has no one-sided operations)"));
+  ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "ncclSignal: ctx 0 out of range [0, 0)"));
+  ncclWaitSignalDesc_t d = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
+  ck_assert_int_eq(ncclWaitSignal(1, &d, comm, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "ncclWaitSignal: signalDescs[0]: ctx 0 out of range [0, 0)"));
+  /* A split without a config inherits it. */
+  ncclComm_t child = NULL;
+  ck_assert_int_eq(ncclCommSplit(comm, 0, 0, &child, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclSignal(0, 0, 0, 0, child, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(child), "numRmaCtx 0"));
+  ck_assert_int_eq(ncclCommDestroy(child), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
 START_TEST(rma_checks) {
   use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
@@ -1177,6 +1209,7 @@ int main(void) {
   tcase_add_test(tc, group_size_limit);
   tcase_add_test(tc, group_size_limit_captured);
   tcase_add_test(tc, rma_checks);
+  tcase_add_test(tc, rma_no_contexts);
   tcase_add_test(tc, last_error_per_thread);
   tcase_add_test(tc, register_handles);
   tcase_add_test(tc, watchdog_peer_gone);

@@ -103,8 +103,20 @@ START_TEST(config_defaults_and_magic) {
   ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclInvalidArgument);
   ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "blocking 2"));
   c.blocking = NCCL_CONFIG_UNDEF_INT;
+  /* numRmaCtx as NCCL 2.30's parseCommConfig: 0 accepted (no one-sided
+   * operations), negative refused; above our 64 refused (NCCL has no bound). */
   c.numRmaCtx = 0;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.num_rma_ctx, 0);
+  c.numRmaCtx = 64;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.num_rma_ctx, 64);
+  c.numRmaCtx = -1;
+  ck_assert_int_eq(mpn_config_read(&c, NULL, "ncclCommInitRankConfig", &cfg), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclCommInitRankConfig: config->numRmaCtx -1 is negative"));
+  c.numRmaCtx = 65;
   ck_assert_int_eq(mpn_config_read(&c, NULL, "t", &cfg), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "config->numRmaCtx 65 is above the 64"));
 }
 END_TEST
 

@@ -9,6 +9,7 @@
  */
 #include "ucx/net.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ struct mpn_ucx_comm {
   int notice_from;        /* the abort notice's payload: the rank that aborted */
   int aborted_by;         /* that rank once the notice came, else -1 */
   uint64_t notice_done;   /* the notice receive's flag */
+  mpn_ucx_mismatch_t mismatch; /* the first receive of another size than its message */
 };
 
 /* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
@@ -183,11 +185,23 @@ static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, in
                               uint64_t* flag, uint64_t value, int* error, uint64_t* release,
                               int nrelease) {
   struct mpn_ucx_comm* u = comm->ucx;
-  mpn_ucx_cmd_t cmd = {.kind = kind, .owner = u, .peer = &u->peers[peer], .buf = buf,
-                       .bytes = bytes, .tag = tag, .flag = flag, .value = value, .error = error,
-                       .owner_error = &u->error, .trigger = when ? when->word : NULL,
-                       .trigger_value = when ? when->value : 0, .release = release,
-                       .nrelease = nrelease, .user_buffer = when ? when->user_buffer : 0};
+  mpn_ucx_cmd_t cmd = {.kind = kind,
+                       .owner = u,
+                       .peer = &u->peers[peer],
+                       .buf = buf,
+                       .bytes = bytes,
+                       .tag = tag,
+                       .flag = flag,
+                       .value = value,
+                       .error = error,
+                       .owner_error = &u->error,
+                       .trigger = when ? when->word : NULL,
+                       .trigger_value = when ? when->value : 0,
+                       .release = release,
+                       .nrelease = nrelease,
+                       .user_buffer = when ? when->user_buffer : 0,
+                       .mismatch = kind == MPN_UCX_RECV ? &u->mismatch : NULL,
+                       .from = peer};
   return mpn_ucx_proxy_post(&cmd);
 }
 
@@ -255,9 +269,24 @@ void mpn_ucx_peer_lost(struct ncclComm* comm, int peer) {
 
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
-  if (u == NULL || u->reported || __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) == ncclSuccess) return;
+  int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
+  if (u == NULL || u->reported || error == ncclSuccess) return;
   u->reported = 1;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
+  const mpn_ucx_mismatch_t* m = &u->mismatch; /* written before the error (proxy.c, recv_done) */
+  if (error == ncclInvalidUsage && m->claimed) {
+    char came[48];
+    if (m->longer)
+      snprintf(came, sizeof(came), "more came");
+    else
+      snprintf(came, sizeof(came), "%zu came", m->got);
+    mpn_error_set(comm, ncclInvalidUsage,
+                  "a message from rank %d to rank %d over UCX does not fit its receive: the ncclSend and "
+                  "ncclRecv differ in count or datatype (%zu bytes expected, %s)",
+                  m->from, comm->rank, m->expected, came);
+    mpn_comm_set_async(comm, ncclInvalidUsage);
+    return;
+  }
   if (from >= 0)
     mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", from);
   else

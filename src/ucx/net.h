@@ -81,7 +81,9 @@ uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64
  * streams' waits are released) and so do later ones. */
 void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);
 
-/** Folds a failed UCX transfer into the communicator's async error (ncclRemoteError). */
+/** Folds a failed UCX transfer into the communicator's async error:
+ *  ncclInvalidUsage for a receive whose message had another size (the send
+ *  differs in count or datatype; the receiving side only), else ncclRemoteError. */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 
 /**

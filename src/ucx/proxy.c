@@ -74,11 +74,13 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   if (cmd->request) flying_remove(cmd);
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
-  if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+  /* A receive of another size than its message is the caller's error (the
+   * matching send differs in count or datatype), as within a host. */
+  int code = status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch ? ncclInvalidUsage : ncclRemoteError;
+  if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
   int ok = ncclSuccess; /* the communicator keeps its first error */
   if (status != UCS_OK && cmd->owner_error)
-    __atomic_compare_exchange_n(cmd->owner_error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
+    __atomic_compare_exchange_n(cmd->owner_error, &ok, code, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
   if (status != UCS_OK && !cmd->quiet) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
   if (status == UCS_OK && cmd->kind == MPN_UCX_RECV && cmd->fn) cmd->fn(cmd->arg);
   if (cmd->release == NULL) {
@@ -103,7 +105,18 @@ static void send_done(void* request, ucs_status_t status, void* user_data) {
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   const mpn_ucx_cmd_t* cmd = user_data;
   /* A shorter message than the receive expects is an error, not data. */
+  int shorter = status == UCS_OK && info != NULL && info->length < cmd->bytes;
   if (status == UCS_OK && info != NULL && info->length != cmd->bytes) status = UCS_ERR_MESSAGE_TRUNCATED;
+  /* Described by the first receive that finds one (callbacks all run on
+   * this thread); published by complete's release of the error. */
+  mpn_ucx_mismatch_t* m = cmd->mismatch;
+  if (status == UCS_ERR_MESSAGE_TRUNCATED && m && !m->claimed) {
+    m->claimed = 1;
+    m->from = cmd->from;
+    m->expected = cmd->bytes;
+    m->got = shorter ? info->length : 0;
+    m->longer = !shorter; /* what UCX says of a longer one's length is not relied on */
+  }
   complete(request, status, user_data);
 }
 

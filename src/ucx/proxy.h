@@ -29,6 +29,17 @@ typedef enum {
   MPN_UCX_CALL        /**< run fn(arg) on the proxy thread (context-level UCX calls) */
 } mpn_ucx_cmd_kind_t;
 
+/** Where a communicator's receives record the first message whose size
+ *  differs from the receive's (the matching send's count or datatype
+ *  differs); read by mpn_ucx_poll_errors once the error is seen. */
+typedef struct {
+  int claimed;     /**< set by the first receive that finds one (proxy thread) */
+  int from;        /**< that receive's sender */
+  size_t expected; /**< bytes the receive was posted for */
+  size_t got;      /**< bytes that came, when fewer than expected */
+  int longer;      /**< more came than fit (UCX truncated it) */
+} mpn_ucx_mismatch_t;
+
 /** A remote region as a peer sees it: address and packed key, unpacked on first use. */
 typedef struct {
   uint64_t addr;
@@ -57,6 +68,11 @@ typedef struct mpn_ucx_cmd {
   uint64_t desc_bytes[4];   /**< put: a descriptor of the put for the peer (inline) */
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call; receive: run after it completed well (may be NULL) */
+  /** Receive: where a message of another size than bytes is described, and
+   * the sender's rank for it (NULL: a size mismatch fails it as any error).
+   * Such a receive fails with ncclInvalidUsage, not ncclRemoteError. */
+  mpn_ucx_mismatch_t* mismatch;
+  int from;
   void* arg;
   int quiet; /**< its failure is expected (a receive cancelled at close): no warning */
   /** When set, the proxy starts the operation only once *trigger >= trigger_value

@@ -201,8 +201,10 @@ static void triggered(ncclComm_t comm) {
 /*
  * The proxy's side of the staged path (ucx/staged.c), on host memory:
  * chunks matched by explicit tags whatever order the receives are posted
- * in, completion flags that only grow, and a failed chunk releasing its
- * pipeline's words.  Last step: it leaves the communicator failed.
+ * in, completion flags that only grow, and a chunk shorter than its
+ * receive releasing its pipeline's words and failing the communicator
+ * with ncclInvalidUsage and the text of a size mismatch.  Last step: it
+ * leaves the communicator failed.
  */
 static void pipeline(ncclComm_t comm) {
   if (nranks < 2) return;
@@ -236,7 +238,9 @@ static void pipeline(ncclComm_t comm) {
   for (size_t i = 0; i < N * CH; i++) bad += r[i] != byte_of(from, rank, i, 9);
   EXPECT(bad == 0);
   MPI_Barrier(MPI_COMM_WORLD);
-  /* A chunk shorter than its receive fails: its words are released. */
+  /* A chunk shorter than its receive fails: its words are released, and the
+   * receiving communicator reports ncclInvalidUsage, as a receive whose count
+   * or datatype differs from its send within a host (p2p.c, report_mismatch). */
   uint64_t flag = 0;
   EXPECT(mpn_ucx_tagged_on(comm, 0, from, r, 16, mpn_ucx_stage_tag(comm, from, rank, 1, 0), NULL, &flag, 7,
                            &error, release, 2) == ncclSuccess);
@@ -249,8 +253,17 @@ static void pipeline(ncclComm_t comm) {
          time(NULL) <= end) {
   }
   EXPECT(flag == 7);
-  EXPECT(error == ncclRemoteError);
+  EXPECT(error == ncclInvalidUsage);
   EXPECT(release[0] == UINT64_MAX >> 1 && release[1] == UINT64_MAX >> 1);
+  ncclResult_t async = ncclSuccess;
+  EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+  EXPECT(async == ncclInvalidUsage);
+  char text[256];
+  snprintf(text, sizeof(text),
+           "a message from rank %d to rank %d over UCX does not fit its receive: the ncclSend and ncclRecv "
+           "differ in count or datatype (16 bytes expected, 8 came)",
+           from, rank);
+  EXPECT(strstr(ncclGetLastError(comm), text) != NULL);
   MPI_Barrier(MPI_COMM_WORLD);
   free(s);
   free(r);

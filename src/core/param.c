@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -199,8 +200,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                               "which also closes this file."},
 };
 
+/* loaded is set last, with release order, after the values it publishes;
+ * readers that see it set read them without the lock. */
 static struct {
-  int loaded;
+  atomic_int loaded;
   ncclResult_t status;
   char error[256];
   int set[MPN_PARAM_COUNT];
@@ -270,33 +273,35 @@ static void load_locked(void) {
       break;
     }
   }
-  params.loaded = 1;
+  atomic_store_explicit(&params.loaded, 1, memory_order_release);
 }
 
 static ncclResult_t load(int force) {
   pthread_mutex_lock(&params_lock);
-  if (force || !params.loaded) load_locked();
+  if (force || !atomic_load_explicit(&params.loaded, memory_order_relaxed)) load_locked();
   ncclResult_t res = params.status;
   pthread_mutex_unlock(&params_lock);
   if (res != ncclSuccess) return mpn_error_set(NULL, res, "%s", params.error);
   return ncclSuccess;
 }
 
+static int loaded(void) { return atomic_load_explicit(&params.loaded, memory_order_acquire); }
+
 ncclResult_t mpn_params_load(void) { return load(0); }
 ncclResult_t mpn_params_reload(void) { return load(1); }
 
 int64_t mpn_param_int(mpn_param_id_t id) {
-  if (!params.loaded) load(0);
+  if (!loaded()) load(0);
   return params.ival[id];
 }
 
 const char* mpn_param_str(mpn_param_id_t id) {
-  if (!params.loaded) load(0);
+  if (!loaded()) load(0);
   return params.sval[id];
 }
 
 int mpn_param_is_set(mpn_param_id_t id) {
-  if (!params.loaded) load(0);
+  if (!loaded()) load(0);
   return params.set[id];
 }
 

@@ -75,12 +75,13 @@ static kept_t* kept;
 static pid_t kept_pid; /* the process that kept them: a forked child's exit leaves them */
 
 /* The kept pairs whose name the peer took (it unlinks the name once it has
- * opened the file and mapped the device block) go: their device blocks are
- * freed, as those of pairs the peer opened before this side let go (the
- * peer's mapping keeps what it maps).  So a program that makes and destroys
- * communicators in a loop holds the blocks of the pairs not taken yet, not
- * one per communicator.  Under map_lock. */
-static void kept_reap(void) {
+ * opened the file and mapped the device block) go: they are moved to *gone,
+ * whose device blocks the caller frees after map_lock (kept_free), as those
+ * of pairs the peer opened before this side let go (the peer's mapping
+ * keeps what it maps).  So a program that makes and destroys communicators
+ * in a loop holds the blocks of the pairs not taken yet, not one per
+ * communicator.  Under map_lock. */
+static void kept_reap(kept_t** gone) {
   for (kept_t** pk = &kept; *pk;) {
     kept_t* k = *pk;
     int fd = shm_open(k->name, O_RDONLY, 0);
@@ -89,9 +90,20 @@ static void kept_reap(void) {
       pk = &k->next;
       continue;
     }
+    *pk = k->next;
+    k->next = *gone;
+    *gone = k;
+  }
+}
+
+/* Frees what kept_reap took, without map_lock: cudaFree may wait for the
+ * whole device. */
+static void kept_free(kept_t* gone) {
+  while (gone) {
+    kept_t* k = gone;
+    gone = k->next;
     if (k->dflags) cudaFree(k->dflags);
     cudaGetLastError();
-    *pk = k->next;
     free(k);
   }
 }
@@ -236,14 +248,29 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   return ncclSuccess;
 }
 
-/* The other side waits (at set-up only) for the creator's decision. */
+/* Whether c stamps a file whose creator, of PID namespace pidns, is gone. */
+static int creator_gone(const mpn_pair_creator_t* c, uint64_t pidns) {
+  return __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == MPN_PAIR_MAGIC && c->pidns == pidns && pidns != 0 &&
+         mpn_proc_gone(c->pid, c->start_time);
+}
+
+/* How often (in polls of 50 us) the wait below asks whether the creator
+ * still lives: about every 20 ms. */
+#define ADOPT_LIVENESS_POLLS 400
+
+/* The other side waits (at set-up only) for the creator's decision; a
+ * creator that died first (killed, crashed) ends the wait at once instead
+ * of at MPINCCL_BOOTSTRAP_TIMEOUT. */
 static ncclResult_t flags_adopt(mpn_pair_t* p) {
   mpn_pair_mem_t* mem = p->mem;
-  uint64_t deadline = mpn_chan_deadline();
+  uint64_t deadline = mpn_chan_deadline(), pidns = mpn_proc_pidns();
   uint32_t where;
-  while ((where = __atomic_load_n(&mem->flags_where, __ATOMIC_ACQUIRE)) == MPN_FLAGS_UNSET) {
+  for (unsigned polls = 0; (where = __atomic_load_n(&mem->flags_where, __ATOMIC_ACQUIRE)) == MPN_FLAGS_UNSET; polls++) {
     if (mpn_chan_now_ns() > deadline)
       return mpn_error_set(NULL, ncclTimeout, "the peer did not finish setting up %s", p->name);
+    if (polls % ADOPT_LIVENESS_POLLS == ADOPT_LIVENESS_POLLS - 1 && creator_gone(&mem->creator, pidns))
+      return mpn_error_set(NULL, ncclRemoteError, "the process that made %s (pid %d) ended before setting it up",
+                           p->name, (int)mem->creator.pid);
     usleep(50);
   }
   if (where == MPN_FLAGS_FAILED)
@@ -356,34 +383,49 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
   return ncclSuccess;
 }
 
+/* Lets go of m's memory, device block and file mapping (after map_lock:
+ * cudaFree and cudaHostUnregister may wait for the whole device, and other
+ * threads mapping pairs must not wait for that).  keep: its device block
+ * stays for the peer (kept_add). */
+static void mapping_free(mapping_t* m, int keep) {
+  if (m->pair.dflags && m->pair.created && !keep)
+    cudaFree((void*)m->pair.dflags);
+  else if (m->pair.dflags && !m->pair.created)
+    mpn_ipc_release(&m->pair.dflags_import);
+  pair_mem_unmap(&m->pair);
+  if (m->pair.rma_rings) m->pair.rma_rings_free(m->pair.rma_rings);
+  free(m);
+}
+
 void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
+  mapping_t* last = NULL; /* the mapping to free, when this was its last reference */
+  int keep = 0;
+  kept_t* gone = NULL;
   pthread_mutex_lock(&map_lock);
   for (mapping_t** pm = &mappings; *pm; pm = &(*pm)->next) {
     mapping_t* m = *pm;
     if (&m->pair != pair) continue;
     if (--m->refs == 0) {
       *pm = m->next;
+      last = m;
       int unopened = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
       /* (a peer in this process never opens it by name: nothing to keep) */
-      int keep = unopened && elsewhere && kept_add(m->pair.name, (void*)m->pair.dflags); /* (unopened: created here) */
+      keep = unopened && elsewhere && kept_add(m->pair.name, (void*)m->pair.dflags); /* (unopened: created here) */
       if (keep)
         MPN_INFO(MPN_SUBSYS_P2P,
                  "%s: kept for the peer, which has not opened it yet (%s device block "
                  "held until the peer takes it or this process exits)",
                  m->pair.name, m->pair.dflags ? "its" : "no");
-      if (m->pair.dflags && m->pair.created && !keep)
-        cudaFree((void*)m->pair.dflags);
-      else if (m->pair.dflags && !m->pair.created)
-        mpn_ipc_release(&m->pair.dflags_import);
-      pair_mem_unmap(&m->pair);
-      if (m->pair.rma_rings) m->pair.rma_rings_free(m->pair.rma_rings);
+      /* The name goes under the lock: no thread of this process may find
+       * the file by it once the mapping is unlisted. */
       if (unopened && !keep) shm_unlink(m->pair.name);
-      free(m);
     }
     break;
   }
-  kept_reap();
+  kept_reap(&gone);
   pthread_mutex_unlock(&map_lock);
+  if (last) mapping_free(last, keep);
+  kept_free(gone);
 }
 
 /* A captured message whose slot its message MPN_PAIR_GRAPH_SLOTS before
@@ -533,8 +575,7 @@ static int pair_stale(int dir, const char* name, uint64_t pidns, int* pid, struc
   close(fd);
   if (mem == MAP_FAILED) return 0;
   const mpn_pair_creator_t* c = &((const mpn_pair_mem_t*)mem)->creator;
-  int stale = __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == MPN_PAIR_MAGIC && c->pidns == pidns &&
-              mpn_proc_gone(c->pid, c->start_time);
+  int stale = creator_gone(c, pidns);
   *pid = c->pid;
   munmap(mem, head);
   return stale;

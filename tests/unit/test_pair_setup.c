@@ -9,15 +9,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/error.h"
 #include "core/param.h"
+#include "core/proc.h"
 #include "p2p/pair.h"
 
 cudaError_t __wrap_cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
@@ -29,8 +34,17 @@ cudaError_t __wrap_cudaHostGetDevicePointer(void** dev, void* host, unsigned int
   *dev = host;
   return cudaSuccess;
 }
+/* While set, cudaHostUnregister waits (at most 5 s) until it is cleared:
+ * an unmap whose CUDA calls wait for the device. */
+static int unregister_held;   /* atomic */
+static int unregister_inside; /* atomic: a call waits */
+
 cudaError_t __wrap_cudaHostUnregister(void* ptr) {
   (void)ptr;
+  if (!__atomic_load_n(&unregister_held, __ATOMIC_ACQUIRE)) return cudaSuccess;
+  __atomic_store_n(&unregister_inside, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 5000 && __atomic_load_n(&unregister_held, __ATOMIC_ACQUIRE); i++) usleep(1000);
+  __atomic_store_n(&unregister_inside, 0, __ATOMIC_RELEASE);
   return cudaSuccess;
 }
 cudaError_t __wrap_cudaGetLastError(void) { return cudaSuccess; }
@@ -74,12 +88,14 @@ typedef struct {
   ncclResult_t res;
   int done;        /* atomic */
   uint64_t end_ns; /* when it returned */
+  char why[256];   /* its thread's ncclGetLastError text */
 } mapper_t;
 
 static void* mapper_main(void* arg) {
   mapper_t* m = arg;
   m->res = mpn_pair_map(m->key, 0, 1, &m->pair);
   m->end_ns = mpn_chan_now_ns();
+  snprintf(m->why, sizeof(m->why), "%s", mpn_error_last(NULL));
   __atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -176,6 +192,73 @@ START_TEST(failed_setup_ends_waiters) {
 }
 END_TEST
 
+/* A creator that died after stamping its file and before deciding where
+ * the flags live (killed, crashed) ends the peer's wait within a fraction
+ * of a second, with ncclRemoteError naming it, not at the bootstrap
+ * timeout (20 s here). */
+START_TEST(dead_creator_ends_wait) {
+  int go[2];
+  ck_assert_int_eq(pipe(go), 0);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) { /* the creator: lives until told, then is killed */
+    char c;
+    close(go[1]);
+    if (read(go[0], &c, 1) < 0) _exit(1);
+    _exit(0);
+  }
+  close(go[0]);
+  uint64_t started = mpn_proc_start_time(child);
+  uint64_t k = test_key(5);
+  mpn_pair_mem_t* peer = peer_create(k);
+  peer->creator = (mpn_pair_creator_t){.pidns = mpn_proc_pidns(), .start_time = started, .pid = child};
+  __atomic_store_n(&peer->creator.magic, MPN_PAIR_MAGIC, __ATOMIC_RELEASE);
+  mapper_t a;
+  mapper_start(&a, k);
+  usleep(200 * 1000); /* a waits for a live creator */
+  ck_assert_msg(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), "the wait ended while its creator lived");
+  uint64_t killed = mpn_chan_now_ns();
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  close(go[1]);
+  ck_assert_msg(mapper_wait(&a, 5.0), "the peer still waited 5 s after its creator died");
+  pthread_join(a.thread, NULL);
+  ck_assert_int_eq(a.res, ncclRemoteError);
+  ck_assert_ptr_nonnull(strstr(a.why, "ended before setting it up"));
+  ck_assert((double)(a.end_ns - killed) / 1e9 < 1.0);
+  char name[96];
+  pair_name(name, sizeof(name), k);
+  shm_unlink(name);
+  munmap(peer, sizeof(*peer));
+}
+END_TEST
+
+/* An unmap whose CUDA calls wait (cudaFree and cudaHostUnregister may wait
+ * for the whole device) holds up no other thread's mapping. */
+START_TEST(slow_unmap_holds_up_no_mapping) {
+  uint64_t kx = test_key(6), ky = test_key(7);
+  mapper_t a, other;
+  mapper_start(&a, kx); /* made here, nobody's yet: no wait for a peer */
+  ck_assert(mapper_wait(&a, 3.0));
+  pthread_join(a.thread, NULL);
+  ck_assert_int_eq(a.res, ncclSuccess);
+  __atomic_store_n(&unregister_held, 1, __ATOMIC_RELEASE);
+  pthread_t unmapper;
+  ck_assert_int_eq(pthread_create(&unmapper, NULL, unmapper_main, a.pair), 0);
+  for (int i = 0; i < 3000 && !__atomic_load_n(&unregister_inside, __ATOMIC_ACQUIRE); i++) usleep(1000);
+  ck_assert_msg(__atomic_load_n(&unregister_inside, __ATOMIC_ACQUIRE), "the unmap never unregistered");
+  mapper_start(&other, ky);
+  int in_time = mapper_wait(&other, 2.0);
+  __atomic_store_n(&unregister_held, 0, __ATOMIC_RELEASE);
+  pthread_join(unmapper, NULL);
+  pthread_join(other.thread, NULL);
+  ck_assert_msg(in_time, "mapping a pair waited for another pair's unmap (its CUDA calls)");
+  ck_assert_int_eq(other.res, ncclSuccess);
+  mpn_pair_unmap(other.pair, 0);
+  ck_assert(!name_exists(kx) && !name_exists(ky));
+}
+END_TEST
+
 int main(void) {
   setenv("MPINCCL_FLAGS", "host", 1);
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
@@ -185,6 +268,8 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, wait_holds_up_no_other_pair);
   tcase_add_test(tc, failed_setup_ends_waiters);
+  tcase_add_test(tc, dead_creator_ends_wait);
+  tcase_add_test(tc, slow_unmap_holds_up_no_mapping);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -417,15 +417,21 @@ static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
     fn(arg);
     return 0;
   }
-  task_t t = {.fn = fn, .arg = arg};
+  /* On the heap: the queue is global, and every way out of the wait
+   * below leaves the task off it (run_tasks, task_unqueue, finalize). */
+  task_t* t = calloc(1, sizeof(*t));
+  if (t == NULL) return -1;
+  t->fn = fn;
+  t->arg = arg;
   if (chan.tasks_tail)
-    chan.tasks_tail->next = &t;
+    chan.tasks_tail->next = t;
   else
-    chan.tasks = &t;
-  chan.tasks_tail = &t;
-  while (!t.done) {
+    chan.tasks = t;
+  chan.tasks_tail = t;
+  while (!t->done) {
     if (abort && *abort) {
-      task_unqueue(&t);
+      task_unqueue(t);
+      free(t);
       return -1;
     }
     struct timespec ts;
@@ -437,7 +443,9 @@ static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
     }
     pthread_cond_timedwait(&chan.cond, &chan.lock, &ts);
   }
-  return t.done > 0 ? 0 : -1;
+  int ran = t->done > 0;
+  free(t);
+  return ran ? 0 : -1;
 }
 
 int mpn_chan_call(void (*fn)(void*), void* arg, int blocks, const volatile int* abort) {

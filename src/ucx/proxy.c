@@ -86,12 +86,13 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   if (cmd->release == NULL) {
     __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
   } else { /* a pipeline's words only grow: a late completion must not undo a release */
-    uint64_t seen = __atomic_load_n(cmd->flag, __ATOMIC_ACQUIRE);
-    while (seen < cmd->value &&
-           !__atomic_compare_exchange_n(cmd->flag, &seen, cmd->value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
-    }
+    /* The release first: whoever sees this operation's flag sees the
+     * pipeline released too. */
     for (int i = 0; status != UCS_OK && i < cmd->nrelease; i++)
       __atomic_store_n(&cmd->release[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+    uint64_t seen = __atomic_load_n(cmd->flag, __ATOMIC_ACQUIRE);
+    while (seen < cmd->value &&
+           !__atomic_compare_exchange_n(cmd->flag, &seen, cmd->value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {}
   }
   px.in_flight--;
   free(cmd);

@@ -119,8 +119,8 @@ static void CUDART_CB post_all(void* arg) {
   for (int i = 0; i < g->n; i++) {
     gpost_t* p = &g->posts[i];
     __atomic_store_n(&g->words[i], 0, __ATOMIC_RELEASE);
-    if (mpn_ucx_tagged_on(p->comm, p->send, p->peer, p->stage, p->bytes, p->tag, NULL, &g->words[i], 1,
-                          &g->error, NULL, 0) != ncclSuccess) {
+    if (mpn_ucx_tagged_on(p->comm, p->send, p->peer, p->stage, p->bytes, p->tag, NULL, NULL, &g->words[i], 1, &g->error,
+                          NULL, 0) != ncclSuccess) {
       int ok = ncclSuccess; /* the communicator reports it (ncclCommGetAsyncError) */
       __atomic_compare_exchange_n(mpn_ucx_comm_error(p->comm), &ok, (int)ncclSystemError, 0,
                                   __ATOMIC_RELEASE, __ATOMIC_RELAXED);

@@ -9,6 +9,7 @@
  */
 #include "ucx/net.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,73 +24,147 @@
 
 #define MPN_UCX_ADDR_MAX 4096
 
+/* A notice between the ranks of a communicator (notice_tag): a rank
+ * aborted, or a receive found that the message sent to it has another size
+ * (the sender learns of it so; ucx/proxy.c, recv_came).  Fits a proxy send's
+ * inline payload (mpn_ucx_proxy_send_here). */
+enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2 };
+
+typedef struct {
+  int32_t from; /* the rank that sends it */
+  int32_t kind; /* NOTICE_ABORT or NOTICE_MISMATCH */
+  int32_t came; /* mismatch: an mpn_ucx_came_t */
+  int32_t unused;
+  uint64_t expected, got; /* mismatch: as in mpn_ucx_mismatch_t */
+} notice_t;
+
+_Static_assert(sizeof(notice_t) <= sizeof(((mpn_ucx_cmd_t*)0)->desc_bytes), "a notice is sent inline");
+
 struct mpn_ucx_comm {
   mpn_ucx_peer_t* peers;  /* nranks; address NULL for peers not on UCX */
   uint64_t *send_seq, *recv_seq;
   int nranks, rank;
+  uint64_t key;           /* comm_tag of the communicator */
   int error;              /* an ncclResult_t set by the proxy when a transfer fails */
   int reported;           /* error already folded into the async error */
-  int notice_from;        /* the abort notice's payload: the rank that aborted */
-  int aborted_by;         /* that rank once the notice came, else -1 */
+  notice_t notice_in;     /* the notice receive's payload */
+  notice_t notice_out;    /* what an abort sends */
+  int aborted_by;         /* the rank whose abort notice came, else -1 */
   uint64_t notice_done;   /* the notice receive's flag */
+  uint64_t notice_sent;   /* a mismatch notice's flag (nobody waits for it) */
   mpn_ucx_mismatch_t mismatch; /* the first receive of another size than its message */
+  mpn_ucx_mismatch_t told;     /* a peer's mismatch notice: a send of this rank did not fit */
 };
 
 /* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
  * the source rank and 20 of a message number, or (bit 39 set, staged device
  * data, ucx/staged.c) 13 bits of the source, 13 of the destination (more
- * than 8192 ranks alias), 6 of the message and 7 of the chunk (127: a
- * message captured in a CUDA graph, ucx/graph.c, numbered by the message
- * field).  A lane
- * posts at most 32 receives at once (MPINCCL_UCX_DEPTH), whose tags differ
- * (fewer than either field wraps at); a sender may run ahead (eager sends
- * complete locally) so equal tags can wait together among the unexpected
- * messages, and they still pair correctly because UCX matches the messages
- * of one endpoint in order and both sides post in the same order. */
+ * than 8192 ranks alias), 6 of the message and 7 of the chunk.  The chunk
+ * field is a "last chunk of its message" bit (CHUNK_LAST) and a 6-bit index
+ * that wraps modulo 63 (CHUNK_INDEXES); the field's value 127 (last bit and
+ * index 63, which no chunk has) marks a message captured in a CUDA graph
+ * (ucx/graph.c, numbered by the message field).  A chunk's receive ignores
+ * the last bit in matching and compares it once matched (proxy.c,
+ * recv_came): a sender that cut more or fewer chunks than the receiver,
+ * every one full-size, is a size mismatch, not a chunk left for a later
+ * message 64 further on, or one waited for forever.  A lane posts at most
+ * 32 receives at once (MPINCCL_UCX_DEPTH), whose tags differ without the
+ * last bit too (fewer than either the message number or the index wraps
+ * at); a sender may run ahead (eager sends complete locally) so equal tags
+ * can wait together among the unexpected messages, and they still pair
+ * correctly because UCX matches the messages of one endpoint in order and
+ * both sides post in the same order. */
 static uint64_t comm_tag(const struct ncclComm* comm) {
   return ((comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff) << 40;
 }
 
-/* Message numbers start at 1 and wrap past 0: number 0 is the abort
- * notice's (notice_tag). */
+/* Message numbers start at 1 and wrap past 0: number 0 is the notices'
+ * (notice_tag). */
 static uint64_t make_tag(const struct ncclComm* comm, int src, uint64_t seq) {
   return comm_tag(comm) | ((uint64_t)src & 0x7ffff) << 20 | (1 + (seq - 1) % 0xfffff);
 }
 
-/* The notice a rank that aborts sends each UCX peer: addressed by the
- * receiver (ranks of one process share a worker), the sender in the data. */
-static uint64_t notice_tag(const struct ncclComm* comm, int dst) { return make_tag(comm, dst, 1) & ~0xfffffull; }
+/* A notice (notice_t) to rank dst: addressed by the receiver (ranks of one
+ * process share a worker), the sender in the data; key is comm_tag's. */
+static uint64_t notice_tag(uint64_t key, int dst) { return key | ((uint64_t)dst & 0x7ffff) << 20; }
+
+enum { CHUNK_FIELD = 0x7f, CHUNK_LAST = 0x40, CHUNK_INDEXES = 63, GRAPH_CHUNK = 0x7f };
 
 static uint64_t staged_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg, uint64_t chunk) {
   return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x1fff) << 26 |
          ((uint64_t)dst & 0x1fff) << 13 | (msg & 0x3f) << 7 | chunk;
 }
 
-/* Chunks number 0 to 126 (wrapping, which order-matching allows); 127 marks
- * a captured message (mpn_ucx_graph_tag). */
-uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
-                           uint64_t chunk) {
-  return staged_tag(comm, src, dst, msg, chunk % 127);
+/* Indexes 0 to 62 (wrapping, which order-matching allows), so that no chunk
+ * has the captured messages' field (mpn_ucx_graph_tag), last bit or not. */
+uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg, uint64_t chunk, int last) {
+  return staged_tag(comm, src, dst, msg, (last ? CHUNK_LAST : 0) | chunk % CHUNK_INDEXES);
 }
 
 uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64_t n) {
-  return staged_tag(comm, src, dst, n, 127);
+  return staged_tag(comm, src, dst, n, GRAPH_CHUNK);
 }
 
-/* On the proxy thread, once a peer's abort notice came: everything with
- * that peer fails (its streams' waits are released), and the communicator
- * reports it (mpn_ucx_poll_errors). */
+/* The last bit of a staged chunk's tag; 0 for other tags (matched whole). */
+static uint64_t last_bit_of(uint64_t tag) {
+  return (tag >> 39 & 1) && (tag & CHUNK_FIELD) != GRAPH_CHUNK ? CHUNK_LAST : 0;
+}
+
+/* On the proxy thread, once a peer's notice came: everything with that
+ * peer fails (its streams' waits are released), and the communicator
+ * reports it (mpn_ucx_poll_errors): ncclRemoteError for an abort,
+ * ncclInvalidUsage for a send of this rank that did not fit its receive.
+ * After a mismatch the peer takes no more of this rank's messages, so the
+ * sends to it in flight, which UCX cannot cancel, are released too. */
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
-  int from = u->notice_from;
-  if (from < 0 || from >= u->nranks || u->peers[from].address == NULL) {
-    MPN_WARN("UCX: an abort notice names rank %d, which is no UCX peer of rank %d", from, u->rank);
+  const notice_t* n = &u->notice_in;
+  int from = n->from, mismatch = n->kind == NOTICE_MISMATCH;
+  if (from < 0 || from >= u->nranks || u->peers[from].address == NULL || (n->kind != NOTICE_ABORT && !mismatch) ||
+      n->came < MPN_UCX_CAME_BYTES || n->came > MPN_UCX_CAME_FEWER) {
+    MPN_WARN("UCX: a notice of kind %d names rank %d, which is no UCX peer of rank %d", n->kind, from, u->rank);
     return;
   }
-  __atomic_store_n(&u->aborted_by, from, __ATOMIC_RELEASE);
+  if (mismatch) {
+    u->told.from = from;
+    u->told.expected = (size_t)n->expected;
+    u->told.got = (size_t)n->got;
+    u->told.came = (mpn_ucx_came_t)n->came;
+    __atomic_store_n(&u->told.claimed, 1, __ATOMIC_RELEASE);
+  } else {
+    __atomic_store_n(&u->aborted_by, from, __ATOMIC_RELEASE);
+  }
   int ok = ncclSuccess;
-  __atomic_compare_exchange_n(&u->error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+  __atomic_compare_exchange_n(&u->error, &ok, (int)(mismatch ? ncclInvalidUsage : ncclRemoteError), 0, __ATOMIC_RELEASE,
+                              __ATOMIC_RELAXED);
   mpn_ucx_proxy_fail_peer(&u->peers[from]);
+  if (mismatch) mpn_ucx_proxy_release_sends(&u->peers[from]);
+}
+
+/*
+ * On the proxy thread, outside UCX's callbacks, once a receive of this
+ * communicator found a message of another size (u->mismatch): the sender
+ * gets a notice, then this side's operations with it end, as the sender's
+ * do when the notice comes (notice_arrived).  Failing the peer cancels this
+ * rank's receives from it still posted (the rest of the message's chunks,
+ * later messages of the lane) and makes those armed fail instead of being
+ * posted: no receive of the failed communicator takes another message's
+ * chunk (the sender's extra chunks stay in UCX's queue of unexpected
+ * messages), and each failure releases its pipeline's words, so that the
+ * stream's waits pass.  The notice goes first: a failed peer gets nothing.
+ */
+static void mismatch_found(mpn_ucx_mismatch_t* m) {
+  struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)((char*)m - offsetof(struct mpn_ucx_comm, mismatch));
+  mpn_ucx_peer_t* peer = &u->peers[m->from];
+  notice_t n = {
+      .from = u->rank, .kind = NOTICE_MISMATCH, .came = (int32_t)m->came, .expected = m->expected, .got = m->got};
+  mpn_ucx_cmd_t cmd = {
+      .owner = u, .peer = peer, .tag = notice_tag(u->key, m->from), .flag = &u->notice_sent, .value = 1, .quiet = 1};
+  if (mpn_ucx_proxy_send_here(&cmd, &n, sizeof(n)) != ncclSuccess)
+    MPN_WARN("UCX: rank %d could not tell rank %d that its message did not fit: %s", u->rank, m->from,
+             ncclGetLastError(NULL));
+  mpn_ucx_proxy_fail_peer(peer);
+  mpn_ucx_proxy_release_sends(peer);
 }
 
 /* Posts the receive of the peers' abort notices (one: the first ends the
@@ -98,9 +173,9 @@ static ncclResult_t notice_post(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_RECV,
                        .owner = u,
-                       .buf = &u->notice_from,
-                       .bytes = sizeof(u->notice_from),
-                       .tag = notice_tag(comm, comm->rank),
+                       .buf = &u->notice_in,
+                       .bytes = sizeof(u->notice_in),
+                       .tag = notice_tag(u->key, comm->rank),
                        .flag = &u->notice_done,
                        .value = 1,
                        .fn = notice_arrived,
@@ -138,6 +213,8 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   u->nranks = comm->nranks;
   u->rank = comm->rank;
   u->aborted_by = -1;
+  u->key = comm_tag(comm);
+  u->mismatch.found = mismatch_found;
   const void* addr = NULL;
   size_t len = 0;
   const mpn_rank_info_t* me = &comm->topo.ranks[comm->rank];
@@ -180,10 +257,9 @@ mpn_ucx_peer_t* mpn_ucx_comm_peer(struct ncclComm* comm, int peer) {
 
 int* mpn_ucx_comm_error(struct ncclComm* comm) { return &comm->ucx->error; }
 
-static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
-                              size_t bytes, uint64_t tag, const mpn_ucx_trigger_t* when,
-                              uint64_t* flag, uint64_t value, int* error, uint64_t* release,
-                              int nrelease) {
+static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf, size_t bytes,
+                              uint64_t tag, const mpn_ucx_part_t* part, const mpn_ucx_trigger_t* when, uint64_t* flag,
+                              uint64_t value, int* error, uint64_t* release, int nrelease) {
   struct mpn_ucx_comm* u = comm->ucx;
   mpn_ucx_cmd_t cmd = {.kind = kind,
                        .owner = u,
@@ -191,6 +267,9 @@ static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, in
                        .buf = buf,
                        .bytes = bytes,
                        .tag = tag,
+                       .last_bit = kind == MPN_UCX_RECV ? last_bit_of(tag) : 0,
+                       .msg_offset = part ? part->offset : 0,
+                       .msg_bytes = part ? part->total : 0,
                        .flag = flag,
                        .value = value,
                        .error = error,
@@ -213,16 +292,16 @@ static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int 
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
   uint64_t tag = kind == MPN_UCX_SEND ? make_tag(comm, comm->rank, ++u->send_seq[peer])
                                       : make_tag(comm, peer, ++u->recv_seq[peer]);
-  return tagged_op(comm, kind, peer, buf, bytes, tag, when, flag, value, error, NULL, 0);
+  return tagged_op(comm, kind, peer, buf, bytes, tag, NULL, when, flag, value, error, NULL, 0);
 }
 
-ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* buf, size_t bytes,
-                               uint64_t tag, const mpn_ucx_trigger_t* when, uint64_t* flag,
+ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* buf, size_t bytes, uint64_t tag,
+                               const mpn_ucx_part_t* part, const mpn_ucx_trigger_t* when, uint64_t* flag,
                                uint64_t value, int* error, uint64_t* release, int nrelease) {
   if (mpn_ucx_comm_peer(comm, peer) == NULL)
     return mpn_error_set(comm, ncclInvalidUsage, "rank %d is not a UCX peer of rank %d", peer, comm->rank);
-  return tagged_op(comm, send ? MPN_UCX_SEND : MPN_UCX_RECV, peer, buf, bytes, tag, when, flag,
-                   value, error, release, nrelease);
+  return tagged_op(comm, send ? MPN_UCX_SEND : MPN_UCX_RECV, peer, buf, bytes, tag, part, when, flag, value, error,
+                   release, nrelease);
 }
 
 ncclResult_t mpn_ucx_host_send_on(struct ncclComm* comm, int peer, const void* buf, size_t bytes,
@@ -267,26 +346,35 @@ void mpn_ucx_peer_lost(struct ncclComm* comm, int peer) {
     MPN_WARN("rank %d is gone, and its UCX operations could not be failed: out of memory", peer);
 }
 
+/* Reports a size mismatch, one of this rank's receives (preferred: its own
+ * finding) or one of its sends (a peer's notice); 0 when neither is
+ * recorded.  Records are written before their claimed flag (release). */
+static int mismatch_report(struct ncclComm* comm) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  int mine = __atomic_load_n(&u->mismatch.claimed, __ATOMIC_ACQUIRE);
+  if (!mine && !__atomic_load_n(&u->told.claimed, __ATOMIC_ACQUIRE)) return 0;
+  const mpn_ucx_mismatch_t* m = mine ? &u->mismatch : &u->told;
+  char came[48], who[48] = "";
+  if (m->came == MPN_UCX_CAME_BYTES)
+    snprintf(came, sizeof(came), "%zu came", m->got);
+  else
+    snprintf(came, sizeof(came), "%s came", m->came == MPN_UCX_CAME_MORE ? "more" : "fewer");
+  if (!mine) snprintf(who, sizeof(who), " (rank %d's report)", m->from);
+  mpn_error_set(comm, ncclInvalidUsage,
+                "a message from rank %d to rank %d over UCX does not fit its receive%s: the ncclSend and "
+                "ncclRecv differ in count or datatype (%zu bytes expected, %s)",
+                mine ? m->from : comm->rank, mine ? comm->rank : m->from, who, m->expected, came);
+  mpn_comm_set_async(comm, ncclInvalidUsage);
+  return 1;
+}
+
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
   if (u == NULL || u->reported || error == ncclSuccess) return;
   u->reported = 1;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
-  const mpn_ucx_mismatch_t* m = &u->mismatch; /* written before the error (proxy.c, recv_done) */
-  if (error == ncclInvalidUsage && m->claimed) {
-    char came[48];
-    if (m->longer)
-      snprintf(came, sizeof(came), "more came");
-    else
-      snprintf(came, sizeof(came), "%zu came", m->got);
-    mpn_error_set(comm, ncclInvalidUsage,
-                  "a message from rank %d to rank %d over UCX does not fit its receive: the ncclSend and "
-                  "ncclRecv differ in count or datatype (%zu bytes expected, %s)",
-                  m->from, comm->rank, m->expected, came);
-    mpn_comm_set_async(comm, ncclInvalidUsage);
-    return;
-  }
+  if (error == ncclInvalidUsage && mismatch_report(comm)) return;
   if (from >= 0)
     mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", from);
   else
@@ -302,6 +390,7 @@ void mpn_ucx_abort(struct ncclComm* comm) {
   if (u == NULL || u->peers == NULL) return;
   /* Per peer: the notice's send, then a flush of the endpoint, whose
    * completion means the notice is there, before the close drops it. */
+  u->notice_out = (notice_t){.from = u->rank, .kind = NOTICE_ABORT};
   uint64_t* done = calloc(2 * (size_t)comm->nranks, sizeof(uint64_t));
   int* failed = calloc((size_t)comm->nranks, sizeof(int));
   int posted = 0;
@@ -310,9 +399,9 @@ void mpn_ucx_abort(struct ncclComm* comm) {
     mpn_ucx_cmd_t send = {.kind = MPN_UCX_SEND,
                           .owner = u,
                           .peer = &u->peers[p],
-                          .buf = &u->rank,
-                          .bytes = sizeof(u->rank),
-                          .tag = notice_tag(comm, p),
+                          .buf = &u->notice_out,
+                          .bytes = sizeof(u->notice_out),
+                          .tag = notice_tag(u->key, p),
                           .flag = &done[2 * p],
                           .value = 1,
                           .error = &failed[p],

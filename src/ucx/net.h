@@ -55,23 +55,37 @@ ncclResult_t mpn_ucx_host_recv_on(struct ncclComm* comm, int peer, void* buf, si
                                   const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
                                   int* error);
 
+/** Where a receive's buffer lies in the message it is a chunk of: the
+ *  report of a size mismatch names the message's bytes (total). */
+typedef struct {
+  size_t offset; /**< bytes of the message before the chunk */
+  size_t total;  /**< bytes of the whole message */
+} mpn_ucx_part_t;
+
 /**
  * A tagged send (send != 0) or receive of host memory with an explicit tag
- * (mpn_ucx_stage_tag), started when the trigger comes (when may be NULL);
- * when it fails, release[0..nrelease) are set too (see mpn_ucx_cmd_t).
+ * (mpn_ucx_stage_tag, mpn_ucx_graph_tag), started when the trigger comes
+ * (when may be NULL); when it fails, release[0..nrelease) are set too (see
+ * mpn_ucx_cmd_t).  part (may be NULL: the buffer is the whole message) says
+ * where a receive's chunk lies.  A receive of a staged chunk matches the
+ * sender's chunk whatever its last bit, and fails with ncclInvalidUsage,
+ * the communicator too, when that bit or the size differs from its own:
+ * the sender then gets a notice and fails with ncclInvalidUsage as well,
+ * and each side fails its operations with the other (mpn_ucx_poll_errors).
  */
-ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* buf, size_t bytes,
-                               uint64_t tag, const mpn_ucx_trigger_t* when, uint64_t* flag,
+ncclResult_t mpn_ucx_tagged_on(struct ncclComm* comm, int send, int peer, void* buf, size_t bytes, uint64_t tag,
+                               const mpn_ucx_part_t* part, const mpn_ucx_trigger_t* when, uint64_t* flag,
                                uint64_t value, int* error, uint64_t* release, int nrelease);
 
 /**
  * The tag of chunk chunk of the msg-th staged message from rank src to rank
  * dst (its own tag space, apart from mpn_ucx_host_send's; dst because ranks
- * of one process share its worker): both sides number their messages with a
- * peer in program order and cut them into the same chunks.
+ * of one process share its worker), last when it is the message's last
+ * chunk: both sides number their messages with a peer in program order and
+ * cut them into chunks, each from its own size; the last bit shows where
+ * they cut differently.
  */
-uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg,
-                           uint64_t chunk);
+uint64_t mpn_ucx_stage_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg, uint64_t chunk, int last);
 
 /** The tag of the n-th message from src to dst captured in CUDA graphs
  * (ucx/graph.c; both sides capture their messages in the same order). */
@@ -82,8 +96,9 @@ uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64
 void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);
 
 /** Folds a failed UCX transfer into the communicator's async error:
- *  ncclInvalidUsage for a receive whose message had another size (the send
- *  differs in count or datatype; the receiving side only), else ncclRemoteError. */
+ *  ncclInvalidUsage for a message whose receive had another size (the send
+ *  differs in count or datatype: the receiving side finds it, the sending
+ *  side hears of it through a notice), else ncclRemoteError. */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 
 /**

@@ -36,6 +36,7 @@ static struct {
   const void* closing_owner;
   mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
   int n_closing, close_gen, closed_gen;
+  mpn_ucx_mismatch_t* found; /* claimed records whose found is due, proxy thread only */
 } px = {.once = PTHREAD_ONCE_INIT,
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .closed = PTHREAD_COND_INITIALIZER};
@@ -103,22 +104,77 @@ static void send_done(void* request, ucs_status_t status, void* user_data) {
   complete(request, status, user_data);
 }
 
+/* Whether a receive's completion shows a message of another size than the
+ * receive's, and what came.  A staged chunk (last_bit) also compares the
+ * sender's "last chunk" bit with its own: a sender whose message ended here
+ * sent fewer chunks, one whose message goes on sent more.  Bytes are told
+ * where the sender's message ended in this chunk, counting the chunks before
+ * as the receive's: both sides cut alike unless their chunk sizes differ
+ * (ucx/staged.c, chunk_of), and then their first chunks differ as well. */
+static int recv_came(const mpn_ucx_cmd_t* cmd, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                     mpn_ucx_came_t* came, size_t* got) {
+  if (status == UCS_ERR_MESSAGE_TRUNCATED) { /* what UCX says of a longer one's length is not relied on */
+    *came = MPN_UCX_CAME_MORE;
+    return 1;
+  }
+  if (status != UCS_OK || info == NULL) return 0;
+  int ended = cmd->last_bit == 0 || (info->sender_tag & cmd->last_bit) != 0;
+  int mine_ends = cmd->last_bit == 0 || (cmd->tag & cmd->last_bit) != 0;
+  if (info->length == cmd->bytes && ended == mine_ends) return 0;
+  if (info->length == cmd->bytes && !ended) {
+    *came = MPN_UCX_CAME_MORE;
+  } else if (ended) {
+    *came = MPN_UCX_CAME_BYTES;
+    *got = cmd->msg_offset + info->length;
+  } else {
+    *came = MPN_UCX_CAME_FEWER; /* a short chunk that is not the sender's last: smaller chunks */
+  }
+  return 1;
+}
+
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   const mpn_ucx_cmd_t* cmd = user_data;
-  /* A shorter message than the receive expects is an error, not data. */
-  int shorter = status == UCS_OK && info != NULL && info->length < cmd->bytes;
-  if (status == UCS_OK && info != NULL && info->length != cmd->bytes) status = UCS_ERR_MESSAGE_TRUNCATED;
+  mpn_ucx_came_t came = MPN_UCX_CAME_MORE;
+  size_t got = 0;
+  /* A message of another size than the receive expects is an error, not data. */
+  int mismatch = recv_came(cmd, status, info, &came, &got);
+  if (mismatch) status = UCS_ERR_MESSAGE_TRUNCATED;
   /* Described by the first receive that finds one (callbacks all run on
-   * this thread); published by complete's release of the error. */
+   * this thread); published by the release of claimed, then of the error. */
   mpn_ucx_mismatch_t* m = cmd->mismatch;
-  if (status == UCS_ERR_MESSAGE_TRUNCATED && m && !m->claimed) {
-    m->claimed = 1;
+  if (mismatch && m && !m->claimed) {
     m->from = cmd->from;
-    m->expected = cmd->bytes;
-    m->got = shorter ? info->length : 0;
-    m->longer = !shorter; /* what UCX says of a longer one's length is not relied on */
+    m->expected = cmd->msg_bytes ? cmd->msg_bytes : cmd->bytes;
+    m->got = got;
+    m->came = came;
+    m->owner = cmd->owner;
+    __atomic_store_n(&m->claimed, 1, __ATOMIC_RELEASE);
+    if (m->found) { /* run from the proxy's loop: not from inside UCX */
+      m->next = px.found;
+      px.found = m;
+    }
   }
   complete(request, status, user_data);
+}
+
+/* Runs the found hooks of the records claimed since the last turn. */
+static void found_run(void) {
+  while (px.found) {
+    mpn_ucx_mismatch_t* m = px.found;
+    px.found = m->next;
+    m->next = NULL;
+    m->found(m);
+  }
+}
+
+/* A closing owner's records go without their hook: it is freed next. */
+static void found_drop(const void* owner) {
+  for (mpn_ucx_mismatch_t** p = &px.found; *p;) {
+    if ((*p)->owner == owner)
+      *p = (*p)->next;
+    else
+      p = &(*p)->next;
+  }
 }
 
 /* Cancels the in-flight operations matching (owner, peer); NULL matches all. */
@@ -236,7 +292,7 @@ static void execute(mpn_ucx_cmd_t* cmd) {
      * completion, so recv_done always checks the length. */
     param.cb.recv = recv_done;
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)0, &param);
+    req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)cmd->last_bit, &param);
   }
   cmd->posting = 0;
   if (cmd->early_done) {
@@ -335,6 +391,7 @@ static void drain_owner(const void* owner) {
     c->release = c->release ? &orphan_release : NULL;
     c->nrelease = c->release ? 1 : 0;
     c->fn = NULL;
+    c->mismatch = NULL;
     c->quiet = 1;
   }
 }
@@ -370,6 +427,7 @@ static void* proxy_main(void* arg) {
     if (closing) { /* the closer's commands were all in this batch: now armed or flying */
       pthread_mutex_lock(&px.lock);
       close_endpoints();
+      found_drop(px.closing_owner);
       /* Cleared here, not by the closer: once served, a second closer may
        * already have put its own request in (it waits only for this). */
       px.closing = NULL;
@@ -381,6 +439,7 @@ static void* proxy_main(void* arg) {
     }
     if (px.armed) armed_sweep(NULL);
     unsigned events = ucp_worker_progress(px.worker);
+    found_run();
     if (!events && px.in_flight == 0 && px.armed == NULL) usleep(50);
   }
   return NULL;
@@ -525,6 +584,32 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
 void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {
   peer->failed = 1; /* later operations fail in ep_connect */
   cancel_matching(NULL, peer);
+}
+
+void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer) {
+  for (mpn_ucx_cmd_t* c = px.flying; c; c = c->next) {
+    if (c->peer != peer || c->kind == MPN_UCX_RECV || c->release == NULL) continue;
+    int ok = ncclSuccess;
+    if (c->error)
+      __atomic_compare_exchange_n(c->error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    for (int i = 0; i < c->nrelease; i++) __atomic_store_n(&c->release[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+  }
+}
+
+ncclResult_t mpn_ucx_proxy_send_here(const mpn_ucx_cmd_t* cmd, const void* payload, size_t bytes) {
+  if (bytes > sizeof(cmd->desc_bytes))
+    return mpn_error_set(NULL, ncclInternalError, "a proxy send of %zu bytes inline (at most %zu)", bytes,
+                         sizeof(cmd->desc_bytes));
+  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
+  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *copy = *cmd;
+  memcpy(copy->desc_bytes, payload, bytes);
+  copy->kind = MPN_UCX_SEND;
+  copy->buf = copy->desc_bytes;
+  copy->bytes = bytes;
+  copy->next = NULL;
+  execute(copy);
+  return ncclSuccess;
 }
 
 static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }

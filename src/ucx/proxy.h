@@ -29,15 +29,28 @@ typedef enum {
   MPN_UCX_CALL        /**< run fn(arg) on the proxy thread (context-level UCX calls) */
 } mpn_ucx_cmd_kind_t;
 
+/** What came instead of the message a receive expected. */
+typedef enum {
+  MPN_UCX_CAME_BYTES, /**< a message of got bytes */
+  MPN_UCX_CAME_MORE,  /**< a longer message (how long is not known) */
+  MPN_UCX_CAME_FEWER  /**< a shorter message (how short is not known) */
+} mpn_ucx_came_t;
+
 /** Where a communicator's receives record the first message whose size
  *  differs from the receive's (the matching send's count or datatype
  *  differs); read by mpn_ucx_poll_errors once the error is seen. */
-typedef struct {
-  int claimed;     /**< set by the first receive that finds one (proxy thread) */
+typedef struct mpn_ucx_mismatch {
+  int claimed;     /**< stored (release) once the fields below are written (proxy thread) */
   int from;        /**< that receive's sender */
-  size_t expected; /**< bytes the receive was posted for */
-  size_t got;      /**< bytes that came, when fewer than expected */
-  int longer;      /**< more came than fit (UCX truncated it) */
+  size_t expected; /**< bytes of the message the receive was posted for */
+  size_t got;      /**< bytes that came, with MPN_UCX_CAME_BYTES */
+  mpn_ucx_came_t came;
+  /** Run once the record is claimed, on the proxy thread but outside UCX's
+   * callbacks (so it may post and cancel): net.c tells the sender.  Not run
+   * when the owner of the claiming receive closes first.  May be NULL. */
+  void (*found)(struct mpn_ucx_mismatch* m);
+  const void* owner;             /**< the claiming receive's owner (proxy thread) */
+  struct mpn_ucx_mismatch* next; /**< records whose found is due (proxy thread) */
 } mpn_ucx_mismatch_t;
 
 /** A remote region as a peer sees it: address and packed key, unpacked on first use. */
@@ -55,6 +68,14 @@ typedef struct mpn_ucx_cmd {
   void* buf;
   size_t bytes;
   uint64_t tag;
+  /** A staged chunk's receive (ucx/net.c): the tag bit that marks the last
+   * chunk of a message.  Ignored in matching, then compared with the
+   * sender's: a difference means the two sides cut their messages into
+   * different numbers of chunks, a size mismatch (0: the tag matches whole). */
+  uint64_t last_bit;
+  /** A receive: where its buffer lies in the message it is part of, for the
+   * report of a size mismatch (msg_bytes 0: the buffer is the message). */
+  size_t msg_offset, msg_bytes;
   uint64_t* flag;       /**< set to value when the operation completes */
   uint64_t value;
   int* error;           /**< set to an ncclResult_t when the operation fails */
@@ -65,7 +86,8 @@ typedef struct mpn_ucx_cmd {
   size_t signal_offset;
   mpn_ucx_remote_t* desc;   /**< put: where desc_bytes go before the signal (NULL: nowhere) */
   size_t desc_offset;
-  uint64_t desc_bytes[4];   /**< put: a descriptor of the put for the peer (inline) */
+  uint64_t desc_bytes[4];   /**< put: a descriptor of the put for the peer (inline); a send of
+                                 mpn_ucx_proxy_send_here: its payload */
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call; receive: run after it completed well (may be NULL) */
   /** Receive: where a message of another size than bytes is described, and
@@ -122,6 +144,19 @@ ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer);
 /** Proxy thread only (a command's fn): peer's operations in flight fail,
  * and so do those started later. */
 void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer);
+
+/** Proxy thread only (a command's fn, a mismatch's found): the pipeline
+ * words (mpn_ucx_cmd_t release) of peer's sends and puts in flight are
+ * released, as if they had failed, and their *error set.  UCX cannot cancel
+ * them: one that peer will never take (it found a size mismatch and failed
+ * its side) would otherwise wait, with the stream behind it, until the
+ * endpoint closes.  They stay in flight until then. */
+void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer);
+
+/** Proxy thread only, outside UCX's callbacks (a mismatch's found): starts
+ * the send cmd describes now, with its payload, bytes <= sizeof(desc_bytes),
+ * copied into the command itself, so that it lives as long as the send. */
+ncclResult_t mpn_ucx_proxy_send_here(const mpn_ucx_cmd_t* cmd, const void* payload, size_t bytes);
 
 /**
  * Cancels the operations of owner still in flight and tears its endpoints

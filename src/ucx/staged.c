@@ -33,7 +33,11 @@
  * hung that way at 4 processes over UCX).  Messages of a lane are
  * numbered in program order, the n-th send matching the peer's n-th
  * receive; chunks are matched by tag (destination, message, chunk), and both
- * sides must cut them alike (the same MPINCCL_UCX_CHUNK).  The armed
+ * sides must cut them alike (the same MPINCCL_UCX_CHUNK).  Each side cuts a
+ * message from its own size, and a chunk's tag says whether it is the
+ * message's last: a send and a receive of different sizes meet a chunk of
+ * another size or another last bit, which fails both communicators with
+ * ncclInvalidUsage and releases the lanes' waits (ucx/net.c, proxy.c).  The armed
  * operations are host work a replay would not repeat: messages captured in
  * CUDA graphs take another way (graph.c).
  */
@@ -303,14 +307,15 @@ static ncclResult_t chunk_issue(const mpn_driver_t* drv, mpn_op_t* op, lane_t* l
   mpn_keep(&first, mpn_memops_flush(&b));
   struct ncclComm* comm = op->comm;
   int src = recv ? op->peer : comm->rank, dst = recv ? comm->rank : op->peer;
-  uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k);
+  uint64_t tag = mpn_ucx_stage_tag(comm, src, dst, msg, k, last);
+  mpn_ucx_part_t part = {off, op->bytes};
   mpn_ucx_trigger_t when = {&l->words[slot], recv ? (g + 1 > d ? g + 1 - d : 0) : g + 1, direct};
   if (recv && direct) when = (mpn_ucx_trigger_t){&l->words[2 * d], g + 1, 1};
-  ncclResult_t posted =
-      is_put(op) ? mpn_ucx_rma_post(op, buf, off, len, last, &when, &l->words[d + slot], g + 1, &l->error,
-                                    &l->words[d], l->depth)
-                 : mpn_ucx_tagged_on(comm, !recv, op->peer, buf, len, tag, recv && g < d && !direct ? NULL : &when,
-                                     &l->words[d + slot], g + 1, &l->error, &l->words[d], l->depth);
+  ncclResult_t posted = is_put(op) ? mpn_ucx_rma_post(op, buf, off, len, last, &when, &l->words[d + slot], g + 1,
+                                                      &l->error, &l->words[d], l->depth)
+                                   : mpn_ucx_tagged_on(comm, !recv, op->peer, buf, len, tag, &part,
+                                                       recv && g < d && !direct ? NULL : &when, &l->words[d + slot],
+                                                       g + 1, &l->error, &l->words[d], l->depth);
   mpn_keep(&first, posted);
   if (first != ncclSuccess) lane_fail(comm, l, first);
   return first;

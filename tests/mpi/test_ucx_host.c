@@ -4,8 +4,9 @@
  * sizes from 1 byte to 16 MiB, an all-to-all, several messages to one peer
  * arriving in order, one-sided puts whose signals follow their data,
  * operations that start only when a trigger word says so, and the proxy's
- * side of the staged path (explicit tags, growing flags, released words),
- * and an abort with a send in flight.  Completion flags are polled with a deadline, so a
+ * side of the staged path (explicit tags, growing flags, released words,
+ * sends and receives of different sizes or numbers of chunks, which both
+ * sides report), and an abort with a send in flight.  Completion flags are polled with a deadline, so a
  * lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
@@ -44,6 +45,27 @@ static int wait_flags(uint64_t* flags, int n, uint64_t value) {
     if (done == n) return 0;
     if (time(NULL) > end) return -1;
   }
+}
+
+/* Waits (30 s at most) until comm reports an asynchronous error; returns it. */
+static ncclResult_t wait_async(ncclComm_t comm) {
+  time_t end = time(NULL) + 30;
+  ncclResult_t async = ncclSuccess;
+  while (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess && time(NULL) <= end) usleep(1000);
+  return async;
+}
+
+/* A message from rank 0 to rank 1 did not fit its receive: both report
+ * ncclInvalidUsage, rank 0 with rank 1's report (came: "8 came", "more came"). */
+static void expect_mismatch(ncclComm_t comm, size_t expected, const char* came) {
+  if (rank > 1) return;
+  EXPECT(wait_async(comm) == ncclInvalidUsage);
+  char text[320];
+  snprintf(text, sizeof(text),
+           "a message from rank 0 to rank 1 over UCX does not fit its receive%s: the ncclSend and ncclRecv "
+           "differ in count or datatype (%zu bytes expected, %s)",
+           rank == 0 ? " (rank 1's report)" : "", expected, came);
+  EXPECT(strstr(ncclGetLastError(comm), text) != NULL);
 }
 
 static void ring(ncclComm_t comm, size_t bytes, int k) {
@@ -218,11 +240,11 @@ static void pipeline(ncclComm_t comm) {
   flags[N] = 1000; /* a receive flag above its value stays there */
   /* Receives posted last chunk first; sends in order: tags pair them. */
   for (int c = N - 1; c >= 0; c--)
-    EXPECT(mpn_ucx_tagged_on(comm, 0, from, r + c * CH, CH, mpn_ucx_stage_tag(comm, from, rank, 0, c),
+    EXPECT(mpn_ucx_tagged_on(comm, 0, from, r + c * CH, CH, mpn_ucx_stage_tag(comm, from, rank, 0, c, c == N - 1), NULL,
                              NULL, &flags[N + c], (uint64_t)c + 1, &error, release, 2) == ncclSuccess);
   for (int c = 0; c < N; c++)
-    EXPECT(mpn_ucx_tagged_on(comm, 1, to, s + c * CH, CH, mpn_ucx_stage_tag(comm, rank, to, 0, c), NULL,
-                             &flags[c], (uint64_t)c + 1, &error, release, 2) == ncclSuccess);
+    EXPECT(mpn_ucx_tagged_on(comm, 1, to, s + c * CH, CH, mpn_ucx_stage_tag(comm, rank, to, 0, c, c == N - 1), NULL,
+                             NULL, &flags[c], (uint64_t)c + 1, &error, release, 2) == ncclSuccess);
   time_t end = time(NULL) + 30;
   int done = 0;
   while (done < 2 * N && time(NULL) <= end) {
@@ -240,33 +262,124 @@ static void pipeline(ncclComm_t comm) {
   MPI_Barrier(MPI_COMM_WORLD);
   /* A chunk shorter than its receive fails: its words are released, and the
    * receiving communicator reports ncclInvalidUsage, as a receive whose count
-   * or datatype differs from its send within a host (p2p.c, report_mismatch). */
-  uint64_t flag = 0;
-  EXPECT(mpn_ucx_tagged_on(comm, 0, from, r, 16, mpn_ucx_stage_tag(comm, from, rank, 1, 0), NULL, &flag, 7,
-                           &error, release, 2) == ncclSuccess);
-  uint64_t sent = 0;
-  int serr = 0;
-  EXPECT(mpn_ucx_tagged_on(comm, 1, to, s, 8, mpn_ucx_stage_tag(comm, rank, to, 1, 0), NULL, &sent, 1,
-                           &serr, NULL, 0) == ncclSuccess);
-  end = time(NULL) + 30;
-  while ((__atomic_load_n(&flag, __ATOMIC_ACQUIRE) < 7 || __atomic_load_n(&sent, __ATOMIC_ACQUIRE) < 1) &&
-         time(NULL) <= end) {
+   * or datatype differs from its send within a host (p2p.c, report_mismatch);
+   * the sender hears of it (a notice).  From rank 0 to rank 1 only: in a
+   * ring a rank's notice could end its peer's side before that side's own
+   * receive finds the short chunk. */
+  if (rank == 1) {
+    uint64_t flag = 0;
+    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, r, 16, mpn_ucx_stage_tag(comm, 0, 1, 1, 0, 1), NULL, NULL, &flag, 7, &error,
+                             release, 2) == ncclSuccess);
+    EXPECT(wait_flags(&flag, 1, 7) == 0);
+    EXPECT(error == ncclInvalidUsage);
+    EXPECT(release[0] == UINT64_MAX >> 1 && release[1] == UINT64_MAX >> 1);
+  } else if (rank == 0) {
+    uint64_t sent = 0;
+    int serr = 0;
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, s, 8, mpn_ucx_stage_tag(comm, 0, 1, 1, 0, 1), NULL, NULL, &sent, 1, &serr,
+                             NULL, 0) == ncclSuccess);
+    EXPECT(wait_flags(&sent, 1, 1) == 0);
   }
-  EXPECT(flag == 7);
-  EXPECT(error == ncclInvalidUsage);
-  EXPECT(release[0] == UINT64_MAX >> 1 && release[1] == UINT64_MAX >> 1);
-  ncclResult_t async = ncclSuccess;
-  EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
-  EXPECT(async == ncclInvalidUsage);
-  char text[256];
-  snprintf(text, sizeof(text),
-           "a message from rank %d to rank %d over UCX does not fit its receive: the ncclSend and ncclRecv "
-           "differ in count or datatype (16 bytes expected, 8 came)",
-           from, rank);
-  EXPECT(strstr(ncclGetLastError(comm), text) != NULL);
+  expect_mismatch(comm, 16, "8 came");
   MPI_Barrier(MPI_COMM_WORLD);
   free(s);
   free(r);
+}
+
+/* A communicator of its own, for a step that leaves it failed. */
+static ncclComm_t fresh_comm(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  return comm;
+}
+
+enum { WHOLE_CH = 1 << 20 }; /* past UCX's eager sizes: an unmatched chunk's send waits */
+
+/* Rank 1's side of whole_chunks: posted receives of WHOLE_CH bytes for
+ * message 0 from rank 0, the last one armed on a word that the test writes
+ * once the mismatch is reported (as a lane's stream writes "ready" after
+ * its copy).  Every flag must come and every pipeline word be released;
+ * the receive that met the other cut fails with ncclInvalidUsage, the rest
+ * fail (cancelled, or never posted: the armed one moves no data). */
+static void whole_recv(ncclComm_t comm, int posted, int bad, size_t expected, const char* came) {
+  char* r = calloc((size_t)posted, WHOLE_CH);
+  uint64_t flags[8] = {0}, release[2] = {0, 0}, word = 0;
+  int errs[8] = {0};
+  for (int c = 0; c < posted; c++) {
+    mpn_ucx_part_t part = {(size_t)c * WHOLE_CH, (size_t)posted * WHOLE_CH};
+    mpn_ucx_trigger_t when = {&word, 1, 0};
+    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, r + (size_t)c * WHOLE_CH, WHOLE_CH,
+                             mpn_ucx_stage_tag(comm, 0, 1, 0, c, c == posted - 1), &part,
+                             c == posted - 1 && c > bad ? &when : NULL, &flags[c], (uint64_t)c + 1, &errs[c], release,
+                             2) == ncclSuccess);
+  }
+  expect_mismatch(comm, expected, came);
+  EXPECT(wait_flags(release, 2, UINT64_MAX >> 1) == 0);
+  __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
+  for (int c = 0; c < posted; c++) EXPECT(wait_flags(&flags[c], 1, (uint64_t)c + 1) == 0);
+  EXPECT(errs[bad] == ncclInvalidUsage);
+  for (int c = bad + 1; c < posted; c++) EXPECT(__atomic_load_n(&errs[c], __ATOMIC_ACQUIRE) != ncclSuccess);
+  size_t moved = 0;
+  for (size_t i = (size_t)(bad + 1) * WHOLE_CH; i < (size_t)posted * WHOLE_CH; i++) moved += r[i] != 0;
+  EXPECT(moved == 0);
+  MPI_Barrier(MPI_COMM_WORLD); /* the sender's step ends first */
+  free(r);
+}
+
+/* Rank 0's side: sent chunks of WHOLE_CH bytes; once told of the mismatch,
+ * the pipeline words of its sends are released if any of them waits for a
+ * receive that will not come (extra), and a later send to rank 1 fails at
+ * once instead of waiting. */
+static void whole_send(ncclComm_t comm, int sent, size_t expected, const char* came, int extra) {
+  char* s = malloc((size_t)sent * WHOLE_CH);
+  memset(s, 5, (size_t)sent * WHOLE_CH);
+  uint64_t flags[8] = {0}, release[2] = {0, 0}, later = 0;
+  int error = 0, lerr = 0;
+  for (int c = 0; c < sent; c++)
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, s + (size_t)c * WHOLE_CH, WHOLE_CH,
+                             mpn_ucx_stage_tag(comm, 0, 1, 0, c, c == sent - 1), NULL, NULL, &flags[c], (uint64_t)c + 1,
+                             &error, release, 2) == ncclSuccess);
+  expect_mismatch(comm, expected, came);
+  if (extra)
+    EXPECT(wait_flags(release, 2, UINT64_MAX >> 1) == 0);
+  else
+    EXPECT(wait_flags(flags, 1, 1) == 0 && error == 0);
+  EXPECT(mpn_ucx_tagged_on(comm, 1, 1, s, 8, mpn_ucx_stage_tag(comm, 0, 1, 1, 0, 1), NULL, NULL, &later, 1, &lerr, NULL,
+                           0) == ncclSuccess);
+  EXPECT(wait_flags(&later, 1, 1) == 0);
+  EXPECT(lerr == ncclRemoteError);
+  MPI_Barrier(MPI_COMM_WORLD);
+  free(s);
+}
+
+/*
+ * A send and a receive cut into different numbers of chunks, every chunk
+ * full-size (rank 0 to rank 1, a communicator of their own): the chunk
+ * tags' last bit shows it.  More sent than received: the receiver's last
+ * chunk meets one that is not the sender's last ("more came"; before, the
+ * receiver finished without an error and the extra chunk waited for a
+ * later message).  Fewer: the receiver's chunk meets the sender's last
+ * (the bytes are told; before, the receiver waited forever for the rest).
+ * Both sides report ncclInvalidUsage.
+ */
+static void whole_chunks(int sent, int posted) {
+  ncclComm_t comm = fresh_comm();
+  if (comm == NULL) return;
+  int bad = (sent < posted ? sent : posted) - 1;
+  size_t expected = (size_t)posted * WHOLE_CH;
+  char came[48];
+  if (sent > posted)
+    snprintf(came, sizeof(came), "more came");
+  else
+    snprintf(came, sizeof(came), "%zu came", (size_t)sent * WHOLE_CH);
+  if (rank == 1)
+    whole_recv(comm, posted, bad, expected, came);
+  else if (rank == 0)
+    whole_send(comm, sent, expected, came, sent > posted);
+  else
+    MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
 /* An abort with a large send in flight to a peer that never receives it:
@@ -317,6 +430,8 @@ int main(int argc, char** argv) {
     EXPECT(mpn_ucx_host_send(comm, rank, &bogus, 4, &flag, 1, &bogus) == ncclInvalidUsage);
     MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
     EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+    whole_chunks(3, 2);
+    whole_chunks(1, 3);
     abort_in_flight();
   }
   int total = 0;

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/debug.h"
 #include "core/error.h"
+#include "core/param.h"
 
 /* NCCL versions that introduced the last two fields: maxP2pPeers in 2.30.0,
  * graphStreamOrdering in 2.30.5 (NCCL's parseCommConfig resets it below).
@@ -77,15 +79,40 @@ static ncclResult_t check_ranges(const ncclConfig_t* user, const char* caller) {
   return ncclSuccess;
 }
 
+/* NCCL_NUM_RMA_CTX, when set to 0 or more, takes the place of the count
+ * the config gave (or the split inherited), for every communicator
+ * created, as NCCL's environment override does; a negative value changes
+ * nothing. */
+static ncclResult_t rma_ctx_env(mpn_config_t* cfg, const char* caller) {
+  int64_t env = mpn_param_int(MPN_PARAM_NUM_RMA_CTX);
+  if (env < 0) return ncclSuccess;
+  if (env > MPN_CONFIG_RMA_CTX_MAX)
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: NCCL_NUM_RMA_CTX=%lld is above the %d contexts mpinccl supports",
+                      caller, (long long)env, MPN_CONFIG_RMA_CTX_MAX);
+  if (env != cfg->num_rma_ctx)
+    MPN_INFO(MPN_SUBSYS_ENV, "%s: NCCL_NUM_RMA_CTX=%lld in place of %d one-sided contexts", caller, (long long)env,
+             cfg->num_rma_ctx);
+  cfg->num_rma_ctx = (int)env;
+  return ncclSuccess;
+}
+
+static ncclResult_t config_fields(const ncclConfig_t* user, const char* caller, mpn_config_t* out);
+
 ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* parent,
                              const char* caller, mpn_config_t* out) {
   mpn_config_t cfg = {.blocking = 1, .num_rma_ctx = 1, .split_share = 0, .max_p2p_peers = 0, .graph_stream_ordering = 0, .name = ""};
   /* A split without a config inherits its parent's; with one, fields it
    * leaves unset take the defaults, as NCCL's. */
-  if (user == NULL) {
-    *out = parent ? *parent : cfg;
-    return ncclSuccess;
-  }
+  if (user == NULL && parent) cfg = *parent;
+  if (user) MPN_CHECK(config_fields(user, caller, &cfg));
+  MPN_CHECK(rma_ctx_env(&cfg, caller));
+  *out = cfg;
+  return ncclSuccess;
+}
+
+/* The fields of the caller's config into *out (defaults already there). */
+static ncclResult_t config_fields(const ncclConfig_t* user, const char* caller, mpn_config_t* out) {
+  mpn_config_t cfg = *out;
   if (user->magic != NCCL_API_MAGIC)
     return MPN_REFUSE(NULL, ncclInvalidArgument,
                       "%s: config->magic 0x%x is not NCCL_API_MAGIC (0x%x); initialize the "

@@ -184,6 +184,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                          "through CUDA IPC; waits poll the GPU's own memory: faster on the GPU "
                          "machine), or auto: device when the rank that sets the pair up has a "
                          "GPU and the memory can be had, else host. That rank decides for both."},
+    [MPN_PARAM_NUM_RMA_CTX] = {"NCCL_NUM_RMA_CTX", MPN_PARAM_INT, "-1", NULL, INT32_MIN, INT32_MAX,
+                               "One-sided contexts of every communicator created, in place of "
+                               "config->numRmaCtx (and of a split's inherited count), as in NCCL: 0 "
+                               "leaves communicators without one-sided operations; a negative value "
+                               "changes nothing; above 64, the most mpinccl supports, creation is "
+                               "refused."},
     [MPN_PARAM_DEBUG] = {"NCCL_DEBUG", MPN_PARAM_CHOICE, "NONE", "NONE|VERSION|WARN|INFO|TRACE", 0, 0,
                          "Log level; INFO shows the version, ranks, devices, GPU sharing, transports and parameters; "
                          "TRACE with subsystem P2P or RMA also each batch of stream memory operations and each "

@@ -38,6 +38,7 @@ typedef enum {
   MPN_PARAM_UCX_DIRECT,        /* buffers UCX can reach go unstaged */
   MPN_PARAM_UCX_CHUNKS,        /* most chunks per staged message */
   MPN_PARAM_FLAGS,             /* host | device: where pair flags live */
+  MPN_PARAM_NUM_RMA_CTX,       /* NCCL_NUM_RMA_CTX: overrides config->numRmaCtx */
   MPN_PARAM_DEBUG,             /* NCCL_DEBUG */
   MPN_PARAM_DEBUG_SUBSYS,      /* NCCL_DEBUG_SUBSYS */
   MPN_PARAM_DEBUG_FILE,        /* NCCL_DEBUG_FILE */

@@ -120,6 +120,40 @@ START_TEST(config_defaults_and_magic) {
 }
 END_TEST
 
+/* NCCL_NUM_RMA_CTX, as NCCL's environment override of config->numRmaCtx:
+ * 0 or more takes the config's (and a split's inherited) place, a negative
+ * value changes nothing, above our 64 creation is refused naming it. */
+START_TEST(config_rma_ctx_env) {
+  mpn_config_t parent = {.blocking = 1, .num_rma_ctx = 7};
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.numRmaCtx = 5;
+  static const struct {
+    const char* env;     /* NULL: unset */
+    int user, split, ok; /* the counts taken with a config of 5 and for a split of a parent of 7 */
+  } cases[] = {{"3", 3, 3, 1}, {"0", 0, 0, 1}, {"-2", 5, 7, 1}, {"65", 0, 0, 0}, {NULL, 5, 7, 1}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    if (cases[i].env)
+      setenv("NCCL_NUM_RMA_CTX", cases[i].env, 1);
+    else
+      unsetenv("NCCL_NUM_RMA_CTX");
+    ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+    mpn_config_t user, split;
+    ncclResult_t a = mpn_config_read(&c, NULL, "ncclCommInitRankConfig", &user);
+    ncclResult_t b = mpn_config_read(NULL, &parent, "ncclCommSplit", &split);
+    if (!cases[i].ok) {
+      ck_assert_int_eq(a, ncclInvalidArgument);
+      ck_assert_int_eq(b, ncclInvalidArgument);
+      ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclCommSplit: NCCL_NUM_RMA_CTX=65 is above the 64"));
+      continue;
+    }
+    ck_assert_int_eq(a, ncclSuccess);
+    ck_assert_int_eq(b, ncclSuccess);
+    ck_assert_int_eq(user.num_rma_ctx, cases[i].user);
+    ck_assert_int_eq(split.num_rma_ctx, cases[i].split);
+  }
+}
+END_TEST
+
 /* Fields we ignore are still refused out of range, as NCCL refuses them,
  * naming the field and the value. */
 START_TEST(config_field_ranges) {
@@ -620,6 +654,7 @@ int main(void) {
   tcase_add_test(tc, version_codes);
   tcase_add_test(tc, error_strings);
   tcase_add_test(tc, config_defaults_and_magic);
+  tcase_add_test(tc, config_rma_ctx_env);
   tcase_add_test(tc, config_older_header);
   tcase_add_test(tc, config_field_ranges);
   tcase_add_test(tc, config_inherits_parent);

@@ -24,7 +24,9 @@ typedef struct {
   uint32_t slot;
   uint64_t seq;
   int side;
-  mpn_stage_t* stage; /* or NULL */
+  mpn_stage_t* stage;   /* or NULL */
+  mpn_graph_news_fn fn; /* a slot that is not a pair's: where its news goes (or NULL) */
+  void* owner;
 } held_t;
 
 struct mpn_graph_holds {
@@ -45,14 +47,17 @@ static void record_release(void* arg) {
   __atomic_add_fetch(&released, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < r->n; i++) {
     const held_t* e = &r->held[i];
-    mpn_pair_graph_released(e->gen, e->kind, e->slot, e->seq, e->side);
+    if (e->fn)
+      e->fn(e->owner, e->slot, e->seq, e->side);
+    else
+      mpn_pair_graph_released(e->gen, e->kind, e->slot, e->seq, e->side);
     if (e->stage) mpn_stage_unpin(e->stage);
   }
   free(r);
 }
 
-void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const mpn_pair_t* pair, int kind,
-                         uint32_t slot, uint64_t seq, int side, mpn_stage_t* st) {
+/* Appends e to *h; 0 out of memory (then e's slot stays held for good). */
+static int holds_push(mpn_graph_holds_t** h, held_t e) {
   mpn_graph_holds_t* g = *h;
   if (g == NULL || g->n == g->cap) {
     int cap = g ? 2 * g->cap : 8;
@@ -62,24 +67,43 @@ void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const m
         g->lost++; /* (logged by mpn_graph_holds_attach) */
       else
         MPN_WARN("out of memory: a graph slot will not be given back when its graph is destroyed");
-      return;
+      return 0;
     }
     if (g == NULL) bigger->n = bigger->lost = 0;
     bigger->cap = cap;
     *h = g = bigger;
   }
-  g->held[g->n++] = (held_t){s, dev, pair->gen, kind, slot, seq, side, st};
+  g->held[g->n++] = e;
+  return 1;
 }
+
+void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const mpn_pair_t* pair, int kind,
+                         uint32_t slot, uint64_t seq, int side, mpn_stage_t* st) {
+  holds_push(h, (held_t){s, dev, pair->gen, kind, slot, seq, side, st, NULL, NULL});
+}
+
+void mpn_graph_holds_add_to(mpn_graph_holds_t** h, cudaStream_t s, int dev, mpn_graph_news_fn fn, void* owner,
+                            uint32_t slot, uint64_t seq, int side) {
+  if (!holds_push(h, (held_t){s, dev, 0, 0, slot, seq, side, NULL, fn, owner})) fn(owner, slot, 0, side);
+}
+
+/* An entry whose record is not hung on its graph: its owner is let go
+ * (news of signal 0: nothing released). */
+static void held_drop(const held_t* e) {
+  if (e->fn) e->fn(e->owner, e->slot, 0, e->side);
+}
+
+static int same_capture(const held_t* a, const held_t* b) { return a->s == b->s && a->dev == b->dev; }
 
 /* One capture's entries, from held[first] on, as a record. */
 static record_t* record_of(const mpn_graph_holds_t* g, int first, char* taken) {
   const held_t* a = &g->held[first];
   int k = 0;
-  for (int j = first; j < g->n; j++) k += g->held[j].s == a->s && g->held[j].dev == a->dev;
+  for (int j = first; j < g->n; j++) k += same_capture(&g->held[j], a);
   record_t* r = malloc(sizeof(*r) + (size_t)k * sizeof(held_t));
   if (r) r->n = 0;
   for (int j = first; j < g->n; j++) {
-    if (g->held[j].s != a->s || g->held[j].dev != a->dev) continue;
+    if (!same_capture(&g->held[j], a)) continue;
     taken[j] = 1;
     if (r) r->held[r->n++] = g->held[j];
   }
@@ -101,7 +125,10 @@ void mpn_graph_holds_attach(mpn_graph_holds_t* g, int rank, int* current_device)
     MPN_WARN("rank %d: the graph slots a capture took will not be given back when its graph is destroyed (%s)", rank,
              r ? mpn_error_last(NULL) : "out of memory");
     free(r);
+    for (int j = i; j < g->n; j++)
+      if (same_capture(&g->held[j], &g->held[i])) held_drop(&g->held[j]);
   }
+  for (int j = 0; taken == NULL && j < g->n; j++) held_drop(&g->held[j]);
   if (taken == NULL || g->lost)
     MPN_WARN("rank %d: out of memory: some graph slots will not be given back when their graphs are destroyed", rank);
   free(taken);

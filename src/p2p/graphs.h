@@ -26,6 +26,22 @@ void mpn_graph_holds_add(mpn_graph_holds_t** h, cudaStream_t s, int dev, const m
                          uint32_t slot, uint64_t seq, int side, mpn_stage_t* st);
 
 /**
+ * Where the news of a slot that is not a pair's goes: fn(owner, slot, seq,
+ * side), called once per mpn_graph_holds_add_to, on CUDA's thread once the
+ * graphs holding it are gone (it may neither lock nor call CUDA), or with
+ * seq 0 where no record could be hung (nothing was released: it only lets
+ * go of owner).
+ */
+typedef void (*mpn_graph_news_fn)(void* owner, uint32_t slot, uint64_t seq, int side);
+
+/**
+ * mpn_graph_holds_add for a slot kept by owner (one-sided signals over
+ * UCX: ucx/gslots.h): its news goes to fn, at once with seq 0 out of memory.
+ */
+void mpn_graph_holds_add_to(mpn_graph_holds_t** h, cudaStream_t s, int dev, mpn_graph_news_fn fn, void* owner,
+                            uint32_t slot, uint64_t seq, int side);
+
+/**
  * Hangs, on the graph each noted stream is capturing, a record of what it
  * holds (a CUDA user object whose destructor files it: pair.c, stage.c),
  * then frees h.  Switches the current device as needed (current_device:

@@ -107,18 +107,36 @@ static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, i
 
 enum { SLOTS_HELD, SLOTS_FREE, SLOTS_OWN, SLOTS_ERROR };
 
+#ifdef HAVE_UCX
+/* graph_slots_state over UCX, where each side keeps its own slot words
+ * (ucx/winstage.c): this side's graphs, and on the sending side the peer's
+ * taking of the last replay. */
+static int ucx_slots_state(struct ncclComm* comm, int peer, int ctx, int send, uint64_t first, uint64_t n,
+                           unsigned long long capture) {
+  uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
+  for (uint64_t seq = first + 1; seq <= first + n; seq++) {
+    if (seq <= per_ctx) continue;
+    int slot = (int)mpn_rma_graph_slot(comm, ctx, seq);
+    int state = mpn_ucx_rma_graph_slot_state(comm, peer, slot, seq - per_ctx, send, capture);
+    if (state != MPN_UCX_GSLOT_FREE) return state == MPN_UCX_GSLOT_OWN ? SLOTS_OWN : SLOTS_HELD;
+  }
+  return SLOTS_FREE;
+}
+#endif
+
 /* Whether the captured signals first + 1 .. first + n of (comm, peer, ctx)
  * may take their slots (rma.c, graph_slot): SLOTS_FREE, SLOTS_HELD (by a
  * graph not yet destroyed), SLOTS_OWN (by this side's capture `capture`,
  * which cannot end first), SLOTS_ERROR (the pair failed to map: *err);
- * *pair: the pair they live in (NULL over UCX, whose slots are not given
- * back). */
+ * *pair: the pair they live in (NULL over UCX). */
 static int graph_slots_state(struct ncclComm* comm, int peer, int ctx, int send, uint64_t first, uint64_t n,
                              unsigned long long capture, mpn_pair_t** pair, ncclResult_t* err) {
   uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
   *pair = NULL;
   if (first + n <= per_ctx) return SLOTS_FREE;
-  if (mpn_rma_over_ucx(comm, peer)) return SLOTS_HELD;
+#ifdef HAVE_UCX
+  if (mpn_rma_over_ucx(comm, peer)) return ucx_slots_state(comm, peer, ctx, send, first, n, capture);
+#endif
   mpn_pair_t *to = NULL, *from = NULL;
   if ((*err = mpn_p2p_pairs(comm, peer, &to, &from)) != ncclSuccess) return SLOTS_ERROR;
   *pair = send ? to : from;
@@ -136,7 +154,7 @@ static int graph_slots_state(struct ncclComm* comm, int peer, int ctx, int send,
 /* Refuses a group whose captured signals of (peer, ctx) find a slot held:
  * nothing of it is enqueued.  The peer may have taken its side of them,
  * so both communicators are failed (through the pair), as for a refused
- * send/receive. */
+ * send/receive; over UCX (pair NULL) only this one, the peer cannot be told. */
 static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, int send, mpn_pair_t* pair,
                                        uint64_t per_ctx, int own) {
   char text[512];
@@ -149,11 +167,11 @@ static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, in
                     "rank is out of step, abort the communicator"
            : pair ? "whose CUDA graph is not destroyed on one side or both within MPINCCL_AHEAD_TIMEOUT (or a "
                     "communicator failed): signal numbering with that rank is out of step, abort the communicator"
-                  : "and over UCX slots are not given back");
-  if (pair) {
-    mpn_pair_report(pair, ncclInvalidUsage, text);
-    mpn_comm_set_async(op->comm, ncclInvalidUsage);
-  }
+                  : "whose CUDA graph is not destroyed on this side, or (over UCX) whose last replay's signal the "
+                    "peer did not take, within MPINCCL_AHEAD_TIMEOUT (or a communicator failed): signal numbering "
+                    "with that rank is out of step, abort the communicator");
+  if (pair) mpn_pair_report(pair, ncclInvalidUsage, text);
+  mpn_comm_set_async(op->comm, ncclInvalidUsage);
   return MPN_REFUSE(op->comm, ncclInvalidUsage, "%s", text);
 }
 
@@ -170,7 +188,8 @@ static int graph_slots_give_up(struct ncclComm* comm, uint64_t* deadline) {
  * in turn (rma.c, graph_slot).  Before anything of the group is enqueued
  * (a peer's captured wait would otherwise wait for a signal never sent),
  * each one's slot must be free: its last signal's graphs destroyed on both
- * sides.  The host waits for that, at most MPINCCL_AHEAD_TIMEOUT for the
+ * sides (over UCX: on this side, and the peer took the last replay's
+ * signal).  The host waits for that, at most MPINCCL_AHEAD_TIMEOUT for the
  * whole group, taking in the news of destroyed graphs.  More signals of one
  * (peer, context) in one group than it has slots, or a slot this side's
  * capture itself holds, are refused at once. */
@@ -199,7 +218,7 @@ static ncclResult_t graph_slots_check(const mpn_op_t* ops) {
       while ((state = graph_slots_state(comm, peer, ctx, send, used, more, op->capture_id, &pair, &err)) !=
              SLOTS_FREE) {
         if (state == SLOTS_ERROR) return err;
-        if (state == SLOTS_OWN || pair == NULL || graph_slots_give_up(comm, &deadline))
+        if (state == SLOTS_OWN || graph_slots_give_up(comm, &deadline))
           return graph_slots_refuse(op, peer, ctx, send, pair, per_ctx, state == SLOTS_OWN);
         usleep(20);
         mpn_pair_graph_reap(); /* graphs destroyed meanwhile on this side */

@@ -136,29 +136,30 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
  * again once both sides' graphs that captured its last signal are destroyed
  * (ncclGroupEnd's checks waited for that: check.c), and each launch notes
  * what its captures took for them to give back (launch_holds, attached at
- * the launch's end: p2p/graphs.h).  Over UCX the slots are not given back.
+ * the launch's end: p2p/graphs.h).  Over UCX, where each side keeps its own
+ * words, a slot serves again once this side's graphs are destroyed and, on
+ * the sending side, the peer took the last replay's signal (ucx/winstage.c).
  */
 static __thread mpn_graph_holds_t* launch_holds;
 
 /* Takes the next graph slot of (peer, ctx) for a captured signal (send) or
- * a count of a captured wait; pair: the pair it lives in, NULL over UCX. */
-static ncclResult_t graph_slot(struct ncclComm* comm, const char* fn, int peer, int ctx, int send, mpn_pair_t* pair,
-                               cudaStream_t s, unsigned long long capture, int* slot) {
-  uint64_t per_ctx = mpn_rma_graph_per_ctx(comm);
+ * a count of a captured wait (*seq: its number); pair: the pair it lives
+ * in, NULL over UCX.  ncclGroupEnd's checks found it free (check.c). */
+static void graph_slot(struct ncclComm* comm, int peer, int ctx, int send, mpn_pair_t* pair, cudaStream_t s,
+                       unsigned long long capture, int* slot, uint64_t* seq) {
   size_t pc = mpn_rma_pc(comm, peer, ctx);
   uint64_t* counter = send ? &comm->rma->graph_sent[pc] : &comm->rma->graph_expected[pc];
-  if (pair == NULL && *counter >= per_ctx)
-    return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "%s: more than %llu signals between two ranks on one context captured in "
-                      "CUDA graphs",
-                      fn, (unsigned long long)per_ctx);
-  uint64_t seq = ++*counter;
-  *slot = (int)mpn_rma_graph_slot(comm, ctx, seq);
-  if (pair == NULL) return ncclSuccess;
+  *seq = ++*counter;
+  *slot = (int)mpn_rma_graph_slot(comm, ctx, *seq);
+  if (pair == NULL) {
+#ifdef HAVE_UCX
+    mpn_ucx_rma_graph_take(comm, &launch_holds, s, peer, *slot, *seq, send, capture);
+#endif
+    return;
+  }
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
   __atomic_store_n(&pair->mem->rma_graph_capture[*slot][side], (uint64_t)capture, __ATOMIC_RELEASE);
-  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, pair, MPN_GRAPH_RMA, (uint32_t)*slot, seq, side, NULL);
-  return ncclSuccess;
+  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, pair, MPN_GRAPH_RMA, (uint32_t)*slot, *seq, side, NULL);
 }
 
 /* Where a stream's flag operations go: a memop batch, or the flag kernel's
@@ -222,7 +223,8 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, to, s, op->capture_id, &slot));
+  uint64_t seq = 0;
+  graph_slot(comm, op->peer, op->ctx, 1, to, s, op->capture_id, &slot, &seq);
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
@@ -243,7 +245,8 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; mpn_rma_over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, NULL, s, capture, &slot));
+    uint64_t seq = 0;
+    graph_slot(comm, d->peer, d->ctx, 0, NULL, s, capture, &slot, &seq);
     MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
   }
   if (mpn_rma_over_ucx(comm, d->peer)) return ncclSuccess;
@@ -261,7 +264,8 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   }
   for (int k = 0; k < d->opCnt; k++) {
     int slot = 0;
-    MPN_CHECK(graph_slot(comm, "ncclWaitSignal", d->peer, d->ctx, 0, from, s, capture, &slot));
+    uint64_t seq = 0;
+    graph_slot(comm, d->peer, d->ctx, 0, from, s, capture, &slot, &seq);
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
     MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
     MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
@@ -278,8 +282,9 @@ _Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers th
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
   int slot = 0;
-  MPN_CHECK(graph_slot(comm, mpn_rma_op_name(op->kind), op->peer, op->ctx, 1, NULL, op->stream, op->capture_id, &slot));
-  return mpn_ucx_rma_graph_signal(drv, op, slot);
+  uint64_t seq = 0;
+  graph_slot(comm, op->peer, op->ctx, 1, NULL, op->stream, op->capture_id, &slot, &seq);
+  return mpn_ucx_rma_graph_signal(drv, op, slot, seq);
 }
 #endif
 

@@ -42,7 +42,8 @@ typedef struct mpn_rma {
 } mpn_rma_t;
 
 /** Signals a pair captures in CUDA graphs per context: the pair's graph
- *  slots shared out among the contexts, never given back (rma.c, graph_slot).
+ *  slots shared out among the contexts, each serving again once its last
+ *  signal's graphs are destroyed (rma.c, graph_slot; check.c).
  *  Only for an operation that passed its checks: numRmaCtx is then >= 1. */
 static inline uint64_t mpn_rma_graph_per_ctx(const struct ncclComm* comm) {
   return MPN_PAIR_RMA_GRAPH / (uint64_t)comm->config.num_rma_ctx;

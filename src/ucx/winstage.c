@@ -19,6 +19,7 @@
  * ncclInvalidUsage.
  */
 #include "ucx/winstage.h"
+#include "ucx/gslots.h"
 #include "ucx/node_guard.h"
 
 #include <stdlib.h>
@@ -35,6 +36,7 @@
 #include "ucx/rma.h"
 #include "ucx/staged.h"
 #include "cuda/memop.h"
+#include "p2p/pair.h"
 
 struct mpn_ucx_win {
   int slot;                    /* in the kernel's window table */
@@ -64,6 +66,7 @@ struct mpn_ucx_rma {
   CUdeviceptr darea;
   size_t rings_at, gsig_at, gdesc_at, gfree_at, error_at, bytes;
   gnode_t* graphs;             /* captured operations, freed with the communicator */
+  mpn_ucx_gslots_t* gslots;    /* which graph slots this side may give out again */
   mpn_ucx_region_t* region;
   mpn_apply_win_t* wins;       /* pinned, mapped: the kernel's window table */
   CUdeviceptr dwins;
@@ -78,6 +81,7 @@ static void state_free(struct mpn_ucx_rma* r, int leak) {
   if (r->area && !leak) cudaFreeHost(r->area);
   if (r->wins && !leak) cudaFreeHost(r->wins);
   cudaGetLastError();
+  mpn_ucx_gslots_destroy(r->gslots); /* (process memory: leaked or not, records may still name it) */
   free(r);
 }
 
@@ -94,7 +98,8 @@ static ncclResult_t state_make(struct ncclComm* comm) {
   r->gfree_at = r->gdesc_at + slots * sizeof(mpn_apply_desc_t);
   r->error_at = r->gfree_at + slots * sizeof(uint64_t);
   r->bytes = r->error_at + 64;
-  cudaError_t err = mpn_cuda_host_mapped(r->bytes, (void**)&r->area, &r->darea);
+  r->gslots = mpn_ucx_gslots_create(slots);
+  cudaError_t err = r->gslots ? mpn_cuda_host_mapped(r->bytes, (void**)&r->area, &r->darea) : cudaErrorMemoryAllocation;
   for (size_t i = 0; err == cudaSuccess && i < slots; i++) /* every graph slot starts free */
     ((uint64_t*)(r->area + r->gfree_at))[i] = 1;
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
@@ -336,7 +341,16 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
  * put, fence, descriptor, fence, add of 1 to gsig.  On B the captured wait
  * waits for gsig, lands the put (the kernel, descriptor by slot), zeroes
  * gsig and a host node puts 1 into A's gfree: the slot is A's again.  Host
- * nodes make no CUDA call and never wait. */
+ * nodes make no CUDA call and never wait.  The descriptor carries the
+ * signal's number, which B's kernel checks against the wait's.
+ *
+ * A context's slots serve its signals in turn (rma.c, graph_slot), each
+ * again once the graphs holding its previous signal are gone on this side
+ * (gslots.c, told by the records hung on the graphs: p2p/graphs.h) and, on
+ * A, once B took that signal's last replay (gfree back to 1): what this
+ * side can know without a message (ncclGroupEnd's checks wait for it:
+ * rma/check.c).  B's graphs are not known to A: B must destroy the old
+ * graph before replaying its new one, as within a host. */
 
 static void CUDART_CB gnode_post(void* arg) {
   gnode_t* g = arg;
@@ -382,28 +396,52 @@ static void gnode_keep(struct mpn_ucx_rma* r, gnode_t* g) {
 
 static size_t per_ctx(const struct mpn_ucx_rma* r) { return MPN_UCX_GRAPH_SLOTS / (size_t)r->nctx; }
 
-ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot) {
+/* Index of peer's slot in the words of gslots, gsig and gfree. */
+static size_t gslot_index(int peer, int slot) { return (size_t)peer * MPN_UCX_GRAPH_SLOTS + (size_t)slot; }
+
+int mpn_ucx_rma_graph_slot_state(struct ncclComm* comm, int peer, int slot, uint64_t prev, int send,
+                                 unsigned long long capture) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  size_t i = gslot_index(peer, slot);
+  int state = mpn_ucx_gslots_state(r->gslots, (uint32_t)i, prev, send ? MPN_SIDE_SEND : MPN_SIDE_RECV, capture);
+  if (state != MPN_UCX_GSLOT_FREE || !send) return state;
+  const uint64_t* gfree = (const uint64_t*)(r->area + r->gfree_at) + i; /* the peer took the last replay */
+  return __atomic_load_n(gfree, __ATOMIC_ACQUIRE) >= 1 ? MPN_UCX_GSLOT_FREE : MPN_UCX_GSLOT_HELD;
+}
+
+void mpn_ucx_rma_graph_take(struct ncclComm* comm, mpn_graph_holds_t** holds, cudaStream_t s, int peer, int slot,
+                            uint64_t seq, int send, unsigned long long capture) {
+  mpn_ucx_gslots_take(comm->ucx_rma->gslots, holds, s, comm->cuda_dev, (uint32_t)gslot_index(peer, slot), seq,
+                      send ? MPN_SIDE_SEND : MPN_SIDE_RECV, capture);
+}
+
+ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot, uint64_t seq) {
   struct ncclComm* comm = op->comm;
   struct mpn_ucx_rma* r = comm->ucx_rma;
   size_t bytes = op->kind == MPN_OP_PUT_SIGNAL ? op->bytes : 0, me = (size_t)comm->rank;
   gnode_t* g = NULL;
   MPN_CHECK(gnode_make(comm, 1, bytes, &g));
   const mpn_ucx_win_t* w = bytes ? op->win->ucx : NULL;
-  mpn_apply_desc_t d = {.count = (uint64_t)slot - (uint64_t)op->ctx * per_ctx(r) + 1,
-                        .slot = w ? (uint32_t)w->slot : MPN_APPLY_NO_WINDOW,
-                        .offset = op->offset, .bytes = bytes};
+  mpn_apply_desc_t d = {
+      .count = seq, .slot = w ? (uint32_t)w->slot : MPN_APPLY_NO_WINDOW, .offset = op->offset, .bytes = bytes};
   mpn_ucx_remote_t* area = mpn_ucx_region_remote(r->region, op->peer);
-  g->cmds[0] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx,
-                               .peer = mpn_ucx_comm_peer(comm, op->peer), .buf = g->stage,
-                               .bytes = bytes, .flag = &g->done, .value = 1, .error = &g->error,
+  g->cmds[0] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL,
+                               .owner = comm->ucx,
+                               .peer = mpn_ucx_comm_peer(comm, op->peer),
+                               .buf = g->stage,
+                               .bytes = bytes,
+                               .flag = &g->done,
+                               .value = 1,
+                               .error = &g->error,
                                .owner_error = mpn_ucx_comm_error(comm),
                                .dst = w ? mpn_ucx_region_remote(w->region, op->peer) : NULL,
-                               .dst_offset = op->offset, .signal = area,
-                               .signal_offset = r->gsig_at + (me * MPN_UCX_GRAPH_SLOTS + (size_t)slot) * 8,
+                               .dst_offset = op->offset,
+                               .signal = area,
+                               .signal_offset = r->gsig_at + gslot_index((int)me, slot) * 8,
                                .desc = area,
-                               .desc_offset = r->gdesc_at + (me * MPN_UCX_GRAPH_SLOTS + (size_t)slot) * sizeof(d)};
+                               .desc_offset = r->gdesc_at + gslot_index((int)me, slot) * sizeof(d)};
   memcpy(g->cmds[0].desc_bytes, &d, sizeof(d));
-  size_t free_at = r->gfree_at + ((size_t)op->peer * MPN_UCX_GRAPH_SLOTS + (size_t)slot) * 8;
+  size_t free_at = r->gfree_at + gslot_index(op->peer, slot) * 8;
   g->zero = (uint64_t*)(r->area + free_at);
   gnode_keep(r, g); /* freed with the communicator, whatever happens below */
   ncclResult_t first = ncclSuccess;
@@ -420,7 +458,7 @@ ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int
 
 CUdeviceptr mpn_ucx_rma_graph_flag(struct ncclComm* comm, int peer, int slot) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
-  return r->darea + r->gsig_at + ((CUdeviceptr)peer * MPN_UCX_GRAPH_SLOTS + (CUdeviceptr)slot) * 8;
+  return r->darea + r->gsig_at + (CUdeviceptr)gslot_index(peer, slot) * 8;
 }
 
 ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* comm, const int* peer,
@@ -450,14 +488,20 @@ ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* co
   mpn_memops_init(&b, drv, stream);
   for (int i = 0, c = 0; i < count; i++)
     for (int j = 0; j < n[i]; j++, c++) {
-      size_t slot = (size_t)ctx[i] * per_ctx(r) + (size_t)first_k[i] + (size_t)j;
+      /* The context's slots in turn: count first_k + j + 1 is in entry (first_k + j) % per_ctx. */
+      size_t slot = (size_t)ctx[i] * per_ctx(r) + ((size_t)first_k[i] + (size_t)j) % per_ctx(r);
       mpn_keep(&first, mpn_memops_add(&b, mpn_ucx_rma_graph_flag(comm, peer[i], (int)slot), 0, MPN_MEMOP_WRITE));
-      g->cmds[c] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx,
-                                   .peer = mpn_ucx_comm_peer(comm, peer[i]), .buf = &one, .bytes = 8,
-                                   .flag = &g->done, .value = 1, .error = &g->error,
+      g->cmds[c] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL,
+                                   .owner = comm->ucx,
+                                   .peer = mpn_ucx_comm_peer(comm, peer[i]),
+                                   .buf = &one,
+                                   .bytes = 8,
+                                   .flag = &g->done,
+                                   .value = 1,
+                                   .error = &g->error,
                                    .owner_error = mpn_ucx_comm_error(comm),
                                    .dst = mpn_ucx_region_remote(r->region, peer[i]),
-                                   .dst_offset = r->gfree_at + ((size_t)comm->rank * MPN_UCX_GRAPH_SLOTS + slot) * 8};
+                                   .dst_offset = r->gfree_at + gslot_index(comm->rank, (int)slot) * 8};
     }
   mpn_keep(&first, mpn_memops_flush(&b));
   mpn_keep(&first, mpn_cuda_result(comm, cudaLaunchHostFunc(stream, gnode_post, g), "capturing the release of UCX signal slots"));

@@ -14,13 +14,16 @@
 #include "core/enqueue.h"
 #include "cuda/driver.h"
 #include "nccl.h"
+#include "p2p/graphs.h"
+#include "ucx/gslots.h"
 #include "ucx/net.h"
 
 struct ncclComm;
 typedef struct mpn_ucx_win mpn_ucx_win_t;
 
 /** Signal slots per peer for one-sided calls captured in CUDA graphs (the
- * path within a host has as many, MPN_PAIR_RMA_GRAPH, split among contexts). */
+ * path within a host has as many, MPN_PAIR_RMA_GRAPH, split among contexts;
+ * a context's serve its signals in turn). */
 #define MPN_UCX_GRAPH_SLOTS 256
 
 /**
@@ -65,11 +68,27 @@ ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int
                                const uint64_t* expected, const int* n, int count, cudaStream_t stream);
 
 /**
- * A put or signal with a UCX peer captured in a CUDA graph, in the slot
- * given (rma.c numbers captured signals per peer and context as it does
- * within a host): enqueued on op's stream (see winstage.c).
+ * A put or signal with a UCX peer captured in a CUDA graph, the seq-th
+ * captured on its context, in the slot given (rma.c numbers captured
+ * signals per peer and context as it does within a host): enqueued on op's
+ * stream (see winstage.c).
  */
-ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot);
+ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot, uint64_t seq);
+
+/**
+ * Whether peer's graph slot `slot` may take a captured signal (send) or a
+ * count of a captured wait, its previous one being prev: MPN_UCX_GSLOT_FREE
+ * once this side's graphs holding prev are destroyed and (send) the peer
+ * took prev's last replay, MPN_UCX_GSLOT_OWN while capture itself holds it,
+ * else MPN_UCX_GSLOT_HELD (ucx/gslots.h).
+ */
+int mpn_ucx_rma_graph_slot_state(struct ncclComm* comm, int peer, int slot, uint64_t prev, int send,
+                                 unsigned long long capture);
+
+/** Signal seq takes peer's slot on this side for capture; *holds (the
+ *  launch's notes, p2p/graphs.h) gives it back once stream s's graph is gone. */
+void mpn_ucx_rma_graph_take(struct ncclComm* comm, mpn_graph_holds_t** holds, cudaStream_t s, int peer, int slot,
+                            uint64_t seq, int send, unsigned long long capture);
 
 /** Device address of the word a captured wait for peer's signal in slot waits on (>= 1). */
 CUdeviceptr mpn_ucx_rma_graph_flag(struct ncclComm* comm, int peer, int slot);

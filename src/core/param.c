@@ -142,8 +142,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "one-sided signal captured in a CUDA graph whose graph slot is "
                                  "still held (by the one 256 captured messages, or 256 / "
                                  "numRmaCtx captured signals of a context, before it, whose graph "
-                                 "is not yet destroyed on both sides) waits as long, then fails "
-                                 "on both sides."},
+                                 "is not yet destroyed on both sides; with a peer over UCX, not yet "
+                                 "destroyed on this side or, for a signal, whose last replay the "
+                                 "peer has not yet taken) waits as long, then fails on both sides "
+                                 "(over UCX, on this side)."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

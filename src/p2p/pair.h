@@ -21,8 +21,9 @@
 #include "p2p/p2p.h"
 
 #define MPN_PAIR_SLOTS 512
-/* Messages captured in CUDA graphs keep their slot for the life of the pair:
- * a graph may be replayed any number of times. */
+/* Messages captured in CUDA graphs keep their slot while a graph that
+ * holds them lives on either side (it may be replayed any number of times);
+ * the slot serves again once both sides destroyed those graphs (graphs.c). */
 #define MPN_PAIR_GRAPH_SLOTS 256
 
 enum { MPN_SIDE_SEND = 0, MPN_SIDE_RECV = 1 };

@@ -382,6 +382,45 @@ static void whole_chunks(int sent, int posted) {
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
+/*
+ * A send without pipeline words (a captured group's, ucx/graph.c: the
+ * next replay waits for its flag before reusing its staging) still in
+ * flight to a peer that found a size mismatch (rank 0 to rank 1, a
+ * communicator of their own): the peer takes no more of this rank's
+ * messages, so the notice must end the send's wait too, as it releases a
+ * lane's sends.  Before, its flag stayed 0 until the endpoint closed, and a
+ * stream replaying the graph again waited for it.
+ */
+static void graph_send_released(void) {
+  ncclComm_t comm = fresh_comm();
+  if (comm == NULL) return;
+  char* big = calloc(1, WHOLE_CH);
+  char small[16] = {0};
+  uint64_t flag = 0, release[2] = {0, 0}, captured = 0, sent = 0;
+  int error = 0, cerr = 0, serr = 0;
+  if (rank == 1) {
+    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, small, 16, mpn_ucx_stage_tag(comm, 0, 1, 0, 0, 1), NULL, NULL, &flag, 1,
+                             &error, release, 2) == ncclSuccess);
+    EXPECT(wait_flags(&flag, 1, 1) == 0);
+    EXPECT(error == ncclInvalidUsage);
+  } else if (rank == 0) {
+    /* Never received: rank 1 posts no captured receive. */
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, big, WHOLE_CH, mpn_ucx_graph_tag(comm, 0, 1, 0), NULL, NULL, &captured, 1,
+                             &cerr, NULL, 0) == ncclSuccess);
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, small, 8, mpn_ucx_stage_tag(comm, 0, 1, 0, 0, 1), NULL, NULL, &sent, 1, &serr,
+                             NULL, 0) == ncclSuccess);
+    EXPECT(wait_flags(&sent, 1, 1) == 0);
+  }
+  expect_mismatch(comm, 16, "8 came");
+  if (rank == 0) {
+    EXPECT(wait_flags(&captured, 1, 1) == 0);
+    EXPECT(__atomic_load_n(&cerr, __ATOMIC_ACQUIRE) == ncclRemoteError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+  free(big);
+}
+
 /* An abort with a large send in flight to a peer that never receives it:
  * the close purges the send, and its completion (an error) has come by the
  * time the abort returns; before, it came later, from the proxy's progress,
@@ -432,6 +471,7 @@ int main(int argc, char** argv) {
     EXPECT(ncclCommDestroy(comm) == ncclSuccess);
     whole_chunks(3, 2);
     whole_chunks(1, 3);
+    graph_send_released();
     abort_in_flight();
   }
   int total = 0;

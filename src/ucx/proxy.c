@@ -588,11 +588,14 @@ void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {
 
 void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer) {
   for (mpn_ucx_cmd_t* c = px.flying; c; c = c->next) {
-    if (c->peer != peer || c->kind == MPN_UCX_RECV || c->release == NULL) continue;
+    if (c->peer != peer || c->kind == MPN_UCX_RECV) continue;
     int ok = ncclSuccess;
     if (c->error)
       __atomic_compare_exchange_n(c->error, &ok, (int)ncclRemoteError, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     for (int i = 0; i < c->nrelease; i++) __atomic_store_n(&c->release[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
+    /* Without pipeline words (a captured group's send, graph.c): its own
+     * flag, which the next replay waits for before reusing the staging. */
+    if (c->release == NULL) __atomic_store_n(c->flag, c->value, __ATOMIC_RELEASE);
   }
 }
 

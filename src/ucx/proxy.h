@@ -147,10 +147,11 @@ void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer);
 
 /** Proxy thread only (a command's fn, a mismatch's found): the pipeline
  * words (mpn_ucx_cmd_t release) of peer's sends and puts in flight are
- * released, as if they had failed, and their *error set.  UCX cannot cancel
- * them: one that peer will never take (it found a size mismatch and failed
- * its side) would otherwise wait, with the stream behind it, until the
- * endpoint closes.  They stay in flight until then. */
+ * released, as if they had failed, and their *error set; those without
+ * pipeline words (a captured group's sends, ucx/graph.c) get their flag.
+ * UCX cannot cancel them: one that peer will never take (it found a size
+ * mismatch and failed its side) would otherwise wait, with the stream
+ * behind it, until the endpoint closes.  They stay in flight until then. */
 void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer);
 
 /** Proxy thread only, outside UCX's callbacks (a mismatch's found): starts

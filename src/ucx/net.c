@@ -152,6 +152,8 @@ static void notice_arrived(void* arg) {
  * chunk (the sender's extra chunks stay in UCX's queue of unexpected
  * messages), and each failure releases its pipeline's words, so that the
  * stream's waits pass.  The notice goes first: a failed peer gets nothing.
+ * Only the receives are cancelled: the notice may still wait for its
+ * endpoint's wire-up, and sends are released instead.
  */
 static void mismatch_found(mpn_ucx_mismatch_t* m) {
   struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)((char*)m - offsetof(struct mpn_ucx_comm, mismatch));
@@ -163,7 +165,7 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
   if (mpn_ucx_proxy_send_here(&cmd, &n, sizeof(n)) != ncclSuccess)
     MPN_WARN("UCX: rank %d could not tell rank %d that its message did not fit: %s", u->rank, m->from,
              ncclGetLastError(NULL));
-  mpn_ucx_proxy_fail_peer(peer);
+  mpn_ucx_proxy_fail_peer_receives(peer);
   mpn_ucx_proxy_release_sends(peer);
 }
 

@@ -177,11 +177,13 @@ static void found_drop(const void* owner) {
   }
 }
 
-/* Cancels the in-flight operations matching (owner, peer); NULL matches all. */
-static void cancel_matching(const void* owner, const mpn_ucx_peer_t* peer) {
+/* Cancels the in-flight operations matching (owner, peer); NULL matches
+ * all; receives only: the receives alone. */
+static void cancel_matching(const void* owner, const mpn_ucx_peer_t* peer, int receives_only) {
   for (mpn_ucx_cmd_t *c = px.flying, *next; c; c = next) {
     next = c->next;
-    if ((owner && c->owner != owner) || (peer && c->peer != peer)) continue;
+    if ((owner && c->owner != owner) || (peer && c->peer != peer) || (receives_only && c->kind != MPN_UCX_RECV))
+      continue;
     ucp_request_cancel(px.worker, c->request); /* its callback runs with an error */
   }
 }
@@ -192,7 +194,7 @@ static void peer_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {
   mpn_ucx_peer_t* peer = arg;
   MPN_WARN("UCX: a peer became unreachable: %s", ucs_status_string(status));
   peer->failed = 1;
-  cancel_matching(NULL, peer);
+  cancel_matching(NULL, peer, 0);
 }
 
 static ucs_status_t ep_connect(mpn_ucx_peer_t* peer) {
@@ -398,7 +400,7 @@ static void drain_owner(const void* owner) {
 
 static void close_endpoints(void) {
   armed_sweep(px.closing_owner);
-  cancel_matching(px.closing_owner, NULL);
+  cancel_matching(px.closing_owner, NULL, 0);
   for (int i = 0; i < px.n_closing; i++) ep_force_close(&px.closing[i]);
   drain_owner(px.closing_owner);
 }
@@ -583,7 +585,12 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
 
 void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {
   peer->failed = 1; /* later operations fail in ep_connect */
-  cancel_matching(NULL, peer);
+  cancel_matching(NULL, peer, 0);
+}
+
+void mpn_ucx_proxy_fail_peer_receives(mpn_ucx_peer_t* peer) {
+  peer->failed = 1;
+  cancel_matching(NULL, peer, 1);
 }
 
 void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer) {

@@ -145,6 +145,12 @@ ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer);
  * and so do those started later. */
 void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer);
 
+/** As mpn_ucx_proxy_fail_peer, but of the operations in flight only the
+ * receives are cancelled: a send just started to peer (a notice, on an
+ * endpoint maybe still being wired up) must go out, and the sends that
+ * peer will never take are released instead (mpn_ucx_proxy_release_sends). */
+void mpn_ucx_proxy_fail_peer_receives(mpn_ucx_peer_t* peer);
+
 /** Proxy thread only (a command's fn, a mismatch's found): the pipeline
  * words (mpn_ucx_cmd_t release) of peer's sends and puts in flight are
  * released, as if they had failed, and their *error set; those without

@@ -241,8 +241,11 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
   if (mpn_ucx_comm_peer(comm, op->peer) == NULL)
     return mpn_error_set(comm, ncclInternalError, "%s: rank %d has no UCX address of rank %d", fn,
                          comm->rank, op->peer);
-  if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess)
-    return mpn_error_set(comm, ncclRemoteError,
+  /* The communicator's error, as ncclCommGetAsyncError reports it: a size
+   * mismatch (ncclInvalidUsage) or a failed transfer (ncclRemoteError). */
+  int failed = __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE);
+  if (failed != ncclSuccess)
+    return mpn_error_set(comm, (ncclResult_t)failed,
                          "%s with peer %d: an earlier transfer over UCX of this communicator "
                          "failed (ncclCommGetAsyncError); abort it",
                          fn, op->peer);

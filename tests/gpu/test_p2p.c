@@ -956,6 +956,13 @@ static void mismatch_case(ncclComm_t pair, MPI_Comm two, float* buf, size_t send
   mismatch_text(text, sizeof(text), send_count, recv_count);
   EXPECT(async == ncclInvalidUsage);
   EXPECT(strstr(ncclGetLastError(pair), text) != NULL);
+  if (!harness_over_ucx()) return;
+  /* Over UCX the communicator is failed: a later send or receive is
+   * refused with the same code as ncclCommGetAsyncError's. */
+  ncclResult_t later =
+      rank == 0 ? ncclSend(buf, 1, ncclFloat32, 1, pair, stream) : ncclRecv(buf, 1, ncclFloat32, 0, pair, stream);
+  EXPECT(later == ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(pair), "an earlier transfer over UCX of this communicator failed") != NULL);
 }
 
 /* A receive whose count differs from the send: both sides hear of it, also

@@ -81,8 +81,9 @@ static ncclResult_t check_ranges(const ncclConfig_t* user, const char* caller) {
 
 /* NCCL_NUM_RMA_CTX, when set to 0 or more, takes the place of the count
  * the config gave (or the split inherited), for every communicator
- * created, as NCCL's environment override does; a negative value changes
- * nothing. */
+ * created, as NCCL's environment override does after its config checks (so
+ * a config's count above our bound is refused only if nothing replaces it);
+ * a negative value changes nothing. */
 static ncclResult_t rma_ctx_env(mpn_config_t* cfg, const char* caller) {
   int64_t env = mpn_param_int(MPN_PARAM_NUM_RMA_CTX);
   if (env < 0) return ncclSuccess;
@@ -106,6 +107,9 @@ ncclResult_t mpn_config_read(const ncclConfig_t* user, const mpn_config_t* paren
   if (user == NULL && parent) cfg = *parent;
   if (user) MPN_CHECK(config_fields(user, caller, &cfg));
   MPN_CHECK(rma_ctx_env(&cfg, caller));
+  if (cfg.num_rma_ctx > MPN_CONFIG_RMA_CTX_MAX)
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is above the %d mpinccl supports", caller,
+                      cfg.num_rma_ctx, MPN_CONFIG_RMA_CTX_MAX);
   *out = cfg;
   return ncclSuccess;
 }
@@ -134,11 +138,8 @@ static ncclResult_t config_fields(const ncclConfig_t* user, const char* caller, 
    * carries signals for at most MPN_CONFIG_RMA_CTX_MAX contexts
    * (p2p/pair.h, MPN_PAIR_RMA_CTX). */
   int ctx = FIELD_INT(user, numRmaCtx, 0);
-  if (ctx != NCCL_CONFIG_UNDEF_INT) {
+  if (ctx != NCCL_CONFIG_UNDEF_INT) { /* (above the bound: refused unless NCCL_NUM_RMA_CTX replaces it) */
     if (ctx < 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is negative", caller, ctx);
-    if (ctx > MPN_CONFIG_RMA_CTX_MAX)
-      return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is above the %d mpinccl supports", caller,
-                        ctx, MPN_CONFIG_RMA_CTX_MAX);
     cfg.num_rma_ctx = ctx;
   }
   MPN_CHECK(check_ranges(user, caller));

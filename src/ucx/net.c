@@ -373,8 +373,9 @@ static int mismatch_report(struct ncclComm* comm) {
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
-  if (u == NULL || u->reported || error == ncclSuccess) return;
-  u->reported = 1;
+  /* Once, whichever API thread polls first (ncclCommGetAsyncError may be
+   * called from several at once). */
+  if (u == NULL || error == ncclSuccess || __atomic_exchange_n(&u->reported, 1, __ATOMIC_ACQ_REL)) return;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
   if (from >= 0)

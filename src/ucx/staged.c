@@ -537,11 +537,17 @@ ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {
     while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady && mpn_chan_now_ns() < deadline)
       usleep(20);
     cudaGetLastError();
-    if (!sends_done(comm, l, deadline))
-      return mpn_error_set(comm, ncclRemoteError,
-                           "transfers to rank %d over UCX did not complete within "
-                           "MPINCCL_NET_TIMEOUT (%lld s)",
-                           i / 2, (long long)mpn_param_int(MPN_PARAM_NET_TIMEOUT));
+    if (sends_done(comm, l, deadline)) continue;
+    int failed = __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE);
+    if (failed != ncclSuccess) /* (sends_done gives up at once then) */
+      return mpn_error_set(comm, (ncclResult_t)failed,
+                           "transfers to rank %d over UCX did not all complete: an earlier transfer of this "
+                           "communicator failed (ncclCommGetAsyncError)",
+                           i / 2);
+    return mpn_error_set(comm, ncclRemoteError,
+                         "transfers to rank %d over UCX did not complete within "
+                         "MPINCCL_NET_TIMEOUT (%lld s)",
+                         i / 2, (long long)mpn_param_int(MPN_PARAM_NET_TIMEOUT));
   }
   return ncclSuccess;
 }

@@ -124,9 +124,10 @@ END_TEST
  * 0 or more takes the config's (and a split's inherited) place, a negative
  * value changes nothing, above our 64 creation is refused naming it. */
 START_TEST(config_rma_ctx_env) {
-  mpn_config_t parent = {.blocking = 1, .num_rma_ctx = 7};
-  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  mpn_config_t parent = {.blocking = 1, .num_rma_ctx = 7}, cfg;
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER, big = NCCL_CONFIG_INITIALIZER;
   c.numRmaCtx = 5;
+  big.numRmaCtx = 100; /* above our bound, which NCCL does not have: fine when the variable replaces it */
   static const struct {
     const char* env;     /* NULL: unset */
     int user, split, ok; /* the counts taken with a config of 5 and for a split of a parent of 7 */
@@ -150,7 +151,10 @@ START_TEST(config_rma_ctx_env) {
     ck_assert_int_eq(b, ncclSuccess);
     ck_assert_int_eq(user.num_rma_ctx, cases[i].user);
     ck_assert_int_eq(split.num_rma_ctx, cases[i].split);
+    ck_assert_int_eq(mpn_config_read(&big, NULL, "ncclCommInitRankConfig", &cfg),
+                     atoi(cases[i].env ? cases[i].env : "-1") >= 0 ? ncclSuccess : ncclInvalidArgument);
   }
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "config->numRmaCtx 100 is above the 64"));
 }
 END_TEST
 

@@ -95,6 +95,7 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
     while (seen < cmd->value &&
            !__atomic_compare_exchange_n(cmd->flag, &seen, cmd->value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {}
   }
+  if (cmd->pending) __atomic_sub_fetch(cmd->pending, 1, __ATOMIC_RELEASE); /* the caller's memory is its own again */
   px.in_flight--;
   free(cmd);
   if (request) ucp_request_free(request);
@@ -373,7 +374,7 @@ static void ep_force_close(mpn_ucx_peer_t* p) {
 /* Words a late completion of a closed owner's operation writes instead of
  * the owner's, which are freed once the close returns. */
 static uint64_t orphan_flag, orphan_release;
-static int orphan_error;
+static int orphan_error, orphan_pending;
 
 /* Lets the owner's purged operations complete (their callbacks run from the
  * worker's progress), for at most a second; those still in flight then
@@ -390,6 +391,7 @@ static void drain_owner(const void* owner) {
     if (c->owner != owner) continue;
     c->flag = &orphan_flag;
     c->error = c->owner_error = &orphan_error;
+    c->pending = c->pending ? &orphan_pending : NULL;
     c->release = c->release ? &orphan_release : NULL;
     c->nrelease = c->release ? 1 : 0;
     c->fn = NULL;

@@ -80,6 +80,12 @@ typedef struct mpn_ucx_cmd {
   uint64_t value;
   int* error;           /**< set to an ncclResult_t when the operation fails */
   int* owner_error;     /**< the same, for the communicator */
+  /** When set, decremented (atomic, release) once the proxy is done with
+   * the command, after its last write to flag and error: a caller that
+   * counts its commands in flight here (ucx/gnodes.c, which adds 1 before
+   * posting) frees what they name once it reads 0.  Commands still in
+   * flight when their owner closes count on the proxy's own word instead. */
+  int* pending;
   mpn_ucx_remote_t* dst;    /**< put: the peer's region, at dst_offset */
   size_t dst_offset;
   mpn_ucx_remote_t* signal; /**< put: the peer's counter region, at signal_offset (NULL: no signal) */

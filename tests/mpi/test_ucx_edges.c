@@ -18,7 +18,9 @@
  *  - a "peer lost" call that reaches the proxy with the close of its
  *    communicator while other commands wait for their trigger: it waited
  *    among them, the close passed it by, and it ran after the close had
- *    returned (on freed peers, in a destroy);
+ *    returned (on freed peers, in a destroy); each command, whether the
+ *    proxy ran it or dropped it at the close, leaves its caller's count of
+ *    commands in flight (mpn_ucx_cmd_t pending);
  *  - a call on the proxy thread whose caller gave up waiting (the proxy
  *    held past MPINCCL_BOOTSTRAP_TIMEOUT): it stayed queued and ran later,
  *    after the caller had freed what it works on (mpn_ucx_region_free
@@ -194,6 +196,11 @@ static void hold_until_returned(void* arg) {
 
 static void noop(void* arg) { (void)arg; }
 
+/* The calls post_call posted that the proxy has not yet done with (each
+ * counted before posting, as captured one-sided calls count theirs:
+ * ucx/gnodes.c); the proxy takes 1 when it drops one too. */
+static int calls_pending;
+
 static void post_call(void (*fn)(void*), void* arg, const void* owner, const uint64_t* trigger, uint64_t* done) {
   mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_CALL,
                        .owner = owner,
@@ -201,9 +208,11 @@ static void post_call(void (*fn)(void*), void* arg, const void* owner, const uin
                        .arg = arg,
                        .flag = done,
                        .value = 1,
+                       .pending = &calls_pending,
                        .trigger = trigger,
                        .trigger_value = 1,
                        .quiet = 1};
+  __atomic_add_fetch(&calls_pending, 1, __ATOMIC_ACQ_REL);
   EXPECT(mpn_ucx_proxy_post(&cmd) == ncclSuccess);
 }
 
@@ -227,6 +236,7 @@ static void lost_call_at_close(void) {
   EXPECT(mpn_ucx_proxy_call(noop, NULL) == ncclSuccess); /* the proxy is past its sweep */
   EXPECT(peers[0].failed == failed_at_close);
   EXPECT(done[0] == 1 && done[1] == 1 && done[2] == 1);
+  EXPECT(__atomic_load_n(&calls_pending, __ATOMIC_ACQUIRE) == 0); /* the one dropped at the close too */
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
@@ -259,6 +269,7 @@ static void abandoned_call(void) {
   EXPECT(mpn_ucx_proxy_call(noop, NULL) == ncclSuccess); /* the proxy is past the given-up call */
   EXPECT(__atomic_load_n(&ran, __ATOMIC_ACQUIRE) == 0);
   EXPECT(done == 1);
+  EXPECT(__atomic_load_n(&calls_pending, __ATOMIC_ACQUIRE) == 0);
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }

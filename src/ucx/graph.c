@@ -23,12 +23,13 @@
  * (as the uncaptured path does not), so a send and its receive may be in
  * separate groups.  What a capture allocates (it switches the thread to
  * relaxed capture mode for that) lives until the graph is destroyed: a
- * CUDA user object on the graph tells (gone_t), and the communicator's next
+ * CUDA user object on the graph tells (ucx/gone.h), and the communicator's next
  * captured launch frees the groups whose graph is gone and whose sends
  * have all been taken (mpn_ucx_graph_reclaim); the rest goes with the
  * communicator, after which a graph must not be replayed.
  */
 #include "ucx/graph.h"
+#include "ucx/gone.h"
 #include "ucx/node_guard.h"
 
 #include <cuda.h>
@@ -55,16 +56,8 @@ typedef struct {
   uint64_t tag;
 } gpost_t;
 
-/* Shared by a group and the user object on its graph; whichever lets go
- * last frees it (the user object's destructor may run after the group was
- * freed with its communicator). */
-typedef struct {
-  int gone; /* the graph and every executable graph made from it are destroyed */
-  int refs;
-} gone_t;
-
 struct mpn_ucx_ggroup {
-  gone_t* gone; /* or NULL: kept until the communicator goes */
+  mpn_ucx_gone_t* gone; /* shared with the user object on its graph; NULL: kept until the communicator goes */
   cudaStream_t user, side;
   cudaEvent_t fork, join;
   int n;
@@ -80,24 +73,16 @@ struct mpn_ucx_ggroup {
  * their communicator's list (mpn_ucx_graph_free). */
 static __thread mpn_ucx_ggroup_t* pending;
 
+/* On CUDA's thread, once the graph is gone: no lock, no CUDA call. */
+static void graph_gone(void* arg) { mpn_ucx_gone_set(arg); }
+
 /* Also while this thread captures (a failed fork): in relaxed mode.  A
  * replay may still be queued (its host node not yet run, or running): the
  * group is marked dead, which its host node checks, the node running now
  * is waited for, and the group itself and its words stay (leaked), so a
  * late node reads only the mark and a queued wait reads mapped memory. */
-static void gone_drop(gone_t* t) {
-  if (t && __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) free(t);
-}
-
-/* On CUDA's thread, once the graph is gone: no lock, no CUDA call. */
-static void graph_gone(void* arg) {
-  gone_t* t = arg;
-  __atomic_store_n(&t->gone, 1, __ATOMIC_RELEASE);
-  gone_drop(t);
-}
-
 static void group_free(mpn_ucx_ggroup_t* g, int leak) {
-  gone_drop(g->gone);
+  mpn_ucx_gone_drop(g->gone);
   mpn_ucx_node_kill(&g->guard);
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   for (int i = 0; i < g->n; i++)
@@ -235,9 +220,8 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
 /* Hangs on g's graph the user object that tells when it is gone; without
  * it (CUDA refused, out of memory) g stays until the communicator goes. */
 static void group_watch(mpn_ucx_ggroup_t* g, const struct ncclComm* comm) {
-  gone_t* t = malloc(sizeof(*t));
+  mpn_ucx_gone_t* t = mpn_ucx_gone_create();
   if (t == NULL) return;
-  *t = (gone_t){.gone = 0, .refs = 2};
   cudaSetDevice(comm->cuda_dev);
   if (mpn_cuda_capture_on_destroy(g->user, graph_gone, t) == ncclSuccess) {
     g->gone = t;
@@ -251,7 +235,7 @@ static void group_watch(mpn_ucx_ggroup_t* g, const struct ncclComm* comm) {
 /* Whether g's graph is gone and its sends were all taken (the proxy no
  * longer touches its staging or words). */
 static int group_done(const mpn_ucx_ggroup_t* g) {
-  if (g->gone == NULL || !__atomic_load_n(&g->gone->gone, __ATOMIC_ACQUIRE)) return 0;
+  if (!mpn_ucx_gone_is(g->gone)) return 0;
   for (int i = 0; i < g->n; i++)
     if (__atomic_load_n(&g->words[i], __ATOMIC_ACQUIRE) == 0) return 0;
   return 1;

@@ -284,7 +284,7 @@ static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   int slot = 0;
   uint64_t seq = 0;
   graph_slot(comm, op->peer, op->ctx, 1, NULL, op->stream, op->capture_id, &slot, &seq);
-  return mpn_ucx_rma_graph_signal(drv, op, slot, seq);
+  return mpn_ucx_rma_graph_signal(drv, &launch_holds, op, slot, seq);
 }
 #endif
 
@@ -315,7 +315,7 @@ static ncclResult_t land_ucx(const mpn_driver_t* drv, mpn_op_t** ops, int n, cud
         expected[k++] = ex[j];
       }
     if (res == ncclSuccess && k)
-      res = graph ? mpn_ucx_rma_graph_land(drv, op->comm, peer, ctx, expected, cnt, k, s)
+      res = graph ? mpn_ucx_rma_graph_land(drv, &launch_holds, op->comm, peer, ctx, expected, cnt, k, s)
                   : mpn_ucx_rma_apply(op->comm, peer, ctx, expected, cnt, k, s);
     free(peer), free(ctx), free(cnt), free(expected);
     MPN_CHECK(res);

@@ -19,8 +19,8 @@
  * ncclInvalidUsage.
  */
 #include "ucx/winstage.h"
+#include "ucx/gnodes.h"
 #include "ucx/gslots.h"
-#include "ucx/node_guard.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,26 +46,12 @@ struct mpn_ucx_win {
   struct mpn_ucx_win* next;    /* retired windows */
 };
 
-/* A captured put or signal (sender) or captured waits (target), kept for
- * the host nodes of every replay (mpn_ucx_rma_graph_*). */
-typedef struct gnode {
-  struct ncclComm* comm;
-  int n;                       /* commands per replay */
-  mpn_ucx_cmd_t* cmds;         /* posted as they are at each replay */
-  uint64_t* zero;              /* sender: its flag of the slot, zeroed before posting */
-  char* stage;                 /* sender: pinned copy of the put's source */
-  uint64_t done;               /* completions (nobody waits for them) */
-  int error;
-  mpn_ucx_node_guard_t guard; /* against mpn_ucx_rma_free_graphs */
-  struct gnode* next;
-} gnode_t;
-
 struct mpn_ucx_rma {
   int nctx;
   char* area;                  /* pinned, mapped: counters, rings, graph slots, then the error word */
   CUdeviceptr darea;
   size_t rings_at, gsig_at, gdesc_at, gfree_at, error_at, bytes;
-  gnode_t* graphs;             /* captured operations, freed with the communicator */
+  mpn_ucx_gnode_t* graphs;     /* captured operations' host-node state (ucx/gnodes.h) */
   mpn_ucx_gslots_t* gslots;    /* which graph slots this side may give out again */
   mpn_ucx_region_t* region;
   mpn_apply_win_t* wins;       /* pinned, mapped: the kernel's window table */
@@ -220,23 +206,18 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
 }
 
 /* A replay's host node may still be queued: each node is marked dead
- * (gnode_post checks), the one running is waited for, and the nodes stay
- * (leaked) for late host nodes to read the mark. */
-void mpn_ucx_rma_kill_graphs(struct ncclComm* comm) {
-  for (gnode_t* g = comm->ucx_rma_graphs; g; g = g->next) mpn_ucx_node_kill(&g->guard);
-}
+ * (its host node checks), the one running is waited for, and the nodes of
+ * graphs not yet gone stay (leaked) for late host nodes to read the mark. */
+void mpn_ucx_rma_kill_graphs(struct ncclComm* comm) { mpn_ucx_gnode_kill_list(comm->ucx_rma_graphs); }
 
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
-  for (gnode_t *g = comm->ucx_rma_graphs, *next; g; g = next) {
-    next = g->next;
-    mpn_ucx_node_kill(&g->guard);
-    if (g->stage && !leak) cudaFreeHost(g->stage);
-    g->stage = NULL;
-    free(g->cmds);
-    g->cmds = NULL;
-    g->n = 0;
-  }
+  mpn_ucx_gnode_free_list(comm->ucx_rma_graphs, leak);
   comm->ucx_rma_graphs = NULL;
+}
+
+int mpn_ucx_rma_graph_nodes(const struct ncclComm* comm) {
+  const struct mpn_ucx_rma* r = comm->ucx_rma;
+  return r ? mpn_ucx_gnode_count(r->graphs) : 0;
 }
 
 ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t len, int last,
@@ -350,48 +331,18 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
  * A, once B took that signal's last replay (gfree back to 1): what this
  * side can know without a message (ncclGroupEnd's checks wait for it:
  * rma/check.c).  B's graphs are not known to A: B must destroy the old
- * graph before replaying its new one, as within a host. */
+ * graph before replaying its new one, as within a host.
+ *
+ * What a host node needs (its commands, A's staging) is a gnode
+ * (ucx/gnodes.c), hung on the same records: it goes at a later captured
+ * launch once its graphs are gone and the proxy is done with its commands. */
 
-static void CUDART_CB gnode_post(void* arg) {
-  gnode_t* g = arg;
-  if (!mpn_ucx_node_enter(&g->guard)) return; /* its communicator is gone */
-  if (g->zero) __atomic_store_n(g->zero, 0, __ATOMIC_RELEASE);
-  for (int i = 0; i < g->n; i++)
-    if (mpn_ucx_proxy_post(&g->cmds[i]) != ncclSuccess) {
-      int ok = ncclSuccess; /* the communicator reports it */
-      __atomic_compare_exchange_n(mpn_ucx_comm_error(g->comm), &ok, (int)ncclSystemError, 0,
-                                  __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-    }
-  mpn_ucx_node_leave(&g->guard);
-}
-
-static ncclResult_t gnode_make(struct ncclComm* comm, int n, size_t stage, gnode_t** out) {
-  gnode_t* g = calloc(1, sizeof(*g));
-  mpn_ucx_cmd_t* cmds = calloc((size_t)n, sizeof(*cmds));
-  if (g == NULL || cmds == NULL) {
-    free(g), free(cmds);
-    return mpn_error_set(comm, ncclSystemError, "out of memory");
-  }
-  g->comm = comm;
-  g->n = n;
-  g->cmds = cmds;
-  cudaError_t err = cudaSuccess;
-  if (stage) { /* while capturing: in relaxed mode */
-    mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-    err = cudaHostAlloc((void**)&g->stage, stage, cudaHostAllocPortable);
-    mpn_cuda_relaxed_leave(mode);
-  }
-  if (err != cudaSuccess) {
-    free(cmds), free(g);
-    return mpn_cuda_result(comm, err, "staging a captured put over UCX");
-  }
-  *out = g;
-  return ncclSuccess;
-}
-
-static void gnode_keep(struct mpn_ucx_rma* r, gnode_t* g) {
-  g->next = r->graphs;
-  r->graphs = g;
+/* Hands g to comm, which frees it once its graphs are gone and the proxy
+ * is done with it (earlier ones at this call), or with itself; g's graph
+ * is the one stream s captures. */
+static void gnode_keep(struct ncclComm* comm, mpn_graph_holds_t** holds, cudaStream_t s, mpn_ucx_gnode_t* g) {
+  mpn_ucx_gnode_push(&comm->ucx_rma->graphs, g);
+  mpn_ucx_gnode_watch(g, holds, s, comm->cuda_dev);
 }
 
 static size_t per_ctx(const struct mpn_ucx_rma* r) { return MPN_UCX_GRAPH_SLOTS / (size_t)r->nctx; }
@@ -415,35 +366,30 @@ void mpn_ucx_rma_graph_take(struct ncclComm* comm, mpn_graph_holds_t** holds, cu
                       send ? MPN_SIDE_SEND : MPN_SIDE_RECV, capture);
 }
 
-ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot, uint64_t seq) {
+ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_graph_holds_t** holds, mpn_op_t* op, int slot,
+                                      uint64_t seq) {
   struct ncclComm* comm = op->comm;
   struct mpn_ucx_rma* r = comm->ucx_rma;
   size_t bytes = op->kind == MPN_OP_PUT_SIGNAL ? op->bytes : 0, me = (size_t)comm->rank;
-  gnode_t* g = NULL;
-  MPN_CHECK(gnode_make(comm, 1, bytes, &g));
+  mpn_ucx_gnode_t* g = NULL;
+  MPN_CHECK(mpn_ucx_gnode_create(comm, 1, bytes, &g));
   const mpn_ucx_win_t* w = bytes ? op->win->ucx : NULL;
   mpn_apply_desc_t d = {
       .count = seq, .slot = w ? (uint32_t)w->slot : MPN_APPLY_NO_WINDOW, .offset = op->offset, .bytes = bytes};
   mpn_ucx_remote_t* area = mpn_ucx_region_remote(r->region, op->peer);
-  g->cmds[0] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL,
-                               .owner = comm->ucx,
-                               .peer = mpn_ucx_comm_peer(comm, op->peer),
-                               .buf = g->stage,
-                               .bytes = bytes,
-                               .flag = &g->done,
-                               .value = 1,
-                               .error = &g->error,
-                               .owner_error = mpn_ucx_comm_error(comm),
-                               .dst = w ? mpn_ucx_region_remote(w->region, op->peer) : NULL,
-                               .dst_offset = op->offset,
-                               .signal = area,
-                               .signal_offset = r->gsig_at + gslot_index((int)me, slot) * 8,
-                               .desc = area,
-                               .desc_offset = r->gdesc_at + gslot_index((int)me, slot) * sizeof(d)};
-  memcpy(g->cmds[0].desc_bytes, &d, sizeof(d));
+  mpn_ucx_cmd_t* c = &g->cmds[0];
+  *c = mpn_ucx_gnode_cmd(g, op->peer);
+  c->buf = g->stage;
+  c->bytes = bytes;
+  c->dst = w ? mpn_ucx_region_remote(w->region, op->peer) : NULL;
+  c->dst_offset = op->offset;
+  c->signal = c->desc = area;
+  c->signal_offset = r->gsig_at + gslot_index((int)me, slot) * 8;
+  c->desc_offset = r->gdesc_at + gslot_index((int)me, slot) * sizeof(d);
+  memcpy(c->desc_bytes, &d, sizeof(d));
   size_t free_at = r->gfree_at + gslot_index(op->peer, slot) * 8;
   g->zero = (uint64_t*)(r->area + free_at);
-  gnode_keep(r, g); /* freed with the communicator, whatever happens below */
+  gnode_keep(comm, holds, op->stream, g); /* freed once its graph is gone, whatever happens below */
   ncclResult_t first = ncclSuccess;
   mpn_memops_t b; /* the slot is ours again once the peer landed its last replay */
   mpn_memops_init(&b, drv, op->stream);
@@ -452,7 +398,7 @@ ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int
   if (bytes)
     mpn_keep(&first, mpn_cuda_result(comm, cudaMemcpyAsync(g->stage, op->buf, bytes, cudaMemcpyDeviceToHost, op->stream),
                                      "staging a captured put"));
-  mpn_keep(&first, mpn_cuda_result(comm, cudaLaunchHostFunc(op->stream, gnode_post, g), "capturing a UCX put"));
+  mpn_keep(&first, mpn_ucx_gnode_enqueue(g, op->stream, "capturing a UCX put"));
   return first;
 }
 
@@ -461,17 +407,17 @@ CUdeviceptr mpn_ucx_rma_graph_flag(struct ncclComm* comm, int peer, int slot) {
   return r->darea + r->gsig_at + (CUdeviceptr)gslot_index(peer, slot) * 8;
 }
 
-ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* comm, const int* peer,
-                                    const int* ctx, const uint64_t* first_k, const int* n, int count,
+ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, mpn_graph_holds_t** holds, struct ncclComm* comm,
+                                    const int* peer, const int* ctx, const uint64_t* first_k, const int* n, int count,
                                     cudaStream_t stream) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
   static uint64_t one = 1; /* what the host node puts into the peers' gfree words */
   int total = 0;
   for (int i = 0; i < count; i++) total += n[i];
   if (total == 0) return ncclSuccess;
-  gnode_t* g = NULL;
-  MPN_CHECK(gnode_make(comm, total, 0, &g));
-  gnode_keep(r, g);
+  mpn_ucx_gnode_t* g = NULL;
+  MPN_CHECK(mpn_ucx_gnode_create(comm, total, 0, &g));
+  gnode_keep(comm, holds, stream, g);
   ncclResult_t first = ncclSuccess;
   ranges_t rb = {.k = 0};
   for (int i = 0; i < count; i++) { /* the puts, from the descriptors of their slots */
@@ -491,19 +437,14 @@ ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* co
       /* The context's slots in turn: count first_k + j + 1 is in entry (first_k + j) % per_ctx. */
       size_t slot = (size_t)ctx[i] * per_ctx(r) + ((size_t)first_k[i] + (size_t)j) % per_ctx(r);
       mpn_keep(&first, mpn_memops_add(&b, mpn_ucx_rma_graph_flag(comm, peer[i], (int)slot), 0, MPN_MEMOP_WRITE));
-      g->cmds[c] = (mpn_ucx_cmd_t){.kind = MPN_UCX_PUT_SIGNAL,
-                                   .owner = comm->ucx,
-                                   .peer = mpn_ucx_comm_peer(comm, peer[i]),
-                                   .buf = &one,
-                                   .bytes = 8,
-                                   .flag = &g->done,
-                                   .value = 1,
-                                   .error = &g->error,
-                                   .owner_error = mpn_ucx_comm_error(comm),
-                                   .dst = mpn_ucx_region_remote(r->region, peer[i]),
-                                   .dst_offset = r->gfree_at + gslot_index(comm->rank, (int)slot) * 8};
+      mpn_ucx_cmd_t* put = &g->cmds[c];
+      *put = mpn_ucx_gnode_cmd(g, peer[i]);
+      put->buf = &one;
+      put->bytes = 8;
+      put->dst = mpn_ucx_region_remote(r->region, peer[i]);
+      put->dst_offset = r->gfree_at + gslot_index(comm->rank, (int)slot) * 8;
     }
   mpn_keep(&first, mpn_memops_flush(&b));
-  mpn_keep(&first, mpn_cuda_result(comm, cudaLaunchHostFunc(stream, gnode_post, g), "capturing the release of UCX signal slots"));
+  mpn_keep(&first, mpn_ucx_gnode_enqueue(g, stream, "capturing the release of UCX signal slots"));
   return first;
 }

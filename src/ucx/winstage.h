@@ -71,9 +71,12 @@ ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int
  * A put or signal with a UCX peer captured in a CUDA graph, the seq-th
  * captured on its context, in the slot given (rma.c numbers captured
  * signals per peer and context as it does within a host): enqueued on op's
- * stream (see winstage.c).
+ * stream (see winstage.c).  Its host-node state is freed once the graph is
+ * gone (*holds: the launch's notes, p2p/graphs.h) and the proxy is done
+ * with it.
  */
-ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_op_t* op, int slot, uint64_t seq);
+ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_graph_holds_t** holds, mpn_op_t* op, int slot,
+                                      uint64_t seq);
 
 /**
  * Whether peer's graph slot `slot` may take a captured signal (send) or a
@@ -97,11 +100,14 @@ CUdeviceptr mpn_ucx_rma_graph_flag(struct ncclComm* comm, int peer, int slot);
  * After a captured wait's stream waits (on mpn_ucx_rma_graph_flag): lands
  * the puts of the count signals from peer[i] on ctx[i] in that context's
  * slots first_k[i] .. first_k[i] + n[i] - 1, empties the slots and gives
- * them back to their senders, on stream.
+ * them back to their senders, on stream; holds as for mpn_ucx_rma_graph_signal.
  */
-ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, struct ncclComm* comm, const int* peer,
-                                    const int* ctx, const uint64_t* first_k, const int* n, int count,
+ncclResult_t mpn_ucx_rma_graph_land(const mpn_driver_t* drv, mpn_graph_holds_t** holds, struct ncclComm* comm,
+                                    const int* peer, const int* ctx, const uint64_t* first_k, const int* n, int count,
                                     cudaStream_t stream);
+
+/** How many captured one-sided calls' host-node states comm still holds (tests). */
+int mpn_ucx_rma_graph_nodes(const struct ncclComm* comm);
 
 /** Whether comm can take one-sided operations over UCX (a window was registered). */
 int mpn_ucx_rma_ready(const struct ncclComm* comm);
@@ -124,8 +130,10 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak);
 /** Marks comm's captured one-sided calls dead (mpn_ucx_graph_kill_list). */
 void mpn_ucx_rma_kill_graphs(struct ncclComm* comm);
 
-/** Frees what comm's captured one-sided calls hold (after its UCX work was
- * closed: the proxy writes into it until then; leak as for mpn_ucx_rma_free). */
+/** Frees what comm's captured one-sided calls still hold (after its UCX
+ * work was closed: the proxy writes into it until then; leak as for
+ * mpn_ucx_rma_free).  Those whose graphs are gone went earlier, at a
+ * captured launch, once the proxy was done with them. */
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak);
 
 /** A peer found gone (watchdog): every wait for its signals is let go. */

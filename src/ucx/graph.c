@@ -233,9 +233,12 @@ static void group_watch(mpn_ucx_ggroup_t* g, const struct ncclComm* comm) {
 }
 
 /* Whether g's graph is gone and its sends were all taken (the proxy no
- * longer touches its staging or words). */
+ * longer touches its staging or words).  Not after a failure: a send the
+ * peer will never take has its word raised while the proxy still holds it
+ * (mpn_ucx_proxy_release_sends, after a size mismatch), so such a group
+ * goes with the communicator, after the proxy let go of its commands. */
 static int group_done(const mpn_ucx_ggroup_t* g) {
-  if (!mpn_ucx_gone_is(g->gone)) return 0;
+  if (!mpn_ucx_gone_is(g->gone) || __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) != 0) return 0;
   for (int i = 0; i < g->n; i++)
     if (__atomic_load_n(&g->words[i], __ATOMIC_ACQUIRE) == 0) return 0;
   return 1;

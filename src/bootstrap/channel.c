@@ -409,10 +409,10 @@ static void task_unqueue(task_t* t) {
 
 /* Runs fn(arg) on a thread that may call MPI: this one, or (a worker below
  * MPI_THREAD_MULTIPLE) the next driver, waiting for it.  Lock held once.
- * Returns 0 once fn ran; -1 if it never will (MPI finalized, or *abort set
- * before a driver took it). */
+ * Returns 0 once fn ran, else MPN_CHAN_NOT_RUN or MPN_CHAN_NO_MEMORY (as
+ * mpn_chan_call). */
 static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
-  if (!chan.mpi_ready) return -1;
+  if (!chan.mpi_ready) return MPN_CHAN_NOT_RUN;
   if (may_call_mpi()) {
     fn(arg);
     return 0;
@@ -420,7 +420,10 @@ static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
   /* On the heap: the queue is global, and every way out of the wait
    * below leaves the task off it (run_tasks, task_unqueue, finalize). */
   task_t* t = calloc(1, sizeof(*t));
-  if (t == NULL) return -1;
+  if (t == NULL) {
+    mpn_error_set(NULL, ncclSystemError, "bootstrap: out of memory handing an MPI call to the thread that drives MPI");
+    return MPN_CHAN_NO_MEMORY;
+  }
   t->fn = fn;
   t->arg = arg;
   if (chan.tasks_tail)
@@ -432,7 +435,7 @@ static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
     if (abort && *abort) {
       task_unqueue(t);
       free(t);
-      return -1;
+      return MPN_CHAN_NOT_RUN;
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -445,7 +448,7 @@ static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
   }
   int ran = t->done > 0;
   free(t);
-  return ran ? 0 : -1;
+  return ran ? 0 : MPN_CHAN_NOT_RUN;
 }
 
 int mpn_chan_call(void (*fn)(void*), void* arg, int blocks, const volatile int* abort) {
@@ -623,7 +626,9 @@ static void test_request(void* arg) {
 static int request_done(void* arg) {
   const test_t* w = arg;
   test_t t = {.req = w->req, .err = MPI_SUCCESS};
-  if (run_locked(test_request, &t, w->abort) != 0) {
+  int ran = run_locked(test_request, &t, w->abort);
+  if (ran == MPN_CHAN_NO_MEMORY) return -1;
+  if (ran != 0) {
     if (w->abort && *w->abort) return 0; /* progress_until reports the abort */
     mpn_error_set(NULL, ncclInvalidUsage, "bootstrap: MPI was finalized while an MPI collective was pending");
     return -1;

@@ -111,9 +111,12 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len);
  * worker below MPI_THREAD_MULTIPLE, the next driver, waiting for it.
  * blocks: fn may wait for other processes (MPI_Comm_split); under
  * MPI_THREAD_MULTIPLE it then runs without the lock, so that other threads'
- * set-up goes on meanwhile.  Returns 0 once fn ran; -1 when it never will:
- * MPI is finalized, or *abort (may be NULL) was set before a driver took it.
+ * set-up goes on meanwhile.  Returns 0 once fn ran; MPN_CHAN_NOT_RUN when
+ * it never will: MPI is finalized, or *abort (may be NULL) was set before a
+ * driver took it; MPN_CHAN_NO_MEMORY when the hand-over could not be
+ * allocated (the error text is set).
  */
+enum { MPN_CHAN_NOT_RUN = -1, MPN_CHAN_NO_MEMORY = -2 };
 int mpn_chan_call(void (*fn)(void*), void* arg, int blocks, const volatile int* abort);
 
 /**

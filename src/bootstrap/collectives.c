@@ -157,8 +157,9 @@ typedef struct {
   MPI_Request req;
 } from_mpi_start_t;
 
-/* An MPI call handed over that never ran (mpn_chan_call). */
-static ncclResult_t not_done(const volatile int* abort) {
+/* An MPI call handed over that never ran (mpn_chan_call returned ran). */
+static ncclResult_t not_done(int ran, const volatile int* abort) {
+  if (ran == MPN_CHAN_NO_MEMORY) return ncclSystemError; /* its text is set */
   if (abort && *abort) return mpn_error_set(NULL, ncclRemoteError, "mpincclCommInitMPI: aborted");
   return mpn_error_set(NULL, ncclInvalidUsage, "mpincclCommInitMPI: MPI was finalized during the set-up");
 }
@@ -177,7 +178,8 @@ static void from_mpi_start(void* arg) {
 static ncclResult_t from_mpi_step(MPI_Comm comm, from_mpi_t* b, int bcast, uint64_t deadline, const volatile int* abort,
                                   int* started) {
   from_mpi_start_t s = {.comm = comm, .b = b, .bcast = bcast, .err = MPI_SUCCESS};
-  if (mpn_chan_call(from_mpi_start, &s, 0, abort) != 0) return not_done(abort);
+  int ran = mpn_chan_call(from_mpi_start, &s, 0, abort);
+  if (ran != 0) return not_done(ran, abort);
   if (s.err != MPI_SUCCESS) return mpn_error_mpi(s.err, bcast ? "MPI_Ibcast" : "MPI_Iallgather");
   *started = 1;
   MPN_CHECK(mpn_chan_mpi_wait(&s.req, deadline, abort));
@@ -200,7 +202,8 @@ static void comm_info(void* arg) {
 ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort, mpn_bootstrap_t** out) {
   MPN_CHECK(mpn_chan_mpi_start(0));
   comm_info_t info = {.comm = comm, .err = MPI_SUCCESS};
-  if (mpn_chan_call(comm_info, &info, 0, abort) != 0) return not_done(abort);
+  int ran = mpn_chan_call(comm_info, &info, 0, abort);
+  if (ran != 0) return not_done(ran, abort);
   if (info.err != MPI_SUCCESS) return mpn_error_mpi(info.err, "MPI_Comm_test_inter/rank/size");
   if (info.inter)
     return mpn_error_set(NULL, ncclInvalidArgument,

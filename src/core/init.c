@@ -230,6 +230,7 @@ static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* abort, MP
   mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
   int ran = mpn_chan_call(mpi_split, &sp, 1, abort);
   turn_end(&job->mpi_turn);
+  if (ran == MPN_CHAN_NO_MEMORY) return ncclSystemError; /* its text is set */
   if (ran != 0)
     return mpn_error_set(NULL, *abort ? ncclRemoteError : ncclInvalidUsage,
                          "ncclCommSplit: %s before MPI_Comm_split of the parent's MPI communicator",

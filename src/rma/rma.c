@@ -143,23 +143,25 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
 static __thread mpn_graph_holds_t* launch_holds;
 
 /* Takes the next graph slot of (peer, ctx) for a captured signal (send) or
- * a count of a captured wait (*seq: its number); pair: the pair it lives
- * in, NULL over UCX.  ncclGroupEnd's checks found it free (check.c). */
-static void graph_slot(struct ncclComm* comm, int peer, int ctx, int send, mpn_pair_t* pair, cudaStream_t s,
-                       unsigned long long capture, int* slot, uint64_t* seq) {
+ * a count of a captured wait, and returns its number (the slot is
+ * mpn_rma_graph_slot of it); pair: the pair it lives in, NULL over UCX.
+ * ncclGroupEnd's checks found it free (check.c). */
+static uint64_t graph_slot(struct ncclComm* comm, int peer, int ctx, int send, mpn_pair_t* pair, cudaStream_t s,
+                           unsigned long long capture) {
   size_t pc = mpn_rma_pc(comm, peer, ctx);
   uint64_t* counter = send ? &comm->rma->graph_sent[pc] : &comm->rma->graph_expected[pc];
-  *seq = ++*counter;
-  *slot = (int)mpn_rma_graph_slot(comm, ctx, *seq);
+  uint64_t seq = ++*counter;
+  int slot = (int)mpn_rma_graph_slot(comm, ctx, seq);
   if (pair == NULL) {
 #ifdef HAVE_UCX
-    mpn_ucx_rma_graph_take(comm, &launch_holds, s, peer, *slot, *seq, send, capture);
+    mpn_ucx_rma_graph_take(comm, &launch_holds, s, peer, slot, seq, send, capture);
 #endif
-    return;
+    return seq;
   }
   int side = send ? MPN_SIDE_SEND : MPN_SIDE_RECV;
-  __atomic_store_n(&pair->mem->rma_graph_capture[*slot][side], (uint64_t)capture, __ATOMIC_RELEASE);
-  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, pair, MPN_GRAPH_RMA, (uint32_t)*slot, *seq, side, NULL);
+  __atomic_store_n(&pair->mem->rma_graph_capture[slot][side], (uint64_t)capture, __ATOMIC_RELEASE);
+  mpn_graph_holds_add(&launch_holds, s, comm->cuda_dev, pair, MPN_GRAPH_RMA, (uint32_t)slot, seq, side, NULL);
+  return seq;
 }
 
 /* Where a stream's flag operations go: a memop batch, or the flag kernel's
@@ -201,7 +203,6 @@ static int signal_after_other_stream(const struct ncclComm* comm, const mpn_op_t
 static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, unsigned long long sid, int graph,
                                int publish) {
   struct ncclComm* comm = op->comm;
-  int slot = 0;
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, op->peer, &to, &from));
   if (!graph) {
@@ -223,8 +224,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
     if (to_sink->b && mpn_rma_self_elide(op, count)) return ncclSuccess; /* planned: self.c */
     return sink_add(to_sink, mpn_pair_signal(to, op->ctx), count, MPN_MEMOP_WRITE);
   }
-  uint64_t seq = 0;
-  graph_slot(comm, op->peer, op->ctx, 1, to, s, op->capture_id, &slot, &seq);
+  int slot = (int)mpn_rma_graph_slot(comm, op->ctx, graph_slot(comm, op->peer, op->ctx, 1, to, s, op->capture_id));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
@@ -244,9 +244,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
     return sink_add(to_sink, mpn_ucx_rma_counter(comm, d->peer, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
   for (int k = 0; mpn_rma_over_ucx(comm, d->peer) && k < d->opCnt; k++) { /* a slot per captured signal */
-    int slot = 0;
-    uint64_t seq = 0;
-    graph_slot(comm, d->peer, d->ctx, 0, NULL, s, capture, &slot, &seq);
+    int slot = (int)mpn_rma_graph_slot(comm, d->ctx, graph_slot(comm, d->peer, d->ctx, 0, NULL, s, capture));
     MPN_CHECK(sink_add(to_sink, mpn_ucx_rma_graph_flag(comm, d->peer, slot), 1, MPN_MEMOP_WAIT_GEQ));
   }
   if (mpn_rma_over_ucx(comm, d->peer)) return ncclSuccess;
@@ -263,9 +261,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
     return sink_add(to_sink, mpn_pair_signal(from, d->ctx), *expected, MPN_MEMOP_WAIT_GEQ);
   }
   for (int k = 0; k < d->opCnt; k++) {
-    int slot = 0;
-    uint64_t seq = 0;
-    graph_slot(comm, d->peer, d->ctx, 0, from, s, capture, &slot, &seq);
+    int slot = (int)mpn_rma_graph_slot(comm, d->ctx, graph_slot(comm, d->peer, d->ctx, 0, from, s, capture));
     CUdeviceptr sig = mpn_pair_dev(from, &from->mem->rma_graph_signal[slot]);
     MPN_CHECK(sink_add(to_sink, sig, 1, MPN_MEMOP_WAIT_EQ));
     MPN_CHECK(sink_add(to_sink, sig, 0, MPN_MEMOP_WRITE));
@@ -281,10 +277,8 @@ _Static_assert(MPN_PAIR_RMA_GRAPH == MPN_UCX_GRAPH_SLOTS, "graph_slot numbers th
  * stream work (ucx/winstage.c). */
 static ncclResult_t ucx_graph_signal(const mpn_driver_t* drv, mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
-  int slot = 0;
-  uint64_t seq = 0;
-  graph_slot(comm, op->peer, op->ctx, 1, NULL, op->stream, op->capture_id, &slot, &seq);
-  return mpn_ucx_rma_graph_signal(drv, &launch_holds, op, slot, seq);
+  uint64_t seq = graph_slot(comm, op->peer, op->ctx, 1, NULL, op->stream, op->capture_id);
+  return mpn_ucx_rma_graph_signal(drv, &launch_holds, op, (int)mpn_rma_graph_slot(comm, op->ctx, seq), seq);
 }
 #endif
 

@@ -21,6 +21,7 @@
 #include "core/param.h"
 #include "core/topo.h"
 #include "core/watchdog.h"
+#include "local_comm.h"
 #include "mpinccl.h"
 #include "p2p/p2p.h"
 #include "p2p/push.h"
@@ -40,27 +41,6 @@ static void crash_report(int sig) {
   backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
   signal(sig, SIG_DFL);
   raise(sig);
-}
-
-/* Parameters are read once per process: re-read them (tests may run unforked). */
-static void set_param(const char* name, const char* value) {
-  setenv(name, value, 1);
-  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
-}
-
-static void use_local_bootstrap(void) {
-  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
-  set_param("MPINCCL_BOOTSTRAP", "local");
-}
-
-/* One communicator of one rank. */
-static ncclComm_t comm_of_one(void) {
-  ncclUniqueId id;
-  ncclComm_t comm = NULL;
-  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
-  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
-  ck_assert_ptr_nonnull(comm);
-  return comm;
 }
 
 static int contains(const char* text, const char* part) { return strstr(text, part) != NULL; }

@@ -1,0 +1,287 @@
+/*
+ * test_refusals.c - bad input to the public API, as a program would pass
+ * it, on communicators of this process (host-only without a GPU): each is
+ * refused with a result code and a text naming the call, the argument and
+ * the value; calls on finalized, destroyed, aborted and failed
+ * communicators; and what a group may not hold.
+ */
+#include <check.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "local_comm.h"
+#include "mpinccl.h"
+#include "refusal.h"
+
+#define ARG ncclInvalidArgument
+#define USAGE ncclInvalidUsage
+
+START_TEST(creation_arguments) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one(), other = NULL;
+  ncclUniqueId id, zero;
+  memset(&zero, 0, sizeof(zero)); /* an id a rank never received */
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t small = NCCL_CONFIG_INITIALIZER, odd = NCCL_CONFIG_INITIALIZER, magic = NCCL_CONFIG_INITIALIZER;
+  small.size = 8;
+  odd.blocking = -1;
+  magic.magic = 1;
+  int minus_one[1] = {-1};
+  REFUSED(comm, ncclGetUniqueId(NULL), ARG, "uniqueId is NULL");
+  REFUSED(comm, ncclCommInitRank(NULL, 1, id, 0), ARG, "newcomm is NULL");
+  REFUSED(comm, ncclCommInitRank(&other, -3, id, 0), ARG, "nranks -3 is not positive");
+  REFUSED(comm, ncclCommInitRank(&other, 2, id, -1), ARG, "rank -1 out of range [0, 2)");
+  REFUSED(comm, ncclCommInitRank(&other, 1, zero, 0), ARG, "commId was not made by ncclGetUniqueId");
+  REFUSED(comm, ncclCommInitRankConfig(&other, 1, id, 0, &small), ARG, "config->size 8 is too small");
+  REFUSED(comm, ncclCommInitRankConfig(&other, 1, id, 0, &odd), ARG, "config->blocking -1 is not 0 or 1");
+  REFUSED(comm, ncclCommInitAll(&other, 1, minus_one), ARG, "devlist[0] = -1 is not a CUDA device");
+  if (comm->cuda_dev < 0) /* no device at all: device 0 is not one either */
+    REFUSED(comm, ncclCommInitAll(&other, 1, NULL), ARG, "device[0] = 0 is not a CUDA device [0, 0)");
+  ck_assert_ptr_null(other);
+  REFUSED(comm, ncclCommSplit(NULL, 0, 0, &other, NULL), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommSplit(comm, 0, 0, NULL, NULL), ARG, "newcomm is NULL");
+  REFUSED(comm, ncclCommSplit(comm, INT_MIN, 0, &other, NULL), ARG,
+          "color -2147483648 is negative and not NCCL_SPLIT_NOCOLOR");
+  REFUSED(comm, ncclCommSplit(comm, 0, 0, &other, &magic), ARG, "config->magic 0x1 is not NCCL_API_MAGIC");
+  REFUSED(comm, ncclCommSplit(comm, 0, 0, &other, &odd), ARG, "config->blocking -1 is not 0 or 1");
+  ck_assert_ptr_null(other);
+  MPI_Comm mpi = MPI_COMM_NULL;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  REFUSED(comm, mpincclCommInitMPI(NULL, MPI_COMM_WORLD, NULL), ARG, "comm is NULL");
+  REFUSED(comm, mpincclCommInitMPI(&other, MPI_COMM_NULL, NULL), ARG, "mpicomm is MPI_COMM_NULL");
+  if (!inited) REFUSED(comm, mpincclCommInitMPI(&other, MPI_COMM_WORLD, NULL), USAGE, "MPI is not initialized");
+  REFUSED(comm, mpincclCommGetMPIComm(NULL, &mpi), ARG, "comm is NULL");
+  REFUSED(comm, mpincclCommGetMPIComm(comm, NULL), ARG, "mpicomm is NULL");
+  REFUSED(comm, mpincclCommGetMPIComm(comm, &mpi), USAGE, "was made from a unique id");
+  ck_assert(mpi == MPI_COMM_NULL);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+START_TEST(query_arguments) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  ncclResult_t async;
+  int n;
+  REFUSED(comm, ncclCommFinalize(NULL), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommGetAsyncError(NULL, &async), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommGetAsyncError(comm, NULL), ARG, "asyncError is NULL");
+  REFUSED(comm, ncclCommCount(NULL, &n), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommUserRank(comm, NULL), ARG, "rank is NULL");
+  REFUSED(comm, ncclCommCuDevice(comm, NULL), ARG, "device is NULL");
+  /* Any pointer is safe to ask about: one that is no communicator gives the thread's text. */
+  int junk = 0;
+  ck_assert_str_eq(ncclGetLastError((ncclComm_t)&junk), "ncclCommCuDevice: device is NULL");
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+START_TEST(send_recv_arguments) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[64] = {0};
+  REFUSED(comm, ncclSend(buf, 1, (ncclDataType_t)-1, 0, comm, NULL), ARG,
+          "datatype -1 is not a valid ncclDataType_t [0, 12)");
+  REFUSED(comm, ncclSend(buf, 1, ncclNumTypes, 0, comm, NULL), ARG, "datatype 12 is not a valid ncclDataType_t");
+  REFUSED(comm, ncclSend(buf, SIZE_MAX / 4 + 1, ncclInt32, 0, comm, NULL), ARG,
+          "count 4611686018427387904 of ncclInt32 overflows size_t");
+  REFUSED(comm, ncclRecv(NULL, 1, ncclInt8, 0, comm, NULL), ARG, "recvbuff is NULL with count 1");
+  REFUSED(comm, ncclRecv(buf, 1, ncclInt8, -1, comm, NULL), ARG, "peer -1 out of range [0, 1)");
+  REFUSED(comm, ncclRecv(buf, 1, ncclInt8, -3, comm, NULL), ARG, "peer -3 out of range [0, 1) (or MPINCCL_PROC_NULL)");
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+/* The one-sided calls' own arguments (NCCL_API.md lists what NCCL's enqueue refuses). */
+START_TEST(one_sided_arguments) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[64] = {0};
+  ncclWindow_t win = (ncclWindow_t)buf; /* never reached: refused before */
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, 0, 0, NULL, NULL), ARG, "comm is NULL");
+  REFUSED(comm, ncclPutSignal(buf, 1, (ncclDataType_t)-2, 0, win, 0, 0, 0, 0, comm, NULL), ARG, "datatype -2");
+  REFUSED(comm, ncclPutSignal(buf, SIZE_MAX, ncclInt32, 0, win, 0, 0, 0, 0, comm, NULL), ARG,
+          "count 18446744073709551615 of ncclInt32 overflows size_t");
+  REFUSED(comm, ncclPutSignal(NULL, 1, ncclInt8, 0, win, 0, 0, 0, 0, comm, NULL), ARG,
+          "localbuff is NULL with count 1");
+  REFUSED(comm, ncclPutSignal(buf, 8, ncclInt8, 0, win, SIZE_MAX - 2, 0, 0, 0, comm, NULL), ARG,
+          "peerWinOffset 18446744073709551613 + 8 bytes overflows size_t");
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, -1, 0, 0, comm, NULL), ARG, "sigIdx -1 is not 0");
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, -1, 0, comm, NULL), ARG, "ctx -1 out of range [0, 1)");
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, -1, win, 0, 0, 0, 0, comm, NULL), ARG, "peer -1 out of range [0, 1)");
+  /* MPINCCL_PROC_NULL is a peer for ncclSend and ncclRecv only. */
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, MPINCCL_PROC_NULL, win, 0, 0, 0, 0, comm, NULL), ARG,
+          "peer -2 out of range [0, 1)");
+  REFUSED(comm, ncclSignal(0, 0, 0, 0, NULL, NULL), ARG, "comm is NULL");
+  REFUSED(comm, ncclSignal(0, 3, 0, 0, comm, NULL), ARG, "sigIdx 3 is not 0");
+  REFUSED(comm, ncclSignal(0, 0, -1, 0, comm, NULL), ARG, "ctx -1 out of range [0, 1)");
+  REFUSED(comm, ncclSignal(-1, 0, 0, 0, comm, NULL), ARG, "peer -1 out of range [0, 1)");
+  REFUSED(comm, ncclSignal(0, 0, 0, 0x80000000u, comm, NULL), ARG, "flags 0x80000000 is not 0");
+  ncclWaitSignalDesc_t d[2] = {{1, 0, 0, 0}, {1, 0, 0, 0}};
+  REFUSED(comm, ncclWaitSignal(1, d, NULL, NULL), ARG, "comm is NULL");
+  REFUSED(comm, ncclWaitSignal(-1, d, comm, NULL), ARG, "nDesc -1 is not positive");
+  /* A bad field in a later descriptor, named with its index. */
+  static const struct {
+    ncclWaitSignalDesc_t desc;
+    const char* text;
+  } bad[] = {
+      {{-5, 0, 0, 0}, "signalDescs[1].opCnt -5 is not positive"},
+      {{1, 9, 0, 0}, "signalDescs[1]: peer 9 out of range [0, 1)"},
+      {{1, -1, 0, 0}, "signalDescs[1]: peer -1 out of range [0, 1)"},
+      {{1, 0, 2, 0}, "signalDescs[1]: sigIdx 2 is not 0"},
+      {{1, 0, 0, -1}, "signalDescs[1]: ctx -1 out of range [0, 1)"},
+      {{1, 0, 0, 1}, "signalDescs[1]: ctx 1 out of range [0, 1)"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    d[1] = bad[i].desc;
+    REFUSED(comm, ncclWaitSignal(2, d, comm, NULL), ARG, bad[i].text);
+  }
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+START_TEST(registration_arguments) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[64] = {0};
+  void* aligned = (void*)(uintptr_t)NCCL_WIN_REQUIRED_ALIGNMENT; /* never dereferenced */
+  void *handle = NULL, *user = NULL;
+  ncclWindow_t win = NULL;
+  REFUSED(comm, ncclCommRegister(NULL, buf, 8, &handle), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommRegister(comm, NULL, 8, &handle), ARG, "buff is NULL");
+  REFUSED(comm, ncclCommRegister(comm, buf, 0, &handle), ARG, "size is 0");
+  REFUSED(comm, ncclCommRegister(comm, buf, 8, NULL), ARG, "handle is NULL");
+  REFUSED(comm, ncclCommDeregister(NULL, buf), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommDeregister(comm, NULL), ARG, "handle is NULL");
+  REFUSED(comm, ncclCommWindowRegister(NULL, aligned, 4096, &win, 0), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommWindowRegister(comm, aligned, 4096, NULL, 0), ARG, "win is NULL");
+  REFUSED(comm, ncclCommWindowRegister(comm, aligned, 0, &win, 0), ARG, "size is 0");
+  REFUSED(comm, ncclCommWindowRegister(comm, aligned, 4096, &win, 0x10), ARG, "winFlags 0x10 has unknown bits");
+  REFUSED(comm, ncclCommWindowRegister(comm, aligned, 4096, &win, -1), ARG, "winFlags 0xffffffff has unknown bits");
+  if (comm->cuda_dev < 0)
+    REFUSED(comm, ncclCommWindowRegister(comm, aligned, 4096, &win, 0), USAGE, "has no CUDA device");
+  ck_assert_ptr_null(win);
+  REFUSED(comm, ncclCommWindowDeregister(NULL, (ncclWindow_t)buf), ARG, "comm is NULL");
+  REFUSED(comm, ncclCommWindowDeregister(comm, NULL), ARG, "win (nil) is not a window of comm");
+  REFUSED(comm, ncclWinGetUserPtr(NULL, (ncclWindow_t)buf, &user), ARG, "comm is NULL");
+  REFUSED(comm, ncclWinGetUserPtr(comm, NULL, &user), ARG, "win (nil) is not a window of comm");
+  REFUSED(comm, ncclWinGetUserPtr(comm, (ncclWindow_t)buf, NULL), ARG, "outUserPtr is NULL");
+  ck_assert_ptr_null(user);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+/* Every call that needs a working communicator, on one that is closed:
+ * finalized (ncclInvalidUsage, "was finalized") or gone, destroyed or
+ * aborted (ncclInvalidArgument; the handle is looked up, never
+ * dereferenced).  A finalized one still answers ncclCommGetAsyncError,
+ * and may be deregistered from, destroyed or aborted. */
+static void closed_calls(ncclComm_t comm, int gone) {
+  ncclResult_t code = gone ? ARG : USAGE;
+  const char* text = gone ? "is not a live communicator" : "was finalized";
+  char buf[64] = {0};
+  ncclWindow_t win = (ncclWindow_t)buf, made = NULL;
+  ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+  ncclComm_t other = NULL;
+  void *handle = NULL, *user = NULL;
+  int n;
+  MPI_Comm mpi;
+  REFUSED(comm, ncclSend(buf, 1, ncclInt8, 0, comm, NULL), code, text);
+  REFUSED(comm, ncclRecv(buf, 1, ncclInt8, 0, comm, NULL), code, text);
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, 0, 0, comm, NULL), code, text);
+  REFUSED(comm, ncclSignal(0, 0, 0, 0, comm, NULL), code, text);
+  REFUSED(comm, ncclWaitSignal(1, &d, comm, NULL), code, text);
+  REFUSED(comm, ncclCommSplit(comm, 0, 0, &other, NULL), code, text);
+  REFUSED(comm, ncclCommRegister(comm, buf, 8, &handle), code, text);
+  REFUSED(comm, ncclCommWindowRegister(comm, buf, 4096, &made, 0), code, text);
+  REFUSED(comm, ncclCommWindowDeregister(comm, win), code, text);
+  REFUSED(comm, ncclWinGetUserPtr(comm, win, &user), code, text);
+  REFUSED(comm, ncclCommCount(comm, &n), code, text);
+  REFUSED(comm, ncclCommUserRank(comm, &n), code, text);
+  REFUSED(comm, ncclCommCuDevice(comm, &n), code, text);
+  REFUSED(comm, ncclCommFinalize(comm), code, text);
+  REFUSED(comm, mpincclCommGetMPIComm(comm, &mpi), code, text);
+  ck_assert_ptr_null(other);
+  ck_assert_ptr_null(made);
+  if (!gone) return;
+  ncclResult_t async;
+  REFUSED(comm, ncclCommGetAsyncError(comm, &async), code, text);
+  REFUSED(comm, ncclCommDeregister(comm, buf), code, text);
+  REFUSED(comm, ncclCommDestroy(comm), code, text);
+  REFUSED(comm, ncclCommAbort(comm), code, text);
+}
+
+START_TEST(calls_on_closed_comms) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  void* handle = NULL;
+  char buf[8] = {0};
+  ck_assert_int_eq(ncclCommRegister(comm, buf, sizeof(buf), &handle), ncclSuccess);
+  ck_assert_int_eq(ncclCommFinalize(comm), ncclSuccess);
+  closed_calls(comm, 0);
+  ncclResult_t async = ncclInternalError;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclSuccess);
+  ck_assert_int_eq(ncclCommDeregister(comm, handle), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+  closed_calls(comm, 1);
+  comm = comm_of_one();
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+  closed_calls(comm, 1);
+}
+END_TEST
+
+/* A non-blocking creation that failed (here: the ranks disagree on
+ * nranks) leaves a handle that reports why and refuses work until it is
+ * destroyed. */
+START_TEST(calls_on_failed_comm) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comms[2] = {NULL, NULL};
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRankConfig(&comms[0], 2, id, 0, &cfg), ncclInProgress);
+  ck_assert_int_eq(ncclCommInitRankConfig(&comms[1], 3, id, 1, &cfg), ncclInProgress);
+  char buf[8] = {0};
+  int n;
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t state;
+    do {
+      ck_assert_int_eq(ncclCommGetAsyncError(comms[i], &state), ncclSuccess);
+    } while (state == ncclInProgress);
+    ck_assert_int_eq(state, ncclInvalidArgument);
+  }
+  /* (before any refusal on this thread: the newer text is the thread's) */
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(strstr(ncclGetLastError(comms[i]), "disagree on nranks") != NULL, "%s", ncclGetLastError(comms[i]));
+  for (int i = 0; i < 2; i++) {
+    REFUSED(comms[i], ncclSend(buf, 1, ncclInt8, 0, comms[i], NULL), USAGE, "failed during creation (invalid argument");
+    REFUSED(comms[i], ncclCommCount(comms[i], &n), USAGE, "failed during creation");
+    ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("refusals");
+  TCase* tc = tcase_create("refusals");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, creation_arguments);
+  tcase_add_test(tc, query_arguments);
+  tcase_add_test(tc, send_recv_arguments);
+  tcase_add_test(tc, one_sided_arguments);
+  tcase_add_test(tc, registration_arguments);
+  tcase_add_test(tc, calls_on_closed_comms);
+  tcase_add_test(tc, calls_on_failed_comm);
+  suite_add_tcase(s, tc);
+  SRunner* sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

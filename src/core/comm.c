@@ -290,12 +290,25 @@ MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyn
   return ncclSuccess;
 }
 
+/* A communicator that the caller's open group makes, splits or registers a
+ * window of cannot go before ncclGroupEnd runs that job. */
+static ncclResult_t check_not_in_group(struct ncclComm* comm, const char* caller) {
+  if (!mpn_group_has_job_of(comm)) return ncclSuccess;
+  return MPN_REFUSE(NULL, ncclInvalidUsage,
+                    "%s: comm %p is being created, split or given a window in this thread's open group; call "
+                    "ncclGroupEnd first",
+                    caller, (void*)comm);
+}
+
 /* Closes comm to new work and waits until the streams have run what it
  * enqueued (drain.h); non-blocking, ncclInProgress until then, which
  * ncclCommGetAsyncError reports too.  Over UCX the proxy's operations are
  * triggered by the streams, so they are done when the streams are. */
 MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   MPN_CHECK(mpn_comm_check(comm, "ncclCommFinalize", 1));
+  /* As destroy: a window job of the open group would find comm finalized at
+   * ncclGroupEnd and leave its peers waiting in the registration. */
+  MPN_CHECK(check_not_in_group(comm, "ncclCommFinalize"));
   /* Held while it waits: an abort of another thread (which ends the wait,
    * drain.h) frees comm only after it (launches_wait). */
   MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommFinalize"));
@@ -309,16 +322,6 @@ MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
     res = mpn_drain_wait(comm, "ncclCommFinalize", comm_failed);
   mpn_comm_release(comm);
   return res;
-}
-
-/* A communicator that the caller's open group makes, splits or registers a
- * window of cannot go before ncclGroupEnd runs that job. */
-static ncclResult_t check_not_in_group(struct ncclComm* comm, const char* caller) {
-  if (!mpn_group_has_job_of(comm)) return ncclSuccess;
-  return MPN_REFUSE(NULL, ncclInvalidUsage,
-                    "%s: comm %p is being created, split or given a window in this thread's open group; call "
-                    "ncclGroupEnd first",
-                    caller, (void*)comm);
 }
 
 /* Takes the freeing of comm for this call (1), or finds that a destroy or

@@ -134,20 +134,31 @@ static void work_begin(mpn_op_t* lists[2]) {
   if (saved >= 0) mpn_cuda_switch_device(&current, saved);
 }
 
+/* Whether a held comm still takes work: finalized (by another thread, or
+ * by a destroy under way) or aborted since the call, it does not (finalize
+ * returned once the streams had run everything enqueued until then). */
+static int comm_open(struct ncclComm* comm) {
+  return __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY && !comm->abort_flag;
+}
+
 /* Holds the comm of every op (an abort or destroy from another thread frees
- * it only once the launch is over, mpn_comm_free) or, if one was freed since
- * its call, none: that comm is returned in *gone.  By serial, not address: a
- * communicator made since at a freed one's address is another one. */
-static int ops_hold(mpn_op_t* lists[2], struct ncclComm** gone) {
+ * it only once the launch is over, mpn_comm_free) or, if one was freed,
+ * finalized or aborted since its call, none: refused as mpn_comm_check
+ * refuses such a comm.  By serial, not address: a communicator made since
+ * at a freed one's address is another one. */
+static ncclResult_t ops_hold(mpn_op_t* lists[2]) {
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) {
-      if (mpn_comm_hold_serial(op->comm, op->comm_serial)) continue;
-      *gone = op->comm;
+      int held = mpn_comm_hold_serial(op->comm, op->comm_serial);
+      if (held && comm_open(op->comm)) continue;
+      if (held) mpn_comm_release(op->comm);
       for (int j = 0; j <= k; j++)
         for (mpn_op_t* q = lists[j]; q && q != op; q = q->next) mpn_comm_release(q->comm);
-      return 0;
+      return MPN_REFUSE(NULL, held ? ncclInvalidUsage : ncclInvalidArgument,
+                        "ncclGroupEnd: comm %p %s after its operations were enqueued; nothing of the group was done",
+                        (void*)op->comm, held ? "was finalized or aborted" : "was destroyed or aborted");
     }
-  return 1;
+  return ncclSuccess;
 }
 
 /* Sends and receives go to the p2p engine together (a group may span
@@ -164,18 +175,16 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     *tail = &op->next;
   }
   mpn_op_t* lists[2] = {p2p, rma};
-  struct ncclComm* gone = NULL;
-  if (!ops_hold(lists, &gone)) {
+  ncclResult_t res = ops_hold(lists);
+  if (res != ncclSuccess) {
     ops_free(p2p);
     ops_free(rma);
-    return MPN_REFUSE(NULL, ncclInvalidArgument,
-                      "ncclGroupEnd: comm %p was destroyed or aborted after its operations were enqueued",
-                      (void*)gone);
+    return res;
   }
   /* Streams forked before the engines' checks: a refusal there may tell
    * peers, a failed fork tells nobody, as nothing is posted yet. */
   mpn_alias_t alias = {0, NULL};
-  ncclResult_t res = capture_check(lists);
+  res = capture_check(lists);
   if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
   if (res == ncclSuccess && p2p) res = mpn_p2p_check(p2p);
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);

@@ -267,6 +267,39 @@ START_TEST(calls_on_failed_comm) {
 }
 END_TEST
 
+/*
+ * Finalizing a communicator that the open group still has to make a
+ * window for, or split, is refused as destroying it is: at ncclGroupEnd
+ * the job found it finalized, and a window registration then left its
+ * peers waiting in the collective.  Operations of the group on a
+ * communicator finalized since their call fail the group: nothing is
+ * enqueued after finalize returned (they were launched on it; without a
+ * GPU the launch then refused them for want of a device).
+ */
+START_TEST(finalize_with_open_group) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one(), sub = NULL;
+  ncclWindow_t win = NULL;
+  char buf[8] = {0};
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommWindowRegister(comm, NULL, 4096, &win, 0), ncclSuccess); /* checked at ncclGroupEnd */
+  REFUSED(comm, ncclCommFinalize(comm), USAGE, "call ncclGroupEnd first");
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(comm), "ncclCommWindowRegister: buff is NULL"));
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommSplit(comm, 0, 0, &sub, NULL), ncclSuccess);
+  REFUSED(comm, ncclCommFinalize(comm), USAGE, "call ncclGroupEnd first");
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(sub), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(buf, 1, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclCommFinalize(comm), ncclSuccess);
+  REFUSED(comm, ncclGroupEnd(), USAGE, "was finalized or aborted after its operations were enqueued");
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
@@ -278,6 +311,7 @@ int main(void) {
   tcase_add_test(tc, registration_arguments);
   tcase_add_test(tc, calls_on_closed_comms);
   tcase_add_test(tc, calls_on_failed_comm);
+  tcase_add_test(tc, finalize_with_open_group);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

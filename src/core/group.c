@@ -281,6 +281,14 @@ int mpn_group_has_job_of(const struct ncclComm* comm) {
 }
 
 MPN_API(ncclResult_t, ncclGroupStart, void) {
+  /* NCCL has no bound; ours keeps the count from overflowing and tells a
+   * loop that misses its ncclGroupEnd (whose operations would never run)
+   * long before that.  The group then fails as a whole. */
+  if (group.depth >= MPN_GROUP_MAX_DEPTH)
+    return mpn_group_fail(MPN_REFUSE(NULL, ncclInvalidUsage,
+                                     "ncclGroupStart: groups are nested %d deep already, the most mpinccl allows; "
+                                     "is a ncclGroupEnd missing?",
+                                     group.depth));
   group.depth++;
   return ncclSuccess;
 }

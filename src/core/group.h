@@ -11,6 +11,9 @@
 #include "core/enqueue.h"
 #include "nccl.h"
 
+/** Most ncclGroupStart calls a thread may have open at once. */
+#define MPN_GROUP_MAX_DEPTH (1 << 20)
+
 /** Nesting depth of the calling thread's group (0: none). */
 int mpn_group_depth(void);
 

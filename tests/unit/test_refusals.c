@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/group.h"
 #include "local_comm.h"
 #include "mpinccl.h"
 #include "refusal.h"
@@ -300,6 +301,24 @@ START_TEST(finalize_with_open_group) {
 }
 END_TEST
 
+/* Groups nest at most MPN_GROUP_MAX_DEPTH deep: the next ncclGroupStart
+ * is refused (a loop that misses its ncclGroupEnd), and the group fails
+ * as a whole; the count never overflows. */
+START_TEST(group_nesting_limit) {
+  int refused = 0; /* (counted: an assertion per call would cost a write each) */
+  for (int i = 0; i < MPN_GROUP_MAX_DEPTH; i++) refused += ncclGroupStart() != ncclSuccess;
+  ck_assert_int_eq(refused, 0);
+  REFUSED(NULL, ncclGroupStart(), USAGE, "groups are nested 1048576 deep already");
+  for (int i = 1; i < MPN_GROUP_MAX_DEPTH; i++) refused += ncclGroupEnd() != ncclSuccess;
+  ck_assert_int_eq(refused, 0);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "nested 1048576 deep"));
+  REFUSED(NULL, ncclGroupEnd(), USAGE, "no ncclGroupStart is open");
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess); /* a new group is fine */
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
@@ -312,6 +331,7 @@ int main(void) {
   tcase_add_test(tc, calls_on_closed_comms);
   tcase_add_test(tc, calls_on_failed_comm);
   tcase_add_test(tc, finalize_with_open_group);
+  tcase_add_test(tc, group_nesting_limit);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -320,18 +320,13 @@ START_TEST(group_nesting_limit) {
 END_TEST
 
 int main(void) {
+  const TTest* tests[] = {creation_arguments,   query_arguments,          send_recv_arguments,
+                          one_sided_arguments,  registration_arguments,   calls_on_closed_comms,
+                          calls_on_failed_comm, finalize_with_open_group, group_nesting_limit};
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, creation_arguments);
-  tcase_add_test(tc, query_arguments);
-  tcase_add_test(tc, send_recv_arguments);
-  tcase_add_test(tc, one_sided_arguments);
-  tcase_add_test(tc, registration_arguments);
-  tcase_add_test(tc, calls_on_closed_comms);
-  tcase_add_test(tc, calls_on_failed_comm);
-  tcase_add_test(tc, finalize_with_open_group);
-  tcase_add_test(tc, group_nesting_limit);
+  for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) tcase_add_test(tc, tests[i]);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

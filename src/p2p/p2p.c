@@ -168,6 +168,18 @@ static void report_failed_move(plan_t* p, ncclResult_t res) {
   mpn_comm_set_async(op->comm, res);
 }
 
+/* A buffer that CUDA IPC shares is one cudaMalloc allocation: a message
+ * running past its end would make the copy read or write whatever lies
+ * beyond (another allocation), so it is refused, as a window is
+ * (rma/window.c); nothing moves and the peer is told. */
+static ncclResult_t extent_check(const mpn_op_t* op, const char* name, const mpn_ipc_desc_t* ipc) {
+  if (op->bytes <= ipc->size - ipc->offset) return ncclSuccess; /* (export gives offset <= size) */
+  return mpn_error_set(op->comm, ncclInvalidArgument,
+                       "%s: %s %p + %zu bytes runs past the end of its allocation (%llu bytes from 0x%llx)",
+                       op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
+                       (unsigned long long)ipc->size, (unsigned long long)ipc->base);
+}
+
 /* This side's descriptor; on failure a descriptor that tells the peer to
  * skip.  A memory-pool buffer, which CUDA IPC cannot share, is described by
  * a stage of the same size (used only if this side arrives first). */
@@ -195,8 +207,9 @@ static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
   d->eager_n = p->eager_n;
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) return ncclSuccess;
   int pool = 0;
-  ncclResult_t res = mpn_ipc_export(op->buf, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff",
-                                    &d->ipc, &pool);
+  const char* name = op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff";
+  ncclResult_t res = mpn_ipc_export(op->buf, name, &d->ipc, &pool);
+  if (res == ncclSuccess && !pool) res = extent_check(op, name, &d->ipc);
   if (res == ncclSuccess && pool) {
     res = mpn_stage_get(op->bytes, &p->stage);
     if (res == ncclSuccess) res = mpn_ipc_export(mpn_stage_ptr(p->stage), "stage", &d->ipc, &pool);
@@ -412,7 +425,8 @@ static ncclResult_t plan_post(plan_t* p) {
   if (other.exported < 0) {
     /* The peer could not share its buffer (and was told so): nothing moves. */
     mpn_error_set(comm, ncclInvalidUsage,
-                  "message %llu with rank %d: the peer's buffer cannot be shared with this process",
+                  "message %llu with rank %d: the peer refused its buffer (one CUDA IPC cannot share with this "
+                  "process, or shorter than the message: its ncclGetLastError says which); nothing moved",
                   (unsigned long long)p->seq, op->peer);
     mpn_comm_set_async(comm, ncclInvalidUsage);
   }

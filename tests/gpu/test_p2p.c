@@ -1043,5 +1043,6 @@ int main(int argc, char** argv) {
   STEP(self_pairs_freed());
   STEP(sender_gone_loop());
   STEP(mismatch());
+  STEP(short_buffer());
   return harness_finish();
 }

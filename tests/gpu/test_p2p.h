@@ -29,5 +29,7 @@ void grid_copies(void);
 void push_own(void);
 /** More than 512 messages per peer and direction in one group are refused. */
 void group_limit(void);
+/** A buffer shorter than its message, shared through CUDA IPC, is refused. */
+void short_buffer(void);
 
 #endif /* MPN_TESTS_GPU_TEST_P2P_H_ */

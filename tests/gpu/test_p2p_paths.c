@@ -489,3 +489,53 @@ void grid_copies(void) {
   cudaFree(s);
   cudaFree(r);
 }
+
+/* One message of BYTES from rank 0 to rank 1 of two, where short_side's
+ * buffer is a cudaMalloc of only SHORT bytes: that side's ncclGroupEnd
+ * refuses it, the other hears of it, nothing moves and nobody hangs. */
+static void short_case(MPI_Comm two, int short_side) {
+  enum { SHORT = 1 << 20, BYTES = 2 << 20 }; /* above the inbox's big slots: the buffers are shared */
+  ncclComm_t pair = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
+  int me_short = rank == short_side;
+  char* buf = dev_alloc(me_short ? SHORT : BYTES);
+  if (rank == 1 && !me_short) EXPECT(cudaMemsetAsync(buf, 0x5a, BYTES, stream) == cudaSuccess);
+  if (rank == 0) pattern_fill(buf, me_short ? SHORT : BYTES, seed_of(0, 1, 9100), stream);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(rank == 0 ? ncclSend(buf, BYTES, ncclInt8, 1, pair, stream)
+                      : ncclRecv(buf, BYTES, ncclInt8, 0, pair, stream));
+  if (me_short)
+    EXPECT_ERR(ncclGroupEnd(), ncclInvalidArgument, "runs past the end of its allocation");
+  else
+    EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess); /* no hang */
+  MPI_Barrier(two);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_OK(ncclCommGetAsyncError(pair, &async));
+  EXPECT(async != ncclSuccess && async != ncclInProgress);
+  if (rank == 1 && !me_short) { /* nothing moved: the receive buffer is as it was */
+    char* host = malloc(BYTES);
+    EXPECT(host && cudaMemcpy(host, buf, BYTES, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t changed = 0;
+    for (size_t i = 0; host && i < BYTES; i++) changed += host[i] != 0x5a;
+    if (changed) fprintf(stderr, "short_buffer: %zu bytes of the receive buffer changed\n", changed);
+    EXPECT(changed == 0);
+    free(host);
+  }
+  MPI_Barrier(two);
+  EXPECT_OK(ncclCommDestroy(pair));
+  cudaFree(buf);
+}
+
+/* A send or receive buffer shorter than its message, shared through CUDA
+ * IPC with a peer in another process: refused on its side (the copy would
+ * read or write past the allocation), with either side short. */
+void short_buffer(void) {
+  if (nranks < 2 || harness_over_ucx()) return;
+  MPI_Comm two;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &two);
+  if (rank > 1) return;
+  for (int side = 0; side < 2; side++) short_case(two, side);
+  MPI_Comm_free(&two);
+}

@@ -51,7 +51,9 @@ struct mpn_ucx_comm {
   notice_t notice_out;    /* what an abort sends */
   int aborted_by;         /* the rank whose abort notice came, else -1 */
   uint64_t notice_done;   /* the notice receive's flag */
-  uint64_t notice_sent;   /* a mismatch notice's flag (nobody waits for it) */
+  uint64_t notice_sent;   /* a mismatch notice's flag */
+  uint64_t notice_flushed;     /* the flag of its endpoint's flush: a close waits for both */
+  int closed;                  /* mpn_ucx_abort closed the endpoints */
   mpn_ucx_mismatch_t mismatch; /* the first receive of another size than its message */
   mpn_ucx_mismatch_t told;     /* a peer's mismatch notice: a send of this rank did not fit */
 };
@@ -151,9 +153,11 @@ static void notice_arrived(void* arg) {
  * posted: no receive of the failed communicator takes another message's
  * chunk (the sender's extra chunks stay in UCX's queue of unexpected
  * messages), and each failure releases its pipeline's words, so that the
- * stream's waits pass.  The notice goes first: a failed peer gets nothing.
- * Only the receives are cancelled: the notice may still wait for its
- * endpoint's wire-up, and sends are released instead.
+ * stream's waits pass.  Only the receives are cancelled: the notice may
+ * still wait for its endpoint's wire-up, and sends are released instead,
+ * before the notice starts (released, its flag would be written at once).
+ * The notice and a flush of its endpoint start before the peer fails (a
+ * failed peer gets nothing); a close waits for the flush (notice_wait).
  */
 static void mismatch_found(mpn_ucx_mismatch_t* m) {
   struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)((char*)m - offsetof(struct mpn_ucx_comm, mismatch));
@@ -162,11 +166,18 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
       .from = u->rank, .kind = NOTICE_MISMATCH, .came = (int32_t)m->came, .expected = m->expected, .got = m->got};
   mpn_ucx_cmd_t cmd = {
       .owner = u, .peer = peer, .tag = notice_tag(u->key, m->from), .flag = &u->notice_sent, .value = 1, .quiet = 1};
-  if (mpn_ucx_proxy_send_here(&cmd, &n, sizeof(n)) != ncclSuccess)
+  mpn_ucx_proxy_release_sends(peer);
+  ncclResult_t res = mpn_ucx_proxy_send_here(&cmd, &n, sizeof(n));
+  cmd.flag = &u->notice_flushed;
+  if (res == ncclSuccess) res = mpn_ucx_proxy_flush_here(&cmd);
+  if (res != ncclSuccess) {
     MPN_WARN("UCX: rank %d could not tell rank %d that its message did not fit: %s", u->rank, m->from,
              ncclGetLastError(NULL));
+    /* Nothing for a close to wait for (a notice that went without its flush is let go too). */
+    __atomic_store_n(&u->notice_sent, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&u->notice_flushed, 1, __ATOMIC_RELEASE);
+  }
   mpn_ucx_proxy_fail_peer_receives(peer);
-  mpn_ucx_proxy_release_sends(peer);
 }
 
 /* Posts the receive of the peers' abort notices (one: the first ends the
@@ -328,10 +339,36 @@ ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_
   return mpn_ucx_host_recv_on(comm, peer, buf, bytes, NULL, flag, value, error);
 }
 
+/* How long a close waits for its notices (an abort's, a mismatch's) to
+ * reach the peers. */
+enum { NOTICE_WAIT_MS = 1000 };
+
+/*
+ * Before a close, which cancels what is in flight: when a receive of u
+ * found a size mismatch, waits until the deadline for the notice that
+ * tells the sender (mismatch_found, on the proxy thread) to have arrived,
+ * its endpoint's flush being done.  It may still wait for the endpoint's
+ * wire-up (an endpoint first made by that receive), and dropped, it would
+ * leave the sender without the reason, waiting or failing otherwise.
+ * Without a mismatch it returns at once.  The record is claimed before the
+ * failure shows (release); the proxy runs the hook before it serves a
+ * close, so a claimed record always gets its notice and flags.
+ */
+static void notice_wait(struct mpn_ucx_comm* u, uint64_t deadline) {
+  if (!__atomic_load_n(&u->mismatch.claimed, __ATOMIC_ACQUIRE)) return;
+  while (
+      !(__atomic_load_n(&u->notice_sent, __ATOMIC_ACQUIRE) && __atomic_load_n(&u->notice_flushed, __ATOMIC_ACQUIRE)) &&
+      mpn_chan_now_ns() < deadline)
+    usleep(50);
+}
+
 void mpn_ucx_comm_free(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL) return;
   if (u->peers) {
+    /* After an abort the flags may be the proxy's own (drain_owner): its
+     * close waited already. */
+    if (!u->closed) notice_wait(u, mpn_chan_now_ns() + NOTICE_WAIT_MS * 1000000ull);
     mpn_ucx_proxy_close(u, u->peers, comm->nranks);
     for (int p = 0; p < comm->nranks; p++) free(u->peers[p].address);
   }
@@ -385,9 +422,6 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   mpn_comm_set_async(comm, ncclRemoteError);
 }
 
-/* How long an abort waits for its notices to reach the peers. */
-enum { NOTICE_WAIT_MS = 1000 };
-
 void mpn_ucx_abort(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL || u->peers == NULL) return;
@@ -429,9 +463,13 @@ void mpn_ucx_abort(struct ncclComm* comm) {
            mpn_chan_now_ns() < deadline)
       usleep(50);
   }
+  /* A mismatch notice sent before goes to a failed peer, whom the abort's
+   * notice does not reach: it is waited for on its own. */
+  notice_wait(u, deadline);
   /* Cancels what is left (the notices too, if still in flight), which
    * writes their words: only then may they go. */
   mpn_ucx_proxy_close(u, u->peers, comm->nranks);
+  u->closed = 1;
   free(done);
   free(failed);
 }

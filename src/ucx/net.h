@@ -104,13 +104,16 @@ void mpn_ucx_poll_errors(struct ncclComm* comm);
 /**
  * ncclCommAbort: tells every UCX peer that this rank aborted (they fail
  * their operations with it and report ncclRemoteError), waiting at most a
- * second for the notices to arrive, then cancels the communicator's
+ * second for the notices to arrive (a size mismatch's too, as
+ * mpn_ucx_comm_free), then cancels the communicator's
  * operations (releasing the waits of their streams) and closes its
  * endpoints.  mpn_ucx_comm_free still frees the state.
  */
 void mpn_ucx_abort(struct ncclComm* comm);
 
-/** Closes the communicator's endpoints and frees its UCX state. */
+/** Closes the communicator's endpoints and frees its UCX state.  When one
+ *  of its receives found a size mismatch, it first waits, at most a second,
+ *  for the notice that tells the sender to arrive. */
 void mpn_ucx_comm_free(struct ncclComm* comm);
 
 #endif /* MPN_UCX_NET_H_ */

@@ -608,20 +608,38 @@ void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer) {
   }
 }
 
+/* Starts a copy of cmd now, on the proxy thread; the payload (NULL: none)
+ * goes into the copy's desc_bytes. */
+static ncclResult_t start_here(const mpn_ucx_cmd_t* cmd, const void* payload, size_t bytes) {
+  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
+  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *copy = *cmd;
+  if (payload) {
+    memcpy(copy->desc_bytes, payload, bytes);
+    copy->buf = copy->desc_bytes;
+    copy->bytes = bytes;
+  }
+  copy->next = NULL;
+  execute(copy);
+  return ncclSuccess;
+}
+
 ncclResult_t mpn_ucx_proxy_send_here(const mpn_ucx_cmd_t* cmd, const void* payload, size_t bytes) {
   if (bytes > sizeof(cmd->desc_bytes))
     return mpn_error_set(NULL, ncclInternalError, "a proxy send of %zu bytes inline (at most %zu)", bytes,
                          sizeof(cmd->desc_bytes));
-  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
-  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  *copy = *cmd;
-  memcpy(copy->desc_bytes, payload, bytes);
-  copy->kind = MPN_UCX_SEND;
-  copy->buf = copy->desc_bytes;
-  copy->bytes = bytes;
-  copy->next = NULL;
-  execute(copy);
-  return ncclSuccess;
+  mpn_ucx_cmd_t send = *cmd;
+  send.kind = MPN_UCX_SEND;
+  return start_here(&send, payload, bytes);
+}
+
+ncclResult_t mpn_ucx_proxy_flush_here(const mpn_ucx_cmd_t* cmd) {
+  /* A put of nothing without a signal is the flush alone (put_signal). */
+  mpn_ucx_cmd_t flush = *cmd;
+  flush.kind = MPN_UCX_PUT_SIGNAL;
+  flush.bytes = 0;
+  flush.signal = NULL;
+  return start_here(&flush, NULL, 0);
 }
 
 static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }

@@ -171,6 +171,14 @@ void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer);
  * copied into the command itself, so that it lives as long as the send. */
 ncclResult_t mpn_ucx_proxy_send_here(const mpn_ucx_cmd_t* cmd, const void* payload, size_t bytes);
 
+/** Proxy thread only, outside UCX's callbacks: starts a flush of
+ * cmd->peer's endpoint now (one that has failed fails at once: start it
+ * before mpn_ucx_proxy_fail_peer_receives).  Its completion (cmd->flag,
+ * written whatever the status) comes once the operations started on the
+ * endpoint before it are done at the peer too, or have failed: a notice
+ * sent just before has arrived, or will not. */
+ncclResult_t mpn_ucx_proxy_flush_here(const mpn_ucx_cmd_t* cmd);
+
 /**
  * Cancels the operations of owner still in flight and tears its endpoints
  * down, on the proxy thread; returns when that is done.

@@ -6,8 +6,9 @@
  * operations that start only when a trigger word says so, and the proxy's
  * side of the staged path (explicit tags, growing flags, released words,
  * sends and receives of different sizes or numbers of chunks, which both
- * sides report), and an abort with a send in flight.  Completion flags are polled with a deadline, so a
- * lost message fails the test instead of hanging it.
+ * sides report, even when the receiving side closes at once), and an
+ * abort with a send in flight.  Completion flags are polled with a
+ * deadline, so a lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,11 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/error.h"
 #include "core/param.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
+#include "ucx/proxy.h"
 #include "ucx/rma.h"
 
 static int rank, nranks, failures;
@@ -56,10 +59,14 @@ static ncclResult_t wait_async(ncclComm_t comm) {
 }
 
 /* A message from rank 0 to rank 1 did not fit its receive: both report
- * ncclInvalidUsage, rank 0 with rank 1's report (came: "8 came", "more came"). */
+ * ncclInvalidUsage, rank 0 with rank 1's report (came: "8 came", "more came").
+ * The thread's text of an earlier step must not pass for comm's. */
 static void expect_mismatch(ncclComm_t comm, size_t expected, const char* came) {
   if (rank > 1) return;
-  EXPECT(wait_async(comm) == ncclInvalidUsage);
+  mpn_error_clear();
+  ncclResult_t async = wait_async(comm);
+  if (async != ncclInvalidUsage) fprintf(stderr, "[rank %d] async error: %s\n", rank, ncclGetErrorString(async));
+  EXPECT(async == ncclInvalidUsage);
   char text[320];
   snprintf(text, sizeof(text),
            "a message from rank 0 to rank 1 over UCX does not fit its receive%s: the ncclSend and ncclRecv "
@@ -421,6 +428,55 @@ static void graph_send_released(void) {
   free(big);
 }
 
+enum { STALL_MS = 200 };
+
+/* Holds rank 0's proxy thread (an MPN_UCX_CALL) for STALL_MS; *arg says it began. */
+static void proxy_stall(void* arg) {
+  __atomic_store_n((int*)arg, 1, __ATOMIC_RELEASE);
+  usleep(STALL_MS * 1000);
+}
+
+/*
+ * The receiving side of a size mismatch (rank 1) destroys (or aborts) its
+ * communicator as soon as it reports the mismatch; the sender (rank 0) must
+ * still hear of it, and report ncclInvalidUsage with rank 1's text.  Rank
+ * 1's endpoint to rank 0 is first made by that receive, and its wire-up
+ * needs an answer from rank 0's worker, which only rank 0's proxy drives:
+ * rank 0 holds its proxy for STALL_MS from before rank 1 posts, so the
+ * notice still waits for the endpoint when rank 1 closes.  Before, the
+ * close dropped it and rank 0 never heard (ncclSuccess after 30 s); the
+ * close now waits (at most a second, well past STALL_MS) for the notice to
+ * reach rank 0.
+ */
+static void closed_after_mismatch(int abort) {
+  ncclComm_t comm = fresh_comm();
+  if (comm == NULL) return;
+  char small[16] = {0};
+  uint64_t flag = 0, release[2] = {0, 0}, sent = 0, stalled = 0;
+  int error = 0, serr = 0, stalling = 0;
+  if (rank == 0) {
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, small, 8, mpn_ucx_stage_tag(comm, 0, 1, 0, 0, 1), NULL, NULL, &sent, 1, &serr,
+                             NULL, 0) == ncclSuccess);
+    EXPECT(wait_flags(&sent, 1, 1) == 0);
+    mpn_ucx_cmd_t stall = {.kind = MPN_UCX_CALL, .fn = proxy_stall, .arg = &stalling, .flag = &stalled, .value = 1};
+    EXPECT(mpn_ucx_proxy_post(&stall) == ncclSuccess);
+    while (!__atomic_load_n(&stalling, __ATOMIC_ACQUIRE)) usleep(100);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, small, 16, mpn_ucx_stage_tag(comm, 0, 1, 0, 0, 1), NULL, NULL, &flag, 1,
+                             &error, release, 2) == ncclSuccess);
+    expect_mismatch(comm, 16, "8 came");
+    EXPECT((abort ? ncclCommAbort(comm) : ncclCommDestroy(comm)) == ncclSuccess);
+    comm = NULL;
+  } else if (rank == 0) {
+    expect_mismatch(comm, 16, "8 came");
+    EXPECT(wait_flags(&stalled, 1, 1) == 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm) EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+}
+
 /* An abort with a large send in flight to a peer that never receives it:
  * the close purges the send, and its completion (an error) has come by the
  * time the abort returns; before, it came later, from the proxy's progress,
@@ -472,6 +528,8 @@ int main(int argc, char** argv) {
     whole_chunks(3, 2);
     whole_chunks(1, 3);
     graph_send_released();
+    closed_after_mismatch(0);
+    closed_after_mismatch(1);
     abort_in_flight();
   }
   int total = 0;

@@ -1,13 +1,15 @@
 /*
  * pair.c - shared-memory pairs: a file in /dev/shm per (communicator, sender,
- * receiver), sized and zero-filled by whichever side opens it first (zero is
- * the valid initial state) and unlinked by the second once it is set up, mapped and registered with CUDA so that streams
- * can wait on and write its flags.  Mappings are shared by the ranks of one
- * process.  Errors are left here for the other side, and every wait on a
- * pair can be released at once (a peer gone, an abort).  Files whose
- * creator was killed before its peer opened them are swept away by the next
- * process of the host that maps a pair.
+ * receiver), made whole (sized, zero-filled: the valid initial state, and
+ * stamped) by whichever side needs it first before it gets its name, and
+ * unlinked by the second once it is set up, mapped and registered with CUDA
+ * so that streams can wait on and write its flags.  Mappings are shared by
+ * the ranks of one process.  Errors are left here for the other side, and
+ * every wait on a pair can be released at once (a peer gone, an abort).
+ * Files whose creator was killed before its peer opened them are swept away
+ * by the next process of the host that maps a pair.
  */
+#define _GNU_SOURCE /* O_TMPFILE (Linux) */
 #include "p2p/pair.h"
 
 #include <cuda_runtime.h>
@@ -153,13 +155,47 @@ static void pair_abandon(mpn_pair_t* p, void* mem) {
   shm_unlink(p->name);
 }
 
-static ncclResult_t pair_open(mpn_pair_t* p) {
-  int fd = shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+/*
+ * A new pair file, whole before it has a name: made unnamed in PAIR_SHM_DIR
+ * (O_TMPFILE), sized, mapped and stamped, then linked under the pair's name,
+ * which fails (EEXIST) where the peer made it first.  A creator killed at
+ * any step before the link leaves nothing (the file goes with its last
+ * descriptor and mapping), and after it a stamped file, which the peer and
+ * the sweep can judge.  Returns the mapping, or MAP_FAILED with errno.
+ */
+static void* pair_make(const mpn_pair_t* p, size_t size) {
+  int fd = open(PAIR_SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return MAP_FAILED;
+  void* mem =
+      ftruncate(fd, (off_t)size) == 0 ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (mem != MAP_FAILED) {
+    mpn_pair_stamp(mem);
+    /* (linking the descriptor itself, AT_EMPTY_PATH, needs CAP_DAC_READ_SEARCH) */
+    char from[64], to[160];
+    snprintf(from, sizeof(from), "/proc/self/fd/%d", fd);
+    snprintf(to, sizeof(to), PAIR_SHM_DIR "%s", p->name);
+    if (linkat(AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW) != 0) {
+      int e = errno;
+      munmap(mem, size);
+      mem = MAP_FAILED;
+      errno = e;
+    }
+  }
+  int e = errno;
+  close(fd);
+  errno = e;
+  return mem;
+}
+
+/* Maps the pair's file by its name: the peer's (peers), or, where a file
+ * cannot be made whole (no O_TMPFILE or no /proc), one made here by name
+ * and stamped after shm_open: a creator killed in between leaves an
+ * unstamped file that nobody can judge (docs/P2P.md, known problem 15). */
+static ncclResult_t pair_open_named(mpn_pair_t* p, size_t size, int peers, void** out) {
+  int fd = peers ? -1 : shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   p->created = fd >= 0;
-  if (fd < 0 && errno == EEXIST) fd = shm_open(p->name, O_RDWR, 0600);
-  if (fd < 0)
-    return mpn_error_set(NULL, ncclSystemError, "shm_open %s failed: %s", p->name, strerror(errno));
-  size_t size = sizeof(mpn_pair_mem_t);
+  if (fd < 0 && (peers || errno == EEXIST)) fd = shm_open(p->name, O_RDWR, 0600);
+  if (fd < 0) return mpn_error_set(NULL, ncclSystemError, "shm_open %s failed: %s", p->name, strerror(errno));
   /* Both sides size the file; extending with zeros is idempotent. */
   if (ftruncate(fd, (off_t)size) != 0) {
     int e = errno;
@@ -177,6 +213,27 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
   /* First, so that a creator killed at any later step leaves a file
    * that others can tell is stale (mpn_pair_sweep). */
   if (p->created) mpn_pair_stamp(mem);
+  *out = mem;
+  return ncclSuccess;
+}
+
+static ncclResult_t pair_open(mpn_pair_t* p) {
+  size_t size = sizeof(mpn_pair_mem_t);
+  void* mem = pair_make(p, size);
+  p->created = mem != MAP_FAILED;
+  if (mem == MAP_FAILED) {
+    int peers = errno == EEXIST;
+    if (!peers) {
+      static int told; /* (once per process) */
+      if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        MPN_INFO(MPN_SUBSYS_P2P,
+                 "%s: pair files made by name (%s): one whose creator is killed before "
+                 "stamping it stays in %s",
+                 p->name, strerror(errno), PAIR_SHM_DIR);
+    }
+    ncclResult_t res = pair_open_named(p, size, peers, &mem);
+    if (res != ncclSuccess) return res;
+  }
   cudaError_t err = cudaHostRegister(mem, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
   void* dev = NULL;
   if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, mem, 0);

@@ -4,12 +4,14 @@
  * in host memory, so the test can play the peer process that created a
  * pair file and has not finished setting it up.
  */
+#define _GNU_SOURCE /* O_TMPFILE */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,33 @@ cudaError_t __wrap_cudaHostUnregister(void* ptr) {
   return cudaSuccess;
 }
 cudaError_t __wrap_cudaGetLastError(void) { return cudaSuccess; }
+/* Set in a child that plays a creator killed while it makes its pair file:
+ * ftruncate, which sizes the file before the stamp, kills it. */
+static int die_in_ftruncate;
+int __real_ftruncate(int fd, off_t length);
+int __wrap_ftruncate(int fd, off_t length) {
+  if (die_in_ftruncate) raise(SIGKILL);
+  return __real_ftruncate(fd, length);
+}
+/* While set, open refuses O_TMPFILE, as a file system without it does,
+ * and counts the refusals. */
+static int no_tmpfile, tmpfile_refused;
+int __real_open(const char* path, int flags, ...);
+int __wrap_open(const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  if (no_tmpfile && (flags & O_TMPFILE) == O_TMPFILE) {
+    tmpfile_refused++;
+    errno = EOPNOTSUPP;
+    return -1;
+  }
+  return __real_open(path, flags, mode);
+}
 cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
   (void)mode;
   return cudaErrorNotSupported; /* nothing to give back */
@@ -233,6 +262,63 @@ START_TEST(dead_creator_ends_wait) {
 }
 END_TEST
 
+/* A creator killed while it made its file, before the stamp, left the
+ * file under the pair's name unstamped: its peer waited for it until the
+ * bootstrap timeout (20 s here) and failed with ncclTimeout, and no sweep
+ * could judge the file, so it stayed in /dev/shm.  The file now has its
+ * name only once it is stamped: the peer finds none and makes its own. */
+START_TEST(creator_killed_before_stamp_leaves_nothing) {
+  uint64_t k = test_key(8);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    mpn_pair_t* pair = NULL;
+    die_in_ftruncate = 1;
+    mpn_pair_map(k, 0, 1, &pair);
+    _exit(1); /* (not reached) */
+  }
+  int status = 0;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  int left = name_exists(k);
+  mpn_pair_t* pair = NULL;
+  ncclResult_t res = mpn_pair_map(k, 0, 1, &pair);
+  char why[256], name[96];
+  snprintf(why, sizeof(why), "%s", res == ncclSuccess ? "" : mpn_error_last(NULL));
+  pair_name(name, sizeof(name), k);
+  if (res != ncclSuccess) shm_unlink(name);
+  ck_assert_msg(!left && res == ncclSuccess,
+                "the killed creator left its file under the pair's name: %d; the peer's mapping "
+                "returned %d (%s)",
+                left, res, why);
+  ck_assert_int_eq(pair->created, 1);
+  ck_assert(name_exists(k)); /* linked, stamped */
+  ck_assert_int_eq(pair->mem->creator.pid, getpid());
+  ck_assert_uint_eq(pair->mem->creator.magic, MPN_PAIR_MAGIC);
+  mpn_pair_unmap(pair, 0);
+  ck_assert(!name_exists(k));
+}
+END_TEST
+
+/* Where a file cannot be made whole before its name (no O_TMPFILE), the
+ * creator makes it by name and stamps it after shm_open, as before. */
+START_TEST(no_tmpfile_makes_by_name) {
+  uint64_t k = test_key(9);
+  mpn_pair_t* pair = NULL;
+  no_tmpfile = 1;
+  ncclResult_t res = mpn_pair_map(k, 0, 1, &pair);
+  no_tmpfile = 0;
+  ck_assert_int_eq(tmpfile_refused, 1);
+  ck_assert_int_eq(res, ncclSuccess);
+  ck_assert_int_eq(pair->created, 1);
+  ck_assert(name_exists(k));
+  ck_assert_int_eq(pair->mem->creator.pid, getpid());
+  ck_assert_uint_eq(pair->mem->creator.magic, MPN_PAIR_MAGIC);
+  mpn_pair_unmap(pair, 0);
+  ck_assert(!name_exists(k));
+}
+END_TEST
+
 /* An unmap whose CUDA calls wait (cudaFree and cudaHostUnregister may wait
  * for the whole device) holds up no other thread's mapping. */
 START_TEST(slow_unmap_holds_up_no_mapping) {
@@ -270,6 +356,8 @@ int main(void) {
   tcase_add_test(tc, failed_setup_ends_waiters);
   tcase_add_test(tc, dead_creator_ends_wait);
   tcase_add_test(tc, slow_unmap_holds_up_no_mapping);
+  tcase_add_test(tc, creator_killed_before_stamp_leaves_nothing);
+  tcase_add_test(tc, no_tmpfile_makes_by_name);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

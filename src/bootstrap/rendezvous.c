@@ -45,6 +45,10 @@ typedef struct record {
 
 static record_t* records; /* guarded by the channel lock */
 
+/* How long a failed id answers late callers with its error after the last
+ * caller came (MPINCCL_BOOTSTRAP_LINGER); then it may serve a new round. */
+static uint64_t linger_ns(void) { return (uint64_t)mpn_param_int(MPN_PARAM_BOOTSTRAP_LINGER) * 1000000000ull; }
+
 static uint64_t random64(void) {
   uint64_t r = 0;
   if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = mpn_chan_now_ns() ^ (uint64_t)getpid();
@@ -109,8 +113,8 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   if (r == NULL) return;
   uint64_t now = mpn_chan_now_ns();
   /* A failed id answers late callers with its error until nobody came for
-   * 2 s (as service_linger waits); then it may serve a new round. */
-  if (r->failed && r->count == 0 && now - r->last_ns > 2000000000ull) {
+   * linger_ns (as service_linger waits); then it may serve a new round. */
+  if (r->failed && r->count == 0 && now - r->last_ns > linger_ns()) {
     r->failed = r->answered = r->max_nranks = 0;
     r->error[0] = '\0';
   }
@@ -162,9 +166,9 @@ static int n_open, service_running;
 
 /* A failed id still owes its error to callers that may come late (ranks
  * some caller claimed and nobody has been answered for), until nobody came
- * for 2 s: its process must go on serving it meanwhile. */
+ * for linger_ns: its process must go on serving it meanwhile. */
 static int record_lingers(const record_t* r) {
-  return r->failed && r->answered < r->max_nranks && mpn_chan_now_ns() - r->last_ns <= 2000000000ull;
+  return r->failed && r->answered < r->max_nranks && mpn_chan_now_ns() - r->last_ns <= linger_ns();
 }
 
 static void service_sweep(void* arg) {
@@ -288,7 +292,8 @@ static void linger_check(void* arg) {
 /*
  * A failed rendezvous must still answer callers that arrive later, but the
  * creator's process serves them only while it progresses the channel: it
- * stays until every claimed rank was answered or nobody came for 2 s.
+ * stays until every claimed rank was answered or nobody came for
+ * MPINCCL_BOOTSTRAP_LINGER seconds.
  */
 static void service_linger(uint64_t key) {
   linger_t l = {key, 0};

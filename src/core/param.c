@@ -30,6 +30,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_BOOTSTRAP_TIMEOUT] = {"MPINCCL_BOOTSTRAP_TIMEOUT", MPN_PARAM_INT, "120", NULL, 1, 86400,
                                      "Seconds a rank waits for its peers during communicator "
                                      "creation before failing with ncclTimeout."},
+    [MPN_PARAM_BOOTSTRAP_LINGER] = {"MPINCCL_BOOTSTRAP_LINGER", MPN_PARAM_INT, "2", NULL, 0, 86400,
+                                    "Seconds a rendezvous that failed (callers of one unique id "
+                                    "disagreeing on nranks, or giving one rank twice) goes on answering "
+                                    "callers that come later with its error, counted from the last "
+                                    "caller; the process that made the id serves them meanwhile (its "
+                                    "own ncclCommInitRank returns once every rank a caller claimed was "
+                                    "answered, or this time passed). A caller after that starts a new "
+                                    "rendezvous on the id and waits for its peers."},
     [MPN_PARAM_BOOTSTRAP_TAG] = {"MPINCCL_BOOTSTRAP_TAG", MPN_PARAM_INT, "29743", NULL, 0, 32767,
                                  "MPI tag of the library's set-up messages on MPI_COMM_WORLD; "
                                  "change it if the application uses the same tag there."},

@@ -15,6 +15,7 @@ typedef enum {
   MPN_PARAM_P2P_DISABLE,       /* NCCL_P2P_DISABLE: 1 forces the network path */
   MPN_PARAM_BOOTSTRAP,         /* auto | mpi | local */
   MPN_PARAM_BOOTSTRAP_TIMEOUT, /* seconds */
+  MPN_PARAM_BOOTSTRAP_LINGER,  /* seconds a failed rendezvous answers late callers */
   MPN_PARAM_BOOTSTRAP_TAG,     /* MPI tag of rendezvous messages */
   MPN_PARAM_WATCHDOG,          /* ms between checks that same-host peers live */
   MPN_PARAM_COPY_KERNEL_MAX,   /* messages up to this size move in one kernel */

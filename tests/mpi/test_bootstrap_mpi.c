@@ -56,17 +56,14 @@ static void exercise(mpn_bootstrap_t* b) {
   }
 }
 
-/* Callers of one id from threads of this process: caller i is rank i of
- * late_nranks[i], and calls after late_delay_us[i]. */
+/* Callers of one id from world rank 1: caller i is rank i of late_nranks[i]. */
 static mpn_bootstrap_id_t late_id;
 static const int late_nranks[3] = {3, 2, 3};
-static const unsigned late_delay_us[3] = {0, 200000, 1000000};
 static ncclResult_t late_res[3];
 static char late_error[3][256];
 
 static void* late_caller(void* p) {
   int i = (int)(intptr_t)p;
-  usleep(late_delay_us[i]);
   mpn_bootstrap_t* b = NULL;
   late_res[i] = mpn_bootstrap_rendezvous(&late_id, late_nranks[i], i, NULL, &b);
   snprintf(late_error[i], sizeof(late_error[i]), "%s", mpn_error_last(NULL));
@@ -76,28 +73,33 @@ static void* late_caller(void* p) {
 
 /* An id whose creator (world rank 0) does not join is served by its helper
  * thread.  Callers that disagree on nranks fail, and one that comes after
- * the failure gets the error too, at once: the helper thread used to leave
- * as soon as the failure was answered, and the late caller waited out
- * MPINCCL_BOOTSTRAP_TIMEOUT for an answer nobody would send. */
+ * the failure was answered gets the error too: the helper thread used to
+ * leave as soon as the failure was answered, and the late caller waited out
+ * MPINCCL_BOOTSTRAP_TIMEOUT for an answer nobody would send (ncclTimeout).
+ * The late caller calls once the others returned, and the failed id
+ * answers late callers for an hour (MPINCCL_BOOTSTRAP_LINGER), not 2 s: on
+ * a loaded machine, or one whose processes all stopped for seconds at once
+ * (seen: 16 s), the late caller came after 2 s and started a new round. */
 static void test_late_caller_unjoined(int provided) {
   if (world_size < 2 || provided != MPI_THREAD_MULTIPLE) return;
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
+  setenv("MPINCCL_BOOTSTRAP_LINGER", "3600", 1);
   EXPECT_OK(mpn_params_reload());
   if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&late_id));
   MPI_Bcast(&late_id, sizeof(late_id), MPI_BYTE, 0, MPI_COMM_WORLD);
   if (world_rank == 1) {
-    double start = MPI_Wtime();
-    pthread_t t[3];
-    for (intptr_t i = 0; i < 3; i++) pthread_create(&t[i], NULL, late_caller, (void*)i);
-    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
-    EXPECT(MPI_Wtime() - start < 10);
-    for (int i = 0; i < 3; i++) {
+    pthread_t t[2];
+    for (intptr_t i = 0; i < 2; i++) pthread_create(&t[i], NULL, late_caller, (void*)i);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    late_caller((void*)(intptr_t)2);
+    for (int i = 0; i < 3; i++) { /* (the first two may come in either order) */
       EXPECT(late_res[i] == ncclInvalidArgument);
-      EXPECT(strstr(late_error[i], "disagree on nranks (3 and 2)") != NULL);
+      EXPECT(strstr(late_error[i], "disagree on nranks (3 and 2)") != NULL ||
+             strstr(late_error[i], "disagree on nranks (2 and 3)") != NULL);
     }
+    if (late_res[2] != ncclInvalidArgument) fprintf(stderr, "[world 1] the late caller: %s\n", late_error[2]);
   }
   MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
   EXPECT_OK(mpn_params_reload());
 }
 

@@ -154,7 +154,11 @@ START_TEST(rendezvous_disagreements) {
     ck_assert(contains(b[i].error, "disagree on nranks"));
   }
   /* A rank given twice fills the round before the last rank comes: that one
-   * gets the error too (it used to wait out the timeout). */
+   * gets the error too (it used to wait out the timeout).  The failed id
+   * answers late callers for an hour (MPINCCL_BOOTSTRAP_LINGER), not 2 s,
+   * which a machine that stalls for seconds can exceed before the last
+   * rank comes (then that rank starts a new round and times out). */
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "3600");
   rank_arg_t c[4] = {{.nranks = 3, .rank = 0},
                      {.nranks = 3, .rank = 0},
                      {.nranks = 3, .rank = 1},
@@ -166,6 +170,7 @@ START_TEST(rendezvous_disagreements) {
     ck_assert_int_eq(c[i].res, ncclInvalidArgument);
     ck_assert(contains(c[i].error, "rank 0 was given by two callers"));
   }
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
 }
 END_TEST
 

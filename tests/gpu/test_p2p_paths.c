@@ -511,9 +511,9 @@ static void short_case(MPI_Comm two, int short_side) {
     EXPECT_OK(ncclGroupEnd());
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess); /* no hang */
   MPI_Barrier(two);
-  ncclResult_t async = ncclSuccess;
+  ncclResult_t async = ncclSuccess; /* (the short side had its ncclGroupEnd's code) */
   EXPECT_OK(ncclCommGetAsyncError(pair, &async));
-  EXPECT(async != ncclSuccess && async != ncclInProgress);
+  EXPECT(me_short || (async != ncclSuccess && async != ncclInProgress));
   if (rank == 1 && !me_short) { /* nothing moved: the receive buffer is as it was */
     char* host = malloc(BYTES);
     EXPECT(host && cudaMemcpy(host, buf, BYTES, cudaMemcpyDeviceToHost) == cudaSuccess);

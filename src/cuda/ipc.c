@@ -21,7 +21,7 @@ typedef struct {
   uint64_t owner_base; /* imported: the owner's address of what base maps */
   uint64_t size;       /* the allocation's size */
   void* mapping;       /* imported: what cudaIpcOpenMemHandle returned, shared by borrowers */
-  int opened;          /* imported: opens of mapping this entry holds and closes (0: borrowed) */
+  int opened;          /* imported: this entry opened mapping and closes it */
   int pending;         /* imported: handed out this many times, copies not yet issued */
   int pinned;          /* imported: baked into a CUDA graph, never closed */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
@@ -157,13 +157,6 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
  * mapping), so the mapping is closed once for every entry that opened it;
  * closing it fewer times would leave it mapped with nothing here knowing.
  */
-/* cudaIpcCloseMemHandle of one open of mapping; traced before the call, as
- * the driver may wait in it for the device's work. */
-static cudaError_t ipc_close(void* mapping, const char* why) {
-  MPN_TRACE(MPN_SUBSYS_IPC, "closing %s import at %p", why, mapping);
-  return cudaIpcCloseMemHandle(mapping);
-}
-
 static void close_mapping(void* mapping, const char* why) {
   for (int j = 0; j < imported.n;) {
     ipc_entry_t* e = &imported.entries[j];
@@ -171,8 +164,8 @@ static void close_mapping(void* mapping, const char* why) {
       j++;
       continue;
     }
-    for (int k = 0; k < e->opened; k++) {
-      cudaError_t err = ipc_close(mapping, why);
+    if (e->opened) {
+      cudaError_t err = cudaIpcCloseMemHandle(mapping);
       if (err != cudaSuccess) {
         cudaGetLastError();
         MPN_WARN("CUDA IPC: closing %s import at %p failed: %s", why, mapping, cudaGetErrorString(err));
@@ -278,37 +271,13 @@ static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   }
 }
 
-/* Takes desc's memory from a mapping already open here that holds it
- * (find_containing); 0 when none does. */
-static int borrow(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh) {
-  ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh->base);
-  if (lender == NULL) return 0;
-  fresh->mapping = lender->mapping;
-  fresh->opened = 0;
-  return 1;
-}
-
-/*
- * Opens desc for the cache entry fresh, working around the driver's refusal
- * to map a block twice (see mpn_ipc_import in ipc.h): where the block is
- * mapped already, by a mapping that holds the buffer at its place, that
- * mapping serves (a freed allocation's import whose block the owner's new
- * one reuses, or a small allocation's block mapped whole by the first
- * open); only otherwise are stale or idle imports closed and the open
- * tried again.  A close may wait for the device's work, such as this
- * process's stream waits for peers that wait for this host: with a
- * mapping of another GPU's memory it did (two H200s, test_p2p
- * chain_three, rank 1 closing a stale import of rank 2's buffer while its
- * stream waited for rank 0, which waited in MPI for rank 1).
- */
+/* Opens desc for the cache entry fresh, working around the driver's refusal
+ * to map a block twice (see mpn_ipc_import in ipc.h). */
 static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
                                ipc_entry_t* fresh) {
-  MPN_TRACE(MPN_SUBSYS_IPC, "opening buffer %llu of process %llx (device %d here)", (unsigned long long)desc->buffer_id,
-            (unsigned long long)owner, dev);
   cudaError_t err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
   if (err == cudaErrorAlreadyMapped) {
     cudaGetLastError();
-    if (borrow(owner, dev, desc, fresh)) return cudaSuccess;
     if (drop_stale(owner, dev, desc))
       err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
   }
@@ -325,8 +294,14 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
                   (unsigned long long)desc->buffer_id, (unsigned long long)imported.entries[i].buffer_id);
   } else if (err == cudaErrorAlreadyMapped) {
     cudaGetLastError();
-    if (borrow(owner, dev, desc, fresh)) return cudaSuccess;
-    dump_owner(owner, dev, desc);
+    ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh->base);
+    if (lender != NULL) {
+      fresh->mapping = lender->mapping;
+      fresh->opened = 0;
+      err = cudaSuccess;
+    } else {
+      dump_owner(owner, dev, desc);
+    }
   }
   return err;
 }
@@ -382,11 +357,12 @@ static void retire_overlapped(ipc_entry_t* fresh) {
       i++;
       continue;
     }
-    /* The mapping's opens are fresh's now: closed with it, not here.  A
-     * close may wait for the device's work, such as this process's stream
-     * waits for peers that wait for this host (with a mapping of another
-     * GPU's memory it did, on two H200s: test_p2p chain_three hung). */
-    fresh->opened += e->opened;
+    if (e->opened && !fresh->opened) {
+      fresh->opened = 1; /* the mapping's open is fresh's now */
+    } else if (e->opened && cudaIpcCloseMemHandle(e->mapping) != cudaSuccess) {
+      cudaGetLastError();
+      MPN_WARN("CUDA IPC: closing stale import at %p failed", e->mapping);
+    }
     MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu replaces the stale import of buffer %llu at %p",
               (unsigned long long)fresh->buffer_id, (unsigned long long)e->buffer_id, e->mapping);
     *e = imported.entries[--imported.n];

@@ -157,6 +157,14 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
  * mapping), so the mapping is closed once for every entry that opened it;
  * closing it fewer times would leave it mapped with nothing here knowing.
  */
+/* cudaIpcCloseMemHandle of one open of mapping; traced before the call, as
+ * the driver may wait in it for the device's work (docs/P2P.md, known
+ * problem 17). */
+static cudaError_t ipc_close(void* mapping, const char* why) {
+  MPN_TRACE(MPN_SUBSYS_IPC, "closing %s import at %p", why, mapping);
+  return cudaIpcCloseMemHandle(mapping);
+}
+
 static void close_mapping(void* mapping, const char* why) {
   for (int j = 0; j < imported.n;) {
     ipc_entry_t* e = &imported.entries[j];
@@ -165,7 +173,7 @@ static void close_mapping(void* mapping, const char* why) {
       continue;
     }
     if (e->opened) {
-      cudaError_t err = cudaIpcCloseMemHandle(mapping);
+      cudaError_t err = ipc_close(mapping, why);
       if (err != cudaSuccess) {
         cudaGetLastError();
         MPN_WARN("CUDA IPC: closing %s import at %p failed: %s", why, mapping, cudaGetErrorString(err));
@@ -275,6 +283,8 @@ static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
  * to map a block twice (see mpn_ipc_import in ipc.h). */
 static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
                                ipc_entry_t* fresh) {
+  MPN_TRACE(MPN_SUBSYS_IPC, "opening buffer %llu of process %llx (device %d here)",
+            (unsigned long long)desc->buffer_id, (unsigned long long)owner, dev);
   cudaError_t err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
   if (err == cudaErrorAlreadyMapped) {
     cudaGetLastError();
@@ -359,7 +369,7 @@ static void retire_overlapped(ipc_entry_t* fresh) {
     }
     if (e->opened && !fresh->opened) {
       fresh->opened = 1; /* the mapping's open is fresh's now */
-    } else if (e->opened && cudaIpcCloseMemHandle(e->mapping) != cudaSuccess) {
+    } else if (e->opened && ipc_close(e->mapping, "stale") != cudaSuccess) {
       cudaGetLastError();
       MPN_WARN("CUDA IPC: closing stale import at %p failed", e->mapping);
     }

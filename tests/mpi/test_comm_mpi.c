@@ -224,7 +224,7 @@ static ncclComm_t nonblocking_world(void) {
  * split numbers in either order and time out about half the time); and a
  * group may not create blocking and non-blocking communicators together. */
 static void test_nonblocking_splits(void) {
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "10", 1);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1); /* (a stop of every process for seconds must not time out) */
   EXPECT_OK(mpn_params_reload());
   ncclComm_t parent = nonblocking_world();
   for (int it = 0; it < 8; it++) {
@@ -356,16 +356,17 @@ static void test_window_refusal(void) {
   EXPECT_OK(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL));
   if (comm == NULL) return;
   void* fake = (void*)(uintptr_t)0x10000;
-  double start = MPI_Wtime();
+  /* A rank that returned alone would leave the others to pair its next
+   * call with this one and, in the end, to time out (not a bound on time:
+   * this machine may stop every process for seconds at once). */
   for (int k = 0; k < 3; k++) {
     ncclWindow_t w = (ncclWindow_t)(uintptr_t)1;
     ncclResult_t got = ncclCommWindowRegister(comm, world_rank == 0 && k == 0 ? NULL : fake, 4096, &w, 0);
-    EXPECT(got != ncclSuccess);
+    EXPECT(got != ncclSuccess && got != ncclTimeout);
     EXPECT(w == NULL);
     if (world_rank == 0 && k == 0) EXPECT(strstr(ncclGetLastError(comm), "buff is NULL") != NULL);
   }
   EXPECT(ncclCommWindowDeregister(comm, world_rank == 0 ? NULL : (ncclWindow_t)fake) == ncclInvalidArgument);
-  EXPECT(MPI_Wtime() - start < 5); /* the bootstrap's timeout is 120 s */
   EXPECT_OK(ncclCommDestroy(comm));
 }
 

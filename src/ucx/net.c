@@ -18,6 +18,7 @@
 #include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/param.h"
 #include "transport.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
@@ -362,6 +363,69 @@ static void notice_wait(struct mpn_ucx_comm* u, uint64_t deadline) {
     usleep(50);
 }
 
+/* The endpoints a clean destroy flushes (flush_start); the words stay
+ * until the close, which redirects the flushes still in flight. */
+typedef struct {
+  struct mpn_ucx_comm* u;
+  uint64_t* done; /* per peer: its flush's flag, written whatever its status */
+  char* started;  /* per peer: a flush was started */
+} flush_set_t;
+
+/* On the proxy thread (mpn_ucx_proxy_call): a flush of every endpoint of
+ * the communicator that was opened and has not failed; peers it never
+ * used get none (nothing to flush, and no endpoint made for them). */
+static void flush_start(void* arg) {
+  flush_set_t* f = arg;
+  struct mpn_ucx_comm* u = f->u;
+  for (int p = 0; p < u->nranks; p++) {
+    mpn_ucx_peer_t* peer = &u->peers[p];
+    if (peer->address == NULL || peer->ep == NULL || peer->failed) continue;
+    mpn_ucx_cmd_t cmd = {.owner = u, .peer = peer, .flag = &f->done[p], .value = 1, .quiet = 1};
+    f->started[p] = mpn_ucx_proxy_flush_here(&cmd) == ncclSuccess;
+  }
+}
+
+/*
+ * A destroy (not an abort) of a communicator that has not failed: before
+ * the forced close, which drops what UCX still holds, waits until every
+ * endpoint it opened is flushed, so that sends UCX completed locally (eager
+ * data still queued, on an endpoint whose wire-up waits for the peer, say)
+ * have arrived.  Bounded by MPINCCL_NET_TIMEOUT, not a second as the
+ * notices: this is the program's data to a peer that is alive and may
+ * only be slow to answer (a loaded host stops processes for seconds), and
+ * a peer gone fails its endpoint by keepalive within about that time,
+ * which ends the flush.  Returns the words (NULL: none), freed after the
+ * close.
+ */
+static flush_set_t* flush_before_close(struct ncclComm* comm) {
+  struct mpn_ucx_comm* u = comm->ucx;
+  size_t n = (size_t)comm->nranks;
+  flush_set_t* f = calloc(1, sizeof(*f));
+  if (f) *f = (flush_set_t){.u = u, .done = calloc(n, sizeof(uint64_t)), .started = calloc(n, 1)};
+  if (f == NULL || f->done == NULL || f->started == NULL || mpn_ucx_proxy_call(flush_start, f) != ncclSuccess) {
+    MPN_WARN("UCX: rank %d closes its endpoints without a flush: its last sends may not arrive", u->rank);
+    return f;
+  }
+  uint64_t timeout = (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT);
+  uint64_t deadline = mpn_chan_now_ns() + timeout * 1000000000ull;
+  for (int p = 0; p < comm->nranks; p++) {
+    while (f->started[p] && !__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
+    if (f->started[p] && !__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE))
+      MPN_WARN(
+          "UCX: rank %d's last sends to rank %d may not have arrived: its endpoint's flush did not end "
+          "within MPINCCL_NET_TIMEOUT (%llu s)",
+          u->rank, p, (unsigned long long)timeout);
+  }
+  return f;
+}
+
+static void flush_set_free(flush_set_t* f) {
+  if (f == NULL) return;
+  free(f->done);
+  free(f->started);
+  free(f);
+}
+
 void mpn_ucx_comm_free(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL) return;
@@ -369,7 +433,10 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
     /* After an abort the flags may be the proxy's own (drain_owner): its
      * close waited already. */
     if (!u->closed) notice_wait(u, mpn_chan_now_ns() + NOTICE_WAIT_MS * 1000000ull);
+    int failed = __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) != ncclSuccess;
+    flush_set_t* flushes = !u->closed && comm->ucx_clean && !failed ? flush_before_close(comm) : NULL;
     mpn_ucx_proxy_close(u, u->peers, comm->nranks);
+    flush_set_free(flushes);
     for (int p = 0; p < comm->nranks; p++) free(u->peers[p].address);
   }
   free(u->peers);

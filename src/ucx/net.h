@@ -113,7 +113,10 @@ void mpn_ucx_abort(struct ncclComm* comm);
 
 /** Closes the communicator's endpoints and frees its UCX state.  When one
  *  of its receives found a size mismatch, it first waits, at most a second,
- *  for the notice that tells the sender to arrive. */
+ *  for the notice that tells the sender to arrive.  A clean destroy
+ *  (comm->ucx_clean, no abort, no failure) first flushes the endpoints it
+ *  opened, at most MPINCCL_NET_TIMEOUT, so that sends UCX completed
+ *  locally arrive before the forced close. */
 void mpn_ucx_comm_free(struct ncclComm* comm);
 
 #endif /* MPN_UCX_NET_H_ */

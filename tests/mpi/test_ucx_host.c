@@ -6,8 +6,9 @@
  * operations that start only when a trigger word says so, and the proxy's
  * side of the staged path (explicit tags, growing flags, released words,
  * sends and receives of different sizes or numbers of chunks, which both
- * sides report, even when the receiving side closes at once), and an
- * abort with a send in flight.  Completion flags are polled with a
+ * sides report, even when the receiving side closes at once), a message
+ * that must still arrive when its sender destroys its communicator at
+ * once, and an abort with a send in flight.  Completion flags are polled with a
  * deadline, so a lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
@@ -430,10 +431,18 @@ static void graph_send_released(void) {
 
 enum { STALL_MS = 200 };
 
-/* Holds rank 0's proxy thread (an MPN_UCX_CALL) for STALL_MS; *arg says it began. */
+/* Holds the proxy thread (an MPN_UCX_CALL) for STALL_MS; *arg says it began. */
 static void proxy_stall(void* arg) {
   __atomic_store_n((int*)arg, 1, __ATOMIC_RELEASE);
   usleep(STALL_MS * 1000);
+}
+
+/* Returns once this rank's proxy thread is held (proxy_stall); *stalled
+ * says when it ends. */
+static void proxy_hold(int* stalling, uint64_t* stalled) {
+  mpn_ucx_cmd_t stall = {.kind = MPN_UCX_CALL, .fn = proxy_stall, .arg = stalling, .flag = stalled, .value = 1};
+  EXPECT(mpn_ucx_proxy_post(&stall) == ncclSuccess);
+  while (!__atomic_load_n(stalling, __ATOMIC_ACQUIRE)) usleep(100);
 }
 
 /*
@@ -458,9 +467,7 @@ static void closed_after_mismatch(int abort) {
     EXPECT(mpn_ucx_tagged_on(comm, 1, 1, small, 8, mpn_ucx_stage_tag(comm, 0, 1, 0, 0, 1), NULL, NULL, &sent, 1, &serr,
                              NULL, 0) == ncclSuccess);
     EXPECT(wait_flags(&sent, 1, 1) == 0);
-    mpn_ucx_cmd_t stall = {.kind = MPN_UCX_CALL, .fn = proxy_stall, .arg = &stalling, .flag = &stalled, .value = 1};
-    EXPECT(mpn_ucx_proxy_post(&stall) == ncclSuccess);
-    while (!__atomic_load_n(&stalling, __ATOMIC_ACQUIRE)) usleep(100);
+    proxy_hold(&stalling, &stalled);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 1) {
@@ -471,6 +478,47 @@ static void closed_after_mismatch(int abort) {
     comm = NULL;
   } else if (rank == 0) {
     expect_mismatch(comm, 16, "8 came");
+    EXPECT(wait_flags(&stalled, 1, 1) == 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm) EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+/*
+ * Rank 0 sends a small message to rank 1 on a fresh communicator and
+ * destroys it at once; rank 1 posts its receive only after that destroy
+ * returned, and must get every byte.  Rank 1 holds its proxy for STALL_MS
+ * from before rank 0 sends: rank 0's endpoint, first made by the send,
+ * cannot finish its wire-up, which needs an answer from rank 1's worker,
+ * so the message is still queued in UCX when rank 0 closes.  Before, the
+ * forced close dropped it and rank 1 waited in vain; the destroy now
+ * flushes the endpoints it opened first.
+ */
+static void destroyed_after_send(void) {
+  mpn_error_clear(); /* an earlier step's text must not pass for this one's */
+  ncclComm_t comm = fresh_comm();
+  if (comm == NULL) return;
+  enum { BYTES = 64 };
+  unsigned char s[BYTES], r[BYTES] = {0};
+  for (size_t i = 0; i < BYTES; i++) s[i] = byte_of(0, 1, i, 40);
+  uint64_t sent = 0, got = 0, stalled = 0;
+  int serr = 0, rerr = 0, stalling = 0;
+  if (rank == 1) proxy_hold(&stalling, &stalled);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT(mpn_ucx_host_send(comm, 1, s, BYTES, &sent, 1, &serr) == ncclSuccess);
+    EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+    comm = NULL;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    EXPECT(mpn_ucx_host_recv(comm, 0, r, BYTES, &got, 1, &rerr) == ncclSuccess);
+    EXPECT(wait_flags(&got, 1, 1) == 0);
+    EXPECT(__atomic_load_n(&rerr, __ATOMIC_ACQUIRE) == ncclSuccess);
+    size_t bad = 0;
+    for (size_t i = 0; i < BYTES; i++) bad += r[i] != byte_of(0, 1, i, 40);
+    if (bad) fprintf(stderr, "[rank 1] destroyed_after_send: %zu of %d bytes wrong\n", bad, (int)BYTES);
+    failures += bad != 0;
     EXPECT(wait_flags(&stalled, 1, 1) == 0);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -530,6 +578,7 @@ int main(int argc, char** argv) {
     graph_send_released();
     closed_after_mismatch(0);
     closed_after_mismatch(1);
+    destroyed_after_send();
     abort_in_flight();
   }
   int total = 0;

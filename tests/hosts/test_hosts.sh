@@ -18,6 +18,12 @@ command -v unshare >/dev/null || skip "no unshare command (util-linux)"
 mpirun=${MPINCCL_MPIRUN:-mpirun}
 "$mpirun" --version 2>/dev/null | grep -qi 'open mpi' || skip "the launcher is not Open MPI"
 
+# Alone: no other test's UCX worker may see the bridge (tests/run-test).
+net_lock=$top/tests/hosts/.net.lock
+if command -v flock >/dev/null 2>&1; then
+  exec 9>>"$net_lock" && { flock -x -w 600 9 || echo "test_hosts: $net_lock still held after 600 s; going on" >&2; }
+fi
+
 tag=$$
 export MPINCCL_NETNS_PREFIX=mpn${tag}-
 bridge=mpnbr$tag

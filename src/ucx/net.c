@@ -367,8 +367,7 @@ static void notice_wait(struct mpn_ucx_comm* u, uint64_t deadline) {
  * until the close, which redirects the flushes still in flight. */
 typedef struct {
   struct mpn_ucx_comm* u;
-  uint64_t* done; /* per peer: its flush's flag, written whatever its status */
-  char* started;  /* per peer: a flush was started */
+  uint64_t* done; /* per peer: its flush's flag, written whatever its status; 1 at once without a flush */
 } flush_set_t;
 
 /* On the proxy thread (mpn_ucx_proxy_call): a flush of every endpoint of
@@ -379,9 +378,9 @@ static void flush_start(void* arg) {
   struct mpn_ucx_comm* u = f->u;
   for (int p = 0; p < u->nranks; p++) {
     mpn_ucx_peer_t* peer = &u->peers[p];
-    if (peer->address == NULL || peer->ep == NULL || peer->failed) continue;
     mpn_ucx_cmd_t cmd = {.owner = u, .peer = peer, .flag = &f->done[p], .value = 1, .quiet = 1};
-    f->started[p] = mpn_ucx_proxy_flush_here(&cmd) == ncclSuccess;
+    if (peer->address == NULL || peer->ep == NULL || peer->failed || mpn_ucx_proxy_flush_here(&cmd) != ncclSuccess)
+      __atomic_store_n(&f->done[p], 1, __ATOMIC_RELEASE);
   }
 }
 
@@ -401,16 +400,16 @@ static flush_set_t* flush_before_close(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   size_t n = (size_t)comm->nranks;
   flush_set_t* f = calloc(1, sizeof(*f));
-  if (f) *f = (flush_set_t){.u = u, .done = calloc(n, sizeof(uint64_t)), .started = calloc(n, 1)};
-  if (f == NULL || f->done == NULL || f->started == NULL || mpn_ucx_proxy_call(flush_start, f) != ncclSuccess) {
+  if (f) *f = (flush_set_t){.u = u, .done = calloc(n, sizeof(uint64_t))};
+  if (f == NULL || f->done == NULL || mpn_ucx_proxy_call(flush_start, f) != ncclSuccess) {
     MPN_WARN("UCX: rank %d closes its endpoints without a flush: its last sends may not arrive", u->rank);
     return f;
   }
   uint64_t timeout = (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT);
   uint64_t deadline = mpn_chan_now_ns() + timeout * 1000000000ull;
   for (int p = 0; p < comm->nranks; p++) {
-    while (f->started[p] && !__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
-    if (f->started[p] && !__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE))
+    while (!__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
+    if (!__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE))
       MPN_WARN(
           "UCX: rank %d's last sends to rank %d may not have arrived: its endpoint's flush did not end "
           "within MPINCCL_NET_TIMEOUT (%llu s)",
@@ -422,7 +421,6 @@ static flush_set_t* flush_before_close(struct ncclComm* comm) {
 static void flush_set_free(flush_set_t* f) {
   if (f == NULL) return;
   free(f->done);
-  free(f->started);
   free(f);
 }
 

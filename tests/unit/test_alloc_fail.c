@@ -14,6 +14,7 @@
 #include "core/param.h"
 #include "mpinccl.h"
 #include "rma/rma.h"
+#include "run_suite.h"
 
 void* __real_malloc(size_t size);
 void* __real_calloc(size_t n, size_t size);
@@ -105,9 +106,5 @@ int main(void) {
   tcase_add_test(tc, wait_signal_queue_fails);
   tcase_add_test(tc, rma_state_fails_at_launch);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return unit_suite_run(s);
 }

@@ -26,6 +26,7 @@
 #include "p2p/p2p.h"
 #include "p2p/push.h"
 #include "transport.h"
+#include "run_suite.h"
 
 #define MAXR 8
 
@@ -1216,9 +1217,5 @@ int main(void) {
   (void)backtrace(first, 1);
   signal(SIGSEGV, crash_report);
   signal(SIGBUS, crash_report);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return unit_suite_run(s);
 }

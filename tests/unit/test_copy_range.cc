@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda/copy_range.cuh"
+#include "run_suite.h"
 
 namespace {
 
@@ -61,9 +62,5 @@ int main() {
   tcase_add_test(tc, every_alignment);
   tcase_add_test(tc, unrolled);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return unit_suite_run(s);
 }

@@ -26,6 +26,7 @@
 #include "p2p/order.h"
 #include "p2p/pair.h"
 #include "refusal.h"
+#include "run_suite.h"
 
 START_TEST(abi_layout) {
   ck_assert_int_eq(sizeof(ncclUniqueId), 128);
@@ -676,9 +677,5 @@ int main(void) {
   tcase_add_test(tc, proc_self_and_reused);
   tcase_add_test(tc, proc_zombie_and_reaped);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return unit_suite_run(s);
 }

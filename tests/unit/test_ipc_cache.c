@@ -12,6 +12,7 @@
 
 #include "cuda/driver.h"
 #include "cuda/ipc.h"
+#include "run_suite.h"
 
 /* The model's mappings: one per handle, opened as many times as counted. */
 enum { MAX_MAPPINGS = 512 };
@@ -248,9 +249,5 @@ int main(void) {
   tcase_add_test(tc, import_too_many_streams_pinned);
   tcase_add_test(tc, export_freed_overlap_dropped);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return unit_suite_run(s);
 }

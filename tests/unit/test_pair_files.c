@@ -16,6 +16,7 @@
 
 #include "core/proc.h"
 #include "p2p/pair.h"
+#include "run_suite.h"
 
 /* The pid of the process that runs the tests (they may run in children). */
 static unsigned runner;
@@ -182,11 +183,8 @@ int main(void) {
   tcase_add_test(tc, sweep_judges_creators);
   tcase_add_test(tc, first_map_sweeps);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
   runner = (unsigned)getpid();
-  srunner_run_all(sr, CK_NORMAL);
+  int status = unit_suite_run(s);
   remove_all();
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return status;
 }

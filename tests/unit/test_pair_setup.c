@@ -26,6 +26,7 @@
 #include "core/param.h"
 #include "core/proc.h"
 #include "p2p/pair.h"
+#include "run_suite.h"
 
 cudaError_t __wrap_cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
   (void)ptr, (void)size, (void)flags;
@@ -365,9 +366,5 @@ int main(void) {
   tcase_add_test(tc, creator_killed_before_stamp_leaves_nothing);
   tcase_add_test(tc, no_tmpfile_makes_by_name);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return unit_suite_run(s);
 }

@@ -16,6 +16,7 @@
 #include "local_comm.h"
 #include "mpinccl.h"
 #include "refusal.h"
+#include "run_suite.h"
 
 #define ARG ncclInvalidArgument
 #define USAGE ncclInvalidUsage
@@ -328,9 +329,5 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) tcase_add_test(tc, tests[i]);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return unit_suite_run(s);
 }

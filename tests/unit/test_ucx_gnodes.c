@@ -13,6 +13,7 @@
 
 #include "p2p/graphs.h"
 #include "ucx/gnodes.h"
+#include "run_suite.h"
 
 void __real_free(void* p);
 static void* watched[2]; /* blocks whose free the test waits for */
@@ -143,9 +144,5 @@ int main(void) {
   tcase_add_test(tc, outlive_communicator);
   tcase_add_test(tc, record_not_hung);
   suite_add_tcase(s, tc);
-  SRunner* sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return unit_suite_run(s);
 }

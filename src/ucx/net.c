@@ -345,6 +345,20 @@ ncclResult_t mpn_ucx_host_recv(struct ncclComm* comm, int peer, void* buf, size_
 enum { NOTICE_WAIT_MS = 1000 };
 
 /*
+ * A close's wait for a flag that the proxy thread writes: until *flag is
+ * set, or *error (NULL: none) is, or the clock passes deadline; returns
+ * whether the flag is set.  The proxy alone progresses the worker, so the
+ * caller (an API thread, holding no lock the proxy takes) only sleeps; on
+ * the proxy thread it would wait the deadline out.
+ */
+static int flag_wait(const uint64_t* flag, const int* error, uint64_t deadline) {
+  while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && !(error && __atomic_load_n(error, __ATOMIC_ACQUIRE)) &&
+         mpn_chan_now_ns() < deadline)
+    usleep(50);
+  return __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
+}
+
+/*
  * Before a close, which cancels what is in flight: when a receive of u
  * found a size mismatch, waits until the deadline for the notice that
  * tells the sender (mismatch_found, on the proxy thread) to have arrived,
@@ -356,11 +370,9 @@ enum { NOTICE_WAIT_MS = 1000 };
  * close, so a claimed record always gets its notice and flags.
  */
 static void notice_wait(struct mpn_ucx_comm* u, uint64_t deadline) {
-  if (!__atomic_load_n(&u->mismatch.claimed, __ATOMIC_ACQUIRE)) return;
-  while (
-      !(__atomic_load_n(&u->notice_sent, __ATOMIC_ACQUIRE) && __atomic_load_n(&u->notice_flushed, __ATOMIC_ACQUIRE)) &&
-      mpn_chan_now_ns() < deadline)
-    usleep(50);
+  /* Both, one after the other: each is written once, never undone. */
+  if (__atomic_load_n(&u->mismatch.claimed, __ATOMIC_ACQUIRE) && flag_wait(&u->notice_sent, NULL, deadline))
+    flag_wait(&u->notice_flushed, NULL, deadline);
 }
 
 /* The endpoints a clean destroy flushes (flush_start); the words stay
@@ -408,8 +420,7 @@ static flush_set_t* flush_before_close(struct ncclComm* comm) {
   uint64_t timeout = (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT);
   uint64_t deadline = mpn_chan_now_ns() + timeout * 1000000000ull;
   for (int p = 0; p < comm->nranks; p++) {
-    while (!__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
-    if (!__atomic_load_n(&f->done[p], __ATOMIC_ACQUIRE))
+    if (!flag_wait(&f->done[p], NULL, deadline))
       MPN_WARN(
           "UCX: rank %d's last sends to rank %d may not have arrived: its endpoint's flush did not end "
           "within MPINCCL_NET_TIMEOUT (%llu s)",
@@ -522,12 +533,8 @@ void mpn_ucx_abort(struct ncclComm* comm) {
     posted++;
   }
   uint64_t deadline = mpn_chan_now_ns() + NOTICE_WAIT_MS * 1000000ull;
-  for (int p = 0; posted && p < comm->nranks; p++) {
-    if (p == comm->rank || u->peers[p].address == NULL) continue;
-    while (!__atomic_load_n(&done[2 * p + 1], __ATOMIC_ACQUIRE) && !__atomic_load_n(&failed[p], __ATOMIC_ACQUIRE) &&
-           mpn_chan_now_ns() < deadline)
-      usleep(50);
-  }
+  for (int p = 0; posted && p < comm->nranks; p++)
+    if (p != comm->rank && u->peers[p].address != NULL) flag_wait(&done[2 * p + 1], &failed[p], deadline);
   /* A mismatch notice sent before goes to a failed peer, whom the abort's
    * notice does not reach: it is waited for on its own. */
   notice_wait(u, deadline);

@@ -411,6 +411,12 @@ static void flush_start(void* arg) {
 static flush_set_t* flush_before_close(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   size_t n = (size_t)comm->nranks;
+  /* A rank without a UCX peer of its own (the others use UCX between
+   * them) has nothing to flush, and its process may have no proxy thread
+   * to ask: the call would wait MPINCCL_BOOTSTRAP_TIMEOUT, then fail. */
+  int any = 0;
+  for (size_t p = 0; p < n; p++) any |= u->peers[p].address != NULL;
+  if (!any) return NULL;
   flush_set_t* f = calloc(1, sizeof(*f));
   if (f) *f = (flush_set_t){.u = u, .done = calloc(n, sizeof(uint64_t))};
   if (f == NULL || f->done == NULL || mpn_ucx_proxy_call(flush_start, f) != ncclSuccess) {

@@ -8,8 +8,9 @@
  * sends and receives of different sizes or numbers of chunks, which both
  * sides report, even when the receiving side closes at once), a message
  * that must still arrive when its sender destroys its communicator at
- * once, and an abort with a send in flight.  Completion flags are polled with a
- * deadline, so a lost message fails the test instead of hanging it.
+ * once, an abort with a send in flight, and the destroy of a rank that has
+ * no UCX peer of its own.  Completion flags are polled with a deadline, so
+ * a lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "mpinccl.h"
+#include "transport.h"
 #include "ucx/net.h"
 #include "ucx/proxy.h"
 #include "ucx/rma.h"
@@ -551,6 +553,49 @@ static void abort_in_flight(void) {
   free(buf);
 }
 
+/*
+ * A rank with no UCX peer of its own, in a communicator whose other ranks
+ * use UCX between them: on a GPU machine, rank 0's GPU reaches the others'
+ * through CUDA IPC, and theirs do not reach each other.  Rank 0 has the
+ * communicator's UCX state but never started the proxy thread.  The
+ * transports are set here by hand, as mpn_transport_choose would set them,
+ * on a bare communicator, before anything else in this process starts UCX
+ * (so it runs first).  Before, rank 0's clean destroy asked the proxy that
+ * does not run to flush its endpoints (it has none), waited
+ * MPINCCL_BOOTSTRAP_TIMEOUT (120 s) for it, then failed with "the UCX proxy
+ * thread does not answer" as its error text.
+ */
+static void no_ucx_peer_of_its_own(void) {
+  if (nranks < 3) return; /* two ranks would both be without UCX peers */
+  struct ncclComm* c = calloc(1, sizeof(*c));
+  uint8_t* transport = calloc((size_t)nranks, 1);
+  mpn_rank_info_t* ranks = calloc((size_t)nranks, sizeof(*ranks));
+  EXPECT(c && transport && ranks);
+  if (!c || !transport || !ranks) {
+    free(c), free(transport), free(ranks);
+    return;
+  }
+  *c = (struct ncclComm){.rank = rank, .nranks = nranks, .cuda_dev = -1, .transport = transport};
+  pthread_mutex_init(&c->error_lock, NULL);
+  c->topo.ranks = ranks;
+  ranks[rank].cuda_dev = -1;
+  for (int p = 0; p < nranks; p++)
+    transport[p] = p == rank ? MPN_TRANSPORT_SELF : rank == 0 || p == 0 ? MPN_TRANSPORT_IPC : MPN_TRANSPORT_UCX;
+  EXPECT(mpn_bootstrap_from_mpi(MPI_COMM_WORLD, &c->abort_flag, &c->bootstrap) == ncclSuccess);
+  EXPECT(c->bootstrap && mpn_ucx_comm_setup(c) == ncclSuccess);
+  EXPECT(c->ucx != NULL);
+  c->ucx_clean = 1; /* as a destroy that found the UCX work done */
+  mpn_error_clear();
+  mpn_ucx_comm_free(c);
+  EXPECT(strcmp(ncclGetLastError(NULL), "") == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (c->bootstrap) mpn_bootstrap_destroy(c->bootstrap);
+  pthread_mutex_destroy(&c->error_lock);
+  free(transport);
+  free(ranks);
+  free(c);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3 4");
@@ -560,6 +605,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   setenv("MPINCCL_TRANSPORT", "ucx", 1);
+  no_ucx_peer_of_its_own(); /* first: no proxy thread started yet */
   ncclComm_t comm = NULL;
   EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
   if (comm) {

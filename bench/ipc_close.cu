@@ -1,0 +1,443 @@
+// ipc_close.cu - what closing and reopening CUDA IPC imports does, in plain
+// CUDA and MPI (no mpinccl): docs/P2P.md, known problem 17.  Rank 0 owns the
+// allocations; rank 1 imports them (on GPU 1 when there are two, else on GPU
+// 0).  Sections:
+//  1-2. closes while one of rank 1's streams is held by a stream memory wait
+//       that only the host releases (as a stream waiting for a peer is); a
+//       watchdog releases it after 1.5 s, so a close that returns only then
+//       waited for the device;
+//  3.   a close on a thread of its own, and the calls an enqueue makes on
+//       another thread meanwhile, each timed;
+//  4.   the same after explicit peer access;
+//  5-6. the owner frees an imported allocation's whole block and allocates
+//       anew at the same address;
+//  7.   the owner frees Q (imported here) and its neighbour R and allocates
+//       S over both while the block lives: opening S, and reading S through
+//       Q's mapping;
+//  8.   opening S in a second context of the device instead.
+// Usage: mpirun -np 2 bench/mpinccl_ipc_close
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "memops64.h"
+
+#define CK(x)                                                       \
+  do {                                                              \
+    cudaError_t e = (x);                                            \
+    if (e) {                                                        \
+      printf("rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e)); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                 \
+    }                                                               \
+  } while (0)
+
+static int rank;
+
+enum { SMALL1, SMALL2, BIG, BIG2, NBUF };
+static const size_t sizes[NBUF] = {4096, 4096, 8u << 20, 8u << 20};
+
+typedef CUresult (*range_fn)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+/* Driver entry points for the second context (section 8), found through the
+ * runtime as memops64.h finds its own. */
+static struct {
+  CUresult (*ctx_create)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice); /* _v3 at 12.0 */
+  CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*ctx_push)(CUcontext);
+  CUresult (*ctx_pop)(CUcontext*);
+  CUresult (*ipc_open)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+  CUresult (*ipc_close)(CUdeviceptr);
+  CUresult (*memcpy_peer_async)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+  CUresult (*stream_create)(CUstream*, unsigned int);
+  CUresult (*event_create)(CUevent*, unsigned int);
+  CUresult (*event_record)(CUevent, CUstream);
+  CUresult (*stream_wait_event)(CUstream, CUevent, unsigned int);
+} drv;
+
+static void drv_load(void) {
+  struct {
+    const char* name;
+    void** fn;
+  } t[] = {{"cuCtxCreate", (void**)&drv.ctx_create},
+           {"cuCtxGetCurrent", (void**)&drv.ctx_get_current},
+           {"cuCtxPushCurrent", (void**)&drv.ctx_push},
+           {"cuCtxPopCurrent", (void**)&drv.ctx_pop},
+           {"cuIpcOpenMemHandle", (void**)&drv.ipc_open},
+           {"cuIpcCloseMemHandle", (void**)&drv.ipc_close},
+           {"cuMemcpyPeerAsync", (void**)&drv.memcpy_peer_async},
+           {"cuStreamCreate", (void**)&drv.stream_create},
+           {"cuEventCreate", (void**)&drv.event_create},
+           {"cuEventRecord", (void**)&drv.event_record},
+           {"cuStreamWaitEvent", (void**)&drv.stream_wait_event}};
+  for (auto& e : t) {
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(e.name, e.fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !*e.fn) {
+      printf("rank %d: no driver entry point %s\n", rank, e.name);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+}
+
+static double now_ms(void) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct held_stream {
+  cudaStream_t s;
+  volatile uint64_t* flag; /* host-mapped; the stream waits for it to reach gen */
+  uint64_t gen;
+  memop64_fn wait64;
+  /* Holds the stream until release() (or the watchdog) writes the flag. */
+  void hold(void) {
+    gen++;
+    void* dflag = nullptr;
+    CK(cudaHostGetDevicePointer(&dflag, (void*)flag, 0));
+    if (wait64(s, (CUdeviceptr)dflag, gen, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+      printf("rank %d: cuStreamWaitValue64 failed\n", rank);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  void release(void) { *flag = gen; }
+};
+
+/* Runs op while the stream is held; the watchdog releases it after 1.5 s.
+ * Prints how long op took and whether it returned only once released. */
+template <typename F>
+static void while_held(held_stream* h, const char* what, F op) {
+  h->hold();
+  std::atomic<int> done{0};
+  std::thread dog([&] {
+    double t0 = now_ms();
+    while (!done.load() && now_ms() - t0 < 1500) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    h->release();
+  });
+  double t0 = now_ms();
+  cudaError_t err = op();
+  double t = now_ms() - t0;
+  done.store(1);
+  dog.join();
+  CK(cudaStreamSynchronize(h->s));
+  printf("  %-58s %-28s %8.2f ms%s\n", what, cudaGetErrorString(err), t,
+         t >= 1400 ? "  <- waited for the held stream" : "");
+  fflush(stdout);
+}
+
+__global__ void nop_kernel(void) {}
+
+/* A close on a thread of its own while the stream is held (a watchdog
+ * releases it after 1.5 s); meanwhile this thread makes the calls an enqueue
+ * makes, timing each: one that took about as long waited for the close. */
+static void close_on_thread(held_stream* h, void* mapping, const cudaIpcMemHandle_t* other, memop64_fn write64) {
+  h->hold();
+  std::atomic<int> closed{0};
+  double t0 = now_ms();
+  double t_close = 0;
+  std::thread closer([&] {
+    cudaError_t err = cudaIpcCloseMemHandle(mapping);
+    t_close = now_ms() - t0;
+    closed.store(err == cudaSuccess ? 1 : -1);
+  });
+  std::thread dog([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    h->release();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const char* names[8];
+  double took[8];
+  cudaError_t errs[8];
+  int n = 0;
+  double t1;
+  cudaStream_t s2 = nullptr;
+  cudaEvent_t ev = nullptr;
+  void *own = nullptr, *opened = nullptr;
+#define TIMED(what, call)      \
+  do {                         \
+    names[n] = what;           \
+    t1 = now_ms();             \
+    errs[n] = (call);          \
+    took[n++] = now_ms() - t1; \
+  } while (0)
+  TIMED("cudaStreamCreate", cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  TIMED("cudaEventCreate + record + query",
+        (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaEventRecord(ev, s2), cudaEventQuery(ev)));
+  TIMED("cudaMalloc", cudaMalloc(&own, 4096));
+  TIMED("cudaMemcpyAsync", cudaMemcpyAsync(own, (char*)own + 2048, 2048, cudaMemcpyDeviceToDevice, s2));
+  TIMED("cuStreamWriteValue64", (cudaError_t)write64(s2, (CUdeviceptr)own, 1, 0));
+  TIMED("kernel launch", (nop_kernel<<<1, 1, 0, s2>>>(), cudaGetLastError()));
+  TIMED("cudaIpcOpenMemHandle (another allocation)",
+        cudaIpcOpenMemHandle(&opened, *other, cudaIpcMemLazyEnablePeerAccess));
+  TIMED("cudaIpcCloseMemHandle (that one)", opened ? cudaIpcCloseMemHandle(opened) : cudaErrorInvalidValue);
+#undef TIMED
+  dog.join();
+  closer.join();
+  printf("  the close on its own thread took %.2f ms\n", t_close);
+  for (int i = 0; i < n; i++)
+    printf("  meanwhile %-42s %-22s %8.2f ms%s\n", names[i], cudaGetErrorString(errs[i]), took[i],
+           took[i] >= 1000 ? "  <- waited" : "");
+  CK(cudaStreamSynchronize(h->s));
+  CK(cudaStreamSynchronize(s2));
+  CK(cudaFree(own));
+  cudaGetLastError();
+  fflush(stdout);
+}
+
+static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const uint64_t* addrs) {
+  held_stream h = {};
+  memop64_fn write64;
+  if (!bench_memops64_load(&write64, &h.wait64)) {
+    printf("rank 1: no 64-bit stream memory operations\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  enum cudaDriverEntryPointQueryResult q;
+  range_fn range = nullptr;
+  CK(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void**)&range, 12000, cudaEnableDefault, &q));
+  CK(cudaStreamCreateWithFlags(&h.s, cudaStreamNonBlocking));
+  CK(cudaHostAlloc((void**)&h.flag, sizeof(uint64_t), cudaHostAllocMapped));
+  *h.flag = 0;
+  void* m[NBUF] = {};
+  const unsigned lazy = cudaIpcMemLazyEnablePeerAccess;
+  printf("importer on GPU %d, owner on GPU %d\n", dev, owner_dev);
+  printf("1. two small allocations of one block, lazy peer access\n");
+  CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
+  cudaError_t e = cudaIpcOpenMemHandle(&m[SMALL2], hs[SMALL2], lazy);
+  printf("  open small 1: ok at %p; open small 2: %s\n", m[SMALL1], cudaGetErrorString(e));
+  cudaGetLastError();
+  CUdeviceptr rb = 0;
+  size_t rs = 0;
+  long long delta = (long long)(addrs[SMALL2] - addrs[SMALL1]);
+  CUresult r1 = range(&rb, &rs, (CUdeviceptr)m[SMALL1]);
+  printf("  owner: small 2 is %lld bytes from small 1; range of small 1's mapping: %d [%llx, +%zu)\n", delta, (int)r1,
+         (unsigned long long)rb, rs);
+  CUresult r2 = range(&rb, &rs, (CUdeviceptr)((char*)m[SMALL1] + delta));
+  printf("  range of small 1's mapping + %lld: %d [%llx, +%zu)\n", delta, (int)r2, (unsigned long long)rb, rs);
+  CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
+  printf("2. closes while a stream of this process waits (lazy peer access)\n");
+  while_held(&h, "close small 1 (big still open)", [&] { return cudaIpcCloseMemHandle(m[SMALL1]); });
+  if (e != cudaSuccess) CK(cudaIpcOpenMemHandle(&m[SMALL2], hs[SMALL2], lazy));
+  while_held(&h, "close small 2 (big still open)", [&] { return cudaIpcCloseMemHandle(m[SMALL2]); });
+  while_held(&h, "close big (the last import of the owner's memory)", [&] { return cudaIpcCloseMemHandle(m[BIG]); });
+  while_held(&h, "open small 1 (no import left)", [&] { return cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy); });
+  while_held(&h, "close small 1 (the only import)", [&] { return cudaIpcCloseMemHandle(m[SMALL1]); });
+  printf("3. a close on a thread of its own, other calls meanwhile\n");
+  CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
+  CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
+  close_on_thread(&h, m[BIG], &hs[BIG2], write64);
+  CK(cudaIpcCloseMemHandle(m[SMALL1]));
+  if (owner_dev != dev) {
+    int can = 0;
+    CK(cudaDeviceCanAccessPeer(&can, dev, owner_dev));
+    cudaError_t pe = can ? cudaDeviceEnablePeerAccess(owner_dev, 0) : cudaErrorPeerAccessUnsupported;
+    printf("4. the same after cudaDeviceEnablePeerAccess(%d): %s\n", owner_dev, cudaGetErrorString(pe));
+    cudaGetLastError();
+    CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
+    CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
+    while_held(&h, "close small 1 (big still open)", [&] { return cudaIpcCloseMemHandle(m[SMALL1]); });
+    while_held(&h, "close big (the last import)", [&] { return cudaIpcCloseMemHandle(m[BIG]); });
+  }
+  printf("5. the owner frees both small allocations and makes one of 12 KiB; small 1 stays open here\n");
+  CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
+  cudaIpcMemHandle_t rh;
+  uint64_t raddr = 0;
+  int go = 1;
+  MPI_Send(&go, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
+  MPI_Recv(&rh, sizeof(rh), MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Recv(&raddr, 1, MPI_UINT64_T, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  long long rdelta = (long long)(raddr - addrs[SMALL1]);
+  void* rm = nullptr;
+  cudaError_t re = cudaIpcOpenMemHandle(&rm, rh, lazy);
+  cudaGetLastError();
+  printf("  the new one is %lld bytes from small 1 in the owner; open: %s at %p (small 1's mapping + %lld: %p)\n",
+         rdelta, cudaGetErrorString(re), rm, rdelta, (void*)((char*)m[SMALL1] + rdelta));
+  void* guess = (char*)m[SMALL1] + rdelta;
+  for (long long off = 0; off < 12288; off += 4096) {
+    CUresult rr = range(&rb, &rs, (CUdeviceptr)((char*)guess + off));
+    printf("  range of small 1's mapping + %lld: %d [%llx, +%zu)\n", rdelta + off, (int)rr, (unsigned long long)rb, rs);
+  }
+  printf("6. reads through small 1's mapping (a fault here ends the run)\n");
+  fflush(stdout);
+  for (long long off = 0; off < 12288; off += 4096) {
+    unsigned char got = 0;
+    cudaError_t c = cudaMemcpy(&got, (char*)guess + off, 1, cudaMemcpyDeviceToHost);
+    printf("  byte at the new allocation + %lld: 0x%02x (%s; 0x77 expected)\n", off, got, cudaGetErrorString(c));
+    fflush(stdout);
+    if (c != cudaSuccess) break;
+  }
+  if (re == cudaSuccess) CK(cudaIpcCloseMemHandle(rm));
+  CK(cudaIpcCloseMemHandle(m[SMALL1]));
+  re = cudaIpcOpenMemHandle(&rm, rh, lazy);
+  printf("  after closing small 1, open of the new one: %s at %p\n", cudaGetErrorString(re), rm);
+  printf("7. the owner makes P, Q, R (4 KiB each); Q is opened here; the owner frees Q and R and makes S (8 KiB)\n");
+  MPI_Send(&go, 1, MPI_INT, 0, 3, MPI_COMM_WORLD);
+  cudaIpcMemHandle_t pqr[3], sh;
+  uint64_t pqr_addr[3], saddr = 0;
+  MPI_Recv(pqr, sizeof(pqr), MPI_BYTE, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Recv(pqr_addr, 3, MPI_UINT64_T, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  void* qm = nullptr;
+  CK(cudaIpcOpenMemHandle(&qm, pqr[1], lazy));
+  MPI_Send(&go, 1, MPI_INT, 0, 6, MPI_COMM_WORLD);
+  MPI_Recv(&sh, sizeof(sh), MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Recv(&saddr, 1, MPI_UINT64_T, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  long long sdelta = (long long)(saddr - pqr_addr[1]);
+  void* sm = nullptr;
+  cudaError_t se = cudaIpcOpenMemHandle(&sm, sh, lazy);
+  cudaGetLastError();
+  printf("  owner: P at Q%+lld, R at Q%+lld, S at Q%+lld; open of S: %s at %p (Q's mapping %p)\n",
+         (long long)(pqr_addr[0] - pqr_addr[1]), (long long)(pqr_addr[2] - pqr_addr[1]), sdelta, cudaGetErrorString(se),
+         sm, qm);
+  fflush(stdout);
+  for (long long off = 0; off < 8192; off += 4096) {
+    unsigned char got = 0;
+    cudaError_t c = cudaMemcpy(&got, (char*)qm + sdelta + off, 1, cudaMemcpyDeviceToHost);
+    printf("  byte at Q's mapping + %lld: 0x%02x (%s; 0x66 expected)\n", sdelta + off, got, cudaGetErrorString(c));
+    fflush(stdout);
+    if (c != cudaSuccess) break;
+  }
+  printf("8. S through a second context of this device, Q still open in the first, a stream held\n");
+  drv_load();
+  CUcontext prim = nullptr, sec = nullptr;
+  drv.ctx_get_current(&prim);
+  CUresult cr = drv.ctx_create(&sec, nullptr, 0, 0, (CUdevice)dev);
+  CUstream ss = nullptr;
+  CUevent es = nullptr;
+  CUdeviceptr sptr = 0;
+  CUresult so = CUDA_ERROR_UNKNOWN;
+  if (cr == CUDA_SUCCESS) {
+    drv.stream_create(&ss, CU_STREAM_NON_BLOCKING);
+    drv.event_create(&es, CU_EVENT_DISABLE_TIMING);
+    CUdeviceptr pp = 0;
+    CUresult po = drv.ipc_open(&pp, *(CUipcMemHandle*)&pqr[0], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    printf("  in the second context, open of P (never opened here): %d\n", (int)po);
+    if (po == CUDA_SUCCESS) drv.ipc_close(pp);
+    so = drv.ipc_open(&sptr, *(CUipcMemHandle*)&sh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    drv.ctx_pop(nullptr);
+  }
+  CUcontext now = nullptr;
+  drv.ctx_get_current(&now);
+  printf("  second context: %d; open of S there: %d at %llx; current context is the first again: %s\n", (int)cr,
+         (int)so, (unsigned long long)sptr, now == prim ? "yes" : "no");
+  fflush(stdout);
+  int ok = 0;
+  if (so == CUDA_SUCCESS) {
+    void* src = nullptr;
+    CK(cudaMalloc(&src, 8192));
+    cudaStream_t p2;
+    CK(cudaStreamCreateWithFlags(&p2, cudaStreamNonBlocking));
+    CK(cudaMemsetAsync(src, 0x99, 8192, p2));
+    cudaEvent_t e1;
+    CK(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
+    CUresult steps[4];
+    double t_sync = 0;
+    while_held(&h, "copy into S through the second context, then wait on it", [&] {
+      CK(cudaEventRecord(e1, p2));
+      steps[0] = drv.stream_wait_event(ss, (CUevent)e1, 0);
+      steps[1] = drv.memcpy_peer_async(sptr, sec, (CUdeviceptr)src, prim, 8192, ss);
+      steps[2] = drv.event_record(es, ss);
+      steps[3] = drv.stream_wait_event((CUstream)p2, es, 0);
+      double t0 = now_ms();
+      cudaError_t err = cudaStreamSynchronize(p2);
+      t_sync = now_ms() - t0;
+      return err;
+    });
+    printf("  steps %d %d %d %d; the first context's stream had the copy done after %.2f ms\n", (int)steps[0],
+           (int)steps[1], (int)steps[2], (int)steps[3], t_sync);
+    drv.ctx_push(sec);
+    while_held(&h, "close S in the second context", [&] { return (cudaError_t)drv.ipc_close(sptr); });
+    drv.ctx_pop(nullptr);
+    ok = 1;
+  }
+  MPI_Send(&ok, 1, MPI_INT, 0, 9, MPI_COMM_WORLD);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int size = 0, ndev = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1 || size != 2) {
+    if (rank == 0) printf("ipc_close: needs 2 ranks and a GPU (%d ranks, %d GPUs)\n", size, ndev);
+    MPI_Finalize();
+    return 2;
+  }
+  int dev = rank == 1 && ndev > 1 ? 1 : 0;
+  CK(cudaSetDevice(dev));
+  cudaIpcMemHandle_t hs[NBUF];
+  uint64_t addrs[NBUF];
+  void* bufs[NBUF] = {};
+  if (rank == 0) {
+    for (int i = 0; i < NBUF; i++) {
+      CK(cudaMalloc(&bufs[i], sizes[i]));
+      CK(cudaMemset(bufs[i], 0x11 * (i + 1), sizes[i]));
+      CK(cudaIpcGetMemHandle(&hs[i], bufs[i]));
+      addrs[i] = (uint64_t)(uintptr_t)bufs[i];
+    }
+    CK(cudaDeviceSynchronize());
+  }
+  MPI_Bcast(hs, sizeof(hs), MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(addrs, sizeof(addrs), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (rank == 1) {
+    importer(dev, 0, hs, addrs);
+  } else {
+    int go = 0;
+    MPI_Recv(&go, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CK(cudaFree(bufs[SMALL1]));
+    CK(cudaFree(bufs[SMALL2]));
+    bufs[SMALL1] = bufs[SMALL2] = nullptr;
+    void* r = nullptr;
+    CK(cudaMalloc(&r, 12288));
+    CK(cudaMemset(r, 0x77, 12288));
+    CK(cudaDeviceSynchronize());
+    cudaIpcMemHandle_t rh;
+    CK(cudaIpcGetMemHandle(&rh, r));
+    uint64_t raddr = (uint64_t)(uintptr_t)r;
+    MPI_Send(&rh, sizeof(rh), MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+    MPI_Send(&raddr, 1, MPI_UINT64_T, 1, 2, MPI_COMM_WORLD);
+    bufs[SMALL1] = r;
+    MPI_Recv(&go, 1, MPI_INT, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    void* pqr[3];
+    cudaIpcMemHandle_t ph[3];
+    uint64_t pa[3];
+    for (int i = 0; i < 3; i++) {
+      CK(cudaMalloc(&pqr[i], 4096));
+      CK(cudaMemset(pqr[i], 0x21 + i, 4096));
+      CK(cudaIpcGetMemHandle(&ph[i], pqr[i]));
+      pa[i] = (uint64_t)(uintptr_t)pqr[i];
+    }
+    CK(cudaDeviceSynchronize());
+    MPI_Send(ph, sizeof(ph), MPI_BYTE, 1, 4, MPI_COMM_WORLD);
+    MPI_Send(pa, 3, MPI_UINT64_T, 1, 5, MPI_COMM_WORLD);
+    MPI_Recv(&go, 1, MPI_INT, 1, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CK(cudaFree(pqr[1]));
+    CK(cudaFree(pqr[2]));
+    void* s8 = nullptr;
+    CK(cudaMalloc(&s8, 8192));
+    CK(cudaMemset(s8, 0x66, 8192));
+    CK(cudaDeviceSynchronize());
+    cudaIpcMemHandle_t sh;
+    CK(cudaIpcGetMemHandle(&sh, s8));
+    uint64_t sa = (uint64_t)(uintptr_t)s8;
+    MPI_Send(&sh, sizeof(sh), MPI_BYTE, 1, 7, MPI_COMM_WORLD);
+    MPI_Send(&sa, 1, MPI_UINT64_T, 1, 8, MPI_COMM_WORLD);
+    int copied = 0;
+    MPI_Recv(&copied, 1, MPI_INT, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    unsigned char got[8192];
+    CK(cudaMemcpy(got, s8, sizeof(got), cudaMemcpyDeviceToHost));
+    int good = 0;
+    for (size_t i = 0; i < sizeof(got); i++) good += got[i] == 0x99;
+    printf("owner: %d of 8192 bytes of S are 0x99 (the importer %s)\n", good, copied ? "copied" : "did not copy");
+    CK(cudaFree(s8));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0)
+    for (int i = 0; i < NBUF; i++)
+      if (bufs[i]) CK(cudaFree(bufs[i]));
+  MPI_Finalize();
+  return 0;
+}

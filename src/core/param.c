@@ -154,6 +154,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "destroyed on this side or, for a signal, whose last replay the "
                                  "peer has not yet taken) waits as long, then fails on both sides "
                                  "(over UCX, on this side)."},
+    [MPN_PARAM_IPC_CLOSE_WAIT] =
+        {"MPINCCL_IPC_CLOSE_WAIT", MPN_PARAM_INT, "10", NULL, 0, 3600,
+         "Seconds the opening of a peer's buffer (CUDA IPC) waits for the closing of this "
+         "process's imports of that peer's freed buffers whose memory the new buffer reuses, when "
+         "none of them holds the whole new buffer. Imports are closed by a thread of their own, as "
+         "the driver's close waits for all of the process's GPU work; an open that needs such a "
+         "close done waits at most this long, then fails the message on both sides (its streams "
+         "may be waiting for peers that wait for this process: docs/P2P.md, known problem 17)."},
     [MPN_PARAM_NET_TIMEOUT] = {"MPINCCL_NET_TIMEOUT", MPN_PARAM_INT, "10", NULL, 1, 3600,
                                "Seconds after which a peer that UCX cannot reach any more is "
                                "declared failed: its pending transfers fail and the "

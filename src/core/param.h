@@ -32,6 +32,7 @@ typedef enum {
   MPN_PARAM_LOCAL_WAIT,        /* host wait for a same-process peer's "done" event */
   MPN_PARAM_RMA_SELF_ELIDE,    /* signals of a rank to itself that stream order implies are not written */
   MPN_PARAM_AHEAD_TIMEOUT,     /* seconds a rank waits for a peer 512 messages behind on the host */
+  MPN_PARAM_IPC_CLOSE_WAIT,    /* seconds an open waits for the closes of imports in its way */
   MPN_PARAM_NET_TIMEOUT,       /* seconds before an unreachable UCX peer fails */
   MPN_PARAM_FINALIZE_TIMEOUT,  /* seconds finalize and destroy wait for the comm's operations; 0: no bound */
   MPN_PARAM_UCX_CHUNK,         /* bytes of one staged chunk over UCX */

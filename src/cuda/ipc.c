@@ -10,8 +10,10 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/param.h"
 #include "cuda/device.h"
 #include "cuda/driver.h"
+#include "cuda/ipc_closer.h"
 
 typedef struct {
   uint64_t owner, buffer_id;
@@ -22,6 +24,8 @@ typedef struct {
   uint64_t size;       /* the allocation's size */
   void* mapping;       /* imported: what cudaIpcOpenMemHandle returned, shared by borrowers */
   int opened;          /* imported: this entry opened mapping and closes it */
+  mpn_ipc_closing_t opened_as; /* imported, opened: the open it closes (the range and handle
+                          opened, which a borrower that took the open over does not have) */
   int pending;         /* imported: handed out this many times, copies not yet issued */
   int pinned;          /* imported: baked into a CUDA graph, never closed */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
@@ -150,6 +154,15 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
   return ncclSuccess;
 }
 
+/* Hands e's open to the closing thread: the driver's close waits for all
+ * of this process's GPU work, which may wait for peers that wait for this
+ * host (docs/P2P.md, known problem 17). */
+static void close_later(const ipc_entry_t* e, const char* why) {
+  MPN_TRACE(MPN_SUBSYS_IPC, "closing %s import of buffer %llu at %p (closing thread)", why,
+            (unsigned long long)e->buffer_id, e->mapping);
+  mpn_ipc_closer_push(&e->opened_as);
+}
+
 /*
  * Closes one mapping and forgets every entry that uses it.  The driver
  * counts opens of one handle (a freed allocation's handle comes back for a
@@ -157,14 +170,6 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
  * mapping), so the mapping is closed once for every entry that opened it;
  * closing it fewer times would leave it mapped with nothing here knowing.
  */
-/* cudaIpcCloseMemHandle of one open of mapping; traced before the call, as
- * the driver may wait in it for the device's work (docs/P2P.md, known
- * problem 17). */
-static cudaError_t ipc_close(void* mapping, const char* why) {
-  MPN_TRACE(MPN_SUBSYS_IPC, "closing %s import at %p", why, mapping);
-  return cudaIpcCloseMemHandle(mapping);
-}
-
 static void close_mapping(void* mapping, const char* why) {
   for (int j = 0; j < imported.n;) {
     ipc_entry_t* e = &imported.entries[j];
@@ -172,16 +177,9 @@ static void close_mapping(void* mapping, const char* why) {
       j++;
       continue;
     }
-    if (e->opened) {
-      cudaError_t err = ipc_close(mapping, why);
-      if (err != cudaSuccess) {
-        cudaGetLastError();
-        MPN_WARN("CUDA IPC: closing %s import at %p failed: %s", why, mapping, cudaGetErrorString(err));
-      }
-    }
+    if (e->opened) close_later(e, why);
     *e = imported.entries[--imported.n];
   }
-  MPN_TRACE(MPN_SUBSYS_IPC, "closed %s import at %p", why, mapping);
 }
 
 /*
@@ -232,29 +230,29 @@ static int flush_idle(uint64_t owner, int dev) {
 }
 
 /*
- * A handle the context has open already, under another entry: small
- * allocations share one underlying block, mapped whole by the first open.
- * Finds an open mapping of owner whose range here holds the buffer at the
- * same distance as in the owner's address space.
+ * When the driver finds desc's memory mapped already: an import of a freed
+ * allocation of the same block still maps it (the owner allocated desc
+ * over it).  Where that import's range in the owner's space holds the whole
+ * new allocation, its mapping shows the new allocation's memory at the same
+ * distance (bench/ipc_close.cu, section 7) and fresh borrows it; only the
+ * range an import opened is mapped, not the rest of its block.  Imports
+ * forgotten may be of an earlier block at the same addresses (a later import
+ * overlapping them opened memory of its own), so they lend nothing.
  */
-static ipc_entry_t* find_containing(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
-                                    void** at) {
-  const mpn_driver_t* drv;
-  if (mpn_driver_get(&drv) != ncclSuccess) return NULL;
+static int borrow_containing(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev || !e->opened) continue;
-    CUdeviceptr rbase = 0;
-    size_t rsize = 0;
-    if (drv->mem_get_address_range(&rbase, &rsize, (CUdeviceptr)e->mapping) != CUDA_SUCCESS) continue;
-    int64_t delta = (int64_t)(desc->base - e->owner_base);
-    CUdeviceptr here = (CUdeviceptr)((char*)e->mapping + delta);
-    if (here >= rbase && here + desc->size <= rbase + rsize) {
-      *at = (void*)here;
-      return e;
-    }
+    if (e->owner != owner || e->dev != dev || e->forget || desc->base < e->owner_base ||
+        desc->base + desc->size > e->owner_base + e->size)
+      continue;
+    fresh->mapping = e->mapping;
+    fresh->base = (char*)e->base + (desc->base - e->owner_base);
+    fresh->opened = 0;
+    MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu lies inside the import of buffer %llu at %p: borrowed",
+              (unsigned long long)desc->buffer_id, (unsigned long long)e->buffer_id, e->mapping);
+    return 1;
   }
-  return NULL;
+  return 0;
 }
 
 /* Logs what the cache holds of owner when the driver refuses an open, so
@@ -279,39 +277,62 @@ static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   }
 }
 
-/* Opens desc for the cache entry fresh, working around the driver's refusal
- * to map a block twice (see mpn_ipc_import in ipc.h). */
-static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
-                               ipc_entry_t* fresh) {
+/* An open, traced before the driver's call. */
+static cudaError_t ipc_open(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, void** mapping) {
   MPN_TRACE(MPN_SUBSYS_IPC, "opening buffer %llu of process %llx (device %d here)",
             (unsigned long long)desc->buffer_id, (unsigned long long)owner, dev);
-  cudaError_t err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
-  if (err == cudaErrorAlreadyMapped) {
-    cudaGetLastError();
-    if (drop_stale(owner, dev, desc))
-      err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+  return cudaIpcOpenMemHandle(mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+}
+
+/*
+ * After the driver refused desc as mapped already and no import lends it:
+ * the imports in its way are handed to the closing thread, whose closes are
+ * then waited for, at most MPINCCL_IPC_CLOSE_WAIT seconds (they wait for
+ * this process's GPU work), and the open retried.  which: 0 for the
+ * imports of freed allocations that overlapped desc or had its handle,
+ * 1 (last resort) for every idle import of owner.  *late: the wait ran out.
+ */
+static cudaError_t reopen_after_closes(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, int which,
+                                       ipc_entry_t* fresh, int* late) {
+  if (which == 0)
+    drop_stale(owner, dev, desc);
+  else
+    flush_idle(owner, dev);
+  int64_t wait_ms = mpn_param_int(MPN_PARAM_IPC_CLOSE_WAIT) * 1000;
+  int clear = which == 0 ? mpn_ipc_closer_wait(owner, dev, desc->base, desc->size, &desc->handle, wait_ms)
+                         : mpn_ipc_closer_wait(owner, dev, 0, UINT64_MAX, NULL, wait_ms);
+  if (!clear) {
+    *late = 1;
+    return cudaErrorAlreadyMapped;
   }
-  if (err == cudaErrorAlreadyMapped) {
+  return ipc_open(owner, dev, desc, &fresh->mapping);
+}
+
+/* Opens desc for the cache entry fresh, working around the driver's refusal
+ * to map memory twice (see mpn_ipc_import in ipc.h).  *late: an import in
+ * the way was still being closed when the wait for it ran out. */
+static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh, int* late) {
+  cudaError_t err = ipc_open(owner, dev, desc, &fresh->mapping);
+  for (int which = 0; err == cudaErrorAlreadyMapped && which < 2 && !*late; which++) {
     cudaGetLastError();
-    if (flush_idle(owner, dev))
-      err = cudaIpcOpenMemHandle(&fresh->mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (borrow_containing(owner, dev, desc, fresh)) return cudaSuccess;
+    err = reopen_after_closes(owner, dev, desc, which, fresh, late);
   }
   if (err == cudaSuccess) {
     fresh->base = fresh->mapping;
+    fresh->opened_as = (mpn_ipc_closing_t){.mapping = fresh->mapping,
+                                           .dev = dev,
+                                           .owner = owner,
+                                           .base = desc->base,
+                                           .size = desc->size,
+                                           .handle = desc->handle};
     for (int i = 0; i < imported.n; i++)
       if (imported.entries[i].mapping == fresh->mapping)
         MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu came back as the mapping of buffer %llu",
                   (unsigned long long)desc->buffer_id, (unsigned long long)imported.entries[i].buffer_id);
   } else if (err == cudaErrorAlreadyMapped) {
     cudaGetLastError();
-    ipc_entry_t* lender = find_containing(owner, dev, desc, &fresh->base);
-    if (lender != NULL) {
-      fresh->mapping = lender->mapping;
-      fresh->opened = 0;
-      err = cudaSuccess;
-    } else {
-      dump_owner(owner, dev, desc);
-    }
+    dump_owner(owner, dev, desc);
   }
   return err;
 }
@@ -369,9 +390,9 @@ static void retire_overlapped(ipc_entry_t* fresh) {
     }
     if (e->opened && !fresh->opened) {
       fresh->opened = 1; /* the mapping's open is fresh's now */
-    } else if (e->opened && ipc_close(e->mapping, "stale") != cudaSuccess) {
-      cudaGetLastError();
-      MPN_WARN("CUDA IPC: closing stale import at %p failed", e->mapping);
+      fresh->opened_as = e->opened_as;
+    } else if (e->opened) {
+      close_later(e, "stale");
     }
     MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu replaces the stale import of buffer %llu at %p",
               (unsigned long long)fresh->buffer_id, (unsigned long long)e->buffer_id, e->mapping);
@@ -398,10 +419,19 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
     /* The caller's stream may be capturing a graph: the driver calls made
      * here (opening, closing, event queries) are not part of it. */
     mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-    cudaError_t err = open_import(owner, dev, desc, &fresh);
+    int late = 0;
+    cudaError_t err = open_import(owner, dev, desc, &fresh, &late);
     if (err == cudaSuccess) retire_overlapped(&fresh);
     mpn_cuda_relaxed_leave(mode);
-    if (err != cudaSuccess) {
+    if (err != cudaSuccess && late) {
+      res = mpn_error_set(NULL, ncclUnhandledCudaError,
+                          "buffer %llu of process %llx lies in memory that this process still maps through an "
+                          "import of a freed buffer of that process, and closing that import waits for this "
+                          "process's GPU work, which did not end within MPINCCL_IPC_CLOSE_WAIT (%lld s): its "
+                          "streams may wait for peers that wait for this process (docs/P2P.md, known problem 17)",
+                          (unsigned long long)desc->buffer_id, (unsigned long long)owner,
+                          (long long)mpn_param_int(MPN_PARAM_IPC_CLOSE_WAIT));
+    } else if (err != cudaSuccess) {
       cudaGetLastError();
       res =
           mpn_error_set(NULL, ncclUnhandledCudaError, "cudaIpcOpenMemHandle failed for buffer %llu of process %llx: %s",
@@ -470,27 +500,21 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref) {
   pthread_mutex_unlock(&ipc_lock);
 }
 
-/* Whether the import mapping is closable now: nothing pinned or pending on
- * it, and every copy issued with it complete. */
-static int mapping_idle(void* mapping) {
+/* Whether the import mapping is closable now: every entry that uses it
+ * forgotten, nothing pinned or pending on it, and every copy issued with it
+ * complete. */
+static int mapping_closable(void* mapping) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* b = &imported.entries[i];
     if (b->mapping != mapping) continue;
-    if (b->pinned || b->pending || events_busy(b)) return 0;
+    if (!b->forget || b->pinned || b->pending || events_busy(b)) return 0;
   }
   return 1;
 }
 
-/* Closes a mapping in the context of the device that opened it. */
-static void close_on_device(void* mapping, int dev, const char* why) {
-  int saved = mpn_cuda_device_enter(dev);
-  close_mapping(mapping, why);
-  mpn_cuda_device_leave(saved);
-}
-
-/* Closes the forgotten imports that became idle (under ipc_lock).  The
- * caller's stream may be capturing a graph: the event queries and closes
- * are not part of it (relaxed mode, as for opening). */
+/* Hands the forgotten imports that became idle to the closing thread
+ * (under ipc_lock).  The caller's stream may be capturing a graph: the
+ * event queries are not part of it (relaxed mode, as for opening). */
 static void sweep_forgotten(void) {
   int any = 0;
   for (int i = 0; i < imported.n && !any; i++) any = imported.entries[i].forget;
@@ -498,8 +522,8 @@ static void sweep_forgotten(void) {
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (!e->forget || !mapping_idle(e->mapping)) continue;
-    close_on_device(e->mapping, e->dev, "forgotten");
+    if (!e->forget || !mapping_closable(e->mapping)) continue;
+    close_mapping(e->mapping, "forgotten");
     i = -1; /* the array was compacted: scan again */
   }
   mpn_cuda_relaxed_leave(mode);

@@ -52,12 +52,14 @@ typedef struct {
  * calling thread's current device context and returns its address here.
  * Imports are cached by buffer id.  The driver may hand a freed
  * allocation's handle to a new one and then returns the mapping it had
- * (counting the opens).  A context may map an underlying block only once:
- * when the driver says it is mapped already, imports of freed
- * allocations that overlapped the new one are closed and the open retried;
- * failing that, imports that no copy uses any more are closed and the open
- * retried, and last (small allocations sharing one block) the buffer is
- * found inside a block mapped before, at its distance in the owner's space.
+ * (counting the opens).  The driver maps memory once per context: when it
+ * says the buffer is mapped already (an import of a freed allocation
+ * whose memory the new one reuses), the buffer is taken from that import's
+ * mapping if its range holds the whole allocation; else the imports in the
+ * way are closed and the open retried, waiting for those closes at most
+ * MPINCCL_IPC_CLOSE_WAIT seconds.  Closes run on a thread of their own
+ * (ipc_closer.h): the driver's close waits for all of the process's GPU
+ * work, which may wait for peers that wait for this host.
  */
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
                             mpn_ipc_ref_t* ref);

@@ -2,16 +2,20 @@
  * test_ipc_cache.c - the export and import caches of src/cuda/ipc.c on the
  * host: the CUDA calls they make are replaced at link time (--wrap) by a
  * model of the driver (allocations of an owner process, handles, mappings
- * with counted opens, events that complete when the test says so).
+ * with counted opens, memory mapped once, events that complete when the
+ * test says so, closes that wait while the test holds the "device").
  */
 #include <check.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/driver.h"
 #include "cuda/ipc.h"
+#include "cuda/ipc_closer.h"
 #include "run_suite.h"
 
 /* The model's mappings: one per handle, opened as many times as counted. */
@@ -45,8 +49,34 @@ cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMod
   return cudaErrorNotSupported; /* nothing to give back */
 }
 cudaError_t __wrap_cudaEventQuery(cudaEvent_t ev) { return *(int*)(void*)ev ? cudaSuccess : cudaErrorNotReady; }
+/* A handle's range in the owner's space (bytes 8-23; size 0: not modelled). */
+static void handle_range(const cudaIpcMemHandle_t* h, uint64_t* at, uint64_t* bytes) {
+  memcpy(at, (const char*)h + 8, sizeof(*at));
+  memcpy(bytes, (const char*)h + 16, sizeof(*bytes));
+}
+
+/* Memory is mapped once: a handle whose range overlaps that of another
+ * handle open here is refused, as the driver refuses a new allocation over a
+ * freed one still imported. */
+static int mapped_already(const cudaIpcMemHandle_t* h) {
+  uint64_t at, bytes;
+  handle_range(h, &at, &bytes);
+  for (int i = 0; i < n_mappings && bytes; i++) {
+    uint64_t o_at, o_bytes;
+    handle_range(&mappings[i].handle, &o_at, &o_bytes);
+    if (mappings[i].opens > 0 && memcmp(&mappings[i].handle, h, sizeof(*h)) != 0 && o_at < at + bytes &&
+        at < o_at + o_bytes)
+      return 1;
+  }
+  return 0;
+}
+
+/* While set, closes wait (the device's work waits for a peer). */
+static int closes_held;
+
 cudaError_t __wrap_cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned int flags) {
   (void)flags;
+  if (mapped_already(&handle)) return cudaErrorAlreadyMapped;
   int i = 0;
   while (i < n_mappings && (mappings[i].opens == 0 || memcmp(&mappings[i].handle, &handle, sizeof(handle)) != 0)) i++;
   if (i == n_mappings) {
@@ -58,6 +88,7 @@ cudaError_t __wrap_cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, u
   return cudaSuccess;
 }
 cudaError_t __wrap_cudaIpcCloseMemHandle(void* ptr) {
+  while (__atomic_load_n(&closes_held, __ATOMIC_ACQUIRE)) usleep(1000);
   for (int i = 0; i < n_mappings; i++)
     if (mapping_ptr(i) == ptr) {
       ck_assert_int_gt(mappings[i].opens, 0);
@@ -112,12 +143,28 @@ static mpn_ipc_desc_t owner_buffer(uint64_t id, uint64_t bytes, uint64_t handle_
   return d;
 }
 
+/* A buffer of owner at [at, at + bytes) whose handle (handle_of) the model
+ * maps once by range. */
+static mpn_ipc_desc_t owner_range(uint64_t id, uint64_t at, uint64_t bytes, uint64_t handle_of) {
+  mpn_ipc_desc_t d = owner_buffer(id, bytes, handle_of);
+  d.base = at;
+  memcpy((char*)&d.handle + 8, &at, sizeof(at));
+  memcpy((char*)&d.handle + 16, &bytes, sizeof(bytes));
+  return d;
+}
+
 static void import_once(const mpn_ipc_desc_t* d, cudaEvent_t used) {
   void* p = NULL;
   mpn_ipc_ref_t ref;
   ck_assert_int_eq(mpn_ipc_import(owner, d, &p, &ref), ncclSuccess);
   ck_assert_ptr_nonnull(p);
   mpn_ipc_mark_used(&ref, used, 0);
+}
+
+/* Closes made, once the closing thread has closed what it was handed. */
+static int closed(void) {
+  mpn_ipc_closer_drain();
+  return closes;
 }
 
 static int imports(void) {
@@ -132,7 +179,9 @@ static int exports(void) {
   return e;
 }
 
+/* Opens left, once the closing thread has closed what it was handed. */
 static int open_count(void) {
+  mpn_ipc_closer_drain();
   int n = 0;
   for (int i = 0; i < n_mappings; i++) n += mappings[i].opens;
   return n;
@@ -149,7 +198,7 @@ START_TEST(import_freed_overlap_closed) {
     ck_assert_int_le(imports(), 1);
     ck_assert_int_le(open_count(), 1);
   }
-  ck_assert_int_eq(closes, 99);
+  ck_assert_int_eq(closed(), 99);
 }
 END_TEST
 
@@ -161,11 +210,11 @@ START_TEST(import_freed_overlap_waits_for_copies) {
   import_once(&a, event(0));
   import_once(&b, event(1));
   ck_assert_int_eq(imports(), 2);
-  ck_assert_int_eq(closes, 0);
+  ck_assert_int_eq(closed(), 0);
   done[0] = 1;
   import_once(&b, event(1));
   ck_assert_int_eq(imports(), 1);
-  ck_assert_int_eq(closes, 1);
+  ck_assert_int_eq(closed(), 1);
 }
 END_TEST
 
@@ -179,7 +228,7 @@ START_TEST(import_recycled_handle) {
   import_once(&b, event(0));
   ck_assert_int_eq(imports(), 1);
   ck_assert_int_eq(open_count(), 1);
-  ck_assert_int_eq(closes, 1);
+  ck_assert_int_eq(closed(), 1);
   mpn_ipc_forget(owner, 2, 0);
   ck_assert_int_eq(imports(), 0);
   ck_assert_int_eq(open_count(), 0);
@@ -239,6 +288,87 @@ START_TEST(export_freed_overlap_dropped) {
 }
 END_TEST
 
+/* The driver's close waits for all of the process's GPU work, which may
+ * wait for a peer that waits for this host (docs/P2P.md, known problem 17):
+ * imports go on while every close waits; the closes follow once the work
+ * ends.  (Before, the first stale close blocked the import for good.) */
+START_TEST(import_never_waits_for_closes) {
+  done[0] = 1;
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+  for (uint64_t id = 1; id <= 50; id++) {
+    mpn_ipc_desc_t d = owner_buffer(id, size - (id % 3) * 4096, id);
+    import_once(&d, event(0));
+  }
+  mpn_ipc_forget(owner, 50, 0);
+  ck_assert_int_eq(imports(), 0);
+  ck_assert_int_eq(closes, 0);
+  ck_assert_int_eq(mpn_ipc_closer_pending(), 50);
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  ck_assert_int_eq(closed(), 50);
+  ck_assert_int_eq(open_count(), 0);
+}
+END_TEST
+
+/* A new allocation over a freed one still imported, inside its range: the
+ * driver refuses it as mapped, and the old import's mapping shows it at
+ * the same distance, so it is borrowed; nothing is closed or waited for. */
+START_TEST(import_inside_stale_borrows) {
+  done[0] = 1;
+  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base + 4096, 2048, 2);
+  void *pq = NULL, *ps = NULL;
+  mpn_ipc_ref_t ref;
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE); /* a close would hang the test */
+  ck_assert_int_eq(mpn_ipc_import(owner, &q, &pq, &ref), ncclSuccess);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+  ck_assert_ptr_eq(ps, (char*)pq + 4096);
+  ck_assert_int_eq(imports(), 1); /* the stale entry went; its open is the new one's */
+  ck_assert_int_eq(mpn_ipc_closer_pending(), 0);
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  mpn_ipc_forget(owner, 2, 0);
+  ck_assert_int_eq(open_count(), 0);
+}
+END_TEST
+
+/* Over a freed one still imported and beyond it: the old import is
+ * closed on the closing thread, waited for, and the open retried. */
+START_TEST(import_over_stale_waits_for_its_close) {
+  done[0] = 1;
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), s1 = owner_range(2, base, 8192, 2);
+  import_once(&q, event(0));
+  void* ps = NULL;
+  mpn_ipc_ref_t ref;
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+  ck_assert_int_eq(closed(), 1);
+  ck_assert_int_eq(imports(), 1);
+  ck_assert_int_eq(open_count(), 1);
+}
+END_TEST
+
+/* The same while the close cannot end (the process's GPU work waits for a
+ * peer): after MPINCCL_IPC_CLOSE_WAIT the import fails, saying why, and
+ * the close ends later. */
+START_TEST(import_over_stale_gives_up) {
+  setenv("MPINCCL_IPC_CLOSE_WAIT", "1", 1);
+  done[0] = 1;
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), s1 = owner_range(2, base, 8192, 2);
+  import_once(&q, event(0));
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+  void* ps = NULL;
+  mpn_ipc_ref_t ref;
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclUnhandledCudaError);
+  ck_assert_ptr_null(ps);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "MPINCCL_IPC_CLOSE_WAIT (1 s)"));
+  ck_assert_int_eq(imports(), 0);
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  ck_assert_int_eq(closed(), 1);
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("ipc_cache");
   TCase* tc = tcase_create("cache");
@@ -248,6 +378,10 @@ int main(void) {
   tcase_add_test(tc, import_two_streams_closable);
   tcase_add_test(tc, import_too_many_streams_pinned);
   tcase_add_test(tc, export_freed_overlap_dropped);
+  tcase_add_test(tc, import_never_waits_for_closes);
+  tcase_add_test(tc, import_inside_stale_borrows);
+  tcase_add_test(tc, import_over_stale_waits_for_its_close);
+  tcase_add_test(tc, import_over_stale_gives_up);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

@@ -1,0 +1,171 @@
+/*
+ * ipc_closer.c - the thread that closes CUDA IPC imports (see ipc_closer.h):
+ * a queue served in order, whose entries stay listed until their close
+ * returns, so that an open that the driver refuses while an import of the
+ * same memory is being closed can wait for that close alone.
+ */
+#include "cuda/ipc_closer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/debug.h"
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t work;      /* something was queued */
+  pthread_cond_t done;      /* a close returned (monotonic clock) */
+  mpn_ipc_closing_t* items; /* in order; items[0] is being closed while busy */
+  int n, cap, busy;
+  int stop; /* the thread ends (at exit, when idle) */
+  pthread_t thread;
+  pid_t pid; /* the process whose thread serves the queue; 0: none yet */
+} closer = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER};
+
+static pthread_once_t done_once = PTHREAD_ONCE_INIT;
+
+static void done_init(void) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&closer.done, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+/* One close, in the context of the device that opened the mapping. */
+static void close_one(const mpn_ipc_closing_t* c) {
+  MPN_TRACE(MPN_SUBSYS_IPC, "closing import at %p (device %d)", c->mapping, c->dev);
+  cudaError_t err = cudaSetDevice(c->dev);
+  if (err == cudaSuccess) err = cudaIpcCloseMemHandle(c->mapping);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    MPN_WARN("CUDA IPC: closing the import at %p failed: %s", c->mapping, cudaGetErrorString(err));
+  }
+  MPN_TRACE(MPN_SUBSYS_IPC, "closed import at %p", c->mapping);
+}
+
+static void* closer_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&closer.lock);
+  for (;;) {
+    while (closer.n == 0 && !closer.stop) pthread_cond_wait(&closer.work, &closer.lock);
+    if (closer.n == 0) break;
+    mpn_ipc_closing_t c = closer.items[0];
+    closer.busy = 1;
+    pthread_mutex_unlock(&closer.lock);
+    close_one(&c);
+    pthread_mutex_lock(&closer.lock);
+    memmove(&closer.items[0], &closer.items[1], (size_t)(closer.n - 1) * sizeof(closer.items[0]));
+    closer.n--;
+    closer.busy = 0;
+    pthread_cond_broadcast(&closer.done);
+  }
+  pthread_mutex_unlock(&closer.lock);
+  return NULL;
+}
+
+/* At exit, an idle thread is ended and joined; one still in a close (which
+ * waits for GPU work that may never end) is left to the process's end. */
+__attribute__((destructor)) static void closer_stop(void) {
+  pthread_mutex_lock(&closer.lock);
+  int idle = closer.pid == getpid() && closer.n == 0;
+  if (idle) {
+    closer.stop = 1;
+    pthread_cond_signal(&closer.work);
+  }
+  pthread_mutex_unlock(&closer.lock);
+  if (idle) pthread_join(closer.thread, NULL);
+}
+
+/* Under the lock: a thread serves this process's queue (a child of fork
+ * has none of its parent's threads); 0 when none could be started. */
+static int thread_ready(void) {
+  pid_t self = getpid();
+  if (closer.pid == self) return 1;
+  if (pthread_create(&closer.thread, NULL, closer_main, NULL) != 0) return 0;
+  closer.pid = self;
+  closer.n = closer.busy = 0; /* (a parent's entries are not this process's) */
+  return 1;
+}
+
+/* Under the lock: room for one more entry. */
+static int room(void) {
+  if (closer.n < closer.cap) return 1;
+  int cap = closer.cap ? 2 * closer.cap : 32;
+  mpn_ipc_closing_t* grown = realloc(closer.items, (size_t)cap * sizeof(*grown));
+  if (grown == NULL) return 0;
+  closer.items = grown;
+  closer.cap = cap;
+  return 1;
+}
+
+void mpn_ipc_closer_push(const mpn_ipc_closing_t* c) {
+  pthread_once(&done_once, done_init);
+  pthread_mutex_lock(&closer.lock);
+  int queued = thread_ready() && room();
+  if (queued) {
+    closer.items[closer.n++] = *c;
+    pthread_cond_signal(&closer.work);
+  }
+  pthread_mutex_unlock(&closer.lock);
+  if (!queued) {
+    MPN_WARN(
+        "CUDA IPC: no thread to close the import at %p on (out of memory or threads); closing it here, "
+        "which waits for this process's GPU work",
+        c->mapping);
+    int saved = -1;
+    cudaGetDevice(&saved);
+    close_one(c);
+    if (saved >= 0) cudaSetDevice(saved);
+  }
+}
+
+/* Under the lock: whether a queued or running close matches. */
+static int matching(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle) {
+  for (int i = 0; i < closer.n; i++) {
+    const mpn_ipc_closing_t* c = &closer.items[i];
+    if (c->owner != owner || c->dev != dev) continue;
+    if ((c->base < base + size && base < c->base + c->size) ||
+        (handle != NULL && memcmp(&c->handle, handle, sizeof(*handle)) == 0))
+      return 1;
+  }
+  return 0;
+}
+
+int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,
+                        int64_t timeout_ms) {
+  pthread_once(&done_once, done_init);
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += (time_t)(timeout_ms / 1000);
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&closer.lock);
+  int rc = 0;
+  while (matching(owner, dev, base, size, handle) && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
+  int clear = !matching(owner, dev, base, size, handle);
+  pthread_mutex_unlock(&closer.lock);
+  return clear;
+}
+
+int mpn_ipc_closer_pending(void) {
+  pthread_mutex_lock(&closer.lock);
+  int n = closer.n;
+  pthread_mutex_unlock(&closer.lock);
+  return n;
+}
+
+void mpn_ipc_closer_drain(void) {
+  pthread_once(&done_once, done_init);
+  pthread_mutex_lock(&closer.lock);
+  while (closer.n > 0) pthread_cond_wait(&closer.done, &closer.lock);
+  pthread_mutex_unlock(&closer.lock);
+}

@@ -1,0 +1,43 @@
+/*
+ * ipc_closer.h - closes CUDA IPC imports on a thread of its own.  The
+ * driver's close waits for all of the process's device work, on one GPU as
+ * on two (bench/ipc_close.cu); that work may wait for peers that wait for
+ * this process's host, so no thread that enqueues may close.
+ */
+#ifndef MPN_CUDA_IPC_CLOSER_H_
+#define MPN_CUDA_IPC_CLOSER_H_
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/** One open of an import to close, and what it maps (for waits). */
+typedef struct {
+  void* mapping;             /**< what cudaIpcOpenMemHandle returned */
+  int dev;                   /**< the device whose context opened it */
+  uint64_t owner;            /**< the exporting process */
+  uint64_t base, size;       /**< the range it maps, in the owner's address space */
+  cudaIpcMemHandle_t handle; /**< the handle it was opened with */
+} mpn_ipc_closing_t;
+
+/**
+ * Hands one open of an import to the closing thread (started on first
+ * use) and returns at once.  When no thread can be started, closes it here
+ * (logged).
+ */
+void mpn_ipc_closer_push(const mpn_ipc_closing_t* c);
+
+/**
+ * Waits until no close of owner's imports on device dev that overlaps
+ * [base, base + size) of the owner's addresses, or was opened with handle,
+ * is queued or running, or for at most timeout_ms; 1 when none is left.
+ */
+int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,
+                        int64_t timeout_ms);
+
+/** Closes queued or running (for tests and statistics). */
+int mpn_ipc_closer_pending(void);
+
+/** Waits until every close handed over is done (tests). */
+void mpn_ipc_closer_drain(void);
+
+#endif /* MPN_CUDA_IPC_CLOSER_H_ */

@@ -230,25 +230,32 @@ static int flush_idle(uint64_t owner, int dev) {
 }
 
 /*
- * When the driver finds desc's memory mapped already: an import of a freed
- * allocation of the same block still maps it (the owner allocated desc
- * over it).  Where that import's range in the owner's space holds the whole
- * new allocation, its mapping shows the new allocation's memory at the same
- * distance (bench/ipc_close.cu, section 7) and fresh borrows it; only the
- * range an import opened is mapped, not the rest of its block.  Imports
- * forgotten may be of an earlier block at the same addresses (a later import
- * overlapping them opened memory of its own), so they lend nothing.
+ * When the driver finds desc's memory mapped already: an import still maps
+ * it, one of a freed allocation whose memory the new one reuses (the owner
+ * allocated desc over it), or one whose handle came back for a smaller
+ * allocation while its mapping kept the first one's range.  Where the
+ * range that the driver maps for an import (its opened allocation, not the
+ * rest of its block: bench/ipc_close.cu, section 7) holds the whole new
+ * allocation at the same distance as in the owner's space, that mapping
+ * shows the new allocation's memory, and fresh borrows it.  Imports
+ * forgotten may be of an earlier block at the same addresses (a later
+ * import overlapping them opened memory of its own), so they lend nothing.
  */
 static int borrow_containing(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh) {
+  const mpn_driver_t* drv;
+  if (mpn_driver_get(&drv) != ncclSuccess) return 0;
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev || e->forget || desc->base < e->owner_base ||
-        desc->base + desc->size > e->owner_base + e->size)
-      continue;
+    if (e->owner != owner || e->dev != dev || e->forget) continue;
+    CUdeviceptr rbase = 0;
+    size_t rsize = 0;
+    if (drv->mem_get_address_range(&rbase, &rsize, (CUdeviceptr)e->base) != CUDA_SUCCESS) continue;
+    CUdeviceptr here = (CUdeviceptr)((char*)e->base + (int64_t)(desc->base - e->owner_base));
+    if (here < rbase || here + desc->size > rbase + rsize) continue;
     fresh->mapping = e->mapping;
-    fresh->base = (char*)e->base + (desc->base - e->owner_base);
+    fresh->base = (void*)here;
     fresh->opened = 0;
-    MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu lies inside the import of buffer %llu at %p: borrowed",
+    MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu lies inside the mapping of buffer %llu at %p: borrowed",
               (unsigned long long)desc->buffer_id, (unsigned long long)e->buffer_id, e->mapping);
     return 1;
   }

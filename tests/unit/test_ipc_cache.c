@@ -107,6 +107,16 @@ cudaError_t __wrap_cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
 }
 
 static CUresult fake_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  for (int i = 0; i < n_mappings; i++) { /* an open mapping: the range of its handle */
+    uint64_t at, bytes;
+    handle_range(&mappings[i].handle, &at, &bytes);
+    CUdeviceptr m = (CUdeviceptr)(uintptr_t)mapping_ptr(i);
+    if (mappings[i].opens > 0 && ptr >= m && ptr < m + bytes) {
+      *base = m;
+      *size = bytes;
+      return CUDA_SUCCESS;
+    }
+  }
   if (ptr < alloc_base || ptr >= alloc_base + alloc_size) return CUDA_ERROR_INVALID_VALUE;
   *base = alloc_base;
   *size = alloc_size;
@@ -331,6 +341,29 @@ START_TEST(import_inside_stale_borrows) {
 }
 END_TEST
 
+/* An import that took over a freed allocation's mapping (borrowed, or
+ * given back for a recycled handle) keeps that mapping's range, larger than
+ * its own: a later allocation in that range but outside its own is refused
+ * as mapped, and is found in that mapping (the driver's range of it, not the
+ * entry's own).  (Without this, the GPU's test_p2p failed with "resource
+ * already mapped" at 2 processes on two GPUs.) */
+START_TEST(import_in_recycled_mapping_borrows) {
+  done[0] = 1;
+  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base, 4096, 1),
+                 t = owner_range(3, base + 4096, 4096, 3);
+  void *ps = NULL, *pt = NULL;
+  mpn_ipc_ref_t ref;
+  import_once(&q, event(0));
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE); /* a close would hang the test */
+  ck_assert_int_eq(mpn_ipc_import(owner, &t, &pt, &ref), ncclSuccess);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+  ck_assert_ptr_eq(pt, (char*)ps + 4096);
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+}
+END_TEST
+
 /* Over a freed one still imported and beyond it: the old import is
  * closed on the closing thread, waited for, and the open retried. */
 START_TEST(import_over_stale_waits_for_its_close) {
@@ -380,6 +413,7 @@ int main(void) {
   tcase_add_test(tc, export_freed_overlap_dropped);
   tcase_add_test(tc, import_never_waits_for_closes);
   tcase_add_test(tc, import_inside_stale_borrows);
+  tcase_add_test(tc, import_in_recycled_mapping_borrows);
   tcase_add_test(tc, import_over_stale_waits_for_its_close);
   tcase_add_test(tc, import_over_stale_gives_up);
   suite_add_tcase(s, tc);

@@ -230,28 +230,31 @@ static int flush_idle(uint64_t owner, int dev) {
 }
 
 /*
- * When the driver finds desc's memory mapped already: an import still maps
- * it, one of a freed allocation whose memory the new one reuses (the owner
+ * When the driver finds desc's memory mapped already, an import may show it:
+ * one of a freed allocation whose memory the new one reuses (the owner
  * allocated desc over it), or one whose handle came back for a smaller
- * allocation while its mapping kept the first one's range.  Where the
- * range that the driver maps for an import (its opened allocation, not the
- * rest of its block: bench/ipc_close.cu, section 7) holds the whole new
- * allocation at the same distance as in the owner's space, that mapping
- * shows the new allocation's memory, and fresh borrows it.  Imports
- * forgotten may be of an earlier block at the same addresses (a later
- * import overlapping them opened memory of its own), so they lend nothing.
+ * allocation while its mapping kept the first one's range.  The driver maps
+ * an import's opened allocation, not the rest of its block
+ * (bench/ipc_close.cu, section 7): where that range holds the whole new
+ * allocation at the same distance as in the owner's space, the mapping
+ * shows the new allocation's memory, and fresh borrows it.  exact: only a
+ * mapping of exactly the new allocation's range, and not a forgotten one (it
+ * may be of an earlier block at the same addresses); borrowed from before
+ * anything is closed, it costs no wait and leaves nothing mapped beyond the
+ * new allocation to stand in the way of its neighbours.
  */
-static int borrow_containing(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh) {
+static int borrow_mapping(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, int exact, ipc_entry_t* fresh) {
   const mpn_driver_t* drv;
   if (mpn_driver_get(&drv) != ncclSuccess) return 0;
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev || e->forget) continue;
+    if (e->owner != owner || e->dev != dev || (exact && e->forget)) continue;
     CUdeviceptr rbase = 0;
     size_t rsize = 0;
     if (drv->mem_get_address_range(&rbase, &rsize, (CUdeviceptr)e->base) != CUDA_SUCCESS) continue;
     CUdeviceptr here = (CUdeviceptr)((char*)e->base + (int64_t)(desc->base - e->owner_base));
-    if (here < rbase || here + desc->size > rbase + rsize) continue;
+    if (here < rbase || here + desc->size > rbase + rsize || (exact && (here != rbase || desc->size != rsize)))
+      continue;
     fresh->mapping = e->mapping;
     fresh->base = (void*)here;
     fresh->opened = 0;
@@ -320,10 +323,19 @@ static cudaError_t reopen_after_closes(uint64_t owner, int dev, const mpn_ipc_de
  * the way was still being closed when the wait for it ran out. */
 static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh, int* late) {
   cudaError_t err = ipc_open(owner, dev, desc, &fresh->mapping);
+  if (err == cudaErrorAlreadyMapped && borrow_mapping(owner, dev, desc, 1, fresh)) {
+    cudaGetLastError();
+    return cudaSuccess;
+  }
   for (int which = 0; err == cudaErrorAlreadyMapped && which < 2 && !*late; which++) {
     cudaGetLastError();
-    if (borrow_containing(owner, dev, desc, fresh)) return cudaSuccess;
     err = reopen_after_closes(owner, dev, desc, which, fresh, late);
+  }
+  /* Last, a mapping that no close could remove (its copies not yet issued
+   * or still running) and that holds the buffer. */
+  if (err == cudaErrorAlreadyMapped && !*late && borrow_mapping(owner, dev, desc, 0, fresh)) {
+    cudaGetLastError();
+    return cudaSuccess;
   }
   if (err == cudaSuccess) {
     fresh->base = fresh->mapping;

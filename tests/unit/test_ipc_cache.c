@@ -319,12 +319,13 @@ START_TEST(import_never_waits_for_closes) {
 }
 END_TEST
 
-/* A new allocation over a freed one still imported, inside its range: the
- * driver refuses it as mapped, and the old import's mapping shows it at
- * the same distance, so it is borrowed; nothing is closed or waited for. */
-START_TEST(import_inside_stale_borrows) {
+/* A new allocation over a freed one still imported, of the same range
+ * (freed and allocated again at the same size): the driver refuses it as
+ * mapped, and the old import's mapping shows it, so it is borrowed before
+ * anything is closed: no wait, though every close would wait. */
+START_TEST(import_over_stale_same_range_borrows) {
   done[0] = 1;
-  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base + 4096, 2048, 2);
+  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base, 8192, 2);
   void *pq = NULL, *ps = NULL;
   mpn_ipc_ref_t ref;
   __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE); /* a close would hang the test */
@@ -332,7 +333,7 @@ START_TEST(import_inside_stale_borrows) {
   mpn_ipc_mark_used(&ref, event(0), 0);
   ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
   mpn_ipc_mark_used(&ref, event(0), 0);
-  ck_assert_ptr_eq(ps, (char*)pq + 4096);
+  ck_assert_ptr_eq(ps, pq);
   ck_assert_int_eq(imports(), 1); /* the stale entry went; its open is the new one's */
   ck_assert_int_eq(mpn_ipc_closer_pending(), 0);
   __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
@@ -341,26 +342,29 @@ START_TEST(import_inside_stale_borrows) {
 }
 END_TEST
 
-/* An import that took over a freed allocation's mapping (borrowed, or
- * given back for a recycled handle) keeps that mapping's range, larger than
- * its own: a later allocation in that range but outside its own is refused
- * as mapped, and is found in that mapping (the driver's range of it, not the
- * entry's own).  (Without this, the GPU's test_p2p failed with "resource
- * already mapped" at 2 processes on two GPUs.) */
+/* A handle that came back for a smaller allocation returns the mapping of
+ * the first, which keeps the first one's range: a later allocation in that
+ * range but outside the smaller one is refused as mapped; while the smaller
+ * one's copies are not issued yet (nothing can close its mapping), the
+ * later one is found in that mapping (the driver's range of it, not the
+ * entry's own).  (The GPU's test_p2p needs this on two GPUs: "resource
+ * already mapped" at 2 processes without it.) */
 START_TEST(import_in_recycled_mapping_borrows) {
   done[0] = 1;
-  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base, 4096, 1),
+  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base, 8192, 1),
                  t = owner_range(3, base + 4096, 4096, 3);
+  s1.size = 4096; /* (its handle is q's, range and all) */
   void *ps = NULL, *pt = NULL;
-  mpn_ipc_ref_t ref;
+  mpn_ipc_ref_t ref_s, ref_t;
   import_once(&q, event(0));
-  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
-  mpn_ipc_mark_used(&ref, event(0), 0);
-  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE); /* a close would hang the test */
-  ck_assert_int_eq(mpn_ipc_import(owner, &t, &pt, &ref), ncclSuccess);
-  mpn_ipc_mark_used(&ref, event(0), 0);
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref_s), ncclSuccess); /* handed out, not yet used */
+  ck_assert_int_eq(open_count(), 1); /* q's open was closed: s1 has the mapping's */
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(mpn_ipc_import(owner, &t, &pt, &ref_t), ncclSuccess);
   ck_assert_ptr_eq(pt, (char*)ps + 4096);
   __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  mpn_ipc_mark_used(&ref_s, event(0), 0);
+  mpn_ipc_mark_used(&ref_t, event(0), 0);
 }
 END_TEST
 
@@ -412,7 +416,7 @@ int main(void) {
   tcase_add_test(tc, import_too_many_streams_pinned);
   tcase_add_test(tc, export_freed_overlap_dropped);
   tcase_add_test(tc, import_never_waits_for_closes);
-  tcase_add_test(tc, import_inside_stale_borrows);
+  tcase_add_test(tc, import_over_stale_same_range_borrows);
   tcase_add_test(tc, import_in_recycled_mapping_borrows);
   tcase_add_test(tc, import_over_stale_waits_for_its_close);
   tcase_add_test(tc, import_over_stale_gives_up);

@@ -37,17 +37,14 @@ static void done_init(void) {
 }
 
 /*
- * One close, in the context of the device that opened the mapping.  The
- * device's work is waited for first, by a synchronize: a close that waits
- * for it makes some calls of other threads wait too (a stream's creation,
- * a kernel's first load: bench/ipc_close.cu, section 3), and those threads
- * may be what that work waits for.  The close then finds little or nothing
- * to wait for.
+ * One close, in the context of the device that opened the mapping.  (A
+ * device synchronize first, so that the close would find nothing to wait
+ * for, kept other threads' calls going but invalidated another thread's
+ * graph capture on the GPU: docs/P2P.md, known problem 17.)
  */
 static void close_one(const mpn_ipc_closing_t* c) {
   MPN_TRACE(MPN_SUBSYS_IPC, "closing import at %p (device %d)", c->mapping, c->dev);
   cudaError_t err = cudaSetDevice(c->dev);
-  if (err == cudaSuccess && cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
   if (err == cudaSuccess) err = cudaIpcCloseMemHandle(c->mapping);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -59,7 +56,8 @@ static void close_one(const mpn_ipc_closing_t* c) {
 static void* closer_main(void* arg) {
   (void)arg;
   /* Another thread may be capturing a graph in global mode, which forbids
-   * this thread's synchronizes and closes unless it is relaxed. */
+   * this thread's closes unless it is relaxed (closes on the enqueuing
+   * thread were made in relaxed mode too). */
   enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   if (cudaThreadExchangeStreamCaptureMode(&relaxed) != cudaSuccess) cudaGetLastError();
   pthread_mutex_lock(&closer.lock);

@@ -44,7 +44,6 @@ cudaError_t __wrap_cudaSetDevice(int dev) {
   return cudaSuccess;
 }
 cudaError_t __wrap_cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t __wrap_cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
   (void)mode;
   return cudaErrorNotSupported; /* nothing to give back */

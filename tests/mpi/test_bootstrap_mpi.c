@@ -15,16 +15,11 @@
 #include "bootstrap/bootstrap.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "mpi_test.h"
 
-static int world_rank, world_size, failures;
+static int world_rank, world_size;
 
-#define EXPECT(cond) \
-  do { \
-    if (!(cond)) { \
-      fprintf(stderr, "[world %d] %s:%d: expected %s\n", world_rank, __FILE__, __LINE__, #cond); \
-      failures++; \
-    } \
-  } while (0)
+#define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "world", world_rank, NULL)
 #define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
 
 static void exercise(mpn_bootstrap_t* b) {
@@ -151,9 +146,5 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(pairs);
   mpn_bootstrap_destroy(b);
   test_late_caller_unjoined(provided);
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf("test_bootstrap_mpi: %d ranks, %d failures\n", world_size, total);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return mpi_test_finish(world_rank, "test_bootstrap_mpi: %d ranks, ", world_size);
 }

@@ -15,18 +15,12 @@
 
 #include "core/comm.h"
 #include "core/param.h"
+#include "mpi_test.h"
 #include "mpinccl.h"
 
-static int world_rank, world_size, failures;
+static int world_rank, world_size;
 
-#define EXPECT(cond) \
-  do { \
-    if (!(cond)) { \
-      fprintf(stderr, "[world %d] %s:%d: expected %s (last error: %s)\n", world_rank, __FILE__, \
-              __LINE__, #cond, ncclGetLastError(NULL)); \
-      failures++; \
-    } \
-  } while (0)
+#define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "world", world_rank, "last error: ")
 #define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
 
 static void expect_shape(ncclComm_t comm, int nranks, int rank) {
@@ -428,9 +422,5 @@ int main(int argc, char** argv) {
   test_disagreement();
   test_window_refusal();
   test_late_peer();
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) printf("test_comm_mpi: %d ranks, %d failures\n", world_size, total);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return mpi_test_finish(world_rank, "test_comm_mpi: %d ranks, ", world_size);
 }

@@ -25,21 +25,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpi_test.h"
 #include "mpinccl.h"
 
-static int world_rank, world_size, failures;
+static int world_rank, world_size;
 static pthread_t main_thread;
 static long calls_main, calls_off_main;
 static const char* first_off_main;
 
-#define EXPECT(cond)                                                                                             \
-  do {                                                                                                           \
-    if (!(cond)) {                                                                                               \
-      fprintf(stderr, "[world %d] %s:%d: expected %s (last error: %s)\n", world_rank, __FILE__, __LINE__, #cond, \
-              ncclGetLastError(NULL));                                                                           \
-      failures++;                                                                                                \
-    }                                                                                                            \
-  } while (0)
+#define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "world", world_rank, "last error: ")
 #define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
 
 /* Counts a call to MPI by the thread it came from. */
@@ -537,13 +531,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "[world %d] %ld MPI calls off the main thread, the first %s\n", world_rank, off, first_off_main);
   EXPECT(off == 0);
   EXPECT(lib_calls > 0); /* the wrappers saw the library's calls */
-  int total = 0;
   long all_off = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&off, &all_off, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0)
-    printf("test_funneled: %d ranks, %ld MPI calls on the main thread (rank 0), %ld off it (all), %d failures\n",
-           world_size, lib_calls, all_off, total);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return mpi_test_finish(world_rank,
+                         "test_funneled: %d ranks, %ld MPI calls on the main thread (rank 0), %ld off it (all), ",
+                         world_size, lib_calls, all_off);
 }

@@ -34,19 +34,14 @@
 
 #include "core/comm.h"
 #include "core/param.h"
+#include "mpi_test.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
 #include "ucx/proxy.h"
 
-static int rank, failures;
+static int rank;
 
-#define EXPECT(cond) \
-  do { \
-    if (!(cond)) { \
-      fprintf(stderr, "[rank %d] %s:%d: expected %s\n", rank, __FILE__, __LINE__, #cond); \
-      failures++; \
-    } \
-  } while (0)
+#define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "rank", rank, NULL)
 
 static int wait_flag(uint64_t* flag) {
   for (int i = 0; i < 30000; i++) {
@@ -290,9 +285,5 @@ int main(int argc, char** argv) {
   concurrent_closes();
   lost_call_at_close();
   abandoned_call();
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("test_ucx_edges: %d failures\n", total);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return mpi_test_finish(rank, "test_ucx_edges: ");
 }

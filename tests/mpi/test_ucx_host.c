@@ -21,22 +21,16 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "mpi_test.h"
 #include "mpinccl.h"
 #include "transport.h"
 #include "ucx/net.h"
 #include "ucx/proxy.h"
 #include "ucx/rma.h"
 
-static int rank, nranks, failures;
+static int rank, nranks;
 
-#define EXPECT(cond) \
-  do { \
-    if (!(cond)) { \
-      fprintf(stderr, "[rank %d] %s:%d: expected %s (%s)\n", rank, __FILE__, __LINE__, #cond, \
-              ncclGetLastError(NULL)); \
-      failures++; \
-    } \
-  } while (0)
+#define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "rank", rank, "")
 
 static unsigned char byte_of(int src, int dst, size_t i, int k) {
   return (unsigned char)(src * 131 + dst * 17 + k * 7 + i * 2654435761u % 251);
@@ -627,9 +621,5 @@ int main(int argc, char** argv) {
     destroyed_after_send();
     abort_in_flight();
   }
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("test_ucx_host: %d ranks, %d failures\n", nranks, total);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return mpi_test_finish(rank, "test_ucx_host: %d ranks, ", nranks);
 }

@@ -189,22 +189,28 @@ static void close_on_thread(held_stream* h, void* mapping, const cudaIpcMemHandl
   fflush(stdout);
 }
 
-static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const uint64_t* addrs) {
-  held_stream h = {};
+/* What the importer's sections share. */
+struct probe {
+  held_stream h;
   memop64_fn write64;
-  if (!bench_memops64_load(&write64, &h.wait64)) {
-    printf("rank 1: no 64-bit stream memory operations\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  enum cudaDriverEntryPointQueryResult q;
-  range_fn range = nullptr;
-  CK(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void**)&range, 12000, cudaEnableDefault, &q));
-  CK(cudaStreamCreateWithFlags(&h.s, cudaStreamNonBlocking));
-  CK(cudaHostAlloc((void**)&h.flag, sizeof(uint64_t), cudaHostAllocMapped));
-  *h.flag = 0;
-  void* m[NBUF] = {};
-  const unsigned lazy = cudaIpcMemLazyEnablePeerAccess;
-  printf("importer on GPU %d, owner on GPU %d\n", dev, owner_dev);
+  range_fn range;
+  void* m[NBUF];
+  const cudaIpcMemHandle_t* hs;
+  const uint64_t* addrs;
+  int dev, owner_dev;
+  cudaIpcMemHandle_t pqr[3], s_handle; /* section 7's allocations, for section 8 */
+};
+
+static const unsigned lazy = cudaIpcMemLazyEnablePeerAccess;
+
+/* Sections 1 to 3: two small allocations of one block; closes while a
+ * stream is held; a close on a thread of its own. */
+static void sections_1_to_3(probe* p) {
+  held_stream& h = p->h;
+  void** m = p->m;
+  const cudaIpcMemHandle_t* hs = p->hs;
+  const uint64_t* addrs = p->addrs;
+  range_fn range = p->range;
   printf("1. two small allocations of one block, lazy peer access\n");
   CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
   cudaError_t e = cudaIpcOpenMemHandle(&m[SMALL2], hs[SMALL2], lazy);
@@ -229,19 +235,36 @@ static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const
   printf("3. a close on a thread of its own, other calls meanwhile\n");
   CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
   CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
-  close_on_thread(&h, m[BIG], &hs[BIG2], write64);
+  close_on_thread(&h, m[BIG], &hs[BIG2], p->write64);
   CK(cudaIpcCloseMemHandle(m[SMALL1]));
-  if (owner_dev != dev) {
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, dev, owner_dev));
-    cudaError_t pe = can ? cudaDeviceEnablePeerAccess(owner_dev, 0) : cudaErrorPeerAccessUnsupported;
-    printf("4. the same after cudaDeviceEnablePeerAccess(%d): %s\n", owner_dev, cudaGetErrorString(pe));
-    cudaGetLastError();
-    CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
-    CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
-    while_held(&h, "close small 1 (big still open)", [&] { return cudaIpcCloseMemHandle(m[SMALL1]); });
-    while_held(&h, "close big (the last import)", [&] { return cudaIpcCloseMemHandle(m[BIG]); });
-  }
+}
+
+/* Section 4: the closes again after explicit peer access (two GPUs). */
+static void section_4(probe* p) {
+  held_stream& h = p->h;
+  void** m = p->m;
+  const cudaIpcMemHandle_t* hs = p->hs;
+  int dev = p->dev, owner_dev = p->owner_dev;
+  int can = 0;
+  CK(cudaDeviceCanAccessPeer(&can, dev, owner_dev));
+  cudaError_t pe = can ? cudaDeviceEnablePeerAccess(owner_dev, 0) : cudaErrorPeerAccessUnsupported;
+  printf("4. the same after cudaDeviceEnablePeerAccess(%d): %s\n", owner_dev, cudaGetErrorString(pe));
+  cudaGetLastError();
+  CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
+  CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
+  while_held(&h, "close small 1 (big still open)", [&] { return cudaIpcCloseMemHandle(m[SMALL1]); });
+  while_held(&h, "close big (the last import)", [&] { return cudaIpcCloseMemHandle(m[BIG]); });
+}
+
+/* Sections 5 and 6: the owner frees the small allocations' block and
+ * allocates anew at the same address. */
+static void sections_5_6(probe* p) {
+  void** m = p->m;
+  const uint64_t* addrs = p->addrs;
+  const cudaIpcMemHandle_t* hs = p->hs;
+  range_fn range = p->range;
+  CUdeviceptr rb = 0;
+  size_t rs = 0;
   printf("5. the owner frees both small allocations and makes one of 12 KiB; small 1 stays open here\n");
   CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
   cudaIpcMemHandle_t rh;
@@ -274,11 +297,17 @@ static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const
   CK(cudaIpcCloseMemHandle(m[SMALL1]));
   re = cudaIpcOpenMemHandle(&rm, rh, lazy);
   printf("  after closing small 1, open of the new one: %s at %p\n", cudaGetErrorString(re), rm);
+}
+
+/* Section 7: S over a freed Q (still open here) while the block lives. */
+static void section_7(probe* p) {
+  int go = 1;
   printf("7. the owner makes P, Q, R (4 KiB each); Q is opened here; the owner frees Q and R and makes S (8 KiB)\n");
   MPI_Send(&go, 1, MPI_INT, 0, 3, MPI_COMM_WORLD);
-  cudaIpcMemHandle_t pqr[3], sh;
+  cudaIpcMemHandle_t* pqr = p->pqr;
+  cudaIpcMemHandle_t& sh = p->s_handle;
   uint64_t pqr_addr[3], saddr = 0;
-  MPI_Recv(pqr, sizeof(pqr), MPI_BYTE, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Recv(pqr, sizeof(p->pqr), MPI_BYTE, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   MPI_Recv(pqr_addr, 3, MPI_UINT64_T, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   void* qm = nullptr;
   CK(cudaIpcOpenMemHandle(&qm, pqr[1], lazy));
@@ -300,6 +329,12 @@ static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const
     fflush(stdout);
     if (c != cudaSuccess) break;
   }
+}
+
+/* Section 8: S through a second context of the device. */
+static void section_8(probe* p) {
+  held_stream& h = p->h;
+  int dev = p->dev;
   printf("8. S through a second context of this device, Q still open in the first, a stream held\n");
   drv_load();
   CUcontext prim = nullptr, sec = nullptr;
@@ -313,10 +348,10 @@ static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const
     drv.stream_create(&ss, CU_STREAM_NON_BLOCKING);
     drv.event_create(&es, CU_EVENT_DISABLE_TIMING);
     CUdeviceptr pp = 0;
-    CUresult po = drv.ipc_open(&pp, *(CUipcMemHandle*)&pqr[0], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    CUresult po = drv.ipc_open(&pp, *(CUipcMemHandle*)&p->pqr[0], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     printf("  in the second context, open of P (never opened here): %d\n", (int)po);
     if (po == CUDA_SUCCESS) drv.ipc_close(pp);
-    so = drv.ipc_open(&sptr, *(CUipcMemHandle*)&sh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    so = drv.ipc_open(&sptr, *(CUipcMemHandle*)&p->s_handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     drv.ctx_pop(nullptr);
   }
   CUcontext now = nullptr;
@@ -356,6 +391,85 @@ static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const
   MPI_Send(&ok, 1, MPI_INT, 0, 9, MPI_COMM_WORLD);
 }
 
+static void importer(int dev, int owner_dev, const cudaIpcMemHandle_t* hs, const uint64_t* addrs) {
+  static probe pr; /* (large: not on the stack) */
+  probe* p = &pr;
+  p->hs = hs;
+  p->addrs = addrs;
+  p->dev = dev;
+  p->owner_dev = owner_dev;
+  if (!bench_memops64_load(&p->write64, &p->h.wait64)) {
+    printf("rank 1: no 64-bit stream memory operations\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  enum cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void**)&p->range, 12000, cudaEnableDefault, &q));
+  CK(cudaStreamCreateWithFlags(&p->h.s, cudaStreamNonBlocking));
+  CK(cudaHostAlloc((void**)&p->h.flag, sizeof(uint64_t), cudaHostAllocMapped));
+  *p->h.flag = 0;
+  printf("importer on GPU %d, owner on GPU %d\n", dev, owner_dev);
+  sections_1_to_3(p);
+  if (owner_dev != dev) section_4(p);
+  sections_5_6(p);
+  section_7(p);
+  section_8(p);
+}
+
+/* An allocation of bytes filled with fill, and what a peer needs to map it. */
+static void* shared_alloc(size_t bytes, int fill, cudaIpcMemHandle_t* h, uint64_t* addr) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, bytes));
+  CK(cudaMemset(p, fill, bytes));
+  CK(cudaDeviceSynchronize());
+  CK(cudaIpcGetMemHandle(h, p));
+  *addr = (uint64_t)(uintptr_t)p;
+  return p;
+}
+
+/* Sends n handles, then their addresses, to rank 1 (tags tag, tag + 1). */
+static void send_shared(const cudaIpcMemHandle_t* h, const uint64_t* addr, int n, int tag) {
+  MPI_Send(h, (int)sizeof(*h) * n, MPI_BYTE, 1, tag, MPI_COMM_WORLD);
+  MPI_Send(addr, n, MPI_UINT64_T, 1, tag + 1, MPI_COMM_WORLD);
+}
+
+static void wait_for_importer(int tag) {
+  int go = 0;
+  MPI_Recv(&go, 1, MPI_INT, 1, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+/* Rank 0's side of sections 5 to 8 (the allocations of sections 1 to 4
+ * are bufs); frees what it made. */
+static void owner(void** bufs) {
+  cudaIpcMemHandle_t h;
+  uint64_t addr;
+  wait_for_importer(0); /* section 5: one 12 KiB allocation over both small ones */
+  CK(cudaFree(bufs[SMALL1]));
+  CK(cudaFree(bufs[SMALL2]));
+  bufs[SMALL2] = nullptr;
+  bufs[SMALL1] = shared_alloc(12288, 0x77, &h, &addr);
+  send_shared(&h, &addr, 1, 1);
+  wait_for_importer(3); /* section 7: P, Q, R, then S over Q and R */
+  void* pqr[3];
+  cudaIpcMemHandle_t ph[3];
+  uint64_t pa[3];
+  for (int i = 0; i < 3; i++) pqr[i] = shared_alloc(4096, 0x21 + i, &ph[i], &pa[i]);
+  send_shared(ph, pa, 3, 4);
+  wait_for_importer(6);
+  CK(cudaFree(pqr[1]));
+  CK(cudaFree(pqr[2]));
+  void* s8 = shared_alloc(8192, 0x66, &h, &addr);
+  send_shared(&h, &addr, 1, 7);
+  int copied = 0; /* section 8: what the importer wrote into S */
+  MPI_Recv(&copied, 1, MPI_INT, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  unsigned char got[8192];
+  CK(cudaMemcpy(got, s8, sizeof(got), cudaMemcpyDeviceToHost));
+  int good = 0;
+  for (size_t i = 0; i < sizeof(got); i++) good += got[i] == 0x99;
+  printf("owner: %d of 8192 bytes of S are 0x99 (the importer %s)\n", good, copied ? "copied" : "did not copy");
+  CK(cudaFree(s8));
+  CK(cudaFree(pqr[0]));
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -371,69 +485,14 @@ int main(int argc, char** argv) {
   cudaIpcMemHandle_t hs[NBUF];
   uint64_t addrs[NBUF];
   void* bufs[NBUF] = {};
-  if (rank == 0) {
-    for (int i = 0; i < NBUF; i++) {
-      CK(cudaMalloc(&bufs[i], sizes[i]));
-      CK(cudaMemset(bufs[i], 0x11 * (i + 1), sizes[i]));
-      CK(cudaIpcGetMemHandle(&hs[i], bufs[i]));
-      addrs[i] = (uint64_t)(uintptr_t)bufs[i];
-    }
-    CK(cudaDeviceSynchronize());
-  }
+  if (rank == 0)
+    for (int i = 0; i < NBUF; i++) bufs[i] = shared_alloc(sizes[i], 0x11 * (i + 1), &hs[i], &addrs[i]);
   MPI_Bcast(hs, sizeof(hs), MPI_BYTE, 0, MPI_COMM_WORLD);
   MPI_Bcast(addrs, sizeof(addrs), MPI_BYTE, 0, MPI_COMM_WORLD);
-  if (rank == 1) {
+  if (rank == 1)
     importer(dev, 0, hs, addrs);
-  } else {
-    int go = 0;
-    MPI_Recv(&go, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    CK(cudaFree(bufs[SMALL1]));
-    CK(cudaFree(bufs[SMALL2]));
-    bufs[SMALL1] = bufs[SMALL2] = nullptr;
-    void* r = nullptr;
-    CK(cudaMalloc(&r, 12288));
-    CK(cudaMemset(r, 0x77, 12288));
-    CK(cudaDeviceSynchronize());
-    cudaIpcMemHandle_t rh;
-    CK(cudaIpcGetMemHandle(&rh, r));
-    uint64_t raddr = (uint64_t)(uintptr_t)r;
-    MPI_Send(&rh, sizeof(rh), MPI_BYTE, 1, 1, MPI_COMM_WORLD);
-    MPI_Send(&raddr, 1, MPI_UINT64_T, 1, 2, MPI_COMM_WORLD);
-    bufs[SMALL1] = r;
-    MPI_Recv(&go, 1, MPI_INT, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    void* pqr[3];
-    cudaIpcMemHandle_t ph[3];
-    uint64_t pa[3];
-    for (int i = 0; i < 3; i++) {
-      CK(cudaMalloc(&pqr[i], 4096));
-      CK(cudaMemset(pqr[i], 0x21 + i, 4096));
-      CK(cudaIpcGetMemHandle(&ph[i], pqr[i]));
-      pa[i] = (uint64_t)(uintptr_t)pqr[i];
-    }
-    CK(cudaDeviceSynchronize());
-    MPI_Send(ph, sizeof(ph), MPI_BYTE, 1, 4, MPI_COMM_WORLD);
-    MPI_Send(pa, 3, MPI_UINT64_T, 1, 5, MPI_COMM_WORLD);
-    MPI_Recv(&go, 1, MPI_INT, 1, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    CK(cudaFree(pqr[1]));
-    CK(cudaFree(pqr[2]));
-    void* s8 = nullptr;
-    CK(cudaMalloc(&s8, 8192));
-    CK(cudaMemset(s8, 0x66, 8192));
-    CK(cudaDeviceSynchronize());
-    cudaIpcMemHandle_t sh;
-    CK(cudaIpcGetMemHandle(&sh, s8));
-    uint64_t sa = (uint64_t)(uintptr_t)s8;
-    MPI_Send(&sh, sizeof(sh), MPI_BYTE, 1, 7, MPI_COMM_WORLD);
-    MPI_Send(&sa, 1, MPI_UINT64_T, 1, 8, MPI_COMM_WORLD);
-    int copied = 0;
-    MPI_Recv(&copied, 1, MPI_INT, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    unsigned char got[8192];
-    CK(cudaMemcpy(got, s8, sizeof(got), cudaMemcpyDeviceToHost));
-    int good = 0;
-    for (size_t i = 0; i < sizeof(got); i++) good += got[i] == 0x99;
-    printf("owner: %d of 8192 bytes of S are 0x99 (the importer %s)\n", good, copied ? "copied" : "did not copy");
-    CK(cudaFree(s8));
-  }
+  else
+    owner(bufs);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0)
     for (int i = 0; i < NBUF; i++)

@@ -16,30 +16,15 @@
 //       Q's mapping;
 //  8.   opening S in a second context of the device instead.
 // Usage: mpirun -np 2 bench/mpinccl_ipc_close
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
 #include <cuda.h>
-#include <cuda_runtime.h>
-#include <mpi.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "memops64.h"
-
-#define CK(x)                                                       \
-  do {                                                              \
-    cudaError_t e = (x);                                            \
-    if (e) {                                                        \
-      printf("rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e)); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                 \
-    }                                                               \
-  } while (0)
-
-static int rank;
+#include "mpi_probe.h"
 
 enum { SMALL1, SMALL2, BIG, BIG2, NBUF };
 static const size_t sizes[NBUF] = {4096, 4096, 8u << 20, 8u << 20};

@@ -7,20 +7,7 @@
 // per copy on two streams as on one, 391 GB/s when each process pushes its
 // own), which is what mpinccl's second side, moving both, meets.
 // Usage: mpirun -np 2 bench/mpinccl_ipc_copies   (rank r on GPU r)
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <cuda_runtime.h>
-#include <mpi.h>
-#include <cstdio>
-#define CK(x)                                                       \
-  do {                                                              \
-    cudaError_t e = (x);                                            \
-    if (e) {                                                        \
-      printf("rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e)); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                 \
-    }                                                               \
-  } while (0)
-static int rank;
+#include "mpi_probe.h"
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -43,11 +43,6 @@ typedef struct {
 static ipc_cache_t exported, imported;
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Whether the two ranges of an owner's address space overlap. */
-static int ranges_overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
-  return a < b + b_size && b < a + a_size;
-}
-
 /* Whether a copy issued with e may still run: one of its events is not
  * complete (a failed query counts as not complete). */
 static int events_busy(const ipc_entry_t* e) {
@@ -125,7 +120,7 @@ static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what,
      * that a program allocating afresh for each message does not grow the
      * cache (and its scans) for good. */
     for (int i = 0; i < exported.n;)
-      if (ranges_overlap((uint64_t)(uintptr_t)exported.entries[i].base, exported.entries[i].size, base, size))
+      if (mpn_ipc_ranges_overlap((uint64_t)(uintptr_t)exported.entries[i].base, exported.entries[i].size, base, size))
         exported.entries[i] = exported.entries[--exported.n];
       else
         i++;
@@ -190,18 +185,25 @@ static void close_mapping(void* mapping, const char* why) {
  * owner freed them.  Their mappings are closed, with every entry that
  * borrowed one.
  */
-static int drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
-  int dropped = 0;
+static void drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
     if (e->owner != owner || e->dev != dev) continue;
-    int overlaps = ranges_overlap(e->owner_base, e->size, desc->base, desc->size);
+    int overlaps = mpn_ipc_ranges_overlap(e->owner_base, e->size, desc->base, desc->size);
     if (!overlaps && memcmp(&e->handle, &desc->handle, sizeof(desc->handle)) != 0) continue;
     close_mapping(e->mapping, "stale");
-    dropped = 1;
     i = -1; /* the array was compacted: scan again */
   }
-  return dropped;
+}
+
+/* Whether a copy may still use mapping: an entry that uses it is handed out
+ * (copies not yet issued), pinned by a graph, or has copies still running. */
+static int mapping_in_use(void* mapping) {
+  for (int i = 0; i < imported.n; i++) {
+    const ipc_entry_t* b = &imported.entries[i];
+    if (b->mapping == mapping && (b->pending || b->pinned || events_busy(b))) return 1;
+  }
+  return 0;
 }
 
 /*
@@ -210,23 +212,14 @@ static int drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
  * import of owner that no issued copy still uses (their events completed)
  * and no graph holds; live ones among them are simply imported again later.
  */
-static int flush_idle(uint64_t owner, int dev) {
-  int dropped = 0;
+static void flush_idle(uint64_t owner, int dev) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev || !e->opened || e->pending || e->pinned || events_busy(e)) continue;
-    int busy = 0; /* a borrower of the same mapping may be in use */
-    for (int j = 0; j < imported.n; j++) {
-      ipc_entry_t* b = &imported.entries[j];
-      if (b->mapping != e->mapping || b == e) continue;
-      busy |= b->pending || b->pinned || events_busy(b);
-    }
-    if (busy) continue;
+    /* (a borrower of the same mapping may be in use) */
+    if (e->owner != owner || e->dev != dev || !e->opened || mapping_in_use(e->mapping)) continue;
     close_mapping(e->mapping, "idle");
-    dropped = 1;
     i = -1;
   }
-  return dropped;
 }
 
 /*
@@ -391,7 +384,7 @@ static void retire_overlapped(ipc_entry_t* fresh) {
   for (int i = 0; i < imported.n;) {
     ipc_entry_t* e = &imported.entries[i];
     if (e->owner != fresh->owner || e->dev != fresh->dev || e->buffer_id == fresh->buffer_id ||
-        !ranges_overlap(e->owner_base, e->size, fresh->owner_base, fresh->size)) {
+        !mpn_ipc_ranges_overlap(e->owner_base, e->size, fresh->owner_base, fresh->size)) {
       i++;
       continue;
     }
@@ -523,12 +516,9 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref) {
  * forgotten, nothing pinned or pending on it, and every copy issued with it
  * complete. */
 static int mapping_closable(void* mapping) {
-  for (int i = 0; i < imported.n; i++) {
-    ipc_entry_t* b = &imported.entries[i];
-    if (b->mapping != mapping) continue;
-    if (!b->forget || b->pinned || b->pending || events_busy(b)) return 0;
-  }
-  return 1;
+  for (int i = 0; i < imported.n; i++)
+    if (imported.entries[i].mapping == mapping && !imported.entries[i].forget) return 0;
+  return !mapping_in_use(mapping);
 }
 
 /* Hands the forgotten imports that became idle to the closing thread

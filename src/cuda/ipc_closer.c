@@ -14,13 +14,14 @@
 #include <unistd.h>
 
 #include "core/debug.h"
+#include "cuda/device.h"
 
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t work;      /* something was queued */
   pthread_cond_t done;      /* a close returned (monotonic clock) */
-  mpn_ipc_closing_t* items; /* in order; items[0] is being closed while busy */
-  int n, cap, busy;
+  mpn_ipc_closing_t* items; /* in order; items[0] is being closed, listed until its close returns */
+  int n, cap;
   int stop; /* the thread ends (at exit, when idle) */
   pthread_t thread;
   pid_t pid; /* the process whose thread serves the queue; 0: none yet */
@@ -65,13 +66,11 @@ static void* closer_main(void* arg) {
     while (closer.n == 0 && !closer.stop) pthread_cond_wait(&closer.work, &closer.lock);
     if (closer.n == 0) break;
     mpn_ipc_closing_t c = closer.items[0];
-    closer.busy = 1;
     pthread_mutex_unlock(&closer.lock);
     close_one(&c);
     pthread_mutex_lock(&closer.lock);
     memmove(&closer.items[0], &closer.items[1], (size_t)(closer.n - 1) * sizeof(closer.items[0]));
     closer.n--;
-    closer.busy = 0;
     pthread_cond_broadcast(&closer.done);
   }
   pthread_mutex_unlock(&closer.lock);
@@ -98,7 +97,7 @@ static int thread_ready(void) {
   if (closer.pid == self) return 1;
   if (pthread_create(&closer.thread, NULL, closer_main, NULL) != 0) return 0;
   closer.pid = self;
-  closer.n = closer.busy = 0; /* (a parent's entries are not this process's) */
+  closer.n = 0; /* (a parent's entries are not this process's) */
   return 1;
 }
 
@@ -127,10 +126,9 @@ void mpn_ipc_closer_push(const mpn_ipc_closing_t* c) {
         "CUDA IPC: no thread to close the import at %p on (out of memory or threads); closing it here, "
         "which waits for this process's GPU work",
         c->mapping);
-    int saved = -1;
-    cudaGetDevice(&saved);
+    int saved = mpn_cuda_device_enter(c->dev);
     close_one(c);
-    if (saved >= 0) cudaSetDevice(saved);
+    mpn_cuda_device_leave(saved);
   }
 }
 
@@ -139,7 +137,7 @@ static int matching(uint64_t owner, int dev, uint64_t base, uint64_t size, const
   for (int i = 0; i < closer.n; i++) {
     const mpn_ipc_closing_t* c = &closer.items[i];
     if (c->owner != owner || c->dev != dev) continue;
-    if ((c->base < base + size && base < c->base + c->size) ||
+    if (mpn_ipc_ranges_overlap(c->base, c->size, base, size) ||
         (handle != NULL && memcmp(&c->handle, handle, sizeof(*handle)) == 0))
       return 1;
   }

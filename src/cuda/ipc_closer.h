@@ -10,6 +10,11 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+/** Whether ranges [a, a + a_size) and [b, b + b_size) of one address space overlap. */
+static inline int mpn_ipc_ranges_overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) {
+  return a < b + b_size && b < a + a_size;
+}
+
 /** One open of an import to close, and what it maps (for waits). */
 typedef struct {
   void* mapping;             /**< what cudaIpcOpenMemHandle returned */

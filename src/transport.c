@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "cuda/device.h"
+#include "cuda/ipc_held.h"
 #ifdef HAVE_UCX
 #include "ucx/ucx_probe.h"
 #endif
@@ -130,6 +131,9 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
                            me->cuda_dev >= 0 ? me->pci_bus : "none");
     }
     kinds[peer] = (uint8_t)k;
+    /* Peers read which imports this process holds before they share a new
+     * allocation with it (cuda/ipc_held.h): published before its first one. */
+    if (k == MPN_TRANSPORT_IPC) mpn_ipc_held_publish();
   }
   free(comm->transport);
   comm->transport = kinds;

@@ -14,6 +14,7 @@
 #include "cuda/device.h"
 #include "cuda/driver.h"
 #include "cuda/ipc_closer.h"
+#include "cuda/ipc_held.h"
 
 typedef struct {
   uint64_t owner, buffer_id;
@@ -183,12 +184,12 @@ static void close_mapping(void* mapping, const char* why) {
  * those opened through the same handle (the driver recycles the memory of a
  * freed allocation, handle and all, while this process still maps it).  The
  * owner freed them.  Their mappings are closed, with every entry that
- * borrowed one.
+ * borrowed one.  dev < 0: on every device.
  */
 static void drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || e->dev != dev) continue;
+    if (e->owner != owner || (dev >= 0 && e->dev != dev)) continue;
     int overlaps = mpn_ipc_ranges_overlap(e->owner_base, e->size, desc->base, desc->size);
     if (!overlaps && memcmp(&e->handle, &desc->handle, sizeof(desc->handle)) != 0) continue;
     close_mapping(e->mapping, "stale");
@@ -196,14 +197,39 @@ static void drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   }
 }
 
-/* Whether a copy may still use mapping: an entry that uses it is handed out
- * (copies not yet issued), pinned by a graph, or has copies still running. */
-static int mapping_in_use(void* mapping) {
+/* Whether an entry that uses mapping is handed out (copies not yet issued)
+ * or pinned by a graph: closing it would pull it from under them. */
+static int mapping_pinned(void* mapping) {
   for (int i = 0; i < imported.n; i++) {
     const ipc_entry_t* b = &imported.entries[i];
-    if (b->mapping == mapping && (b->pending || b->pinned || events_busy(b))) return 1;
+    if (b->mapping == mapping && (b->pending || b->pinned)) return 1;
   }
   return 0;
+}
+
+/* Whether a copy may still use mapping: as above, or copies issued with it
+ * still run. */
+static int mapping_in_use(void* mapping) {
+  if (mapping_pinned(mapping)) return 1;
+  for (int i = 0; i < imported.n; i++)
+    if (imported.entries[i].mapping == mapping && events_busy(&imported.entries[i])) return 1;
+  return 0;
+}
+
+void mpn_ipc_drop_in_way(uint64_t owner, uint64_t base, uint64_t size) {
+  pthread_mutex_lock(&ipc_lock);
+  for (int i = 0; i < imported.n; i++) {
+    ipc_entry_t* e = &imported.entries[i];
+    const mpn_ipc_closing_t* o = &e->opened_as; /* (the open, as listed) */
+    /* (an exact one serves the new allocation; a mapping handed out for
+     * copies not yet issued, or in a graph, stays: the owner asks again) */
+    if (e->owner != owner || !e->opened || !mpn_ipc_ranges_overlap(o->base, o->size, base, size) ||
+        (o->base == base && o->size == size) || mapping_pinned(e->mapping))
+      continue;
+    close_mapping(e->mapping, "in the way");
+    i = -1; /* the array was compacted: scan again */
+  }
+  pthread_mutex_unlock(&ipc_lock);
 }
 
 /*
@@ -338,6 +364,7 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
                                            .base = desc->base,
                                            .size = desc->size,
                                            .handle = desc->handle};
+    mpn_ipc_held_add(&fresh->opened_as); /* owners read it (ipc_held.h) */
     for (int i = 0; i < imported.n; i++)
       if (imported.entries[i].mapping == fresh->mapping)
         MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu came back as the mapping of buffer %llu",

@@ -89,6 +89,17 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref);
  */
 void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev);
 
+/**
+ * Owner found, in this process's list of held imports (ipc_held.h), opens of
+ * its freed allocations overlapping [base, base + size), where it has a new
+ * allocation: those imports are handed to the closing thread, on every
+ * device, so that the owner can soon share the new one.  Imports of exactly
+ * that range stay (they serve the new allocation), and so do mappings
+ * handed out for copies not yet issued or held by a graph (the owner asks
+ * again).  Never waits.
+ */
+void mpn_ipc_drop_in_way(uint64_t owner, uint64_t base, uint64_t size);
+
 /** Entries in the export and import caches (for tests). */
 void mpn_ipc_counts(int* exported, int* imported);
 

@@ -15,6 +15,7 @@
 
 #include "core/debug.h"
 #include "cuda/device.h"
+#include "cuda/ipc_held.h"
 
 static struct {
   pthread_mutex_t lock;
@@ -52,6 +53,7 @@ static void close_one(const mpn_ipc_closing_t* c) {
     MPN_WARN("CUDA IPC: closing the import at %p failed: %s", c->mapping, cudaGetErrorString(err));
   }
   MPN_TRACE(MPN_SUBSYS_IPC, "closed import at %p", c->mapping);
+  mpn_ipc_held_remove(c); /* (after the close: until then the owner's new allocation cannot be mapped here) */
 }
 
 static void* closer_main(void* arg) {

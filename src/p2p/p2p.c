@@ -40,6 +40,7 @@
 #include "p2p/pair.h"
 #include "p2p/plan.h"
 #include "p2p/push.h"
+#include "p2p/side.h"
 #include "p2p/sliced.h"
 #include "p2p/stage.h"
 #include "transport.h"
@@ -166,67 +167,6 @@ static void report_failed_move(plan_t* p, ncclResult_t res) {
            send ? op->peer : op->comm->rank, op->comm->rank, ncclGetErrorString(res));
   mpn_pair_report(p->pair, ncclRemoteError, text);
   mpn_comm_set_async(op->comm, res);
-}
-
-/* A buffer that CUDA IPC shares is one cudaMalloc allocation: a message
- * running past its end would make the copy read or write whatever lies
- * beyond (another allocation), so it is refused, as a window is
- * (rma/window.c); nothing moves and the peer is told. */
-static ncclResult_t extent_check(const mpn_op_t* op, const char* name, const mpn_ipc_desc_t* ipc) {
-  if (op->bytes <= ipc->size - ipc->offset) return ncclSuccess; /* (export gives offset <= size) */
-  return mpn_error_set(op->comm, ncclInvalidArgument,
-                       "%s: %s %p + %zu bytes runs past the end of its allocation (%llu bytes from 0x%llx)",
-                       op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
-                       (unsigned long long)ipc->size, (unsigned long long)ipc->base);
-}
-
-/* This side's descriptor; on failure a descriptor that tells the peer to
- * skip.  A memory-pool buffer, which CUDA IPC cannot share, is described by
- * a stage of the same size (used only if this side arrives first). */
-static ncclResult_t describe(plan_t* p, mpn_side_t* d) {
-  const mpn_op_t* op = p->op;
-  memset(d, 0, sizeof(*d));
-  d->proc = mpn_chan_proc_id();
-  d->ptr = (uint64_t)(uintptr_t)op->buf;
-  d->bytes = op->bytes;
-  d->count = op->count;
-  d->dtype = op->dtype;
-  if (p->local) { /* where this side's stream stands (used if it arrives first) */
-    cudaEvent_t ev = NULL;
-    int dev = op->comm->cuda_dev;
-    if (mpn_event_get(dev, &ev) == ncclSuccess && cudaEventRecord(ev, op->stream) == cudaSuccess) {
-      d->event = (uint64_t)(uintptr_t)ev;
-      d->event_dev = dev;
-    } else {
-      cudaGetLastError();
-      mpn_event_put(dev, ev);
-    }
-  }
-  d->launch = p->launch;
-  d->eager = p->eager_ok; /* the inbox needs neither an export nor a stage */
-  d->eager_n = p->eager_n;
-  if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) return ncclSuccess;
-  int pool = 0;
-  const char* name = op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff";
-  ncclResult_t res = mpn_ipc_export(op->buf, name, &d->ipc, &pool);
-  if (res == ncclSuccess && !pool) res = extent_check(op, name, &d->ipc);
-  if (res == ncclSuccess && pool) {
-    res = mpn_stage_get(op->bytes, &p->stage);
-    if (res == ncclSuccess) res = mpn_ipc_export(mpn_stage_ptr(p->stage), "stage", &d->ipc, &pool);
-  }
-  d->exported = res == ncclSuccess ? 1 : -1;
-  return res;
-}
-
-/* Where the peer's buffer is, in this process. */
-static ncclResult_t resolve(plan_t* p, const mpn_side_t* other, void** ptr) {
-  if (other->proc == mpn_chan_proc_id()) {
-    *ptr = (void*)(uintptr_t)other->ptr;
-    return ncclSuccess;
-  }
-  MPN_CHECK(mpn_ipc_import(other->proc, &other->ipc, ptr, &p->ref));
-  p->imported = 1;
-  return ncclSuccess;
 }
 
 /* Finds the message's pair and number (prev: the launch's message before,
@@ -368,7 +308,7 @@ static ncclResult_t plan_post(plan_t* p) {
     comm->p2p->no_slot++;
   }
   mpn_side_t mine;
-  ncclResult_t bad = describe(p, &mine);
+  ncclResult_t bad = mpn_side_describe(p, &mine);
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, op->capture_id, side, &mine, &p->role);
   if (refused != ncclSuccess) {
     /* Its number is spent on this side only: the message numbering with
@@ -398,6 +338,7 @@ static ncclResult_t plan_post(plan_t* p) {
   mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
   mpn_pair_consume(p->pair, p->seq, p->graph);
   p->peer_proc = other.proc;
+  mpn_side_heed(&other);
   p->peer_launch = other.launch;
   if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG) { /* the first side chose a ring: follow it */
     ncclResult_t res = ncclSuccess;
@@ -440,7 +381,7 @@ static ncclResult_t plan_post(plan_t* p) {
     return ncclSuccess;
   }
   void* far;
-  ncclResult_t res = resolve(p, &other, &far);
+  ncclResult_t res = mpn_side_resolve(p, &other, &far);
   if (res != ncclSuccess) {
     report_failed_move(p, res);
     return res;

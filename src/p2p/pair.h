@@ -53,6 +53,9 @@ typedef struct {
   uint64_t eager_n;    /**< eager: the message's number among the pair's eager ones */
   uint64_t launch;     /**< which launch of its process posted it: a second side moves the
                             messages of each of this process's launches in their order (issue.c) */
+  uint64_t in_way_base; /**< with in_way_size: the other side still maps freed allocations of this */
+  uint64_t in_way_size; /**< process overlapping this range (the buffer's allocation), which went to a
+                             stage; it closes them (mpn_ipc_drop_in_way).  0: none */
   mpn_ipc_desc_t ipc;
 } mpn_side_t;
 

@@ -16,6 +16,7 @@
 #include "cuda/driver.h"
 #include "cuda/ipc.h"
 #include "cuda/ipc_closer.h"
+#include "cuda/ipc_held.h"
 #include "run_suite.h"
 
 /* The model's mappings: one per handle, opened as many times as counted. */
@@ -406,6 +407,49 @@ START_TEST(import_over_stale_gives_up) {
 }
 END_TEST
 
+/* What the owner reads from this process's list of held imports
+ * (cuda/ipc_held.h) before it shares a new allocation s1 over a freed q:
+ * q is in the way until its close has returned, which the owner asks for
+ * (mpn_ipc_drop_in_way) and which never waits here.  An import of exactly
+ * s1's range is not in the way and stays; one handed out for copies not
+ * yet issued stays until they are. */
+START_TEST(held_imports_seen_by_owner) {
+  done[0] = 1;
+  mpn_ipc_held_proc_t me = mpn_ipc_held_self();
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), s1 = owner_range(2, base, 8192, 2),
+                 r = owner_range(3, base + 65536, 8192, 3), t = owner_range(4, base + 131072, 4096, 4);
+  import_once(&q, event(0));
+  import_once(&r, event(0));
+  ck_assert_int_eq(mpn_ipc_held_count(), 2);
+  ck_assert_int_eq(mpn_ipc_held_in_way(&me, owner, s1.base, s1.size), 1);
+  ck_assert_int_eq(mpn_ipc_held_in_way(&me, owner, r.base, r.size), 0);       /* r itself */
+  ck_assert_int_eq(mpn_ipc_held_in_way(&me, owner + 1, s1.base, s1.size), 0); /* another owner */
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+  mpn_ipc_drop_in_way(owner, s1.base, s1.size);
+  mpn_ipc_drop_in_way(owner, r.base, r.size); /* exactly r: it stays */
+  ck_assert_int_eq(imports(), 1);
+  ck_assert_int_eq(mpn_ipc_closer_pending(), 1);
+  ck_assert_int_eq(mpn_ipc_held_in_way(&me, owner, s1.base, s1.size), 1); /* until the close returns */
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  ck_assert_int_eq(closed(), 1);
+  ck_assert_int_eq(mpn_ipc_held_in_way(&me, owner, s1.base, s1.size), 0);
+  ck_assert_int_eq(mpn_ipc_held_count(), 1);
+  /* Handed out, copies not yet issued: not closed from under them. */
+  void* pt = NULL;
+  mpn_ipc_ref_t ref;
+  ck_assert_int_eq(mpn_ipc_import(owner, &t, &pt, &ref), ncclSuccess);
+  mpn_ipc_drop_in_way(owner, t.base, 8192);
+  ck_assert_int_eq(mpn_ipc_closer_pending(), 0);
+  mpn_ipc_mark_used(&ref, event(0), 0);
+  mpn_ipc_drop_in_way(owner, t.base, 8192);
+  ck_assert_int_eq(closed(), 2);
+  ck_assert_int_eq(mpn_ipc_held_count(), 1);
+  mpn_ipc_forget(owner, 3, 0);
+  ck_assert_int_eq(open_count(), 0);
+  ck_assert_int_eq(mpn_ipc_held_count(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("ipc_cache");
   TCase* tc = tcase_create("cache");
@@ -420,6 +464,7 @@ int main(void) {
   tcase_add_test(tc, import_in_recycled_mapping_borrows);
   tcase_add_test(tc, import_over_stale_waits_for_its_close);
   tcase_add_test(tc, import_over_stale_gives_up);
+  tcase_add_test(tc, held_imports_seen_by_owner);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/group.h"
 #include "core/param.h"
+#include "cuda/ipc_closer.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
 #ifdef HAVE_UCX
@@ -31,7 +32,22 @@ static int n_live, cap_live;
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t last_serial; /* under live_lock */
 
+/* For the closing thread (cuda/ipc_closer.h): quiet when every live
+ * communicator's streams have passed their last launch's mark.  (Work of
+ * a CUDA graph is not counted: it is its launcher's.) */
+static int comms_quiet(void) {
+  struct ncclComm** comms = NULL;
+  int n = mpn_comm_hold_live(&comms), quiet = 1;
+  for (int i = 0; i < n; i++) {
+    quiet = quiet && mpn_drain_done(comms[i]);
+    mpn_comm_release(comms[i]);
+  }
+  free(comms);
+  return quiet;
+}
+
 static ncclResult_t registry_add(struct ncclComm* comm) {
+  mpn_ipc_closer_set_quiet(comms_quiet);
   pthread_mutex_lock(&live_lock);
   if (n_live == cap_live) {
     int cap = cap_live ? 2 * cap_live : 16;

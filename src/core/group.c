@@ -16,6 +16,7 @@
 #include "core/drain.h"
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/ipc_closer.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
 #include "rma/wingroup.h"
@@ -182,7 +183,9 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     return res;
   }
   /* Streams forked before the engines' checks: a refusal there may tell
-   * peers, a failed fork tells nobody, as nothing is posted yet. */
+   * peers, a failed fork tells nobody, as nothing is posted yet.  No import
+   * is closed meanwhile (cuda/ipc_closer.h). */
+  mpn_ipc_closer_launch_begin();
   mpn_alias_t alias = {0, NULL};
   res = capture_check(lists);
   if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
@@ -199,6 +202,7 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     mpn_drain_end();
     mpn_keep(&res, mpn_alias_join(&alias));
   }
+  mpn_ipc_closer_launch_end();
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) mpn_comm_release(op->comm);
   ops_free(p2p);

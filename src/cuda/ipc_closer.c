@@ -26,7 +26,25 @@ static struct {
   int stop; /* the thread ends (at exit, when idle) */
   pthread_t thread;
   pid_t pid; /* the process whose thread serves the queue; 0: none yet */
+  int hurry; /* threads waiting in mpn_ipc_closer_wait: closes start at once */
 } closer = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER};
+
+/*
+ * Launches hold the gate shared while they enqueue; the closing thread
+ * holds it alone for each close, which it starts only once the process is
+ * quiet (quiet_fn: no launch's work is left on the GPU).  The close then
+ * waits for the application's own work only, which waits for no peer, and
+ * no launch can add work that does meanwhile: a call of another thread
+ * that waits with the close (a stream's creation, bench/ipc_close.cu)
+ * cannot stand in the way of work the close waits for.
+ */
+static pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
+static int (*quiet_fn)(void);
+
+/* How often the closing thread asks whether the process is quiet: each
+ * asking may read words from the device (core/drain.c), which costs a
+ * time-sliced GPU a switch. */
+#define QUIET_POLL_US 20000
 
 static pthread_once_t done_once = PTHREAD_ONCE_INIT;
 
@@ -56,6 +74,31 @@ static void close_one(const mpn_ipc_closing_t* c) {
   mpn_ipc_held_remove(c); /* (after the close: until then the owner's new allocation cannot be mapped here) */
 }
 
+void mpn_ipc_closer_launch_begin(void) { pthread_rwlock_rdlock(&gate); }
+
+void mpn_ipc_closer_launch_end(void) { pthread_rwlock_unlock(&gate); }
+
+void mpn_ipc_closer_set_quiet(int (*quiet)(void)) { __atomic_store_n(&quiet_fn, quiet, __ATOMIC_RELEASE); }
+
+/* Waits until a close may start: returns 1 with the gate held, once no
+ * launch runs and the process is quiet, or 0 at once where nobody said how
+ * to tell (no communicator yet) or a thread waits for closes (an import's
+ * last resort, mpn_ipc_closer_wait, from within a launch). */
+static int close_slot(void) {
+  for (;;) {
+    pthread_mutex_lock(&closer.lock);
+    int hurry = closer.hurry > 0;
+    pthread_mutex_unlock(&closer.lock);
+    int (*quiet)(void) = __atomic_load_n(&quiet_fn, __ATOMIC_ACQUIRE);
+    if (hurry || quiet == NULL) return 0;
+    if (pthread_rwlock_trywrlock(&gate) == 0) {
+      if (quiet()) return 1;
+      pthread_rwlock_unlock(&gate);
+    }
+    usleep(QUIET_POLL_US);
+  }
+}
+
 static void* closer_main(void* arg) {
   (void)arg;
   /* Another thread may be capturing a graph in global mode, which forbids
@@ -69,7 +112,9 @@ static void* closer_main(void* arg) {
     if (closer.n == 0) break;
     mpn_ipc_closing_t c = closer.items[0];
     pthread_mutex_unlock(&closer.lock);
+    int gated = close_slot();
     close_one(&c);
+    if (gated) pthread_rwlock_unlock(&gate);
     pthread_mutex_lock(&closer.lock);
     memmove(&closer.items[0], &closer.items[1], (size_t)(closer.n - 1) * sizeof(closer.items[0]));
     closer.n--;
@@ -158,10 +203,12 @@ int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, c
     until.tv_nsec -= 1000000000L;
   }
   pthread_mutex_lock(&closer.lock);
+  closer.hurry++;
   int rc = 0;
   while (matching(owner, dev, base, size, handle) && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
   int clear = !matching(owner, dev, base, size, handle);
+  closer.hurry--;
   pthread_mutex_unlock(&closer.lock);
   return clear;
 }

@@ -39,6 +39,24 @@ void mpn_ipc_closer_push(const mpn_ipc_closing_t* c);
 int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,
                         int64_t timeout_ms);
 
+/**
+ * A launch (ncclGroupEnd's enqueue of sends, receives and one-sided
+ * operations) holds these around its CUDA calls: the closing thread starts
+ * a close only between launches, and only once the process is quiet (see
+ * mpn_ipc_closer_set_quiet), so that the close waits for no work that
+ * waits for a peer, and no launch adds such work while it runs.
+ */
+void mpn_ipc_closer_launch_begin(void);
+void mpn_ipc_closer_launch_end(void);
+
+/**
+ * How the closing thread tells that the process is quiet: quiet returns 1
+ * when no work of the library's launches is left on the GPU.  Until it is
+ * set, and while a thread waits in mpn_ipc_closer_wait, closes start at
+ * once.
+ */
+void mpn_ipc_closer_set_quiet(int (*quiet)(void));
+
 /** Closes queued or running (for tests and statistics). */
 int mpn_ipc_closer_pending(void);
 

@@ -450,6 +450,35 @@ START_TEST(held_imports_seen_by_owner) {
 }
 END_TEST
 
+/* Closes start only between launches and once the process is quiet
+ * (ipc_closer.h), unless a thread waits for them. */
+static int quiet_now;
+static int test_quiet(void) { return __atomic_load_n(&quiet_now, __ATOMIC_ACQUIRE); }
+
+START_TEST(closes_wait_for_quiet) {
+  done[0] = 1;
+  mpn_ipc_closer_set_quiet(test_quiet);
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), r = owner_range(2, base + 65536, 4096, 2);
+  import_once(&q, event(0));
+  import_once(&r, event(0));
+  mpn_ipc_forget(owner, 1, 0);
+  usleep(100000);
+  ck_assert_int_eq(closes, 0); /* not quiet */
+  mpn_ipc_closer_launch_begin();
+  __atomic_store_n(&quiet_now, 1, __ATOMIC_RELEASE);
+  usleep(100000);
+  ck_assert_int_eq(closes, 0); /* quiet, but a launch runs */
+  mpn_ipc_closer_launch_end();
+  ck_assert_int_eq(closed(), 1);
+  /* A thread waiting for a close does not wait for quiet. */
+  __atomic_store_n(&quiet_now, 0, __ATOMIC_RELEASE);
+  mpn_ipc_forget(owner, 2, 0);
+  ck_assert_int_eq(mpn_ipc_closer_wait(owner, 0, r.base, r.size, NULL, 5000), 1);
+  ck_assert_int_eq(closes, 2);
+  ck_assert_int_eq(open_count(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("ipc_cache");
   TCase* tc = tcase_create("cache");
@@ -465,6 +494,7 @@ int main(void) {
   tcase_add_test(tc, import_over_stale_waits_for_its_close);
   tcase_add_test(tc, import_over_stale_gives_up);
   tcase_add_test(tc, held_imports_seen_by_owner);
+  tcase_add_test(tc, closes_wait_for_quiet);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

@@ -390,8 +390,8 @@ static ncclResult_t issue_chains(plan_t* plans, int n, cudaStream_t s, mpn_memop
  * that no peer waits for a flag this rank never writes (only copies are
  * lost).
  *
- * First half of the plans that use stream s: a memory-pool send buffer goes
- * to its stage; one batch with the "ready" writes (first side), those that
+ * First half of the plans that use stream s: a staged buffer (memory pool,
+ * or in the peer's way: p2p/side.h) goes to its stage; one batch with the "ready" writes (first side), those that
  * must wait for their slot's previous message of another stream last,
  * behind that wait (gated); the eager sends' copies
  * into the inboxes and their "done" writes, which wait for nothing of this
@@ -406,10 +406,14 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (p->stage && p->posted && p->op->stream == s && p->op->kind == MPN_OP_SEND)
-      mpn_keep(&first, mpn_cuda_result(NULL, cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
-                                               cudaMemcpyDeviceToDevice, s),
-                               "copying a send buffer to its stage"));
+    /* (a receive buffer too: a message that moves nothing, refused by the
+     * peer, gives it back as it was from the stage, not the stage's last data) */
+    if (p->stage && p->posted && p->op->stream == s)
+      mpn_keep(&first, mpn_cuda_result(NULL,
+                                       cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
+                                                       cudaMemcpyDeviceToDevice, s),
+                                       p->op->kind == MPN_OP_SEND ? "copying a send buffer to its stage"
+                                                                  : "copying a receive buffer to its stage"));
   }
   for (int pass = 0; pass < 2; pass++) { /* the ungated "ready" writes, then the gates and the gated ones */
     for (int i = 0; pass == 1 && i < n; i++) {

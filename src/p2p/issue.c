@@ -391,7 +391,8 @@ static ncclResult_t issue_chains(plan_t* plans, int n, cudaStream_t s, mpn_memop
  * lost).
  *
  * First half of the plans that use stream s: a staged buffer (memory pool,
- * or in the peer's way: p2p/side.h) goes to its stage; one batch with the "ready" writes (first side), those that
+ * or in the peer's way: p2p/side.h) goes to its stage; one batch with the
+ * "ready" writes (first side), those that
  * must wait for their slot's previous message of another stream last,
  * behind that wait (gated); the eager sends' copies
  * into the inboxes and their "done" writes, which wait for nothing of this

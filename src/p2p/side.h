@@ -6,6 +6,8 @@
 #ifndef MPN_P2P_SIDE_H_
 #define MPN_P2P_SIDE_H_
 
+#include <stdint.h>
+
 #include "nccl.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
@@ -25,5 +27,8 @@ ncclResult_t mpn_side_resolve(plan_t* p, const mpn_side_t* other, void** ptr);
 
 /** Does what the peer's descriptor asks of this process: closes the imports in the way of its new allocation. */
 void mpn_side_heed(const mpn_side_t* other);
+
+/** Messages this process described by a stage because the peer still mapped a freed allocation in the way (tests). */
+uint64_t mpn_side_staged(void);
 
 #endif /* MPN_P2P_SIDE_H_ */

@@ -1044,5 +1044,6 @@ int main(int argc, char** argv) {
   STEP(sender_gone_loop());
   STEP(mismatch());
   STEP(short_buffer());
+  STEP(in_the_way());
   return harness_finish();
 }

@@ -31,5 +31,7 @@ void push_own(void);
 void group_limit(void);
 /** A buffer shorter than its message, shared through CUDA IPC, is refused. */
 void short_buffer(void);
+/** A new buffer over a freed one the peer still maps goes through a stage. */
+void in_the_way(void);
 
 #endif /* MPN_TESTS_GPU_TEST_P2P_H_ */

@@ -83,12 +83,14 @@ void mpn_ipc_closer_set_quiet(int (*quiet)(void)) { __atomic_store_n(&quiet_fn, 
 /* Waits until a close may start: returns 1 with the gate held, once no
  * launch runs and the process is quiet, or 0 at once where nobody said how
  * to tell (no communicator yet) or a thread waits for closes (an import's
- * last resort, mpn_ipc_closer_wait, from within a launch). */
+ * last resort, mpn_ipc_closer_wait, from within a launch); -1 when the
+ * process exits (what is left goes with it). */
 static int close_slot(void) {
   for (;;) {
     pthread_mutex_lock(&closer.lock);
-    int hurry = closer.hurry > 0;
+    int hurry = closer.hurry > 0, stop = closer.stop;
     pthread_mutex_unlock(&closer.lock);
+    if (stop) return -1;
     int (*quiet)(void) = __atomic_load_n(&quiet_fn, __ATOMIC_ACQUIRE);
     if (hurry || quiet == NULL) return 0;
     if (pthread_rwlock_trywrlock(&gate) == 0) {
@@ -113,6 +115,10 @@ static void* closer_main(void* arg) {
     mpn_ipc_closing_t c = closer.items[0];
     pthread_mutex_unlock(&closer.lock);
     int gated = close_slot();
+    if (gated < 0) {
+      pthread_mutex_lock(&closer.lock);
+      break;
+    }
     close_one(&c);
     if (gated) pthread_rwlock_unlock(&gate);
     pthread_mutex_lock(&closer.lock);
@@ -125,11 +131,13 @@ static void* closer_main(void* arg) {
 }
 
 /* At exit, an idle thread is ended and joined; one still in a close (which
- * waits for GPU work that may never end) is left to the process's end. */
+ * waits for GPU work that may never end) is left to the process's end, and
+ * one waiting for the process to be quiet starts no more closes (CUDA is
+ * being torn down). */
 __attribute__((destructor)) static void closer_stop(void) {
   pthread_mutex_lock(&closer.lock);
-  int idle = closer.pid == getpid() && closer.n == 0;
-  if (idle) {
+  int ours = closer.pid == getpid(), idle = ours && closer.n == 0;
+  if (ours) {
     closer.stop = 1;
     pthread_cond_signal(&closer.work);
   }

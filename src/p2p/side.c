@@ -27,20 +27,21 @@ static ncclResult_t extent_check(const mpn_op_t* op, const char* name, const mpn
                        (unsigned long long)ipc->size, (unsigned long long)ipc->base);
 }
 
+static uint64_t staged_in_way; /* (mpn_side_staged) */
+
 /* Whether the peer still maps a freed allocation of this process that
  * overlaps the new one d describes: it could not map d's until it closed
  * that import, and its close waits for all of its device work, which may
  * wait for this host (docs/P2P.md, known problem 17). */
-static uint64_t staged_in_way; /* (mpn_side_staged) */
-
 static int in_way(const mpn_op_t* op, const mpn_ipc_desc_t* d) {
   const mpn_rank_info_t* r = &op->comm->topo.ranks[op->peer];
   mpn_ipc_held_proc_t peer = {.pidns = r->pidns, .start_time = r->start_time, .pid = r->pid};
   int way = mpn_ipc_held_in_way(&peer, mpn_chan_proc_id(), d->base, d->size);
-  if (way) __atomic_add_fetch(&staged_in_way, 1, __ATOMIC_RELAXED);
-  if (way)
+  if (way) {
+    __atomic_add_fetch(&staged_in_way, 1, __ATOMIC_RELAXED);
     MPN_TRACE(MPN_SUBSYS_P2P, "rank %d still maps a freed allocation overlapping [%llx, +%llu): staged", op->peer,
               (unsigned long long)d->base, (unsigned long long)d->size);
+  }
   return way;
 }
 

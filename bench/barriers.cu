@@ -26,6 +26,15 @@
  *            waiting with a 32-bit wait on its half (a layout mpinccl's
  *            signals could take: counts of one source per target, compared
  *            cyclically)
+ *   dissem   a dissemination barrier: in round j (of ceil(log2(ranks))),
+ *            every rank writes round j's word in the region of rank
+ *            me + 2^j and waits for its own round-j word, which only rank
+ *            me - 2^j writes; one write and one wait a round
+ *   dis+pair the per-pair writes first (the counts the API's signals
+ *            need), then dissem's rounds, which alone are waited for: the
+ *            shape the library's barrier could take if it recognized one
+ *            (a wait for round j's word orders after the writer's earlier
+ *            writes, which the writes' memory barriers publish first)
  * Words are 64-bit counts in device memory mapped through CUDA IPC (proxy:
  * host memory registered with CUDA), waited for with GEQ.  Reported: time
  * per barrier (the slowest rank's loop / barriers, best of 3 loops).
@@ -51,10 +60,14 @@
 
 namespace {
 
-enum { STRIDE = 64, MOST_RANKS = 64, RELEASE = MOST_RANKS, WORDS = MOST_RANKS + 1, HOST_BYTES = 8192 };
+/* words of a region: one per source rank, the release word, one per dissemination round */
+enum { STRIDE = 64, MOST_RANKS = 64, RELEASE = MOST_RANKS, ROUND0 = MOST_RANKS + 1, MOST_ROUNDS = 6 };
+enum { WORDS = ROUND0 + MOST_ROUNDS, HOST_BYTES = 8192 };
 static_assert(STRIDE * WORDS <= HOST_BYTES, "the shared host words fit their mapping");
-enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SPREAD, PACKED, SHAPES };
-const char* const shape_name[SHAPES] = {"flags", "per-pair", "own-word", "central", "proxy", "spread", "packed"};
+static_assert(1 << MOST_ROUNDS >= MOST_RANKS, "rounds enough for the most ranks");
+enum { FLAGS, PER_PAIR, OWN_WORD, CENTRAL, PROXY, SPREAD, PACKED, DISSEM, DISSEM_PAIRS, SHAPES };
+const char* const shape_name[SHAPES] = {"flags",  "per-pair", "own-word", "central", "proxy",
+                                        "spread", "packed",   "dissem",   "dis+pair"};
 /* packed: the words after the STRIDE-spaced ones, 8 bytes apart, one per two targets */
 enum { PACKED_OFF = STRIDE * WORDS, REGION_BYTES = PACKED_OFF + 8 * (MOST_RANKS / 2) };
 enum { SPREAD_BYTES = 2 << 20, SPREAD_OFFSET = 20480 };
@@ -111,6 +124,19 @@ void add(ctx_t* c, CUdeviceptr addr, uint64_t value, int wait) {
   }
 }
 
+/* dissem's rounds: round j's word in the region of rank me + 2^j, then the wait for ours. */
+int rounds() {
+  int j = 0;
+  while ((1 << j) < nranks) j++;
+  return j;
+}
+void dissemination(ctx_t* c, uint64_t k) {
+  for (int j = 0; j < rounds(); j++) {
+    add(c, word(c, (me + (1 << j)) % nranks, ROUND0 + j), k, 0);
+    add(c, word(c, me, ROUND0 + j), k, 1);
+  }
+}
+
 /* Barrier number k of a shape, on this rank's stream. */
 void barrier(ctx_t* c, int shape, uint64_t k) {
   c->nops = 0;
@@ -154,6 +180,12 @@ void barrier(ctx_t* c, int shape, uint64_t k) {
       for (int t = 0; t < nranks; t += 2) add(c, packed_half(c, me, t), (k & 0xffffffffu) * 0x100000001ull, 0);
       for (int r = 0; r < nranks; r++)
         if (r != me) add(c, packed_half(c, r, me), k, 32);
+      break;
+    case DISSEM: dissemination(c, k); break;
+    case DISSEM_PAIRS:
+      for (int r = 0; r < nranks; r++)
+        if (r != me) add(c, word(c, r, me), k, 0);
+      dissemination(c, k);
       break;
   }
   if (c->batch((CUstream)c->stream, (unsigned)c->nops, c->ops, 0) != CUDA_SUCCESS) {
@@ -308,7 +340,11 @@ int main(int argc, char** argv) {
     printf("# %d ranks on GPU 0, MPS %s, %d barriers a loop, best of 3 loops\n", nranks, mps ? "on" : "off", iters);
     printf("# shape      writes/rank   us/barrier   vs flags\n");
     for (int s = 0; s < SHAPES; s++) {
-      const char* writes = s == PER_PAIR || s == SPREAD ? "ranks - 1" : s == PACKED ? "ranks / 2" : "1";
+      const char* writes = s == PER_PAIR || s == SPREAD ? "ranks - 1"
+                           : s == PACKED                ? "ranks / 2"
+                           : s == DISSEM                ? "log2 ranks"
+                           : s == DISSEM_PAIRS          ? "ranks-1+log2"
+                                                        : "1";
       printf("  %-10s %-12s %10.2f %10.2f\n", shape_name[s], writes, us[s], us[s] / us[FLAGS]);
     }
   }

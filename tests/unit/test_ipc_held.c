@@ -131,6 +131,28 @@ START_TEST(unpublished_holds_nothing) {
 }
 END_TEST
 
+/* A list caught in the middle of a change for too long (its writer
+ * stopped there, say) counts as holding every range. */
+START_TEST(stuck_writer_assumes_the_worst) {
+  mpn_ipc_held_publish();
+  mpn_ipc_held_proc_t me = mpn_ipc_held_self();
+  char name[96];
+  mpn_ipc_held_name(&me, name, sizeof(name));
+  int fd = shm_open(name, O_RDWR, 0);
+  ck_assert_int_ge(fd, 0);
+  /* (the sequence word opens the file: src/cuda/ipc_held.c) */
+  uint64_t* seq = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ck_assert(seq != MAP_FAILED);
+  ck_assert_int_eq(in_way(OTHER, 0x5000, 0x1000), 0);
+  __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE); /* odd: being changed */
+  ck_assert_int_eq(in_way(OTHER, 0x5000, 0x1000), 1);
+  __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(in_way(OTHER, 0x5000, 0x1000), 0);
+  munmap(seq, sizeof(uint64_t));
+}
+END_TEST
+
 /* A child publishes and exits (its file goes), or is killed (its file
  * stays until a sweep). */
 static mpn_ipc_held_proc_t child_publishes(int killed) {
@@ -191,6 +213,7 @@ int main(void) {
   tcase_add_test(tc, overflow_assumes_the_worst);
   tcase_add_test(tc, read_by_another_process);
   tcase_add_test(tc, unpublished_holds_nothing);
+  tcase_add_test(tc, stuck_writer_assumes_the_worst);
   tcase_add_test(tc, gone_at_exit);
   tcase_add_test(tc, swept_after_kill);
   suite_add_tcase(s, tc);

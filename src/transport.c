@@ -110,6 +110,7 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
   uint8_t* kinds = calloc((size_t)comm->nranks, 1);
   if (kinds == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
   const mpn_rank_info_t* me = &t->ranks[comm->rank];
+  int ipc = 0;
   for (int peer = 0; peer < comm->nranks; peer++) {
     const mpn_rank_info_t* p = &t->ranks[peer];
     mpn_transport_kind_t k;
@@ -131,10 +132,11 @@ ncclResult_t mpn_transport_choose(struct ncclComm* comm) {
                            me->cuda_dev >= 0 ? me->pci_bus : "none");
     }
     kinds[peer] = (uint8_t)k;
-    /* Peers read which imports this process holds before they share a new
-     * allocation with it (cuda/ipc_held.h): published before its first one. */
-    if (k == MPN_TRANSPORT_IPC) mpn_ipc_held_publish();
+    ipc |= k == MPN_TRANSPORT_IPC;
   }
+  /* Peers read which imports this process holds before they share a new
+   * allocation with it (cuda/ipc_held.h): published before its first one. */
+  if (ipc) mpn_ipc_held_publish();
   free(comm->transport);
   comm->transport = kinds;
   MPN_CHECK(transport_enable_peers(comm));

@@ -184,12 +184,12 @@ static void close_mapping(void* mapping, const char* why) {
  * those opened through the same handle (the driver recycles the memory of a
  * freed allocation, handle and all, while this process still maps it).  The
  * owner freed them.  Their mappings are closed, with every entry that
- * borrowed one.  dev < 0: on every device.
+ * borrowed one.
  */
 static void drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
-    if (e->owner != owner || (dev >= 0 && e->dev != dev)) continue;
+    if (e->owner != owner || e->dev != dev) continue;
     int overlaps = mpn_ipc_ranges_overlap(e->owner_base, e->size, desc->base, desc->size);
     if (!overlaps && memcmp(&e->handle, &desc->handle, sizeof(desc->handle)) != 0) continue;
     close_mapping(e->mapping, "stale");

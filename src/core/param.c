@@ -47,6 +47,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "communicator and releases the streams waiting for it. The same "
                             "thread takes in the news of destroyed CUDA graphs, whose graph "
                             "slots then serve again. 0 disables."},
+    [MPN_PARAM_CHECK_BUFFERS] = {"MPINCCL_CHECK_BUFFERS", MPN_PARAM_INT, "1", NULL, 0, 1,
+                                 "1: every send and receive looks its buffer up (one CUDA driver query) and refuses, "
+                                 "with ncclInvalidArgument, one that runs past the end of its allocation or that the "
+                                 "GPU cannot reach (pageable host memory), instead of copying past it or faulting; "
+                                 "0: only buffers shared through CUDA IPC are checked (their export looks them up "
+                                 "anyway), as NCCL checks none. A one-sided put always checks its source."},
     [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "4194304", NULL, 0, 1 << 30,
                                "Between processes whose kernels run at the same time (MPS, or "
                                "one process per GPU), a stream's flag writes and waits of one "

@@ -169,6 +169,22 @@ static void report_failed_move(plan_t* p, ncclResult_t res) {
   mpn_comm_set_async(op->comm, res);
 }
 
+/* Whether either side refused its buffer, so that nothing moves; says so
+ * on both sides (bad: this side's refusal, other: the peer's side). */
+static int buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other) {
+  if (other->exported < 0) {               /* the peer could not use its buffer (and was told so) */
+    if (other->proc != mpn_chan_proc_id()) /* (else the text of this process names the buffer already) */
+      mpn_error_set(p->op->comm, ncclInvalidUsage,
+                    "message %llu with rank %d: the peer refused its buffer (shorter than the message, not memory "
+                    "the GPU reaches, or one CUDA IPC cannot share with this process: its ncclGetLastError says "
+                    "which); nothing moved",
+                    (unsigned long long)p->seq, p->op->peer);
+    mpn_comm_set_async(p->op->comm, ncclInvalidUsage);
+  }
+  if (bad != ncclSuccess) report_failed_move(p, bad); /* own buffer unusable: the peer's message completes empty */
+  return other->exported < 0 || bad != ncclSuccess;
+}
+
 /* Finds the message's pair and number (prev: the launch's message before,
  * whose stream's id holds for the same stream). */
 static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
@@ -324,8 +340,8 @@ static ncclResult_t plan_post(plan_t* p) {
   if (refused != ncclSuccess) return refused;
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
-    if (mine.eager) {
-      eager_plan(p, mine.eager, op->bytes);
+    if (mine.eager) { /* a refused buffer moves nothing; the send's size word 0 keeps the receiver from copying */
+      eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
       eager_counts[mine.eager - 1]++;
       comm->p2p->eager[mine.eager - 1]++;
     }
@@ -351,31 +367,22 @@ static ncclResult_t plan_post(plan_t* p) {
       mpn_comm_set_async(comm, res);
     }
     p->eager_n = other.eager_n;
-    int same = res == ncclSuccess && other.count == mine.count && other.dtype == mine.dtype;
-    if (res == ncclSuccess && !same) report_mismatch(p, &mine, &other); /* and nothing moves */
+    int same = res == ncclSuccess && !buffer_refused(p, bad, &other);
+    if (same && (other.count != mine.count || other.dtype != mine.dtype)) {
+      report_mismatch(p, &mine, &other); /* and nothing moves */
+      same = 0;
+    }
     eager_plan(p, other.eager, same ? op->bytes : 0);
     *count = p->eager_n + 1;
     comm->p2p->eager[other.eager - 1]++;
-    return res;
+    return res != ncclSuccess ? res : bad;
   }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */
     mpn_event_put(mine.event_dev, (cudaEvent_t)(uintptr_t)mine.event);
     p->ev = (cudaEvent_t)(uintptr_t)other.event;
     p->ev_dev = other.event_dev;
   }
-  if (other.exported < 0) {
-    /* The peer could not share its buffer (and was told so): nothing moves. */
-    mpn_error_set(comm, ncclInvalidUsage,
-                  "message %llu with rank %d: the peer refused its buffer (one CUDA IPC cannot share with this "
-                  "process, or shorter than the message: its ncclGetLastError says which); nothing moved",
-                  (unsigned long long)p->seq, op->peer);
-    mpn_comm_set_async(comm, ncclInvalidUsage);
-  }
-  if (bad != ncclSuccess) { /* own buffer unusable: the peer's message completes empty */
-    report_failed_move(p, bad);
-    return bad;
-  }
-  if (other.exported < 0) return ncclSuccess;
+  if (buffer_refused(p, bad, &other)) return bad;
   if (other.count != mine.count || other.dtype != mine.dtype) {
     report_mismatch(p, &mine, &other);
     return ncclSuccess;

@@ -11,6 +11,8 @@
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/error.h"
+#include "core/param.h"
+#include "cuda/buffer.h"
 #include "cuda/event.h"
 #include "cuda/ipc_held.h"
 #include "transport.h"
@@ -67,9 +69,18 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
   d->launch = p->launch;
   d->eager = p->eager_ok; /* the inbox needs neither an export nor a stage */
   d->eager_n = p->eager_n;
-  if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) return ncclSuccess;
-  int pool = 0;
   const char* name = op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff";
+  if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) {
+    /* No export looks the buffer up here: the copy (into or out of the
+     * inbox, or between buffers of this process) would run past it. */
+    ncclResult_t res = ncclSuccess;
+    if (mpn_param_int(MPN_PARAM_CHECK_BUFFERS))
+      res = mpn_cuda_buffer_check(op->comm, op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
+                                  op->capturing);
+    d->exported = res == ncclSuccess ? 0 : -1;
+    return res;
+  }
+  int pool = 0;
   ncclResult_t res = mpn_ipc_export(op->buf, name, &d->ipc, &pool);
   if (res == ncclSuccess && !pool) res = extent_check(op, name, &d->ipc);
   if (res == ncclSuccess && !pool && in_way(op, &d->ipc)) {

@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/buffer.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
 #include "rma/rma.h"
@@ -77,18 +78,8 @@ static ncclResult_t op_check(const mpn_op_t* op) {
                       "%s: peerWinOffset %zu + %zu bytes runs past the end of rank %d's window "
                       "(%llu bytes)",
                       fn, op->offset, op->bytes, op->peer, (unsigned long long)size);
-  if (op->bytes > 0) { /* device, managed, or pinned host memory the GPU reaches at that address */
-    struct cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, op->buf) != cudaSuccess ||
-        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged &&
-         (attr.type != cudaMemoryTypeHost || attr.devicePointer != op->buf))) {
-      cudaGetLastError();
-      return MPN_REFUSE(comm, ncclInvalidArgument,
-                        "%s: localbuff %p is neither device memory nor pinned host memory the "
-                        "GPU can reach at that address",
-                        fn, op->buf);
-    }
-  }
+  /* device, managed, or pinned host memory the GPU reaches at that address, as long as the put */
+  MPN_CHECK(mpn_cuda_buffer_check(comm, fn, "localbuff", op->buf, op->bytes, op->capturing));
   return ucx_check(op);
 }
 

@@ -1044,6 +1044,7 @@ int main(int argc, char** argv) {
   STEP(sender_gone_loop());
   STEP(mismatch());
   STEP(short_buffer());
+  STEP(short_here());
   STEP(in_the_way());
   return harness_finish();
 }

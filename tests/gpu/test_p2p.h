@@ -29,8 +29,10 @@ void grid_copies(void);
 void push_own(void);
 /** More than 512 messages per peer and direction in one group are refused. */
 void group_limit(void);
-/** A buffer shorter than its message, shared through CUDA IPC, is refused. */
+/** A buffer shorter than its message, to another process, is refused. */
 void short_buffer(void);
+/** The same within this process, and pageable host memory. */
+void short_here(void);
 /** A new buffer over a freed one the peer still maps goes through a stage. */
 void in_the_way(void);
 

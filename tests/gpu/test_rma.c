@@ -116,6 +116,11 @@ static void refusals(void) {
   EXPECT_ERR(ncclPutSignal(src, 8, ncclInt8, peer, w, 0, 0, 1, 0, comm, stream), ncclInvalidArgument, "ctx 1");
   EXPECT_ERR(ncclPutSignal(src, 16, ncclInt8, peer, w, (1 << 16) - 8, 0, 0, 0, comm, stream),
              ncclInvalidArgument, "runs past the end");
+  char* small = NULL; /* a source shorter than the put: the copy would read past it */
+  EXPECT(cudaMalloc((void**)&small, 4096) == cudaSuccess);
+  EXPECT_ERR(ncclPutSignal(small, 8192, ncclInt8, peer, w, 0, 0, 0, 0, comm, stream), ncclInvalidArgument, "localbuff");
+  EXPECT(strstr(ncclGetLastError(comm), "runs past the end of its allocation") != NULL);
+  cudaFree(small);
   EXPECT_ERR(ncclSignal(peer, 2, 0, 0, comm, stream), ncclInvalidArgument, "sigIdx 2");
   ncclWaitSignalDesc_t d = {1, peer, 0, 0};
   EXPECT_ERR(ncclWaitSignal(0, &d, comm, stream), ncclInvalidArgument, "nDesc 0");

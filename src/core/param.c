@@ -52,7 +52,7 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "with ncclInvalidArgument, one that runs past the end of its allocation or that the "
                                  "GPU cannot reach (pageable host memory), instead of copying past it or faulting; "
                                  "0: only buffers shared through CUDA IPC are checked (their export looks them up "
-                                 "anyway), as NCCL checks none. A one-sided put always checks its source."},
+                                 "anyway), as NCCL checks none by default. A one-sided put always checks its source."},
     [MPN_PARAM_KERNEL_SYNC] = {"MPINCCL_KERNEL_SYNC", MPN_PARAM_INT, "4194304", NULL, 0, 1 << 30,
                                "Between processes whose kernels run at the same time (MPS, or "
                                "one process per GPU), a stream's flag writes and waits of one "

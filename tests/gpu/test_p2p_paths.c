@@ -614,6 +614,8 @@ static void pageable_send(void) {
   EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, 0, self, stream));
   ncclResult_t res = ncclGroupEnd();
   EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  if (rank == 0)
+    fprintf(stderr, "pageable_send: %s\n", res == ncclSuccess ? "moved (CUDA says the GPU reaches it)" : "refused");
   if (res == ncclSuccess) { /* the GPU reaches pageable memory here */
     char* back = malloc(BYTES);
     EXPECT(back && cudaMemcpy(back, r, BYTES, cudaMemcpyDeviceToHost) == cudaSuccess);

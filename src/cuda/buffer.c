@@ -34,7 +34,7 @@ static int from_pool(const mpn_driver_t* drv, const void* ptr) {
 }
 
 ncclResult_t mpn_cuda_buffer_check(struct ncclComm* comm, const char* fn, const char* name, const void* ptr,
-                                   size_t bytes, int capturing) {
+                                   size_t bytes, int flags) {
   if (bytes == 0) return ncclSuccess;
   const mpn_driver_t* drv;
   MPN_CHECK(mpn_driver_get(&drv));
@@ -47,7 +47,7 @@ ncclResult_t mpn_cuda_buffer_check(struct ncclComm* comm, const char* fn, const 
                       "%s: %s %p + %zu bytes runs past the end of its allocation (%zu bytes from 0x%llx)", fn, name,
                       ptr, bytes, size, (unsigned long long)base);
   }
-  if (host_reachable(drv, ptr) || capturing) return ncclSuccess;
+  if ((flags & (MPN_BUFFER_CAPTURING | MPN_BUFFER_HOST_OK)) || host_reachable(drv, ptr)) return ncclSuccess;
   return MPN_REFUSE(comm, ncclInvalidArgument,
                     "%s: %s %p is neither device memory nor pinned host memory the GPU can reach at that "
                     "address",

@@ -12,18 +12,25 @@
 
 struct ncclComm;
 
+/** mpn_cuda_buffer_check's flags. */
+enum {
+  MPN_BUFFER_CAPTURING = 1, /**< the call's stream captures a CUDA graph, whose own allocations CUDA may not
+                                 know yet: such a pointer passes */
+  MPN_BUFFER_HOST_OK = 2    /**< memory CUDA does not know (pageable host memory) passes: the path copies it
+                                 with cudaMemcpyAsync (staging for UCX), not with our kernels */
+};
+
 /**
- * Checks that ptr names device, managed or pinned host memory that the GPU
- * reaches at that address, and that ptr + bytes stays inside its
- * allocation.  fn and name word the refusal ("ncclSend: sendbuff 0x... +
- * N bytes runs past the end of its allocation (...)"); capturing: the
- * call's stream is capturing a CUDA graph, whose own allocations CUDA may
- * not know yet (such a pointer passes).  Memory-pool allocations are
- * checked for reach only where the range CUDA reports is shorter than the
- * message.  One driver query on the common path, none when bytes is 0.
+ * Checks that ptr + bytes stays inside the allocation CUDA knows ptr in,
+ * and that ptr is device, managed or pinned host memory the GPU reaches at
+ * that address (unless flags has MPN_BUFFER_HOST_OK).  fn and name word
+ * the refusal ("ncclSend: sendbuff 0x... + N bytes runs past the end of its
+ * allocation (...)").  Memory-pool allocations are not judged by a range
+ * shorter than the message (it may be the pool's mapping, not the
+ * allocation).  One driver query on the common path, none when bytes is 0.
  * Returns ncclInvalidArgument with the text set on comm.
  */
 ncclResult_t mpn_cuda_buffer_check(struct ncclComm* comm, const char* fn, const char* name, const void* ptr,
-                                   size_t bytes, int capturing);
+                                   size_t bytes, int flags);
 
 #endif /* MPN_CUDA_BUFFER_H_ */

@@ -31,6 +31,7 @@
 #include "core/drain.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/buffer.h"
 #include "cuda/device.h"
 #include "cuda/driver.h"
 #include "cuda/event.h"
@@ -407,6 +408,11 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
     return mpn_error_set(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
   if (comm->transport[op->peer] == MPN_TRANSPORT_UCX) {
 #ifdef HAVE_UCX
+    /* Refused before anything of the group is enqueued (the peer's side is
+     * not told: its matching call waits, as for any refused argument). */
+    if (mpn_param_int(MPN_PARAM_CHECK_BUFFERS))
+      MPN_CHECK(mpn_cuda_buffer_check(comm, fn, op->kind == MPN_OP_SEND ? "sendbuff" : "recvbuff", op->buf, op->bytes,
+                                      MPN_BUFFER_HOST_OK | (op->capturing ? MPN_BUFFER_CAPTURING : 0)));
     return mpn_ucx_staged_check(op);
 #else
     return mpn_error_set(comm, ncclInvalidUsage,

@@ -79,7 +79,7 @@ static ncclResult_t op_check(const mpn_op_t* op) {
                       "(%llu bytes)",
                       fn, op->offset, op->bytes, op->peer, (unsigned long long)size);
   /* device, managed, or pinned host memory the GPU reaches at that address, as long as the put */
-  MPN_CHECK(mpn_cuda_buffer_check(comm, fn, "localbuff", op->buf, op->bytes, op->capturing));
+  MPN_CHECK(mpn_cuda_buffer_check(comm, fn, "localbuff", op->buf, op->bytes, op->capturing ? MPN_BUFFER_CAPTURING : 0));
   return ucx_check(op);
 }
 

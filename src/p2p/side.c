@@ -76,7 +76,7 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
     ncclResult_t res = ncclSuccess;
     if (mpn_param_int(MPN_PARAM_CHECK_BUFFERS))
       res = mpn_cuda_buffer_check(op->comm, op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
-                                  op->capturing);
+                                  op->capturing ? MPN_BUFFER_CAPTURING : 0);
     d->exported = res == ncclSuccess ? 0 : -1;
     return res;
   }

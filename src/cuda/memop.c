@@ -46,6 +46,10 @@ ncclResult_t mpn_memops_flush(mpn_memops_t* b) {
 }
 
 ncclResult_t mpn_memops_add(mpn_memops_t* b, CUdeviceptr addr, uint64_t value, int kind) {
+  if (kind == MPN_MEMOP_WAIT_EQ_CLEAR) {
+    MPN_CHECK(mpn_memops_add(b, addr, value, MPN_MEMOP_WAIT_EQ));
+    return mpn_memops_add(b, addr, 0, MPN_MEMOP_WRITE);
+  }
   CUstreamBatchMemOpParams* op = &b->ops[b->n++];
   memset(op, 0, sizeof(*op));
   if (kind != MPN_MEMOP_WRITE) {

@@ -36,12 +36,16 @@ __device__ void flag_write(const mpn_sync_flag_t& f) {
   *(volatile unsigned long long*)f.addr = f.value;
 }
 
+// A wait that clears its flag (a captured message's) is polled by one block
+// only: tables that hold one run as a grid of one block (issue.c).
 __device__ void flag_wait(const mpn_sync_flag_t& f) {
   volatile unsigned long long* p = (volatile unsigned long long*)f.addr;
-  if (f.kind == MPN_MEMOP_WAIT_EQ)
-    while (*p != f.value) __nanosleep(100);
-  else
+  if (f.kind == MPN_MEMOP_WAIT_GEQ) {
     while (*p < f.value) __nanosleep(100);
+    return;
+  }
+  while (*p != f.value) __nanosleep(100);
+  if (f.kind == MPN_MEMOP_WAIT_EQ_CLEAR) *p = 0;
 }
 
 __host__ __device__ inline size_t chunks_of(const mpn_copy_t& c) {
@@ -247,6 +251,8 @@ extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, int early, cudaStrea
     flags += s->nwait[r] + s->nlast[r];
     copies += s->ncopy[r];
   }
+  for (int i = 0; i < flags && i < MPN_SYNC_FLAGS && s->grid.blocks > 1; i++)
+    bad |= s->flags[i].kind == MPN_MEMOP_WAIT_EQ_CLEAR; /* (polled by every block: the first would clear it) */
   bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS ||
          (s->grid.blocks > 1 && (!s->grid.counter || !s->grid.done || !s->grid.epoch));
   if (bad || flags > MPN_SYNC_FLAGS || copies > MPN_SYNC_COPIES) return cudaErrorInvalidValue;

@@ -26,7 +26,7 @@ extern "C" {
 typedef struct {
   uint64_t addr; /* device address of the 64-bit flag */
   uint64_t value;
-  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ or MPN_MEMOP_WAIT_EQ */
+  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ or _WAIT_EQ_CLEAR (one block only) */
   uint32_t pad;
 } mpn_sync_flag_t;
 
@@ -91,6 +91,7 @@ typedef struct {
                                             mark_value once all else is done (a finalize's mark,
                                             core/drain.h), or 0 */
   uint64_t mark_value;
+  int captured; /* the stream is capturing a CUDA graph: an ordinary launch, never an early one */
 } mpn_sync_t;
 
 /** An empty table. */
@@ -102,6 +103,7 @@ static inline void mpn_sync_init(mpn_sync_t* k) {
   k->grid.counter = k->grid.done = k->grid.epoch = 0;
   k->grid.dev = 0;
   k->mark = k->mark_value = 0;
+  k->captured = 0;
 }
 
 /** Flags in the table so far. */

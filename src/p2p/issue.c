@@ -553,6 +553,11 @@ static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
     return 1;
   }
   if (done < 0) return 0;
+  if (p->graph) { /* 0 -> 1 -> 0 on every replay, as plan_flag's; the waiter clears */
+    kind = kind == MPN_MEMOP_WRITE ? MPN_MEMOP_WRITE : MPN_MEMOP_WAIT_EQ_CLEAR;
+    *f = (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 1, done), 1, (uint32_t)kind, 0};
+    return 1;
+  }
   *f = (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 0, done), p->seq, (uint32_t)kind, 0};
   return 1;
 }
@@ -571,13 +576,15 @@ typedef struct {
   int ok;                 /* every message of the stream may be polled for by a kernel */
   int flags, copies, waits, eager;
   size_t bytes;
+  int graph; /* captured: a kernel of one block (its waits clear their flags) */
 } sync_count_t;
 
 static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
-  sync_count_t c = {1, 0, 0, 0, 0, 0};
+  sync_count_t c = {1, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
+    c.graph |= p->graph;
     if (!p->spin || p->stage || (half0 == 0 && (gated(p) || p->step > 0))) c.ok = 0; /* issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
@@ -599,10 +606,10 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
  * before the kernel had several blocks). */
 #define ONE_BLOCK_BYTES ((size_t)524288)
 
-/* Whether c fits a kernel; grid: of several blocks. */
+/* Whether c fits a kernel; grid: of several blocks (never for a capture). */
 static int sync_fits(const sync_count_t* c, int grid) {
   size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
-  if (!grid && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
+  if ((!grid || c->graph) && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
   return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES && c->bytes <= most;
 }
 
@@ -642,9 +649,10 @@ static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
   return 1;
 }
 
-/* Gives k the blocks its copies call for (mpn_sync_grid_take) unless one of
- * stream s's messages is captured in a CUDA graph (today captured messages
- * never take the kernel, plan.spin). */
+/* Gives k the blocks its copies call for (mpn_sync_grid_take) unless
+ * stream s's messages are captured in a CUDA graph: the grid's counters
+ * would not be reset between replays, and a captured message's waits clear
+ * their flags, which one block must poll. */
 static void grid_take(const plan_t* plans, int n, cudaStream_t s, mpn_sync_t* k) {
   const struct ncclComm* comm = NULL;
   for (int i = 0; i < n; i++) {
@@ -675,6 +683,8 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cu
     return ncclSuccess;
   }
   if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
+  for (int i = 0; i < n; i++) /* a captured kernel is never launched early */
+    k.captured |= plans[i].posted && plans[i].op->stream == s && plans[i].graph;
   if (grid) grid_take(plans, n, s, &k);
   ncclResult_t res = mpn_drain_sync_issue(drv, &k, s, 0, ends);
   if (half0 == 0) mark_imports_used(plans, n, s); /* an event record only: no memory of the comm */

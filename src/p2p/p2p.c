@@ -216,8 +216,7 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   const mpn_topo_t* t = &op->comm->topo;
   mpn_transport_kind_t kind = op->comm->transport[op->peer];
   p->local = !p->graph && mpn_transport_by_events(op->comm, op->peer);
-  p->spin = !p->graph && !p->local && kind == MPN_TRANSPORT_IPC &&
-            mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
+  p->spin = !p->local && kind == MPN_TRANSPORT_IPC && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
   /* Where both processes' kernels run at once (MPS, or processes on
    * different GPUs); on a time-sliced GPU only in launches with several of

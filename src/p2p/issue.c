@@ -606,17 +606,22 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
  * before the kernel had several blocks). */
 #define ONE_BLOCK_BYTES ((size_t)524288)
 
-/* Copies a captured launch's kernel takes: it has one block, and above this
- * its copies cost more than the stream items it saves (H200, MPS: a captured
- * 8 B sendrecv 5.6 us by the kernel against 11.7-13.7 us by memory
- * operations, 32 KiB 6.7 us, 256 KiB 19.1 us). */
+/* Copies a captured launch's kernel takes: it has one block (about 16 GB/s),
+ * so a few large copies cost more than the stream items it saves, while
+ * many messages save many (H200, MPS, captured: sendrecv of 8 B 5.9 us by
+ * the kernel against 11.3 us by memory operations, of 256 KiB 19.1 against
+ * 11.1 us, of 1 MiB 63.4 against 11.6; an 8-rank halo of 16 KiB faces, 26
+ * copies and 416 KiB per rank, 245-263 against 493-714 us).  So up to
+ * GRAPH_KERNEL_BYTES, or up to ONE_BLOCK_BYTES from GRAPH_KERNEL_MANY copies. */
 #define GRAPH_KERNEL_BYTES ((size_t)65536)
+#define GRAPH_KERNEL_MANY 8
 
 /* Whether c fits a kernel; grid: of several blocks (never for a capture). */
 static int sync_fits(const sync_count_t* c, int grid) {
   size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
   if (!grid && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
-  if (c->graph && most > GRAPH_KERNEL_BYTES) most = GRAPH_KERNEL_BYTES;
+  size_t graph_most = c->copies >= GRAPH_KERNEL_MANY ? ONE_BLOCK_BYTES : GRAPH_KERNEL_BYTES;
+  if (c->graph && most > graph_most) most = graph_most;
   return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES && c->bytes <= most;
 }
 

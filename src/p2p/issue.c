@@ -611,7 +611,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
  * many messages save many (H200, MPS, captured: sendrecv of 8 B 5.9 us by
  * the kernel against 11.3 us by memory operations, of 256 KiB 19.1 against
  * 11.1 us, of 1 MiB 63.4 against 11.6; an 8-rank halo of 16 KiB faces, 26
- * copies and 416 KiB per rank, 245-263 against 493-714 us).  So up to
+ * copies and 416 KiB per rank, 245-405 against 327-714 us).  So up to
  * GRAPH_KERNEL_BYTES, or up to ONE_BLOCK_BYTES from GRAPH_KERNEL_MANY copies. */
 #define GRAPH_KERNEL_BYTES ((size_t)65536)
 #define GRAPH_KERNEL_MANY 8
@@ -662,9 +662,10 @@ static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
 }
 
 /* Gives k the blocks its copies call for (mpn_sync_grid_take) unless
- * stream s's messages are captured in a CUDA graph: the grid's counters
- * would not be reset between replays, and a captured message's waits clear
- * their flags, which one block must poll. */
+ * stream s's messages are captured in a CUDA graph: the graph would hold a
+ * slot of counters for its life (the pool hands a slot on once its launch
+ * has reset it), and a captured message's waits clear their flags, which
+ * one block must poll. */
 static void grid_take(const plan_t* plans, int n, cudaStream_t s, mpn_sync_t* k) {
   const struct ncclComm* comm = NULL;
   for (int i = 0; i < n; i++) {

@@ -1045,6 +1045,7 @@ int main(int argc, char** argv) {
   STEP(mismatch());
   STEP(short_buffer());
   STEP(short_here());
+  STEP(other_memory());
   STEP(in_the_way());
   return harness_finish();
 }

@@ -1,7 +1,8 @@
 /*
  * test_p2p.h - the steps of test_p2p that live in test_p2p_paths.c (the
- * protocol's paths: inbox, delegation, limits, pushes, copy grids), and
- * what they share with test_p2p.c.
+ * protocol's paths: inbox, delegation, limits, pushes, copy grids) and
+ * test_p2p_buffers.c (the buffers a message names), and what they share
+ * with test_p2p.c.
  */
 #ifndef MPN_TESTS_GPU_TEST_P2P_H_
 #define MPN_TESTS_GPU_TEST_P2P_H_
@@ -29,10 +30,16 @@ void grid_copies(void);
 void push_own(void);
 /** More than 512 messages per peer and direction in one group are refused. */
 void group_limit(void);
+/** Whether messages with peer may take the pair's inbox (test_p2p_paths.c). */
+int inbox_between(int peer, int several_peers, int big);
+
+/* test_p2p_buffers.c */
 /** A buffer shorter than its message, to another process, is refused. */
 void short_buffer(void);
 /** The same within this process, and pageable host memory. */
 void short_here(void);
+/** Managed and pinned host memory within this process move whole. */
+void other_memory(void);
 /** A new buffer over a freed one the peer still maps goes through a stage. */
 void in_the_way(void);
 

@@ -1,0 +1,242 @@
+/*
+ * test_p2p_buffers.c - test_p2p's steps for the buffers a message names:
+ * one that runs past the end of its allocation is refused on every path
+ * (CUDA IPC, the inbox, a rank to itself, ranks of one process, UCX) and
+ * nothing moves; pageable host memory is refused where our kernels would
+ * copy it; managed and pinned host memory move whole within a process.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "mpinccl.h"
+#include "p2p/p2p.h"
+#include "pattern.h"
+#include "test_p2p.h"
+
+/* Whether the bytes of buf, of which the first short_bytes were set to
+ * 0x5a, still are: nothing moved into it. */
+static void expect_untouched(const char* buf, size_t bytes, const char* what) {
+  char* host = malloc(bytes);
+  EXPECT(host && cudaMemcpy(host, buf, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  size_t changed = 0;
+  for (size_t i = 0; host && i < bytes; i++) changed += host[i] != 0x5a;
+  if (changed) fprintf(stderr, "%s: %zu bytes of the receive buffer changed\n", what, changed);
+  EXPECT(changed == 0);
+  free(host);
+}
+
+/* Then a message of bytes between the same two ranks arrives whole: the
+ * refused one left the pair's numbering (and its inbox ring) in step. */
+static void after_refusal(ncclComm_t c, int me, size_t bytes, int k) {
+  char* buf = dev_alloc(bytes);
+  if (me == 0) pattern_fill(buf, bytes, seed_of(0, 1, k), stream);
+  EXPECT_OK(me == 0 ? ncclSend(buf, bytes, ncclInt8, 1, c, stream) : ncclRecv(buf, bytes, ncclInt8, 0, c, stream));
+  if (me == 1) expect_pattern(buf, bytes, seed_of(0, 1, k), "the message after a refused one");
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaFree(buf);
+}
+
+/* One message of bytes from rank 0 to rank 1 of two, where short_side's
+ * buffer is a cudaMalloc of only short_bytes: that side's ncclGroupEnd
+ * refuses it, the other hears of it, nothing moves and nobody hangs.
+ * Messages up to the inbox's sizes take it where it is used (MPS). */
+static void short_case(MPI_Comm two, int short_side, size_t short_bytes, size_t bytes) {
+  ncclComm_t pair = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
+  int me_short = rank == short_side, eager = inbox_between(1 - rank, 0, bytes > 4096) && bytes <= 385024;
+  char* buf = dev_alloc(me_short ? short_bytes : bytes);
+  if (rank == 1) EXPECT(cudaMemsetAsync(buf, 0x5a, me_short ? short_bytes : bytes, stream) == cudaSuccess);
+  if (rank == 0) pattern_fill(buf, me_short ? short_bytes : bytes, seed_of(0, 1, 9100), stream);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  uint64_t before[2], after[2], unused[2];
+  mpn_p2p_stats(pair, before, &unused[0], &unused[1]);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(rank == 0 ? ncclSend(buf, bytes, ncclInt8, 1, pair, stream)
+                      : ncclRecv(buf, bytes, ncclInt8, 0, pair, stream));
+  if (me_short)
+    EXPECT_ERR(ncclGroupEnd(), ncclInvalidArgument, "runs past the end of its allocation");
+  else
+    EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess); /* no hang */
+  mpn_p2p_stats(pair, after, &unused[0], &unused[1]);
+  if (eager) EXPECT(after[0] + after[1] == before[0] + before[1] + 1); /* it went the inbox's way */
+  MPI_Barrier(two);
+  ncclResult_t async = ncclSuccess; /* (the short side had its ncclGroupEnd's code) */
+  EXPECT_OK(ncclCommGetAsyncError(pair, &async));
+  EXPECT(me_short || (async != ncclSuccess && async != ncclInProgress));
+  if (rank == 1) expect_untouched(buf, me_short ? short_bytes : bytes, "short_buffer"); /* nothing moved */
+  MPI_Barrier(two);
+  after_refusal(pair, rank, bytes, 9101);
+  MPI_Barrier(two);
+  EXPECT_OK(ncclCommDestroy(pair));
+  cudaFree(buf);
+}
+
+/* Over UCX a short buffer is refused before anything of its group is
+ * enqueued, and its peer is not told (its matching call would wait, as for
+ * any refused argument): here the peer posts nothing, and a whole message
+ * follows. */
+static void short_ucx_case(MPI_Comm two, int short_side) {
+  enum { SHORT = 1 << 20, BYTES = 2 << 20 };
+  ncclComm_t pair = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
+  if (rank == short_side) {
+    char* buf = dev_alloc(SHORT);
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(rank == 0 ? ncclSend(buf, BYTES, ncclInt8, 1, pair, stream)
+                        : ncclRecv(buf, BYTES, ncclInt8, 0, pair, stream));
+    EXPECT_ERR(ncclGroupEnd(), ncclInvalidArgument, "runs past the end of its allocation");
+    cudaFree(buf);
+  }
+  MPI_Barrier(two);
+  after_refusal(pair, rank, BYTES, 9102);
+  MPI_Barrier(two);
+  EXPECT_OK(ncclCommDestroy(pair));
+}
+
+/* A send or receive buffer shorter than its message, to a peer in another
+ * process: refused on its side (the copy would read or write past the
+ * allocation), with either side short, for a buffer shared through CUDA
+ * IPC and for the inbox's small and big slots, or over UCX. */
+void short_buffer(void) {
+  if (nranks < 2) return;
+  static const size_t sizes[][2] = {{1 << 20, 2 << 20}, {64 << 10, 256 << 10}, {1024, 4096}};
+  MPI_Comm two;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &two);
+  if (rank > 1) return;
+  for (int k = 0; k < 3 && !harness_over_ucx(); k++)
+    for (int side = 0; side < 2; side++) short_case(two, side, sizes[k][0], sizes[k][1]);
+  for (int side = 0; side < 2 && harness_over_ucx(); side++) short_ucx_case(two, side);
+  MPI_Comm_free(&two);
+}
+
+/* The same within this process, where no CUDA IPC export looks a buffer
+ * up: a rank to itself (local 0: a communicator of one rank) and two ranks
+ * of ncclCommInitAll on this GPU (local 1), either side short. */
+static void short_here_case(int local, int short_side) {
+  enum { SHORT = 1024, BYTES = 4096 };
+  ncclComm_t c[2] = {NULL, NULL};
+  if (local)
+    harness_init_all_here(c, 2);
+  else
+    EXPECT_OK(mpincclCommInitMPI(&c[0], MPI_COMM_SELF, NULL));
+  ncclComm_t from = c[0], to = local ? c[1] : c[0];
+  char* s = dev_alloc(short_side == 0 ? SHORT : BYTES);
+  char* r = dev_alloc(short_side == 1 ? SHORT : BYTES);
+  pattern_fill(s, short_side == 0 ? SHORT : BYTES, seed_of(rank, rank, 9200), stream);
+  EXPECT(cudaMemsetAsync(r, 0x5a, short_side == 1 ? SHORT : BYTES, stream) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, BYTES, ncclInt8, local, from, stream));
+  EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, 0, to, stream));
+  EXPECT(ncclGroupEnd() == ncclInvalidArgument);
+  EXPECT(strstr(ncclGetLastError(short_side == 0 ? from : to), "runs past the end of its allocation") != NULL);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess); /* no hang */
+  ncclResult_t async = ncclSuccess;
+  EXPECT_OK(ncclCommGetAsyncError(short_side == 0 ? to : from, &async)); /* the other side heard */
+  EXPECT(async != ncclSuccess && async != ncclInProgress);
+  expect_untouched(r, short_side == 1 ? SHORT : BYTES, "short_here");
+  for (int i = 0; i < 1 + local; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+  cudaFree(s);
+  cudaFree(r);
+}
+
+/* Pageable host memory (malloc) named as a send buffer: the GPU may not
+ * reach it (without HMM), so it is refused, or, where CUDA says the GPU
+ * reaches it at that address, it moves whole. */
+static void pageable_send(void) {
+  enum { BYTES = 4096 };
+  ncclComm_t self = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&self, MPI_COMM_SELF, NULL));
+  char* host = malloc(BYTES);
+  char* r = dev_alloc(BYTES);
+  EXPECT(host != NULL && cudaMemset(r, 0x5a, BYTES) == cudaSuccess);
+  for (int i = 0; host && i < BYTES; i++) host[i] = (char)(i * 7 + 1);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(host, BYTES, ncclInt8, 0, self, stream));
+  EXPECT_OK(ncclRecv(r, BYTES, ncclInt8, 0, self, stream));
+  ncclResult_t res = ncclGroupEnd();
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  if (rank == 0)
+    fprintf(stderr, "pageable_send: %s\n", res == ncclSuccess ? "moved (CUDA says the GPU reaches it)" : "refused");
+  if (res == ncclSuccess) { /* the GPU reaches pageable memory here */
+    char* back = malloc(BYTES);
+    EXPECT(back && cudaMemcpy(back, r, BYTES, cudaMemcpyDeviceToHost) == cudaSuccess);
+    EXPECT(back && memcmp(back, host, BYTES) == 0);
+    free(back);
+  } else {
+    EXPECT(res == ncclInvalidArgument);
+    EXPECT(strstr(ncclGetLastError(self), "neither device memory nor pinned host memory") != NULL);
+    expect_untouched(r, BYTES, "pageable_send");
+  }
+  EXPECT_OK(ncclCommDestroy(self));
+  free(host);
+  cudaFree(r);
+}
+
+void short_here(void) {
+  for (int local = 0; local < 2; local++)
+    for (int side = 0; side < 2; side++) short_here_case(local, side);
+  pageable_send();
+}
+
+/* Managed memory and pinned host memory (cudaHostAlloc) on either side of
+ * a message within this process (to the rank itself, and between two
+ * ranks of ncclCommInitAll), at a size the copy kernel moves and one the
+ * copy engine moves: the buffer check lets them through, and every byte
+ * arrives. */
+typedef enum { MEM_DEVICE, MEM_MANAGED, MEM_PINNED } mem_kind_t;
+
+static char* mem_alloc(mem_kind_t kind, size_t bytes) {
+  char* p = NULL;
+  if (kind == MEM_MANAGED)
+    EXPECT(cudaMallocManaged((void**)&p, bytes, cudaMemAttachGlobal) == cudaSuccess);
+  else if (kind == MEM_PINNED)
+    EXPECT(cudaHostAlloc((void**)&p, bytes, cudaHostAllocDefault) == cudaSuccess);
+  else
+    p = dev_alloc(bytes);
+  return p;
+}
+
+static void mem_free(mem_kind_t kind, char* p) {
+  if (kind == MEM_PINNED)
+    cudaFreeHost(p);
+  else
+    cudaFree(p);
+}
+
+static void other_memory_case(int local, mem_kind_t send_kind, mem_kind_t recv_kind, size_t bytes, int k) {
+  ncclComm_t c[2] = {NULL, NULL};
+  if (local)
+    harness_init_all_here(c, 2);
+  else
+    EXPECT_OK(mpincclCommInitMPI(&c[0], MPI_COMM_SELF, NULL));
+  ncclComm_t from = c[0], to = local ? c[1] : c[0];
+  char *s = mem_alloc(send_kind, bytes), *r = mem_alloc(recv_kind, bytes);
+  pattern_fill(s, bytes, seed_of(rank, rank, 9400 + k), stream);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, local, from, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, 0, to, stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  char what[80];
+  snprintf(what, sizeof(what), "other_memory: %s, kinds %d -> %d, %zu bytes", local ? "InitAll pair" : "self",
+           (int)send_kind, (int)recv_kind, bytes);
+  expect_pattern(r, bytes, seed_of(rank, rank, 9400 + k), what);
+  for (int i = 0; i < 1 + local; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+  mem_free(send_kind, s);
+  mem_free(recv_kind, r);
+}
+
+void other_memory(void) {
+  static const mem_kind_t pairs[][2] = {
+      {MEM_MANAGED, MEM_DEVICE}, {MEM_DEVICE, MEM_MANAGED}, {MEM_PINNED, MEM_DEVICE}, {MEM_DEVICE, MEM_PINNED}};
+  static const size_t sizes[] = {4099, (1 << 20) + 3};
+  int k = 0;
+  for (int local = 0; local < 2; local++)
+    for (int i = 0; i < 4; i++)
+      for (int z = 0; z < 2; z++) other_memory_case(local, pairs[i][0], pairs[i][1], sizes[z], k++);
+}

@@ -114,16 +114,26 @@ void short_buffer(void) {
   MPI_Comm_free(&two);
 }
 
+/* Communicators within this process: a rank to itself (local 0: one of
+ * one rank, c[0]) or two ranks of ncclCommInitAll on this GPU (local 1). */
+static void here_open(int local, ncclComm_t c[2]) {
+  if (local)
+    harness_init_all_here(c, 2);
+  else
+    EXPECT_OK(mpincclCommInitMPI(&c[0], MPI_COMM_SELF, NULL));
+}
+
+static void here_close(int local, ncclComm_t c[2]) {
+  for (int i = 0; i < 1 + local; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+}
+
 /* The same within this process, where no CUDA IPC export looks a buffer
  * up: a rank to itself (local 0: a communicator of one rank) and two ranks
  * of ncclCommInitAll on this GPU (local 1), either side short. */
 static void short_here_case(int local, int short_side) {
   enum { SHORT = 1024, BYTES = 4096 };
   ncclComm_t c[2] = {NULL, NULL};
-  if (local)
-    harness_init_all_here(c, 2);
-  else
-    EXPECT_OK(mpincclCommInitMPI(&c[0], MPI_COMM_SELF, NULL));
+  here_open(local, c);
   ncclComm_t from = c[0], to = local ? c[1] : c[0];
   char* s = dev_alloc(short_side == 0 ? SHORT : BYTES);
   char* r = dev_alloc(short_side == 1 ? SHORT : BYTES);
@@ -139,7 +149,7 @@ static void short_here_case(int local, int short_side) {
   EXPECT_OK(ncclCommGetAsyncError(short_side == 0 ? to : from, &async)); /* the other side heard */
   EXPECT(async != ncclSuccess && async != ncclInProgress);
   expect_untouched(r, short_side == 1 ? SHORT : BYTES, "short_here");
-  for (int i = 0; i < 1 + local; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+  here_close(local, c);
   cudaFree(s);
   cudaFree(r);
 }
@@ -210,10 +220,7 @@ static void mem_free(mem_kind_t kind, char* p) {
 
 static void other_memory_case(int local, mem_kind_t send_kind, mem_kind_t recv_kind, size_t bytes, int k) {
   ncclComm_t c[2] = {NULL, NULL};
-  if (local)
-    harness_init_all_here(c, 2);
-  else
-    EXPECT_OK(mpincclCommInitMPI(&c[0], MPI_COMM_SELF, NULL));
+  here_open(local, c);
   ncclComm_t from = c[0], to = local ? c[1] : c[0];
   char *s = mem_alloc(send_kind, bytes), *r = mem_alloc(recv_kind, bytes);
   pattern_fill(s, bytes, seed_of(rank, rank, 9400 + k), stream);
@@ -226,7 +233,7 @@ static void other_memory_case(int local, mem_kind_t send_kind, mem_kind_t recv_k
   snprintf(what, sizeof(what), "other_memory: %s, kinds %d -> %d, %zu bytes", local ? "InitAll pair" : "self",
            (int)send_kind, (int)recv_kind, bytes);
   expect_pattern(r, bytes, seed_of(rank, rank, 9400 + k), what);
-  for (int i = 0; i < 1 + local; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+  here_close(local, c);
   mem_free(send_kind, s);
   mem_free(recv_kind, r);
 }

@@ -36,8 +36,8 @@ __device__ void flag_write(const mpn_sync_flag_t& f) {
   *(volatile unsigned long long*)f.addr = f.value;
 }
 
-// A wait that clears its flag (a captured message's) is polled by one block
-// only: tables that hold one run as a grid of one block (issue.c).
+// A wait that clears its flag (a captured message's) leaves the clearing to
+// the block that completes the round (sync_kernel): several blocks poll it.
 __device__ void flag_wait(const mpn_sync_flag_t& f) {
   volatile unsigned long long* p = (volatile unsigned long long*)f.addr;
   if (f.kind == MPN_MEMOP_WAIT_GEQ) {
@@ -45,7 +45,6 @@ __device__ void flag_wait(const mpn_sync_flag_t& f) {
     return;
   }
   while (*p != f.value) __nanosleep(100);
-  if (f.kind == MPN_MEMOP_WAIT_EQ_CLEAR) *p = 0;
 }
 
 __host__ __device__ inline size_t chunks_of(const mpn_copy_t& c) {
@@ -111,7 +110,14 @@ __device__ unsigned count(unsigned* counter, unsigned* own, int i, int fence_sco
 // before them.  Writers fence before they write; pollers fence after they
 // see a flag, before the barrier.  The last block to leave puts the
 // counters back at 0 and says so (epoch), for the host to give them to
-// another launch.
+// another launch (or, captured, to the next replay).
+//
+// A captured message's flag goes 0 -> 1 -> 0 on every replay: its waiter
+// puts it back.  Every block that polls a round's waits does so before it
+// takes a chunk of the round, so once all its chunks are done no block
+// polls them any more; the block that completes the round clears them
+// then, before the round's writes, which the peer must see before it can
+// set one of them again.
 template <int F, int C>
 __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -153,9 +159,14 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
         k -= n;
       }
       if (!s.counter) __syncthreads(); /* (count's own barrier otherwise) */
-      if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total && t < s.nlast[r]) {
-        fence(s.device_scope);
-        flag_write(s.flags[first_flag + s.nwait[r] + t]);
+      if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total) { /* the whole block */
+        if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_EQ_CLEAR)
+          *(volatile unsigned long long*)s.flags[first_flag + t].addr = 0;
+        __syncthreads();
+        if (t < s.nlast[r]) {
+          fence(s.device_scope); /* cumulative: the clears above too */
+          flag_write(s.flags[first_flag + s.nwait[r] + t]);
+        }
       }
     }
   }
@@ -251,8 +262,6 @@ extern "C" cudaError_t mpn_sync_launch(const mpn_sync_t* s, int early, cudaStrea
     flags += s->nwait[r] + s->nlast[r];
     copies += s->ncopy[r];
   }
-  for (int i = 0; i < flags && i < MPN_SYNC_FLAGS && s->grid.blocks > 1; i++)
-    bad |= s->flags[i].kind == MPN_MEMOP_WAIT_EQ_CLEAR; /* (polled by every block: the first would clear it) */
   bad |= s->grid.blocks < 1 || s->grid.blocks > MPN_SYNC_BLOCKS ||
          (s->grid.blocks > 1 && (!s->grid.counter || !s->grid.done || !s->grid.epoch));
   if (bad || flags > MPN_SYNC_FLAGS || copies > MPN_SYNC_COPIES) return cudaErrorInvalidValue;

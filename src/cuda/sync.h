@@ -26,7 +26,7 @@ extern "C" {
 typedef struct {
   uint64_t addr; /* device address of the 64-bit flag */
   uint64_t value;
-  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ or _WAIT_EQ_CLEAR (one block only) */
+  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ or _WAIT_EQ_CLEAR */
   uint32_t pad;
 } mpn_sync_flag_t;
 
@@ -168,11 +168,16 @@ static inline int mpn_sync_push_copy(mpn_sync_t* k, int round, mpn_copy_t c) {
   return 1;
 }
 
-/** Blocks that k's copies call for: one per MPN_SYNC_BLOCK_BYTES of them. */
-static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
+/** Bytes of k's copies (each at most what it says). */
+static inline size_t mpn_sync_bytes(const mpn_sync_t* k) {
   size_t bytes = 0;
   for (int i = 0; i < mpn_sync_ncopies(k); i++) bytes += k->copies[i].bytes;
-  size_t b = (bytes + MPN_SYNC_BLOCK_BYTES - 1) / MPN_SYNC_BLOCK_BYTES;
+  return bytes;
+}
+
+/** Blocks that k's copies call for: one per MPN_SYNC_BLOCK_BYTES of them. */
+static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
+  size_t b = (mpn_sync_bytes(k) + MPN_SYNC_BLOCK_BYTES - 1) / MPN_SYNC_BLOCK_BYTES;
   return b < 1 ? 1 : b > MPN_SYNC_BLOCKS ? MPN_SYNC_BLOCKS : (int)b;
 }
 
@@ -181,12 +186,27 @@ static inline int mpn_sync_blocks_wanted(const mpn_sync_t* k) {
  * dev (current), at most half the device's multiprocessors shared out among
  * the sharers ranks that use it, with counters of the device's pool that no
  * launch still running holds; one block when none are free or the pool
- * could not be made.  Not for launches captured in a CUDA graph (a replay
- * may run beside another launch that took the same counters), nor for
- * launches of several streams (a rank's kernel that fills the GPU must not
- * keep out its own kernel of another stream that a peer waits for).
+ * could not be made.  A captured launch (k->captured) keeps its counters
+ * until the graphs holding it are gone (mpn_sync_grid_gone): any replay may
+ * use them, and each leaves them at 0 for the next.  Not for launches of
+ * several streams (a rank's kernel that fills the GPU must not keep out its
+ * own kernel of another stream that a peer waits for).
  */
 void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k);
+
+/**
+ * Where the counters of a captured launch k (blocks > 1) are: the owner and
+ * slot that mpn_sync_grid_gone takes.
+ */
+void mpn_sync_grid_slot(const mpn_sync_t* k, void** owner, uint32_t* slot);
+
+/**
+ * News that the graphs holding slot of owner's pool are gone (seq != 0; 0:
+ * nothing is released), in the form of p2p/graphs.h's mpn_graph_news_fn:
+ * on CUDA's thread, so it only files the news (no lock, no CUDA call); the
+ * slot serves again at a later mpn_sync_grid_take.
+ */
+void mpn_sync_grid_gone(void* owner, uint32_t slot, uint64_t seq, int side);
 
 /**
  * Makes device dev's pool of counters now (communicator creation) rather

@@ -5,7 +5,8 @@
  * slots in device memory (each on its own lines) and, for each, a word in
  * mapped host memory where a launch that used the slot leaves its epoch
  * once its counters are back at 0.  A slot is taken again only after its
- * last launch left its epoch (or never ran: mpn_sync_grid_release); when
+ * last launch left its epoch (or never ran: mpn_sync_grid_release), or,
+ * taken by a captured launch, once the graphs holding it are gone; when
  * none is free, a launch gets one block.
  */
 #include <pthread.h>
@@ -16,13 +17,17 @@
 #include "cuda/device.h"
 #include "cuda/sync.h"
 
-enum { POOL_SLOTS = 256, POOL_STRIDE = 128, POOL_DEVICES = 64 };
+/* Slots: enough for the captured launches of a few large graphs besides
+ * the launches running. */
+enum { POOL_SLOTS = 1024, POOL_STRIDE = 128, POOL_DEVICES = 64 };
 
 typedef struct {
   CUdeviceptr counters;       /* POOL_SLOTS slots of MPN_SYNC_COUNTERS counters, POOL_STRIDE bytes apart */
   uint64_t* done;             /* host view of the words the launches set */
   CUdeviceptr done_dev;       /* their device address */
   uint64_t taken[POOL_SLOTS]; /* epoch of the last launch given each slot, 0: free */
+  char graph[POOL_SLOTS];     /* ... a captured launch, which holds it until ... */
+  int gone[POOL_SLOTS];       /* ... its graphs are gone (set on CUDA's thread: atomics) */
   uint64_t epoch;
   unsigned cursor;
   int sms;                    /* the device's multiprocessors */
@@ -86,6 +91,13 @@ void mpn_sync_grid_prepare(int dev) {
   mpn_cuda_device_leave(saved);
 }
 
+/* Whether slot i, taken, is free again: its last launch left its epoch, or
+ * the graphs of the capture that took it are gone (pools_lock held). */
+static int slot_free(pool_t* p, unsigned i) {
+  if (p->graph[i]) return __atomic_load_n(&p->gone[i], __ATOMIC_ACQUIRE);
+  return __atomic_load_n(&p->done[i], __ATOMIC_ACQUIRE) == p->taken[i];
+}
+
 void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {
   int blocks = mpn_sync_blocks_wanted(k);
   k->grid.blocks = 1;
@@ -100,8 +112,10 @@ void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {
   pthread_mutex_lock(&pools_lock);
   for (int tries = 0; tries < POOL_SLOTS; tries++) {
     unsigned i = p->cursor++ % POOL_SLOTS;
-    if (p->taken[i] && __atomic_load_n(&p->done[i], __ATOMIC_ACQUIRE) != p->taken[i]) continue;
+    if (p->taken[i] && !slot_free(p, i)) continue;
     p->taken[i] = ++p->epoch;
+    p->graph[i] = (char)(k->captured != 0);
+    __atomic_store_n(&p->gone[i], 0, __ATOMIC_RELAXED);
     k->grid = (mpn_sync_grid_t){blocks, p->counters + (CUdeviceptr)i * POOL_STRIDE,
                                 p->done_dev + i * sizeof(uint64_t), p->epoch, dev};
     break;
@@ -114,6 +128,20 @@ void mpn_sync_grid_release(const mpn_sync_t* k) {
   pthread_mutex_lock(&pools_lock);
   pool_t* p = pools[k->grid.dev]; /* (a slot was taken from it: it exists) */
   unsigned i = (unsigned)((k->grid.counter - p->counters) / POOL_STRIDE);
-  if (p->taken[i] == k->grid.epoch) p->taken[i] = 0;
+  if (p->taken[i] == k->grid.epoch) p->taken[i] = 0, p->graph[i] = 0;
   pthread_mutex_unlock(&pools_lock);
+}
+
+void mpn_sync_grid_slot(const mpn_sync_t* k, void** owner, uint32_t* slot) {
+  pthread_mutex_lock(&pools_lock);
+  pool_t* p = pools[k->grid.dev]; /* (a slot was taken from it: it exists) */
+  pthread_mutex_unlock(&pools_lock);
+  *owner = p;
+  *slot = (uint32_t)((k->grid.counter - p->counters) / POOL_STRIDE);
+}
+
+void mpn_sync_grid_gone(void* owner, uint32_t slot, uint64_t seq, int side) {
+  (void)side;
+  pool_t* p = owner;
+  if (seq != 0 && slot < POOL_SLOTS) __atomic_store_n(&p->gone[slot], 1, __ATOMIC_RELEASE);
 }

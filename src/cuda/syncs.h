@@ -12,7 +12,12 @@
 #include "cuda/sync.h"
 #include "nccl.h"
 
-/** Enqueues k on s: its flags are written and waited for in every case. */
-ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, const mpn_sync_t* k, cudaStream_t s);
+/**
+ * Enqueues k on s: its flags are written and waited for in every case.
+ * Where the kernel could not be launched, its counters go back to the pool
+ * and k->grid.blocks becomes 1: what k->grid names afterwards, the launch
+ * holds.
+ */
+ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, mpn_sync_t* k, cudaStream_t s);
 
 #endif /* MPN_CUDA_SYNCS_H_ */

@@ -23,6 +23,7 @@
 #include "cuda/memop.h"
 #include "cuda/event.h"
 #include "p2p/eager.h"
+#include "p2p/graphs.h"
 #include "p2p/p2p.h"
 #include "p2p/plan.h"
 
@@ -606,22 +607,27 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
  * before the kernel had several blocks). */
 #define ONE_BLOCK_BYTES ((size_t)524288)
 
-/* Copies a captured launch's kernel takes: it has one block (about 16 GB/s),
- * so a few large copies cost more than the stream items it saves, while
- * many messages save many (H200, MPS, captured: sendrecv of 8 B 5.9 us by
- * the kernel against 11.3 us by memory operations, of 256 KiB 19.1 against
+/* Copies a captured launch's kernel of one block takes (about 16 GB/s): a
+ * few large copies cost more than the stream items it saves, while many
+ * messages save many (H200, MPS, captured: sendrecv of 8 B 5.9 us by the
+ * kernel against 11.3 us by memory operations, of 256 KiB 19.1 against
  * 11.1 us, of 1 MiB 63.4 against 11.6; an 8-rank halo of 16 KiB faces, 26
  * copies and 416 KiB per rank, 245-405 against 327-714 us).  So up to
- * GRAPH_KERNEL_BYTES, or up to ONE_BLOCK_BYTES from GRAPH_KERNEL_MANY copies. */
+ * GRAPH_KERNEL_BYTES, or up to ONE_BLOCK_BYTES from GRAPH_KERNEL_MANY
+ * copies; a captured kernel of several blocks takes what any kernel does. */
 #define GRAPH_KERNEL_BYTES ((size_t)65536)
 #define GRAPH_KERNEL_MANY 8
 
-/* Whether c fits a kernel; grid: of several blocks (never for a capture). */
+static int graph_one_block_fits(size_t bytes, int copies) {
+  return bytes <= (copies >= GRAPH_KERNEL_MANY ? ONE_BLOCK_BYTES : GRAPH_KERNEL_BYTES);
+}
+
+/* Whether c fits a kernel; grid: of several blocks, if the pool has them
+ * (a captured launch that gets one block checks again: issue_sync). */
 static int sync_fits(const sync_count_t* c, int grid) {
   size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
   if (!grid && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
-  size_t graph_most = c->copies >= GRAPH_KERNEL_MANY ? ONE_BLOCK_BYTES : GRAPH_KERNEL_BYTES;
-  if (c->graph && most > graph_most) most = graph_most;
+  if (c->graph && !grid && !graph_one_block_fits(c->bytes, c->copies)) return 0;
   return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES && c->bytes <= most;
 }
 
@@ -661,20 +667,24 @@ static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
   return 1;
 }
 
-/* Gives k the blocks its copies call for (mpn_sync_grid_take) unless
- * stream s's messages are captured in a CUDA graph: the graph would hold a
- * slot of counters for its life (the pool hands a slot on once its launch
- * has reset it), and a captured message's waits clear their flags, which
- * one block must poll. */
-static void grid_take(const plan_t* plans, int n, cudaStream_t s, mpn_sync_t* k) {
-  const struct ncclComm* comm = NULL;
-  for (int i = 0; i < n; i++) {
-    const plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s) continue;
-    if (p->graph) return;
-    comm = p->op->comm;
-  }
-  if (comm) mpn_sync_grid_take(comm->cuda_dev, comm->topo.n_same_gpu, k);
+/* The first message of stream s's that is posted, or NULL. */
+static const plan_t* first_posted(const plan_t* plans, int n, cudaStream_t s) {
+  for (int i = 0; i < n; i++)
+    if (plans[i].posted && plans[i].op->stream == s) return &plans[i];
+  return NULL;
+}
+
+/* Hangs the counters of captured kernel k (several blocks) on the graph
+ * that stream s is capturing: they serve other launches once it is gone
+ * (each replay leaves them at 0 for the next). */
+static void grid_hold(const mpn_sync_t* k, const struct ncclComm* comm, cudaStream_t s) {
+  void* pool;
+  uint32_t slot;
+  mpn_sync_grid_slot(k, &pool, &slot);
+  mpn_graph_holds_t* h = NULL;
+  mpn_graph_holds_add_to(&h, s, comm->cuda_dev, mpn_sync_grid_gone, pool, slot, 1, 0);
+  int current = comm->cuda_dev; /* (issue_sync runs on the stream's device) */
+  mpn_graph_holds_attach(h, comm->rank, &current);
 }
 
 /* Halves half0..half1 of stream s as one kernel, each phase a round (its
@@ -695,11 +705,17 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cu
     MPN_WARN("a flag kernel's table refused an operation: stream memory operations instead");
     return ncclSuccess;
   }
-  if (mpn_sync_nflags(&k) == 0) return ncclSuccess;
-  for (int i = 0; i < n; i++) /* a captured kernel is never launched early */
-    k.captured |= plans[i].posted && plans[i].op->stream == s && plans[i].graph;
-  if (grid) grid_take(plans, n, s, &k);
+  const plan_t* p0 = first_posted(plans, n, s);
+  if (mpn_sync_nflags(&k) == 0 || p0 == NULL) return ncclSuccess;
+  k.captured = p0->graph; /* never launched early; its grid is held (all of s's messages are captured or none) */
+  const struct ncclComm* comm = p0->op->comm;
+  if (grid) mpn_sync_grid_take(comm->cuda_dev, comm->topo.n_same_gpu, &k);
+  if (k.captured && k.grid.blocks == 1 && !graph_one_block_fits(mpn_sync_bytes(&k), mpn_sync_ncopies(&k))) {
+    *issued = 0; /* no counters free: memory operations and the copy engines */
+    return ncclSuccess;
+  }
   ncclResult_t res = mpn_drain_sync_issue(drv, &k, s, 0, ends);
+  if (k.captured && k.grid.blocks > 1) grid_hold(&k, comm, s);
   if (half0 == 0) mark_imports_used(plans, n, s); /* an event record only: no memory of the comm */
   return res;
 }
@@ -748,10 +764,10 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half, half);
-      int issued = 0;
-      if (sync_wanted(&c) && sync_fits(&c, 0)) {
+      int issued = 0, grid = one && c.graph; /* a captured launch has no early kernel to gain from one block */
+      if (sync_wanted(&c) && sync_fits(&c, grid)) {
         if (half == 1 && one) mpn_keep(&first, mpn_memops_flush(&open)); /* the front's batch goes first */
-        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, 0, 0, &issued));
+        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, grid, 0, &issued));
       }
       if (issued) continue;
       /* With one stream the front's "done" batch takes the back's waits as

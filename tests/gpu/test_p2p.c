@@ -766,9 +766,49 @@ static void graph_pool_stage(void) {
   cudaStreamSynchronize(stream);
 }
 
+/* The group of halo26: towards direction d, from the neighbour at -d. */
+static ncclResult_t halo26_group(char** s, char** r, const int* peer, const size_t* bytes) {
+  EXPECT_OK(ncclGroupStart());
+  for (int d = 0; d < 27; d++) {
+    if (d == 13) continue;
+    EXPECT_OK(ncclSend(s[d], bytes[d], ncclInt8, peer[d], comm, stream));
+    EXPECT_OK(ncclRecv(r[26 - d], bytes[d], ncclInt8, peer[26 - d], comm, stream));
+  }
+  return ncclGroupEnd();
+}
+
+/* halo26's group captured in a CUDA graph and replayed `replays` times,
+ * new data each time; the number of replays whose data came wrong. */
+static int halo26_replays(char** s, char** r, const int* peer, const size_t* bytes, const int* src, int replays) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(halo26_group(s, r, peer, bytes));
+  int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  EXPECT(ready);
+  int bad = 0;
+  for (int k = 0; ready && k < replays; k++) {
+    for (int d = 0; d < 27; d++)
+      if (d != 13) pattern_fill(s[d], bytes[d], seed_of(rank, d, 600 + k), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    int wrong = 0;
+    for (int d = 0; d < 27; d++)
+      if (d != 13) wrong += pattern_check(r[26 - d], bytes[d], seed_of(src[d], d, 600 + k), stream) != 0;
+    bad += wrong != 0;
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody refills a send buffer before its peer has read it */
+  }
+  if (ready) cudaGraphExecDestroy(exec);
+  if (captured) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  return bad;
+}
+
 /* 3D periodic decomposition, all 26 neighbours in one group; faces, edges
- * and corners of different sizes; buffers from ncclMemAlloc, registered. */
-static void halo26(void) {
+ * and corners of different sizes; buffers from ncclMemAlloc, registered.
+ * replays > 0: the group captured in a CUDA graph, replayed that often
+ * (under MPS its kernel takes several blocks, and its flags two rounds). */
+static void halo26(int replays) {
   int dims[3] = {0, 0, 0}, periods[3] = {1, 1, 1}, coords[3];
   MPI_Dims_create(nranks, 3, dims);
   MPI_Comm cart;
@@ -795,18 +835,18 @@ static void halo26(void) {
   }
   /* Send towards direction d; the data from the neighbour at -d arrives
    * in r[26 - d]... i.e. receive from direction 26 - d what it sent to d. */
-  EXPECT_OK(ncclGroupStart());
-  for (int d = 0; d < 27; d++) {
-    if (d == 13) continue;
-    EXPECT_OK(ncclSend(s[d], bytes[d], ncclInt8, peer[d], comm, stream));
-    EXPECT_OK(ncclRecv(r[26 - d], bytes[d], ncclInt8, peer[26 - d], comm, stream));
-  }
-  EXPECT_OK(ncclGroupEnd());
-  for (int d = 0; d < 27; d++) {
-    if (d == 13) continue;
-    int src;
-    MPI_Cart_rank(cart, (int[]){coords[0] - (d / 9 - 1), coords[1] - ((d / 3) % 3 - 1), coords[2] - (d % 3 - 1)}, &src);
-    expect_pattern(r[26 - d], bytes[d], seed_of(src, d, 500), "halo26");
+  int src[27];
+  for (int d = 0; d < 27; d++)
+    MPI_Cart_rank(cart, (int[]){coords[0] - (d / 9 - 1), coords[1] - ((d / 3) % 3 - 1), coords[2] - (d % 3 - 1)},
+                  &src[d]);
+  if (replays > 0) {
+    int bad = halo26_replays(s, r, peer, bytes, src, replays);
+    if (bad) fprintf(stderr, "[rank %d] halo26: %d of %d replays received wrong data\n", rank, bad, replays);
+    EXPECT(bad == 0);
+  } else {
+    EXPECT_OK(halo26_group(s, r, peer, bytes));
+    for (int d = 0; d < 27; d++)
+      if (d != 13) expect_pattern(r[26 - d], bytes[d], seed_of(src[d], d, 500), "halo26");
   }
   for (int i = 0; i < nh; i++) EXPECT_OK(ncclCommDeregister(comm, handles[i]));
   for (int d = 0; d < 27; d++)
@@ -816,6 +856,9 @@ static void halo26(void) {
     }
   MPI_Comm_free(&cart);
 }
+
+/* halo26 in a CUDA graph, replayed 20 times. */
+static void graph_halo(void) { halo26(20); }
 
 /* Ranks of one process driven by one thread each. */
 typedef struct {
@@ -1033,8 +1076,9 @@ int main(int argc, char** argv) {
   STEP(init_all_ring());
   STEP(init_all_devices());
   STEP(threads_ring());
-  STEP(halo26());
+  STEP(halo26(0));
   STEP(graph_replay());
+  STEP(graph_halo());
   STEP(graph_recapture());
   STEP(graph_pool_stage());
   STEP(graph_same_capture());

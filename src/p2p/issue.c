@@ -580,13 +580,37 @@ typedef struct {
   int graph; /* captured: a kernel of one block (its waits clear their flags) */
 } sync_count_t;
 
+/*
+ * A captured message of a rank to itself whose other side is in this
+ * launch on the same stream: both sides' flags are in one kernel, written
+ * before they are polled, so the kernel waits for nothing outside itself
+ * (a halo or an all-to-all whose decomposition wraps onto the rank itself
+ * would otherwise keep every message of the stream out of the kernel).
+ * Where the rank's GPU is not time-sliced, as for any kernel.  Outside
+ * graphs such messages are ordered by events under MPS (issue_front).
+ */
+static int self_in_kernel(const plan_t* plans, int n, const plan_t* p) {
+  const struct ncclComm* comm = p->op->comm;
+  if (!p->graph || comm->transport[p->op->peer] != MPN_TRANSPORT_SELF || comm->topo.gpu_sliced[comm->rank] ||
+      mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0 || getenv("MPINCCL_SCRATCH_SELFK") == NULL)
+    return 0;
+  for (int i = 0; i < n; i++) {
+    const plan_t* q = &plans[i];
+    if (q != p && q->posted && q->op->comm == comm && q->op->peer == p->op->peer && q->op->kind != p->op->kind &&
+        q->graph && q->seq == p->seq && q->op->stream == p->op->stream)
+      return 1;
+  }
+  return 0;
+}
+
 static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
   sync_count_t c = {1, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; i++) {
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
     c.graph |= p->graph;
-    if (!p->spin || p->stage || (half0 == 0 && (gated(p) || p->step > 0))) c.ok = 0; /* issue_front */
+    if ((!p->spin && !self_in_kernel(plans, n, p)) || p->stage || (half0 == 0 && (gated(p) || p->step > 0)))
+      c.ok = 0; /* issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);

@@ -4,14 +4,13 @@
 #include "cuda/memop.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/debug.h"
 #include "core/error.h"
 
 void mpn_memops_init(mpn_memops_t* b, const mpn_driver_t* drv, cudaStream_t stream) {
-  b->n = b->nclear = 0;
+  b->n = 0;
   b->drv = drv;
   b->stream = (CUstream)stream;
 }
@@ -37,8 +36,7 @@ static void trace_batch(const mpn_memops_t* b, unsigned n) {
           at + 48 >= sizeof(text) ? " ..." : "");
 }
 
-/* Issues the operations the batch holds (not its pending zeros). */
-static ncclResult_t batch_issue(mpn_memops_t* b) {
+ncclResult_t mpn_memops_flush(mpn_memops_t* b) {
   const mpn_driver_t* drv = b->drv;
   unsigned n = b->n;
   b->n = 0; /* a failed batch is not issued again by the next flush */
@@ -47,8 +45,11 @@ static ncclResult_t batch_issue(mpn_memops_t* b) {
   return ncclSuccess;
 }
 
-/* Appends one operation; a full batch is issued. */
-static ncclResult_t batch_push(mpn_memops_t* b, CUdeviceptr addr, uint64_t value, int kind) {
+ncclResult_t mpn_memops_add(mpn_memops_t* b, CUdeviceptr addr, uint64_t value, int kind) {
+  if (kind == MPN_MEMOP_WAIT_EQ_CLEAR) {
+    MPN_CHECK(mpn_memops_add(b, addr, value, MPN_MEMOP_WAIT_EQ));
+    return mpn_memops_add(b, addr, 0, MPN_MEMOP_WRITE);
+  }
   CUstreamBatchMemOpParams* op = &b->ops[b->n++];
   memset(op, 0, sizeof(*op));
   if (kind != MPN_MEMOP_WRITE) {
@@ -61,31 +62,5 @@ static ncclResult_t batch_push(mpn_memops_t* b, CUdeviceptr addr, uint64_t value
     op->writeValue.address = addr;
     op->writeValue.value64 = value;
   }
-  return b->n == MPN_MEMOPS_MAX ? batch_issue(b) : ncclSuccess;
-}
-
-/* The zeros of the waits so far, before anything that could let a peer set
- * one of those flags again (a write of ours, or the stream's next work). */
-static ncclResult_t clears_push(mpn_memops_t* b) {
-  ncclResult_t first = ncclSuccess;
-  for (unsigned i = 0; i < b->nclear; i++) mpn_keep(&first, batch_push(b, b->clears[i], 0, MPN_MEMOP_WRITE));
-  b->nclear = 0;
-  return first;
-}
-
-ncclResult_t mpn_memops_flush(mpn_memops_t* b) {
-  ncclResult_t first = clears_push(b);
-  mpn_keep(&first, batch_issue(b));
-  return first;
-}
-
-ncclResult_t mpn_memops_add(mpn_memops_t* b, CUdeviceptr addr, uint64_t value, int kind) {
-  if (kind == MPN_MEMOP_WAIT_EQ_CLEAR) {
-    if (b->nclear == MPN_MEMOPS_MAX) MPN_CHECK(clears_push(b));
-    MPN_CHECK(batch_push(b, addr, value, MPN_MEMOP_WAIT_EQ));
-    if (getenv("MPINCCL_SCRATCH_NOCLEAR") == NULL) b->clears[b->nclear++] = addr;
-    return ncclSuccess;
-  }
-  if (kind == MPN_MEMOP_WRITE) MPN_CHECK(clears_push(b));
-  return batch_push(b, addr, value, kind);
+  return b->n == MPN_MEMOPS_MAX ? mpn_memops_flush(b) : ncclSuccess;
 }

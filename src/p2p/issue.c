@@ -577,7 +577,7 @@ typedef struct {
   int ok;                 /* every message of the stream may be polled for by a kernel */
   int flags, copies, waits, eager;
   size_t bytes;
-  int graph; /* captured: a kernel of one block (its waits clear their flags) */
+  int graph; /* captured: one block only for few bytes (sync_fits), never launched early */
 } sync_count_t;
 
 /*
@@ -592,7 +592,7 @@ typedef struct {
 static int self_in_kernel(const plan_t* plans, int n, const plan_t* p) {
   const struct ncclComm* comm = p->op->comm;
   if (!p->graph || comm->transport[p->op->peer] != MPN_TRANSPORT_SELF || comm->topo.gpu_sliced[comm->rank] ||
-      mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0 || getenv("MPINCCL_SCRATCH_SELFK") == NULL)
+      mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0)
     return 0;
   for (int i = 0; i < n; i++) {
     const plan_t* q = &plans[i];

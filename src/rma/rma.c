@@ -628,7 +628,6 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
         res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0, nnet == 0); /* its last item */
         if (res != ncclSuccess && merged) { /* the waits failed: the peers still get the signals */
           open.n = nsig;
-          open.nclear = 0; /* (zeros of waits no longer issued) */
           mpn_keep(&res, mpn_memops_flush(&open));
         }
       }

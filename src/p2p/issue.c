@@ -581,23 +581,22 @@ typedef struct {
 } sync_count_t;
 
 /*
- * A captured message of a rank to itself whose other side is in this
- * launch on the same stream: both sides' flags are in one kernel, written
- * before they are polled, so the kernel waits for nothing outside itself
- * (a halo or an all-to-all whose decomposition wraps onto the rank itself
- * would otherwise keep every message of the stream out of the kernel).
- * Where the rank's GPU is not time-sliced, as for any kernel.  Outside
- * graphs such messages are ordered by events under MPS (issue_front).
+ * A message of a rank to itself whose other side is in this launch on the
+ * same stream (p2p.c, self_same_stream): both sides' flags are in one
+ * kernel, written before they are polled, so the kernel waits for nothing
+ * outside itself (a halo or an all-to-all whose decomposition wraps onto
+ * the rank itself would otherwise keep every message of the stream out of
+ * the kernel).  Where the rank's GPU is not time-sliced, as for any kernel.
  */
 static int self_in_kernel(const plan_t* plans, int n, const plan_t* p) {
   const struct ncclComm* comm = p->op->comm;
-  if (!p->graph || comm->transport[p->op->peer] != MPN_TRANSPORT_SELF || comm->topo.gpu_sliced[comm->rank] ||
+  if (p->local || comm->transport[p->op->peer] != MPN_TRANSPORT_SELF || comm->topo.gpu_sliced[comm->rank] ||
       mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0)
     return 0;
   for (int i = 0; i < n; i++) {
     const plan_t* q = &plans[i];
     if (q != p && q->posted && q->op->comm == comm && q->op->peer == p->op->peer && q->op->kind != p->op->kind &&
-        q->graph && q->seq == p->seq && q->op->stream == p->op->stream)
+        q->graph == p->graph && q->seq == p->seq && q->op->stream == p->op->stream)
       return 1;
   }
   return 0;

@@ -241,6 +241,26 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   return ncclSuccess;
 }
 
+/* A message of a rank to itself whose two sides are both in this launch,
+ * on one stream: that stream writes its flags before it waits for them,
+ * so under MPS it needs no events (issue.c's ranks of one process), and it
+ * may go in the flag kernel with the stream's other messages (issue.c,
+ * self_in_kernel).  Both sides or neither, before either describes itself. */
+static void self_same_stream(plan_t* plans, int n) {
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!p->prepared || !p->local || p->op->comm->transport[p->op->peer] != MPN_TRANSPORT_SELF) continue;
+    for (int j = i + 1; j < n; j++) {
+      plan_t* q = &plans[j];
+      if (q->prepared && q->local && q->op->comm == p->op->comm && q->op->peer == p->op->peer &&
+          q->op->kind != p->op->kind && q->seq == p->seq && q->op->stream == p->op->stream) {
+        p->local = q->local = 0;
+        break;
+      }
+    }
+  }
+}
+
 /* The gap before (end 0) or after (end 1) this launch on the timed plan's stream (gap.h). */
 static int gap_time(const plan_t* timed, int end, int* current) {
   struct ncclComm* comm = timed->op->comm;
@@ -657,6 +677,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     i++;
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
+  self_same_stream(plans, n);
   mpn_push_mark(plans, n);
   int one_peer = mpn_sliced_one_peer(plans, n);
   const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;

@@ -61,9 +61,10 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "GPU, when they total at most this many bytes, run as one kernel "
                                "that polls the flags (one block per 64 KiB of copies, up to 32 "
                                "and half the GPU's multiprocessors shared among its ranks; one "
-                               "block and at most 512 KiB in a launch of several streams; one block "
-                               "and at most 64 KiB, or 512 KiB in 8 copies or more, in a launch "
-                               "captured in a CUDA graph) "
+                               "block and at most 512 KiB in a launch of several streams; in a launch "
+                               "captured in a CUDA graph, blocks the graph holds until it is destroyed, "
+                               "or where none are free one block and at most 64 KiB, or 512 KiB in 8 "
+                               "copies or more) "
                                "instead of stream memory operations around copies; 0: always "
                                "memory operations."},
     [MPN_PARAM_KERNEL_SYNC_WAITS] = {"MPINCCL_KERNEL_SYNC_WAITS", MPN_PARAM_INT, "3", NULL, 1, 96,

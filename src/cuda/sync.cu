@@ -66,6 +66,7 @@ __device__ void copy_chunk(const mpn_copy_t& c, size_t k) {
 template <int F, int C>
 struct table_t {
   int device_scope, nfirst;
+  int clears; /* some wait clears its flag (a captured launch's) */
   int nwait[MPN_SYNC_ROUNDS], ncopy[MPN_SYNC_ROUNDS], nlast[MPN_SYNC_ROUNDS];
   unsigned* counter;          // several blocks: MPN_SYNC_COUNTERS, at 0 (sync.h)
   unsigned long long* done;   // gets epoch once they are back at 0
@@ -160,9 +161,11 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
       }
       if (!s.counter) __syncthreads(); /* (count's own barrier otherwise) */
       if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total) { /* the whole block */
-        if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_EQ_CLEAR)
-          *(volatile unsigned long long*)s.flags[first_flag + t].addr = 0;
-        __syncthreads();
+        if (s.clears) {
+          if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_EQ_CLEAR)
+            *(volatile unsigned long long*)s.flags[first_flag + t].addr = 0;
+          __syncthreads();
+        }
         if (t < s.nlast[r]) {
           fence(s.device_scope); /* cumulative: the clears above too */
           flag_write(s.flags[first_flag + s.nwait[r] + t]);
@@ -219,6 +222,8 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
   table_t<F, C> t;
   t.device_scope = s->device_scope;
   t.nfirst = s->nfirst;
+  t.clears = 0;
+  for (int i = 0; i < flags; i++) t.clears |= s->flags[i].kind == MPN_MEMOP_WAIT_EQ_CLEAR;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) t.nwait[r] = s->nwait[r], t.ncopy[r] = s->ncopy[r], t.nlast[r] = s->nlast[r];
   t.counter = (unsigned*)(uintptr_t)s->grid.counter;
   t.done = (unsigned long long*)(uintptr_t)s->grid.done;

@@ -123,11 +123,16 @@ void mpn_sync_grid_take(int dev, int sharers, mpn_sync_t* k) {
   pthread_mutex_unlock(&pools_lock);
 }
 
+/* The slot of p whose counters k was given. */
+static unsigned slot_of(const pool_t* p, const mpn_sync_t* k) {
+  return (unsigned)((k->grid.counter - p->counters) / POOL_STRIDE);
+}
+
 void mpn_sync_grid_release(const mpn_sync_t* k) {
   if (k->grid.blocks <= 1) return;
   pthread_mutex_lock(&pools_lock);
   pool_t* p = pools[k->grid.dev]; /* (a slot was taken from it: it exists) */
-  unsigned i = (unsigned)((k->grid.counter - p->counters) / POOL_STRIDE);
+  unsigned i = slot_of(p, k);
   if (p->taken[i] == k->grid.epoch) p->taken[i] = 0, p->graph[i] = 0;
   pthread_mutex_unlock(&pools_lock);
 }
@@ -137,7 +142,7 @@ void mpn_sync_grid_slot(const mpn_sync_t* k, void** owner, uint32_t* slot) {
   pool_t* p = pools[k->grid.dev]; /* (a slot was taken from it: it exists) */
   pthread_mutex_unlock(&pools_lock);
   *owner = p;
-  *slot = (uint32_t)((k->grid.counter - p->counters) / POOL_STRIDE);
+  *slot = slot_of(p, k);
 }
 
 void mpn_sync_grid_gone(void* owner, uint32_t slot, uint64_t seq, int side) {

@@ -588,18 +588,10 @@ typedef struct {
  * the rank itself would otherwise keep every message of the stream out of
  * the kernel).  Where the rank's GPU is not time-sliced, as for any kernel.
  */
-static int self_in_kernel(const plan_t* plans, int n, const plan_t* p) {
+static int self_in_kernel(const plan_t* p) {
   const struct ncclComm* comm = p->op->comm;
-  if (p->local || comm->transport[p->op->peer] != MPN_TRANSPORT_SELF || comm->topo.gpu_sliced[comm->rank] ||
-      mpn_param_int(MPN_PARAM_KERNEL_SYNC) <= 0)
-    return 0;
-  for (int i = 0; i < n; i++) {
-    const plan_t* q = &plans[i];
-    if (q != p && q->posted && q->op->comm == comm && q->op->peer == p->op->peer && q->op->kind != p->op->kind &&
-        q->graph == p->graph && q->seq == p->seq && q->op->stream == p->op->stream)
-      return 1;
-  }
-  return 0;
+  const plan_t* other = p->self_other;
+  return other && other->posted && !comm->topo.gpu_sliced[comm->rank] && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0;
 }
 
 static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
@@ -608,7 +600,7 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
     const plan_t* p = &plans[i];
     if (!p->posted || p->op->stream != s) continue;
     c.graph |= p->graph;
-    if ((!p->spin && !self_in_kernel(plans, n, p)) || p->stage || (half0 == 0 && (gated(p) || p->step > 0)))
+    if ((!p->spin && !self_in_kernel(p)) || p->stage || (half0 == 0 && (gated(p) || p->step > 0)))
       c.ok = 0; /* issue_front */
     for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
       mpn_sync_flag_t f;

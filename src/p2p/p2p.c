@@ -242,18 +242,21 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
 }
 
 /* A message of a rank to itself whose two sides are both in this launch,
- * on one stream: that stream writes its flags before it waits for them,
- * so under MPS it needs no events (issue.c's ranks of one process), and it
- * may go in the flag kernel with the stream's other messages (issue.c,
- * self_in_kernel).  Both sides or neither, before either describes itself. */
+ * on one stream (each side's self_other names the other): that stream
+ * writes its flags before it waits for them, so under MPS it needs no
+ * events (issue.c's ranks of one process), and it may go in the flag
+ * kernel with the stream's other messages (issue.c, self_in_kernel).  Both
+ * sides or neither, before either describes itself. */
 static void self_same_stream(plan_t* plans, int n) {
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (!p->prepared || !p->local || p->op->comm->transport[p->op->peer] != MPN_TRANSPORT_SELF) continue;
+    if (!p->prepared || p->self_other || p->op->comm->transport[p->op->peer] != MPN_TRANSPORT_SELF) continue;
     for (int j = i + 1; j < n; j++) {
       plan_t* q = &plans[j];
-      if (q->prepared && q->local && q->op->comm == p->op->comm && q->op->peer == p->op->peer &&
-          q->op->kind != p->op->kind && q->seq == p->seq && q->op->stream == p->op->stream) {
+      if (q->prepared && q->op->comm == p->op->comm && q->op->peer == p->op->peer && q->op->kind != p->op->kind &&
+          q->graph == p->graph && q->seq == p->seq && q->op->stream == p->op->stream) {
+        p->self_other = q;
+        q->self_other = p;
         p->local = q->local = 0;
         break;
       }

@@ -16,7 +16,7 @@
 #include "p2p/stage.h"
 
 /* One message of the group being launched. */
-typedef struct {
+typedef struct mpn_plan {
   mpn_op_t* op;
   mpn_pair_t* pair;
   uint64_t seq;
@@ -44,6 +44,8 @@ typedef struct {
   int chain;          /* ... and the stream its process's steps go on, where they fork (issue.c) */
   int after_prev;     /* the slot's previous message was posted on another stream (p2p.c; issue.c: gated) */
   int push;           /* a send that posts after the peer's receive, so that it moves its own data (push.h) */
+  const struct mpn_plan* self_other; /* a message to the rank itself: its other side's plan, when that is in
+                                        this launch on the same stream (p2p.c, self_same_stream), else NULL */
   unsigned long long stream_id; /* mpn_cuda_stream_id of op->stream */
 } plan_t;
 

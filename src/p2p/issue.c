@@ -779,7 +779,10 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half, half);
-      int issued = 0, grid = one && c.graph; /* a captured launch has no early kernel to gain from one block */
+      /* Several blocks for one stream's half: a captured launch has no
+       * early kernel to gain from one block; one not captured keeps that
+       * early block unless its copies exceed what one block takes. */
+      int issued = 0, grid = one && (c.graph || c.bytes > ONE_BLOCK_BYTES);
       if (sync_wanted(&c) && sync_fits(&c, grid)) {
         if (half == 1 && one) mpn_keep(&first, mpn_memops_flush(&open)); /* the front's batch goes first */
         mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, grid, 0, &issued));

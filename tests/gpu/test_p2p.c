@@ -805,11 +805,12 @@ static int halo26_replays(char** s, char** r, const int* peer, const size_t* byt
   return bad;
 }
 
-/* 3D periodic decomposition, all 26 neighbours in one group; faces, edges
- * and corners of different sizes; buffers from ncclMemAlloc, registered.
- * replays > 0: the group captured in a CUDA graph, replayed that often
- * (under MPS its kernel takes several blocks, and its flags two rounds). */
-static void halo26(int replays) {
+/* 3D periodic decomposition, all 26 neighbours in one group; faces of
+ * `face` bytes, edges of face / 32, corners of 64; buffers from
+ * ncclMemAlloc, registered.  replays > 0: the group captured in a CUDA
+ * graph, replayed that often (under MPS its kernel takes several blocks,
+ * and its flags two rounds). */
+static void halo26(int replays, size_t face) {
   int dims[3] = {0, 0, 0}, periods[3] = {1, 1, 1}, coords[3];
   MPI_Dims_create(nranks, 3, dims);
   MPI_Comm cart;
@@ -825,7 +826,7 @@ static void halo26(int replays) {
     int nonzero = (off[0] != 0) + (off[1] != 0) + (off[2] != 0);
     for (int k = 0; k < 3; k++) c[k] = coords[k] + off[k];
     MPI_Cart_rank(cart, c, &peer[d]);
-    bytes[d] = nonzero == 1 ? 65536 : nonzero == 2 ? 2048 : 64;
+    bytes[d] = nonzero == 1 ? face : nonzero == 2 ? face / 32 : 64;
     if (d == 13) continue;
     EXPECT_OK(ncclMemAlloc((void**)&s[d], bytes[d]));
     EXPECT_OK(ncclMemAlloc((void**)&r[d], bytes[d]));
@@ -859,7 +860,12 @@ static void halo26(int replays) {
 }
 
 /* halo26 in a CUDA graph, replayed 20 times. */
-static void graph_halo(void) { halo26(20); }
+static void graph_halo(void) { halo26(20, 65536); }
+
+/* halo26 with faces of 256 KiB: at 8 ranks each half of the group copies
+ * more than a kernel of one block takes (its kernels have several blocks
+ * under MPS, captured or not). */
+static void halo26_wide(void) { halo26(0, 262144); }
 
 /* Ranks of one process driven by one thread each. */
 typedef struct {
@@ -1077,7 +1083,8 @@ int main(int argc, char** argv) {
   STEP(init_all_ring());
   STEP(init_all_devices());
   STEP(threads_ring());
-  STEP(halo26(0));
+  STEP(halo26(0, 65536));
+  STEP(halo26_wide());
   STEP(graph_replay());
   STEP(graph_halo());
   STEP(graph_recapture());

@@ -7,7 +7,6 @@
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap/channel.h"
@@ -617,9 +616,9 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
   return c;
 }
 
-/* Copies a kernel of one block takes (launches of several streams: see
- * mpn_sync_grid_take); past this the copy engine is faster (the bound
- * before the kernel had several blocks). */
+/* Copies a kernel of one block takes (launches of several streams, see
+ * mpn_sync_grid_take, or one that got no blocks to spare); past this the
+ * copy engine is faster (the bound before the kernel had several blocks). */
 #define ONE_BLOCK_BYTES ((size_t)524288)
 
 /* Copies a captured launch's kernel of one block takes (about 16 GB/s): a
@@ -638,7 +637,7 @@ static int graph_one_block_fits(size_t bytes, int copies) {
 }
 
 /* Whether c fits a kernel; grid: of several blocks, if the pool has them
- * (a captured launch that gets one block checks again: issue_sync). */
+ * (a launch that gets one block checks again: issue_sync). */
 static int sync_fits(const sync_count_t* c, int grid) {
   size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
   if (!grid && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
@@ -725,8 +724,10 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cu
   k.captured = p0->graph; /* never launched early; its grid is held (all of s's messages are captured or none) */
   const struct ncclComm* comm = p0->op->comm;
   if (grid) mpn_sync_grid_take(comm->cuda_dev, comm->topo.n_same_gpu, &k);
-  if (k.captured && k.grid.blocks == 1 && !graph_one_block_fits(mpn_sync_bytes(&k), mpn_sync_ncopies(&k))) {
-    *issued = 0; /* no counters free: memory operations and the copy engines */
+  size_t bytes = mpn_sync_bytes(&k);
+  if (k.grid.blocks == 1 &&
+      (k.captured ? !graph_one_block_fits(bytes, mpn_sync_ncopies(&k)) : bytes > ONE_BLOCK_BYTES)) {
+    *issued = 0; /* no counters free, or no blocks to spare: memory operations and the copy engines */
     return ncclSuccess;
   }
   ncclResult_t res = mpn_drain_sync_issue(drv, &k, s, 0, ends);
@@ -779,10 +780,9 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
       sync_count_t c = sync_count(plans, n, s, half, half);
-      /* Several blocks for one stream's half: a captured launch has no
-       * early kernel to gain from one block; one not captured keeps that
-       * early block unless its copies exceed what one block takes. */
-      int issued = 0, grid = one && (c.graph || c.bytes > ONE_BLOCK_BYTES);
+      /* One stream's half takes the blocks its copies call for, as a whole
+       * launch does (a kernel of one block is still launched early). */
+      int issued = 0, grid = one;
       if (sync_wanted(&c) && sync_fits(&c, grid)) {
         if (half == 1 && one) mpn_keep(&first, mpn_memops_flush(&open)); /* the front's batch goes first */
         mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, grid, 0, &issued));

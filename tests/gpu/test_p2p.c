@@ -862,9 +862,9 @@ static void halo26(int replays, size_t face) {
 /* halo26 in a CUDA graph, replayed 20 times. */
 static void graph_halo(void) { halo26(20, 65536); }
 
-/* halo26 with faces of 256 KiB: at 8 ranks each half of the group copies
- * more than a kernel of one block takes (its kernels have several blocks
- * under MPS, captured or not). */
+/* halo26 with faces of 256 KiB: each half of the group copies more than a
+ * kernel of one block takes, so under MPS its kernels have several blocks
+ * or, where none are free, it takes memory operations and the engines. */
 static void halo26_wide(void) { halo26(0, 262144); }
 
 /* Ranks of one process driven by one thread each. */

@@ -60,7 +60,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "MPINCCL_KERNEL_SYNC_WAITS waits) and its copies between ranks of one "
                                "GPU, when they total at most this many bytes, run as one kernel "
                                "that polls the flags (one block per 64 KiB of copies, up to 32 "
-                               "and half the GPU's multiprocessors shared among its ranks; one "
+                               "and half the GPU's multiprocessors shared among its ranks, where "
+                               "none are free one block and at most 512 KiB; one "
                                "block and at most 512 KiB in a launch of several streams; in a launch "
                                "captured in a CUDA graph, blocks the graph holds until it is destroyed, "
                                "or where none are free one block and at most 64 KiB, or 512 KiB in 8 "
@@ -98,6 +99,11 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "way, when one is free "
                                  "(a halo's faces: one flag hop, the copies beside the sender's pack and the "
                                  "receiver's unpack); at most 385024 (376 KiB); 0: never."},
+    [MPN_PARAM_EAGER_GRAPH] = {"MPINCCL_EAGER_GRAPH", MPN_PARAM_INT, "1", NULL, 0, 1,
+                               "1: a message captured in a CUDA graph, of at most MPINCCL_EAGER_MAX bytes, between "
+                               "processes whose kernels run at once (MPS, or different GPUs) takes an inbox slot of "
+                               "its own for the graph's life (one flag hop on every replay, as the inbox outside "
+                               "graphs); 0: the two-hop handshake (\"ready\", copy, \"done\")."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
                                  "one moves the data of both directions when it can: in a "

@@ -46,7 +46,7 @@
  * (kind MPN_EAGER_SMALL) or the big one (MPN_EAGER_BIG) by its size, as the
  * first side decides.
  */
-enum { MPN_EAGER_NONE = 0, MPN_EAGER_SMALL = 1, MPN_EAGER_BIG = 2 };
+enum { MPN_EAGER_NONE = 0, MPN_EAGER_SMALL = 1, MPN_EAGER_BIG = 2, MPN_EAGER_GRAPH = 3 };
 /* 376 KiB: with 128 small slots, 4 of them fill the pair's 2 MiB block and
  * take the faces of a 2-rank decomposition (halo3d's are 288 KiB). */
 #define MPN_EAGER_BIG_BYTES ((size_t)385024)
@@ -75,6 +75,23 @@ _Static_assert(MPN_EAGER_BIG_SIZES_OFFSET + MPN_EAGER_BIG_SLOTS * sizeof(uint64_
 _Static_assert(MPN_EAGER_BIG_DATA_OFFSET + (size_t)MPN_EAGER_BIG_SLOTS * MPN_EAGER_BIG_BYTES <= MPN_IPC_BLOCK_BYTES,
                "the inbox does not fit the pair's device block");
 
+/*
+ * Captured messages up to MPN_EAGER_SLOT_BYTES (kind MPN_EAGER_GRAPH) have
+ * an inbox slot of their own: the one of their graph slot, which the
+ * message holds as long as a graph that captured it lives, in a second
+ * part of the pair's device block.  Its flag is the graph slot's "done",
+ * 0 while the slot is free: the sender waits for 0, copies in and writes 1;
+ * the receiver waits for 1, copies out and puts it back to 0.  So every
+ * replay starts from the same state, and a replay's copy in waits for the
+ * previous replay's copy out.
+ */
+#define MPN_EAGER_GRAPH_DATA_OFFSET ((size_t)MPN_IPC_BLOCK_BYTES)
+#define MPN_EAGER_GRAPH_SIZES_OFFSET (MPN_EAGER_GRAPH_DATA_OFFSET + (size_t)MPN_PAIR_GRAPH_SLOTS * MPN_EAGER_SLOT_BYTES)
+/** Bytes of the pair's device block: flags, signals, the inbox, then the graph slots' inbox. */
+#define MPN_PAIR_DBLOCK_BYTES ((size_t)2 * MPN_IPC_BLOCK_BYTES)
+_Static_assert(MPN_EAGER_GRAPH_SIZES_OFFSET + MPN_PAIR_GRAPH_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DBLOCK_BYTES,
+               "the graph slots' inbox does not fit the pair's device block");
+
 /** Slots of a ring. */
 static inline uint64_t mpn_eager_slots(int kind) {
   return kind == MPN_EAGER_BIG ? MPN_EAGER_BIG_SLOTS : MPN_EAGER_SLOTS;
@@ -101,8 +118,10 @@ static inline CUdeviceptr mpn_eager_freed(const mpn_pair_t* pair, int kind, uint
   return mpn_pair_dev(pair, mpn_eager_free_word(pair, kind, n));
 }
 
-/** Device address of eager message n's slot. */
+/** Device address of eager message n's slot (MPN_EAGER_GRAPH: n is the graph slot). */
 static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, int kind, uint64_t n) {
+  if (kind == MPN_EAGER_GRAPH)
+    return pair->dflags + MPN_EAGER_GRAPH_DATA_OFFSET + (CUdeviceptr)n * MPN_EAGER_SLOT_BYTES;
   if (kind == MPN_EAGER_BIG)
     return pair->dflags + MPN_EAGER_BIG_DATA_OFFSET + (CUdeviceptr)(n % MPN_EAGER_BIG_SLOTS) * MPN_EAGER_BIG_BYTES;
   return pair->dflags + MPN_EAGER_DATA_OFFSET + (CUdeviceptr)(n % MPN_EAGER_SLOTS) * MPN_EAGER_SLOT_BYTES;
@@ -110,6 +129,7 @@ static inline CUdeviceptr mpn_eager_data(const mpn_pair_t* pair, int kind, uint6
 
 /** Device address of the word that carries eager message n's size (written with the data). */
 static inline CUdeviceptr mpn_eager_size(const mpn_pair_t* pair, int kind, uint64_t n) {
+  if (kind == MPN_EAGER_GRAPH) return pair->dflags + MPN_EAGER_GRAPH_SIZES_OFFSET + (CUdeviceptr)n * sizeof(uint64_t);
   size_t at = kind == MPN_EAGER_BIG ? MPN_EAGER_BIG_SIZES_OFFSET : MPN_EAGER_SIZES_OFFSET;
   return pair->dflags + at + (CUdeviceptr)(n % mpn_eager_slots(kind)) * sizeof(uint64_t);
 }

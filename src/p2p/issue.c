@@ -40,6 +40,10 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
   return wait ? mpn_memops_add(b, flag, 0, MPN_MEMOP_WRITE) : ncclSuccess;
 }
 
+/* The flag of a captured message through its graph slot's inbox: 1 while
+ * the slot holds a replay's data (eager.h). */
+static CUdeviceptr graph_full(const plan_t* p) { return mpn_pair_flag(p->pair, p->seq, 1, 1); }
+
 /* An eager message's copy: into the inbox with its size word, or out of it
  * limited by that word.  0 when nothing is to be copied. */
 static int eager_copy(const plan_t* p, mpn_copy_t* c) {
@@ -431,7 +435,11 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   }
   int eager = 0;
   for (int i = 0; i < n; i++) eager |= eager_on(&plans[i], s, MPN_OP_SEND);
-  if (eager) { /* eager sends wait for nothing: before any wait for a peer */
+  if (eager) { /* eager sends wait for nothing (a captured one for its last replay's copy out): before any wait
+                  for a peer */
+    for (int i = 0; i < n; i++)
+      if (eager_on(&plans[i], s, MPN_OP_SEND) && plans[i].eager == MPN_EAGER_GRAPH)
+        mpn_keep(&first, mpn_memops_add(b, graph_full(&plans[i]), 0, MPN_MEMOP_WAIT_EQ));
     mpn_keep(&first, mpn_memops_flush(b));
     ncclResult_t copied = issue_copies(plans, n, s, s, 1, 0, -1);
     mpn_keep(&first, copied);
@@ -463,6 +471,10 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
     plan_t* p = &plans[i];
     mpn_copy_t c;
     if (!eager_on(p, s, MPN_OP_RECV) || !eager_copy(p, &c)) continue;
+    if (p->eager == MPN_EAGER_GRAPH) { /* its flag goes back to 0 below */
+      mpn_keep(&launched, mpn_copies_add_kernel(&copies, &c));
+      continue;
+    }
     mpn_copy_then_t then = {(unsigned long long*)(uintptr_t)mpn_eager_freed(p->pair, p->eager, p->eager_n),
                             p->eager_n + 1,
                             (unsigned int*)(uintptr_t)mpn_eager_arrivals(p->pair, p->eager, p->eager_n)};
@@ -471,7 +483,9 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   mpn_keep(&launched, mpn_copies_flush(&copies));
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (eager_on(p, s, MPN_OP_RECV) && (launched != ncclSuccess || p->eager_bytes == 0)) /* (eager_copy's test) */
+    if (eager_on(p, s, MPN_OP_RECV) && p->eager == MPN_EAGER_GRAPH)
+      mpn_keep(&first, mpn_memops_add(b, graph_full(p), 0, MPN_MEMOP_WRITE));
+    else if (eager_on(p, s, MPN_OP_RECV) && (launched != ncclSuccess || p->eager_bytes == 0)) /* (eager_copy's) */
       mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1,
                                       MPN_MEMOP_WRITE));
   }
@@ -487,7 +501,9 @@ static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (eager_on(p, s, MPN_OP_RECV)) mpn_keep(&first, plan_flag(b, p, 1, 1));
+    if (eager_on(p, s, MPN_OP_RECV)) /* (a graph slot's inbox is freed after the copy out: issue_eager_out) */
+      mpn_keep(&first, p->eager == MPN_EAGER_GRAPH ? mpn_memops_add(b, graph_full(p), 1, MPN_MEMOP_WAIT_EQ)
+                                                   : plan_flag(b, p, 1, 1));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
     if (p->local) mpn_keep(&first, mpn_memops_flush(b)); /* the batch's writes go out before a host wait */
@@ -548,7 +564,12 @@ static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
   if (phase == 1 && part == MPN_SYNC_LAST && !p->eager && !first_side) done = 1;
   if (phase == 2 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
     done = 1, kind = MPN_MEMOP_WAIT_GEQ;
+  if (p->eager == MPN_EAGER_GRAPH && phase == 0 && part == MPN_SYNC_WAIT && send) { /* the last replay's copy out */
+    *f = (mpn_sync_flag_t){graph_full(p), 0, MPN_MEMOP_WAIT_EQ, 0};
+    return 1;
+  }
   if (phase == 2 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
+    if (p->eager == MPN_EAGER_GRAPH) return 0; /* its wait's clear, after the round's copies, frees it */
     *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE, 0};
     return 1;
   }

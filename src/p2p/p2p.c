@@ -67,6 +67,7 @@ struct mpn_p2p {
   /* How messages went (logged at destroy, NCCL_DEBUG=INFO, subsystem P2P). */
   uint64_t posted, moved, delegate_timeouts;
   uint64_t eager[2];  /* messages through the inbox's small and big rings (mpn_p2p_stats) */
+  uint64_t eager_graph; /* captured messages through their graph slots' inbox */
   uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
   uint64_t slot_waits;    /* time-sliced GPU: posts that waited on the host for a slot and got it */
   uint64_t slot_timeouts; /* ... and that waited in vain */
@@ -237,6 +238,10 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
                 : op->bytes <= small ? MPN_EAGER_SMALL
                 : op->bytes <= big   ? MPN_EAGER_BIG
                                      : MPN_EAGER_NONE;
+  /* Captured: small messages through their graph slot's inbox (eager.h). */
+  if (p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
+      mpn_param_int(MPN_PARAM_EAGER_GRAPH) && op->bytes <= small)
+    p->eager_ok = MPN_EAGER_GRAPH;
   p->prepared = 1;
   return ncclSuccess;
 }
@@ -271,6 +276,17 @@ static int gap_time(const plan_t* timed, int end, int* current) {
   if (!end) return mpn_gap_launch_begin(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
   mpn_gap_launch_end(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
   return 0;
+}
+
+/* Counts a message through inbox kind: the pair side's ring number
+ * (counts: NULL when set already) and the statistics. */
+static void eager_count(struct ncclComm* comm, uint64_t* counts, int kind) {
+  if (kind == MPN_EAGER_GRAPH) {
+    comm->p2p->eager_graph++;
+    return;
+  }
+  if (counts) counts[kind - 1]++;
+  comm->p2p->eager[kind - 1]++;
 }
 
 /* The message goes through the pair's inbox: the sender copies bytes in, the
@@ -338,13 +354,18 @@ static ncclResult_t plan_post(plan_t* p) {
     ps->launch[side] = p->launch;
     memcpy(ps->eager_base[side], eager_counts, sizeof(ps->eager_base[side]));
   }
-  /* Every earlier message of the pair is posted: its path is known. */
-  p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
-  int free_now = p->eager_ok && mpn_eager_free(p->pair, p->eager_ok, p->eager_n);
-  if (free_now) ps->slot_timed_out[side] = 0; /* the peer keeps up again */
-  if (p->eager_ok && !free_now && !slot_wait(p, ps, side)) {
-    p->eager_ok = MPN_EAGER_NONE;
-    comm->p2p->no_slot++;
+  if (p->eager_ok == MPN_EAGER_GRAPH) { /* the graph slot's own inbox slot: free while the message holds it */
+    p->eager_n = (p->seq - 1) % MPN_PAIR_GRAPH_SLOTS;
+    if (p->pair->dflags == 0) p->eager_ok = MPN_EAGER_NONE;
+  } else {
+    /* Every earlier message of the pair is posted: its path is known. */
+    p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
+    int free_now = p->eager_ok && mpn_eager_free(p->pair, p->eager_ok, p->eager_n);
+    if (free_now) ps->slot_timed_out[side] = 0; /* the peer keeps up again */
+    if (p->eager_ok && !free_now && !slot_wait(p, ps, side)) {
+      p->eager_ok = MPN_EAGER_NONE;
+      comm->p2p->no_slot++;
+    }
   }
   mpn_side_t mine;
   ncclResult_t bad = mpn_side_describe(p, &mine);
@@ -365,8 +386,7 @@ static ncclResult_t plan_post(plan_t* p) {
   if (p->role != MPN_POST_SECOND) {
     if (mine.eager) { /* a refused buffer moves nothing; the send's size word 0 keeps the receiver from copying */
       eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
-      eager_counts[mine.eager - 1]++;
-      comm->p2p->eager[mine.eager - 1]++;
+      eager_count(comm, eager_counts, mine.eager);
     }
     return bad;
   }
@@ -379,14 +399,15 @@ static ncclResult_t plan_post(plan_t* p) {
   p->peer_proc = other.proc;
   mpn_side_heed(&other);
   p->peer_launch = other.launch;
-  if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG) { /* the first side chose a ring: follow it */
+  if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG ||
+      other.eager == MPN_EAGER_GRAPH) { /* the first side chose an inbox: follow it */
     ncclResult_t res = ncclSuccess;
-    uint64_t* count = &eager_counts[other.eager - 1];
-    if (other.eager_n != *count) { /* cannot happen; the peer's number keeps both going */
-      res = mpn_error_set(comm, ncclInternalError,
-                          "message %llu with rank %d: eager number %llu here, %llu at the peer",
-                          (unsigned long long)p->seq, op->peer, (unsigned long long)*count,
-                          (unsigned long long)other.eager_n);
+    uint64_t expected =
+        other.eager == MPN_EAGER_GRAPH ? (p->seq - 1) % MPN_PAIR_GRAPH_SLOTS : eager_counts[other.eager - 1];
+    if (other.eager_n != expected) { /* cannot happen; the peer's number keeps both going */
+      res = mpn_error_set(
+          comm, ncclInternalError, "message %llu with rank %d: eager number %llu here, %llu at the peer",
+          (unsigned long long)p->seq, op->peer, (unsigned long long)expected, (unsigned long long)other.eager_n);
       mpn_comm_set_async(comm, res);
     }
     p->eager_n = other.eager_n;
@@ -396,8 +417,8 @@ static ncclResult_t plan_post(plan_t* p) {
       same = 0;
     }
     eager_plan(p, other.eager, same ? op->bytes : 0);
-    *count = p->eager_n + 1;
-    comm->p2p->eager[other.eager - 1]++;
+    if (other.eager != MPN_EAGER_GRAPH) eager_counts[other.eager - 1] = p->eager_n + 1;
+    eager_count(comm, NULL, other.eager);
     return res != ncclSuccess ? res : bad;
   }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */
@@ -770,15 +791,17 @@ void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P,
            "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
-           "ran out; %llu through the inbox's small slots, %llu its big ones, %llu found no free slot, "
+           "ran out; %llu through the inbox's small slots, %llu its big ones, %llu captured through their graph "
+           "slots' inbox, %llu found no free slot, "
            "%llu waited for one and got it, %llu in vain; %llu gaps between launches timed, the last %.0f us; "
            "%llu sends pushed after the peer's receive, %llu waits for it ran out",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
-           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->no_slot,
-           (unsigned long long)comm->p2p->slot_waits, (unsigned long long)comm->p2p->slot_timeouts,
-           (unsigned long long)comm->p2p->gap.samples, (double)comm->p2p->gap.last_us,
-           (unsigned long long)comm->p2p->pushed, (unsigned long long)comm->p2p->push_timeouts);
+           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->eager_graph,
+           (unsigned long long)comm->p2p->no_slot, (unsigned long long)comm->p2p->slot_waits,
+           (unsigned long long)comm->p2p->slot_timeouts, (unsigned long long)comm->p2p->gap.samples,
+           (double)comm->p2p->gap.last_us, (unsigned long long)comm->p2p->pushed,
+           (unsigned long long)comm->p2p->push_timeouts);
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       int elsewhere = comm->transport[peer] == MPN_TRANSPORT_IPC; /* (another process) */

@@ -32,6 +32,7 @@
 #include "core/param.h"
 #include "core/proc.h"
 #include "cuda/device.h"
+#include "p2p/eager.h"
 
 /* Pair file names, after shm_open's '/': both sides make the same one. */
 #define PAIR_NAME_FORMAT "mpinccl-%016llx-%d-%d"
@@ -276,9 +277,9 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   uint32_t where = MPN_FLAGS_HOST;
   if (device) {
     void* d = NULL;
-    /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES). */
-    size_t bytes = MPN_PAIR_FLAGS * sizeof(uint64_t);
-    cudaError_t err = cudaMalloc(&d, bytes < MPN_IPC_BLOCK_BYTES ? MPN_IPC_BLOCK_BYTES : bytes);
+    /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES;
+     * its layout: eager.h). */
+    cudaError_t err = cudaMalloc(&d, MPN_PAIR_DBLOCK_BYTES);
     cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
     if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_DZERO_BYTES, s);

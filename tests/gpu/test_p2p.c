@@ -517,6 +517,51 @@ static void graph_replay(void) {
   cudaFree(r);
 }
 
+/* Small messages captured in a CUDA graph (under MPS each through its
+ * graph slot's own inbox slot), beside a larger one to the same peer that
+ * takes the two-hop path, replayed 100 times with new data; every second
+ * replay follows the first with no host synchronization between, so that
+ * a replay's copy into the inbox may have to wait for the previous
+ * replay's copy out at the peer. */
+static void graph_small(void) {
+  enum { N = 5, REPLAYS = 100 };
+  const size_t sizes[N] = {1, 8, 1000, 4096, 70000};
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s[N], *r[N];
+  for (int i = 0; i < N; i++) s[i] = dev_alloc(sizes[i]), r[i] = dev_alloc(sizes[i]);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < N; i++) {
+    EXPECT_OK(ncclSend(s[i], sizes[i], ncclInt8, to, comm, stream));
+    EXPECT_OK(ncclRecv(r[i], sizes[i], ncclInt8, from, comm, stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  EXPECT(captured);
+  int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, all = 0;
+  EXPECT(!captured || ready);
+  MPI_Allreduce(&ready, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD); /* nobody replays alone */
+  int bad = 0;
+  for (int k = 0; all && k < REPLAYS; k++) {
+    for (int i = 0; i < N; i++) pattern_fill(s[i], sizes[i], seed_of(rank, i, 3000 + k), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    if (k % 2 == 0) continue; /* the next replay follows at once */
+    for (int i = 0; i < N; i++) bad += pattern_check(r[i], sizes[i], seed_of(from, i, 3000 + k), stream) != 0;
+    /* Nobody refills its send buffers before its peer has read them. */
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (bad) fprintf(stderr, "[rank %d] graph_small: %d wrong buffers\n", rank, bad);
+  EXPECT(bad == 0);
+  if (ready) cudaGraphExecDestroy(exec);
+  if (captured) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  for (int i = 0; i < N; i++) cudaFree(s[i]), cudaFree(r[i]);
+  /* Messages not captured still flow after the captured ones. */
+  ring(4096, 1, ncclInt8, 0);
+}
+
 /* More captured messages of a pair than it has graph slots (256), in
  * graphs each destroyed after one replay: the slots come back (before, the
  * 257th capture was refused). */
@@ -1086,6 +1131,7 @@ int main(int argc, char** argv) {
   STEP(halo26(0, 65536));
   STEP(halo26_wide());
   STEP(graph_replay());
+  STEP(graph_small());
   STEP(graph_halo());
   STEP(graph_recapture());
   STEP(graph_pool_stage());

@@ -92,6 +92,12 @@ _Static_assert(MPN_EAGER_BIG_DATA_OFFSET + (size_t)MPN_EAGER_BIG_SLOTS * MPN_EAG
 _Static_assert(MPN_EAGER_GRAPH_SIZES_OFFSET + MPN_PAIR_GRAPH_SLOTS * sizeof(uint64_t) <= MPN_PAIR_DBLOCK_BYTES,
                "the graph slots' inbox does not fit the pair's device block");
 
+/** Whether the pair's device block holds the graph slots' inbox (its
+ *  creator made it with MPINCCL_EAGER_GRAPH: pair.c, flags_publish). */
+static inline int mpn_eager_graph_ok(const mpn_pair_t* pair) {
+  return pair->dflags != 0 && pair->mem->flags_desc.size >= MPN_PAIR_DBLOCK_BYTES;
+}
+
 /** Slots of a ring. */
 static inline uint64_t mpn_eager_slots(int kind) {
   return kind == MPN_EAGER_BIG ? MPN_EAGER_BIG_SLOTS : MPN_EAGER_SLOTS;

@@ -626,7 +626,9 @@ static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int h
       mpn_sync_flag_t f;
       for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
       c.waits += plan_part(p, phase, MPN_SYNC_WAIT, &f);
-      c.eager += p->eager && plan_part(p, phase, MPN_SYNC_LAST, &f); /* its "done" or its slot's word */
+      c.eager += p->eager && (plan_part(p, phase, MPN_SYNC_LAST, &f) || /* its "done" or its slot's word, */
+                              (p->eager == MPN_EAGER_GRAPH && phase == 2 && p->op->kind == MPN_OP_RECV));
+      /* (the last: a graph slot's inbox copied out, whose flag its wait clears) */
       mpn_copy_t copy;
       if (!plan_copy(p, phase, &copy)) continue;
       if (!mpn_transport_kernel_reach(p->op->comm, p->op->peer)) c.ok = 0; /* the engine's */

@@ -240,7 +240,7 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
                                      : MPN_EAGER_NONE;
   /* Captured: small messages through their graph slot's inbox (eager.h). */
   if (p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
-      mpn_param_int(MPN_PARAM_EAGER_GRAPH) && op->bytes <= small)
+      mpn_param_int(MPN_PARAM_EAGER_GRAPH) && small > 0 && op->bytes <= small)
     p->eager_ok = MPN_EAGER_GRAPH;
   p->prepared = 1;
   return ncclSuccess;
@@ -356,7 +356,7 @@ static ncclResult_t plan_post(plan_t* p) {
   }
   if (p->eager_ok == MPN_EAGER_GRAPH) { /* the graph slot's own inbox slot: free while the message holds it */
     p->eager_n = (p->seq - 1) % MPN_PAIR_GRAPH_SLOTS;
-    if (p->pair->dflags == 0) p->eager_ok = MPN_EAGER_NONE;
+    if (!mpn_eager_graph_ok(p->pair)) p->eager_ok = MPN_EAGER_NONE;
   } else {
     /* Every earlier message of the pair is posted: its path is known. */
     p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;

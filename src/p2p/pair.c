@@ -278,8 +278,10 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   if (device) {
     void* d = NULL;
     /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES;
-     * its layout: eager.h). */
-    cudaError_t err = cudaMalloc(&d, MPN_PAIR_DBLOCK_BYTES);
+     * its layout: eager.h), with the graph slots' inbox where it may serve
+     * (both sides read the block's size: mpn_eager_graph_ok). */
+    cudaError_t err =
+        cudaMalloc(&d, mpn_param_int(MPN_PARAM_EAGER_GRAPH) ? MPN_PAIR_DBLOCK_BYTES : MPN_IPC_BLOCK_BYTES);
     cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
     if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_DZERO_BYTES, s);

@@ -517,12 +517,12 @@ static void graph_replay(void) {
   cudaFree(r);
 }
 
-/* Small messages captured in a CUDA graph (under MPS each through its
- * graph slot's own inbox slot), beside a larger one to the same peer that
- * takes the two-hop path, replayed 100 times with new data; every second
- * replay follows the first with no host synchronization between, so that
- * a replay's copy into the inbox may have to wait for the previous
- * replay's copy out at the peer. */
+/* Small messages captured in a CUDA graph (with MPINCCL_EAGER_GRAPH=1,
+ * under MPS, each through its graph slot's own inbox slot), beside a
+ * larger one to the same peer that takes the two-hop path, replayed 100
+ * times with new data; every second replay follows the first with no host
+ * synchronization between, so that a replay's copy into the inbox may
+ * have to wait for the previous replay's copy out at the peer. */
 static void graph_small(void) {
   enum { N = 5, REPLAYS = 100 };
   const size_t sizes[N] = {1, 8, 1000, 4096, 70000};

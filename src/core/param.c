@@ -104,9 +104,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                "processes whose kernels run at once (MPS, or different GPUs) takes an inbox slot of "
                                "its own for the graph's life (one flag hop on every replay, as the inbox outside "
                                "graphs; the pairs this process creates take 4 MiB of device memory instead of 2); "
-                               "0: the two-hop handshake (\"ready\", copy, \"done\"). Off by default: a peer "
-                               "that dies or aborts does not release a replay that waits to copy into such a slot "
-                               "(docs/P2P.md)."},
+                               "0: the two-hop handshake (\"ready\", copy, \"done\"). Off by default until its "
+                               "release of a peer that dies or aborts has run on the GPU (docs/P2P.md)."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
                                  "one moves the data of both directions when it can: in a "

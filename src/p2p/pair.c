@@ -692,9 +692,11 @@ void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
 
 /* Device flags and signals are written with copies on a stream of the
  * caller's own, which depends on no stream that may be waiting. */
-static void pair_release_device(mpn_pair_t* pair) {
-  static uint64_t values[MPN_PAIR_FLAGS];
+static void pair_release_device(mpn_pair_t* pair, int side) {
+  uint64_t values[MPN_PAIR_FLAGS]; /* (12 KiB; the watchdog and an abort may release at once) */
   for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
+  for (int g = 0; side == MPN_SIDE_SEND && g < MPN_PAIR_GRAPH_SLOTS; g++)
+    if (__atomic_load_n(&pair->graph_inbox[g], __ATOMIC_RELAXED)) values[2 * (MPN_PAIR_SLOTS + g) + 1] = 0;
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
     cudaGetLastError();
@@ -710,7 +712,7 @@ static void pair_release_device(mpn_pair_t* pair) {
   cudaGetLastError();
 }
 
-void mpn_pair_release(mpn_pair_t* pair) {
+void mpn_pair_release(mpn_pair_t* pair, int side) {
   if (pair == NULL) return;
   for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)
     __atomic_store_n(&pair->mem->rma_signal[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
@@ -719,7 +721,7 @@ void mpn_pair_release(mpn_pair_t* pair) {
     __atomic_store_n(&pair->mem->rma_graph_busy[i], 0, __ATOMIC_RELEASE);
   }
   if (pair->dflags) {
-    pair_release_device(pair);
+    pair_release_device(pair, side);
     return;
   }
   for (int i = 0; i < MPN_PAIR_SLOTS; i++) {

@@ -144,6 +144,10 @@ typedef struct mpn_pair {
   char name[96];
   int created;           /**< this process made the file (unlinks it) */
   uint64_t gen;          /**< this mapping's number in the process (never reused) */
+  /** Graph slots whose message this process sends through the slot's own
+   *  inbox (p2p/eager.h, MPN_EAGER_GRAPH): its wait is for the flag at 0,
+   *  which a release must leave there (atomic: the watchdog reads it). */
+  unsigned char graph_inbox[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_t;
 
 /**
@@ -306,11 +310,13 @@ static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, in
 void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text);
 
 /**
- * Satisfies every wait on the pair (a peer gone, an abort): flags of
- * messages not captured and signals read as reached, graph flags as 1.
- * Device flags are written by a copy on a stream of its own, on the
- * current device.  pair may be NULL.
+ * Satisfies every wait of this process's side (MPN_SIDE_*) on the pair (a
+ * peer gone, an abort): flags of messages not captured and signals read as
+ * reached, graph flags as 1, but as 0 the flag of a graph slot whose
+ * message this side sends through the slot's inbox (graph_inbox).  Device
+ * flags are written by a copy on a stream of its own, on the current
+ * device.  pair may be NULL.
  */
-void mpn_pair_release(mpn_pair_t* pair);
+void mpn_pair_release(mpn_pair_t* pair, int side);
 
 #endif /* MPN_P2P_PAIR_H_ */

@@ -142,8 +142,8 @@ void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
     plan_t* p = &plans[i];
     if (!p->graph || !p->posted) continue;
     rank = p->op->comm->rank;
-    mpn_graph_holds_add(&h, p->op->stream, p->op->comm->cuda_dev, p->pair, MPN_GRAPH_P2P,
-                        (uint32_t)((p->seq - 1) % MPN_PAIR_GRAPH_SLOTS), p->seq, plan_side(p), p->stage);
+    mpn_graph_holds_add(&h, p->op->stream, p->op->comm->cuda_dev, p->pair, MPN_GRAPH_P2P, mpn_pair_graph_index(p->seq),
+                        p->seq, plan_side(p), p->stage);
   }
   mpn_graph_holds_attach(h, rank, current_device);
 }

@@ -66,8 +66,8 @@ struct mpn_p2p {
   peer_state_t* peers; /* nranks, filled on first use */
   /* How messages went (logged at destroy, NCCL_DEBUG=INFO, subsystem P2P). */
   uint64_t posted, moved, delegate_timeouts;
-  uint64_t eager[2];  /* messages through the inbox's small and big rings (mpn_p2p_stats) */
-  uint64_t eager_graph; /* captured messages through their graph slots' inbox */
+  uint64_t eager[3];  /* messages through the inbox's small and big rings and the graph slots' inbox, by kind - 1
+                         (eager.h; mpn_p2p_stats) */
   uint64_t no_slot;   /* messages whose first side found its ring's slot still in use */
   uint64_t slot_waits;    /* time-sliced GPU: posts that waited on the host for a slot and got it */
   uint64_t slot_timeouts; /* ... and that waited in vain */
@@ -278,17 +278,6 @@ static int gap_time(const plan_t* timed, int end, int* current) {
   return 0;
 }
 
-/* Counts a message through inbox kind: the pair side's ring number
- * (counts: NULL when set already) and the statistics. */
-static void eager_count(struct ncclComm* comm, uint64_t* counts, int kind) {
-  if (kind == MPN_EAGER_GRAPH) {
-    comm->p2p->eager_graph++;
-    return;
-  }
-  if (counts) counts[kind - 1]++;
-  comm->p2p->eager[kind - 1]++;
-}
-
 /* The message goes through the pair's inbox: the sender copies bytes in, the
  * receiver at most bytes out (fewer if the size word says so). */
 static void eager_plan(plan_t* p, int kind, size_t bytes) {
@@ -357,7 +346,7 @@ static ncclResult_t plan_post(plan_t* p) {
     memcpy(ps->eager_base[side], eager_counts, sizeof(ps->eager_base[side]));
   }
   if (p->eager_ok == MPN_EAGER_GRAPH) { /* the graph slot's own inbox slot: free while the message holds it */
-    p->eager_n = (p->seq - 1) % MPN_PAIR_GRAPH_SLOTS;
+    p->eager_n = mpn_pair_graph_index(p->seq);
     if (!mpn_eager_graph_ok(p->pair)) p->eager_ok = MPN_EAGER_NONE;
   } else {
     /* Every earlier message of the pair is posted: its path is known. */
@@ -370,7 +359,7 @@ static ncclResult_t plan_post(plan_t* p) {
     }
   }
   if (p->graph && send) /* its graph slot's new message: through the slot's inbox or not (eager_plan) */
-    __atomic_store_n(&p->pair->graph_inbox[(p->seq - 1) % MPN_PAIR_GRAPH_SLOTS], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->pair->graph_inbox[mpn_pair_graph_index(p->seq)], 0, __ATOMIC_RELAXED);
   mpn_side_t mine;
   ncclResult_t bad = mpn_side_describe(p, &mine);
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, op->capture_id, side, &mine, &p->role);
@@ -390,7 +379,8 @@ static ncclResult_t plan_post(plan_t* p) {
   if (p->role != MPN_POST_SECOND) {
     if (mine.eager) { /* a refused buffer moves nothing; the send's size word 0 keeps the receiver from copying */
       eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
-      eager_count(comm, eager_counts, mine.eager);
+      if (mine.eager != MPN_EAGER_GRAPH) eager_counts[mine.eager - 1]++; /* (a ring's numbering) */
+      comm->p2p->eager[mine.eager - 1]++;
     }
     return bad;
   }
@@ -406,8 +396,7 @@ static ncclResult_t plan_post(plan_t* p) {
   if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG ||
       other.eager == MPN_EAGER_GRAPH) { /* the first side chose an inbox: follow it */
     ncclResult_t res = ncclSuccess;
-    uint64_t expected =
-        other.eager == MPN_EAGER_GRAPH ? (p->seq - 1) % MPN_PAIR_GRAPH_SLOTS : eager_counts[other.eager - 1];
+    uint64_t expected = other.eager == MPN_EAGER_GRAPH ? mpn_pair_graph_index(p->seq) : eager_counts[other.eager - 1];
     if (other.eager_n != expected) { /* cannot happen; the peer's number keeps both going */
       res = mpn_error_set(
           comm, ncclInternalError, "message %llu with rank %d: eager number %llu here, %llu at the peer",
@@ -422,7 +411,7 @@ static ncclResult_t plan_post(plan_t* p) {
     }
     eager_plan(p, other.eager, same ? op->bytes : 0);
     if (other.eager != MPN_EAGER_GRAPH) eager_counts[other.eager - 1] = p->eager_n + 1;
-    eager_count(comm, NULL, other.eager);
+    comm->p2p->eager[other.eager - 1]++;
     return res != ncclSuccess ? res : bad;
   }
   if (p->local) { /* own event unused; the first side's is waited for, then given back */
@@ -801,7 +790,7 @@ void mpn_p2p_free(struct ncclComm* comm) {
            "%llu sends pushed after the peer's receive, %llu waits for it ran out",
            comm->rank, (unsigned long long)comm->p2p->posted, (unsigned long long)comm->p2p->moved,
            (unsigned long long)comm->p2p->delegate_timeouts, (unsigned long long)comm->p2p->eager[0],
-           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->eager_graph,
+           (unsigned long long)comm->p2p->eager[1], (unsigned long long)comm->p2p->eager[2],
            (unsigned long long)comm->p2p->no_slot, (unsigned long long)comm->p2p->slot_waits,
            (unsigned long long)comm->p2p->slot_timeouts, (unsigned long long)comm->p2p->gap.samples,
            (double)comm->p2p->gap.last_us, (unsigned long long)comm->p2p->pushed,

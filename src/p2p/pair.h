@@ -182,10 +182,12 @@ int mpn_pair_sweep(void);
 /** Result of posting one side of a message. */
 typedef enum { MPN_POST_FIRST, MPN_POST_SECOND } mpn_post_role_t;
 
+/** The graph slot (index) of captured message seq (>= 1). */
+static inline uint32_t mpn_pair_graph_index(uint64_t seq) { return (uint32_t)((seq - 1) % MPN_PAIR_GRAPH_SLOTS); }
+
 /** The slot of message seq (>= 1) in the plain or the graph ring. */
 static inline mpn_slot_t* mpn_pair_slot(const mpn_pair_t* pair, uint64_t seq, int graph) {
-  return graph ? &pair->mem->graph_slots[(seq - 1) % MPN_PAIR_GRAPH_SLOTS]
-               : &pair->mem->slots[seq % MPN_PAIR_SLOTS];
+  return graph ? &pair->mem->graph_slots[mpn_pair_graph_index(seq)] : &pair->mem->slots[seq % MPN_PAIR_SLOTS];
 }
 
 /**
@@ -297,7 +299,7 @@ static inline CUdeviceptr mpn_pair_signal(const mpn_pair_t* pair, int ctx) {
 /** Device addresses of a slot's stream flags. */
 static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int graph, int done) {
   if (pair->dflags) {
-    uint64_t slot = graph ? MPN_PAIR_SLOTS + (seq - 1) % MPN_PAIR_GRAPH_SLOTS : seq % MPN_PAIR_SLOTS;
+    uint64_t slot = graph ? MPN_PAIR_SLOTS + mpn_pair_graph_index(seq) : seq % MPN_PAIR_SLOTS;
     return pair->dflags + (CUdeviceptr)((2 * slot + (done ? 1 : 0)) * sizeof(uint64_t));
   }
   const mpn_slot_t* s = mpn_pair_slot(pair, seq, graph);

@@ -31,6 +31,8 @@ static void table_load(void) {
   bad |= load("cuMemGetAddressRange", (void**)&table.mem_get_address_range);
   bad |= load("cuPointerGetAttribute", (void**)&table.pointer_get_attribute);
   bad |= load("cuGetErrorString", (void**)&table.get_error_string);
+  bad |= load("cuDeviceGet", (void**)&table.device_get);
+  bad |= load("cuDeviceGetAttribute", (void**)&table.device_get_attribute);
   table_status = bad ? ncclUnhandledCudaError : ncclSuccess;
 }
 
@@ -39,6 +41,22 @@ ncclResult_t mpn_driver_get(const mpn_driver_t** out) {
   if (table_status != ncclSuccess) return table_status;
   *out = &table;
   return ncclSuccess;
+}
+
+int mpn_driver_wait_nor(int dev) {
+  enum { DEVICES = 64 };
+  static int known[DEVICES]; /* 0 not asked yet, 1 no, 2 yes */
+  if (dev < 0) return 0;
+  int got = dev < DEVICES ? __atomic_load_n(&known[dev], __ATOMIC_RELAXED) : 0;
+  if (got) return got == 2;
+  const mpn_driver_t* drv;
+  CUdevice d;
+  int nor = 0;
+  if (mpn_driver_get(&drv) != ncclSuccess || drv->device_get(&d, dev) != CUDA_SUCCESS ||
+      drv->device_get_attribute(&nor, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, d) != CUDA_SUCCESS)
+    nor = 0;
+  if (dev < DEVICES) __atomic_store_n(&known[dev], nor ? 2 : 1, __ATOMIC_RELAXED);
+  return nor != 0;
 }
 
 ncclResult_t mpn_driver_error(CUresult res, const char* expr) {

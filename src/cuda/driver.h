@@ -17,10 +17,17 @@ typedef struct {
   CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr);
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr);
   CUresult (*get_error_string)(CUresult, const char**);
+  CUresult (*device_get)(CUdevice*, int);
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice);
 } mpn_driver_t;
 
 /** The driver table, loaded once; ncclUnhandledCudaError if an entry is missing. */
 ncclResult_t mpn_driver_get(const mpn_driver_t** out);
+
+/** Whether stream memory operations on device dev (a runtime ordinal) may
+ *  wait with CU_STREAM_WAIT_VALUE_NOR (MPN_MEMOP_WAIT_NOR); asked once per
+ *  device. */
+int mpn_driver_wait_nor(int dev);
 
 /** Logs a failed driver call and returns ncclUnhandledCudaError. */
 ncclResult_t mpn_driver_error(CUresult res, const char* expr);

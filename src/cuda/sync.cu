@@ -40,8 +40,12 @@ __device__ void flag_write(const mpn_sync_flag_t& f) {
 // the block that completes the round (sync_kernel): several blocks poll it.
 __device__ void flag_wait(const mpn_sync_flag_t& f) {
   volatile unsigned long long* p = (volatile unsigned long long*)f.addr;
-  if (f.kind == MPN_MEMOP_WAIT_GEQ) {
+  if (f.kind == MPN_MEMOP_WAIT_GEQ || f.kind == MPN_MEMOP_WAIT_GEQ_CLEAR) {
     while (*p < f.value) __nanosleep(100);
+    return;
+  }
+  if (f.kind == MPN_MEMOP_WAIT_NOR) {
+    while (~(*p | f.value) == 0) __nanosleep(100);
     return;
   }
   while (*p != f.value) __nanosleep(100);
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
       if (!s.counter) __syncthreads(); /* (count's own barrier otherwise) */
       if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total) { /* the whole block */
         if (s.clears) {
-          if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_EQ_CLEAR)
+          if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_GEQ_CLEAR)
             *(volatile unsigned long long*)s.flags[first_flag + t].addr = 0;
           __syncthreads();
         }
@@ -223,7 +227,7 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
   t.device_scope = s->device_scope;
   t.nfirst = s->nfirst;
   t.clears = 0;
-  for (int i = 0; i < flags; i++) t.clears |= s->flags[i].kind == MPN_MEMOP_WAIT_EQ_CLEAR;
+  for (int i = 0; i < flags; i++) t.clears |= s->flags[i].kind == MPN_MEMOP_WAIT_GEQ_CLEAR;
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) t.nwait[r] = s->nwait[r], t.ncopy[r] = s->ncopy[r], t.nlast[r] = s->nlast[r];
   t.counter = (unsigned*)(uintptr_t)s->grid.counter;
   t.done = (unsigned long long*)(uintptr_t)s->grid.done;

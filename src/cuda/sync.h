@@ -22,11 +22,12 @@
 extern "C" {
 #endif
 
-/** One flag operation: write value, or wait until the flag is >= / == value. */
+/** One flag operation: write value, or wait (flagop.h: >=, ==, >= then
+ *  clear, or NOR). */
 typedef struct {
   uint64_t addr; /* device address of the 64-bit flag */
   uint64_t value;
-  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ or _WAIT_EQ_CLEAR */
+  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ, _WAIT_GEQ_CLEAR or _WAIT_NOR */
   uint32_t pad;
 } mpn_sync_flag_t;
 

@@ -28,20 +28,21 @@
 
 /*
  * One flag operation of a plan.  Messages not captured write their sequence number
- * and wait for at least it.  Graph messages write 1, wait for exactly 1 and
- * put the flag back to 0 right after, so that the next replay starts from
- * the same state: the second side clears "ready" before it copies, the first
- * clears "done" once it has seen it.
+ * and wait for at least it.  Graph messages write 1, wait for at least 1
+ * (a release writes more: MPN_PAIR_GRAPH_RELEASED) and put the flag back
+ * to 0 right after, so that the next replay starts from the same state: the
+ * second side clears "ready" before it copies, the first clears "done" once
+ * it has seen it.
  */
 static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wait) {
   CUdeviceptr flag = mpn_pair_flag(p->pair, p->seq, p->graph, done);
   if (!p->graph) return mpn_memops_add(b, flag, p->seq, wait ? MPN_MEMOP_WAIT_GEQ : MPN_MEMOP_WRITE);
-  MPN_CHECK(mpn_memops_add(b, flag, 1, wait ? MPN_MEMOP_WAIT_EQ : MPN_MEMOP_WRITE));
-  return wait ? mpn_memops_add(b, flag, 0, MPN_MEMOP_WRITE) : ncclSuccess;
+  return mpn_memops_add(b, flag, 1, wait ? MPN_MEMOP_WAIT_GEQ_CLEAR : MPN_MEMOP_WRITE);
 }
 
 /* The flag of a captured message through its graph slot's inbox: 1 while
- * the slot holds a replay's data (eager.h). */
+ * the slot holds a replay's data (eager.h); its sender waits for bit 0
+ * clear (MPN_PAIR_GRAPH_FREE), its receiver for at least 1. */
 static CUdeviceptr graph_full(const plan_t* p) { return mpn_pair_flag(p->pair, p->seq, 1, 1); }
 
 /* An eager message's copy: into the inbox with its size word, or out of it
@@ -439,7 +440,7 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
                   for a peer */
     for (int i = 0; i < n; i++)
       if (eager_on(&plans[i], s, MPN_OP_SEND) && plans[i].eager == MPN_EAGER_GRAPH)
-        mpn_keep(&first, mpn_memops_add(b, graph_full(&plans[i]), 0, MPN_MEMOP_WAIT_EQ));
+        mpn_keep(&first, mpn_memops_add(b, graph_full(&plans[i]), MPN_PAIR_GRAPH_FREE, MPN_MEMOP_WAIT_NOR));
     mpn_keep(&first, mpn_memops_flush(b));
     ncclResult_t copied = issue_copies(plans, n, s, s, 1, 0, -1);
     mpn_keep(&first, copied);
@@ -502,7 +503,7 @@ static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (eager_on(p, s, MPN_OP_RECV)) /* (a graph slot's inbox is freed after the copy out: issue_eager_out) */
-      mpn_keep(&first, p->eager == MPN_EAGER_GRAPH ? mpn_memops_add(b, graph_full(p), 1, MPN_MEMOP_WAIT_EQ)
+      mpn_keep(&first, p->eager == MPN_EAGER_GRAPH ? mpn_memops_add(b, graph_full(p), 1, MPN_MEMOP_WAIT_GEQ)
                                                    : plan_flag(b, p, 1, 1));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
@@ -565,7 +566,7 @@ static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
   if (phase == 2 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
     done = 1, kind = MPN_MEMOP_WAIT_GEQ;
   if (p->eager == MPN_EAGER_GRAPH && phase == 0 && part == MPN_SYNC_WAIT && send) { /* the last replay's copy out */
-    *f = (mpn_sync_flag_t){graph_full(p), 0, MPN_MEMOP_WAIT_EQ, 0};
+    *f = (mpn_sync_flag_t){graph_full(p), MPN_PAIR_GRAPH_FREE, MPN_MEMOP_WAIT_NOR, 0};
     return 1;
   }
   if (phase == 2 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
@@ -575,7 +576,7 @@ static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
   }
   if (done < 0) return 0;
   if (p->graph) { /* 0 -> 1 -> 0 on every replay, as plan_flag's; the waiter clears */
-    kind = kind == MPN_MEMOP_WRITE ? MPN_MEMOP_WRITE : MPN_MEMOP_WAIT_EQ_CLEAR;
+    kind = kind == MPN_MEMOP_WRITE ? MPN_MEMOP_WRITE : MPN_MEMOP_WAIT_GEQ_CLEAR;
     *f = (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 1, done), 1, (uint32_t)kind, 0};
     return 1;
   }

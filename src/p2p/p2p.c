@@ -240,7 +240,8 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
                                      : MPN_EAGER_NONE;
   /* Captured: small messages through their graph slot's inbox (eager.h). */
   if (p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
-      mpn_param_int(MPN_PARAM_EAGER_GRAPH) && small > 0 && op->bytes <= small)
+      mpn_param_int(MPN_PARAM_EAGER_GRAPH) && small > 0 && op->bytes <= small &&
+      mpn_driver_wait_nor(op->comm->cuda_dev))
     p->eager_ok = MPN_EAGER_GRAPH;
   p->prepared = 1;
   return ncclSuccess;
@@ -283,8 +284,6 @@ static int gap_time(const plan_t* timed, int end, int* current) {
 static void eager_plan(plan_t* p, int kind, size_t bytes) {
   const mpn_op_t* op = p->op;
   void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, kind, p->eager_n);
-  if (kind == MPN_EAGER_GRAPH && op->kind == MPN_OP_SEND) /* (plan_post cleared it) */
-    __atomic_store_n(&p->pair->graph_inbox[p->eager_n], 1, __ATOMIC_RELAXED);
   p->eager = kind;
   p->eager_bytes = bytes;
   p->src = op->kind == MPN_OP_SEND ? op->buf : slot;
@@ -358,8 +357,6 @@ static ncclResult_t plan_post(plan_t* p) {
       comm->p2p->no_slot++;
     }
   }
-  if (p->graph && send) /* its graph slot's new message: through the slot's inbox or not (eager_plan) */
-    __atomic_store_n(&p->pair->graph_inbox[mpn_pair_graph_index(p->seq)], 0, __ATOMIC_RELAXED);
   mpn_side_t mine;
   ncclResult_t bad = mpn_side_describe(p, &mine);
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, op->capture_id, side, &mine, &p->role);
@@ -744,8 +741,8 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
   if (peers == NULL) return;
   int saved = mpn_cuda_device_enter(comm->cuda_dev);
-  mpn_pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE), MPN_SIDE_SEND);
-  mpn_pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE), MPN_SIDE_RECV);
+  mpn_pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
+  mpn_pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
   mpn_cuda_device_leave(saved); /* the caller's device, whichever thread it is */
   cudaGetLastError();
 }

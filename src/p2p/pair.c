@@ -32,6 +32,7 @@
 #include "core/param.h"
 #include "core/proc.h"
 #include "cuda/device.h"
+#include "cuda/driver.h"
 #include "p2p/eager.h"
 
 /* Pair file names, after shm_open's '/': both sides make the same one. */
@@ -279,9 +280,10 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     void* d = NULL;
     /* A block of its own, which the peer can map (see MPN_IPC_BLOCK_BYTES;
      * its layout: eager.h), with the graph slots' inbox where it may serve
-     * (both sides read the block's size: mpn_eager_graph_ok). */
-    cudaError_t err =
-        cudaMalloc(&d, mpn_param_int(MPN_PARAM_EAGER_GRAPH) ? MPN_PAIR_DBLOCK_BYTES : MPN_IPC_BLOCK_BYTES);
+     * (both sides read the block's size: mpn_eager_graph_ok; its senders'
+     * waits by memory operations are NOR waits). */
+    int graph_inbox = mpn_param_int(MPN_PARAM_EAGER_GRAPH) && mpn_driver_wait_nor(dev);
+    cudaError_t err = cudaMalloc(&d, graph_inbox ? MPN_PAIR_DBLOCK_BYTES : MPN_IPC_BLOCK_BYTES);
     cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
     if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_DZERO_BYTES, s);
@@ -692,11 +694,10 @@ void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
 
 /* Device flags and signals are written with copies on a stream of the
  * caller's own, which depends on no stream that may be waiting. */
-static void pair_release_device(mpn_pair_t* pair, int side) {
+static void pair_release_device(mpn_pair_t* pair) {
   uint64_t values[MPN_PAIR_FLAGS]; /* (12 KiB; the watchdog and an abort may release at once) */
-  for (int i = 0; i < MPN_PAIR_FLAGS; i++) values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : 1;
-  for (int g = 0; side == MPN_SIDE_SEND && g < MPN_PAIR_GRAPH_SLOTS; g++)
-    if (__atomic_load_n(&pair->graph_inbox[g], __ATOMIC_RELAXED)) values[2 * (MPN_PAIR_SLOTS + g) + 1] = 0;
+  for (int i = 0; i < MPN_PAIR_FLAGS; i++)
+    values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : MPN_PAIR_GRAPH_RELEASED;
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
     cudaGetLastError();
@@ -712,7 +713,7 @@ static void pair_release_device(mpn_pair_t* pair, int side) {
   cudaGetLastError();
 }
 
-void mpn_pair_release(mpn_pair_t* pair, int side) {
+void mpn_pair_release(mpn_pair_t* pair) {
   if (pair == NULL) return;
   for (int i = 0; i < MPN_PAIR_RMA_CTX; i++)
     __atomic_store_n(&pair->mem->rma_signal[i], UINT64_MAX >> 1, __ATOMIC_RELEASE);
@@ -721,7 +722,7 @@ void mpn_pair_release(mpn_pair_t* pair, int side) {
     __atomic_store_n(&pair->mem->rma_graph_busy[i], 0, __ATOMIC_RELEASE);
   }
   if (pair->dflags) {
-    pair_release_device(pair, side);
+    pair_release_device(pair);
     return;
   }
   for (int i = 0; i < MPN_PAIR_SLOTS; i++) {
@@ -729,7 +730,7 @@ void mpn_pair_release(mpn_pair_t* pair, int side) {
     __atomic_store_n(&pair->mem->slots[i].done, UINT64_MAX >> 1, __ATOMIC_RELEASE);
   }
   for (int i = 0; i < MPN_PAIR_GRAPH_SLOTS; i++) {
-    __atomic_store_n(&pair->mem->graph_slots[i].ready, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&pair->mem->graph_slots[i].done, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->graph_slots[i].ready, MPN_PAIR_GRAPH_RELEASED, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair->mem->graph_slots[i].done, MPN_PAIR_GRAPH_RELEASED, __ATOMIC_RELEASE);
   }
 }

@@ -144,10 +144,6 @@ typedef struct mpn_pair {
   char name[96];
   int created;           /**< this process made the file (unlinks it) */
   uint64_t gen;          /**< this mapping's number in the process (never reused) */
-  /** Graph slots whose message this process sends through the slot's own
-   *  inbox (p2p/eager.h, MPN_EAGER_GRAPH): its wait is for the flag at 0,
-   *  which a release must leave there (atomic: the watchdog reads it). */
-  unsigned char graph_inbox[MPN_PAIR_GRAPH_SLOTS];
 } mpn_pair_t;
 
 /**
@@ -296,6 +292,16 @@ static inline CUdeviceptr mpn_pair_signal(const mpn_pair_t* pair, int ctx) {
 /** Number of flags of a pair: ready and done for every slot of both rings. */
 #define MPN_PAIR_FLAGS (2 * (MPN_PAIR_SLOTS + MPN_PAIR_GRAPH_SLOTS))
 
+/** A graph flag as a release leaves it (a peer gone, an abort): at least 1,
+ *  which every wait for a captured message's "ready" or "done" accepts,
+ *  with bit 0 clear, which the wait of a sender through its graph slot's
+ *  inbox accepts (MPN_PAIR_GRAPH_FREE), so one value lets every side go. */
+#define MPN_PAIR_GRAPH_RELEASED ((uint64_t)1 << 62)
+
+/** Value of a NOR wait (MPN_MEMOP_WAIT_NOR) for bit 0 of a graph slot's
+ *  flag clear: its inbox is free (0), or the pair is released. */
+#define MPN_PAIR_GRAPH_FREE (~(uint64_t)1)
+
 /** Device addresses of a slot's stream flags. */
 static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, int graph, int done) {
   if (pair->dflags) {
@@ -312,13 +318,11 @@ static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, in
 void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text);
 
 /**
- * Satisfies every wait of this process's side (MPN_SIDE_*) on the pair (a
- * peer gone, an abort): flags of messages not captured and signals read as
- * reached, graph flags as 1, but as 0 the flag of a graph slot whose
- * message this side sends through the slot's inbox (graph_inbox).  Device
- * flags are written by a copy on a stream of its own, on the current
- * device.  pair may be NULL.
+ * Satisfies every wait on the pair, of either side (a peer gone, an abort):
+ * flags of messages not captured and signals read as reached, graph flags
+ * as MPN_PAIR_GRAPH_RELEASED.  Device flags are written by a copy on a
+ * stream of its own, on the current device.  pair may be NULL.
  */
-void mpn_pair_release(mpn_pair_t* pair, int side);
+void mpn_pair_release(mpn_pair_t* pair);
 
 #endif /* MPN_P2P_PAIR_H_ */

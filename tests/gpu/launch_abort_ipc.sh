@@ -1,9 +1,11 @@
 #!/bin/sh
 # launch_abort_ipc.sh - ncclCommAbort while the rank's stream waits for a
 # peer of the same host that is alive but never sends, over CUDA IPC
-# (tests/gpu/test_abort.c), for a receive and for a one-sided signal: the
+# (tests/gpu/test_abort.c), for a receive, for a one-sided signal, and for
+# a receive while the peer's stream waits in a CUDA graph's replays: the
 # abort returns, the stream is released, the peer hears of it through
-# ncclCommGetAsyncError.
+# ncclCommGetAsyncError (and its own abort releases its stream).
 d=$(dirname "$0")
 "$d/fault_launch.sh" test_abort || exit $?
-exec "$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=signal
+"$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=signal || exit $?
+exec "$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=graph

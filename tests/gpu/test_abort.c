@@ -8,8 +8,13 @@
  * (freeing device memory synchronizes the device, so a stream still
  * waiting would hang it), its stream must be released and its CUDA context
  * must still work; rank 1 must then see ncclRemoteError from
- * ncclCommGetAsyncError and abort promptly too.  Rank 0 prints one line
- * ending in "ok" or "FAIL".
+ * ncclCommGetAsyncError and abort promptly too.  With TEST_ABORT_WAIT=graph
+ * the two ranks first replay together a CUDA graph in which rank 1 sends
+ * 4 KiB to rank 0, then rank 1 replays it twice more alone, so that its
+ * stream waits for rank 0 (through the graph slot's inbox, where it serves:
+ * for the previous replay's message to be copied out): after its abort
+ * that stream must be released too.  Rank 0 prints one line ending in "ok"
+ * or "FAIL".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,8 @@ enum { BYTES = 4096 };
 typedef struct {
   double seen_s, abort_s; /* rank 1: when the error came; both: how long the abort took */
   int async, aborted, ok;
+  int replays_left; /* rank 1 with a graph: replays still waiting when the error came (-1: none launched) */
+  int drained;      /* rank 1 with a graph: its stream released after the abort */
 } outcome_t;
 
 /* Rank 0: a receive nobody matches (or, with signal, a wait for a signal
@@ -45,16 +52,42 @@ static outcome_t abort_stuck(const fault_gpu_t* f, char* buf, int signal, cudaEr
   return o;
 }
 
-/* Rank 1: hears of the peer's abort, then aborts. */
-static outcome_t abort_told(const fault_gpu_t* f, char* why, size_t len) {
-  outcome_t o = {0};
+/* Rank 1: hears of the peer's abort, then aborts; with exec, its stream
+ * must be released after that too. */
+static outcome_t abort_told(const fault_gpu_t* f, cudaGraphExec_t exec, char* why, size_t len) {
+  outcome_t o = {.replays_left = -1, .drained = 1};
   o.async = fault_wait_async(f->comm, 20, &o.seen_s);
+  if (exec) o.replays_left = cudaStreamQuery(f->stream) == cudaErrorNotReady;
   snprintf(why, len, "%s", ncclGetLastError(f->comm));
   double t0 = fault_now();
   o.aborted = ncclCommAbort(f->comm);
   o.abort_s = fault_now() - t0;
-  o.ok = o.async == ncclRemoteError && o.seen_s < 10 && o.aborted == ncclSuccess && o.abort_s < 5;
+  if (exec) o.drained = fault_stream_drain(f->stream, 10) == cudaSuccess;
+  o.ok = o.async == ncclRemoteError && o.seen_s < 10 && o.aborted == ncclSuccess && o.abort_s < 5 && o.drained;
   return o;
+}
+
+/* Both ranks: a graph of rank 1's send of BYTES to rank 0, replayed once
+ * by both; then rank 1 launches it twice more, which rank 0 never matches.
+ * Returns rank 1's executable graph (NULL on rank 0). */
+static cudaGraphExec_t graph_left_waiting(const fault_gpu_t* f, char* buf) {
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  int ok = cudaStreamBeginCapture(f->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
+           (f->rank == 1 ? ncclSend(buf, BYTES, ncclInt8, 0, f->comm, f->stream)
+                         : ncclRecv(buf + BYTES, BYTES, ncclInt8, 1, f->comm, f->stream)) == ncclSuccess;
+  ok = cudaStreamEndCapture(f->stream, &graph) == cudaSuccess && ok &&
+       cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, f->stream) == cudaSuccess &&
+       cudaStreamSynchronize(f->stream) == cudaSuccess;
+  if (!ok) {
+    fprintf(stderr, "rank %d: the captured send failed: %s\n", f->rank, ncclGetLastError(f->comm));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (f->rank == 0) return NULL;
+  for (int k = 0; k < 2; k++)
+    if (cudaGraphLaunch(exec, f->stream) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+  return exec;
 }
 
 int main(int argc, char** argv) {
@@ -65,7 +98,7 @@ int main(int argc, char** argv) {
   if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
   fault_pair_setup(buf, BYTES, 0, &f); /* the flags in rank 0's memory */
   const char* mode = getenv("TEST_ABORT_WAIT");
-  int signal = mode && strcmp(mode, "signal") == 0;
+  int signal = mode && strcmp(mode, "signal") == 0, graph = mode && strcmp(mode, "graph") == 0;
   ncclWindow_t win = NULL;
   if (signal && ncclCommWindowRegister(f.comm, buf, 2 * BYTES, &win, NCCL_WIN_DEFAULT) != ncclSuccess) {
     fprintf(stderr, "rank %d: window registration failed: %s\n", f.rank, ncclGetLastError(f.comm));
@@ -74,8 +107,9 @@ int main(int argc, char** argv) {
   cudaError_t drained = cudaSuccess;
   int stuck = 0, works = 0;
   char why[256] = "";
+  cudaGraphExec_t exec = graph ? graph_left_waiting(&f, buf) : NULL;
   outcome_t mine =
-      f.rank == 0 ? abort_stuck(&f, buf, signal, &drained, &stuck, &works) : abort_told(&f, why, sizeof(why));
+      f.rank == 0 ? abort_stuck(&f, buf, signal, &drained, &stuck, &works) : abort_told(&f, exec, why, sizeof(why));
   outcome_t told = mine;
   if (f.rank == 1) MPI_Send(&mine, (int)sizeof(mine), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
   if (f.rank == 0) {
@@ -83,12 +117,19 @@ int main(int argc, char** argv) {
     MPI_Recv(&told, (int)sizeof(told), MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Recv(text, sizeof(text), MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     int ok = mine.ok && told.ok;
+    char left[96] = "";
+    if (graph)
+      snprintf(left, sizeof(left), ", its graph's replays %s then and %s after it",
+               told.replays_left ? "still waiting" : "done", told.drained ? "released" : "NOT released");
     printf(
         "test_abort: %s: rank 0's stream %s, abort took %.2f s, stream %s, context %s; rank 1 saw %s after "
-        "%.1f s (%s), abort took %.2f s: %s\n",
-        signal ? "signal wait" : "receive", stuck ? "waited" : "did not wait", mine.abort_s,
+        "%.1f s (%s), abort took %.2f s%s: %s\n",
+        signal  ? "signal wait"
+        : graph ? "receive, rank 1 in a graph"
+                : "receive",
+        stuck ? "waited" : "did not wait", mine.abort_s,
         drained == cudaSuccess ? "released" : cudaGetErrorString(drained), works ? "works" : "broken",
-        ncclGetErrorString((ncclResult_t)told.async), told.seen_s, text, told.abort_s, ok ? "ok" : "FAIL");
+        ncclGetErrorString((ncclResult_t)told.async), told.seen_s, text, told.abort_s, left, ok ? "ok" : "FAIL");
     fflush(stdout);
     rc = ok ? 0 : 1;
   } else {

@@ -17,9 +17,9 @@
 # the flag kernel), bench/mpinccl_protocols (shapes of a 2-rank exchange in
 # plain CUDA), bench/mpinccl_barriers (shapes of a barrier of memory
 # operations in plain CUDA), test_p2p/test_rma under MPS (also with memops
-# only), under MPS test_p2p's graph steps with two hops for every captured
-# message (MPINCCL_EAGER_GRAPH=0) and the fault and abort tests (captured
-# messages through their graph slots' inbox), the UCX path forced with --net floors, NVIDIA's NCCL built from the same
+# only), under MPS test_p2p's graph steps with every captured message in
+# two hops (MPINCCL_EAGER_GRAPH=0) and through the graph slots' inbox (1),
+# and the fault and abort tests (also with 1), the UCX path forced with --net floors, NVIDIA's NCCL built from the same
 # benchmark where it is installed (NCCL_HOME, default /usr), the plot and
 # compute-sanitizer.  All of it takes several minutes; split it over calls
 # if needed.
@@ -306,13 +306,17 @@ if [ $mps = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
           tests/run-test ./tests/gpu/test_$t >"$out/$t-mps-memops.log" 2>&1
         grep -E 'failures|np=.*(PASS|FAIL)' "$out/$t-mps-memops.log"
       done
-      step "under MPS: test_p2p graph steps with two hops for every captured message (MPINCCL_EAGER_GRAPH=0); fault and abort tests"
-      TEST_P2P_ONLY=graph MPINCCL_EAGER_GRAPH=0 MPINCCL_TEST_NP="2 4 8" \
-        MPINCCL_MPIRUN_FLAGS="$flags $extra -x TEST_P2P_ONLY -x MPINCCL_EAGER_GRAPH" \
-        tests/run-test ./tests/gpu/test_p2p >"$out/p2p-mps-graph-two-hops.log" 2>&1
-      grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-mps-graph-two-hops.log"
-      for f in "test_fault_ipc MPINCCL_WATCHDOG_MS=200" test_abort "test_abort TEST_ABORT_WAIT=signal" \
-        "test_abort TEST_ABORT_WAIT=graph" "test_abort TEST_ABORT_WAIT=graph MPINCCL_KERNEL_SYNC=0"; do
+      step "under MPS: test_p2p graph steps with every captured message in two hops (MPINCCL_EAGER_GRAPH=0) and through the graph slots' inbox (1); fault and abort tests"
+      for g in 0 1; do
+        TEST_P2P_ONLY=graph MPINCCL_EAGER_GRAPH=$g MPINCCL_TEST_NP="2 4 8" \
+          MPINCCL_MPIRUN_FLAGS="$flags $extra -x TEST_P2P_ONLY -x MPINCCL_EAGER_GRAPH" \
+          tests/run-test ./tests/gpu/test_p2p >"$out/p2p-mps-graph-inbox-$g.log" 2>&1
+        grep -E 'failures|np=.*(PASS|FAIL)' "$out/p2p-mps-graph-inbox-$g.log"
+      done
+      for f in "test_fault_ipc MPINCCL_WATCHDOG_MS=200" "test_fault_ipc MPINCCL_WATCHDOG_MS=200 MPINCCL_EAGER_GRAPH=1" \
+        test_abort "test_abort TEST_ABORT_WAIT=signal" "test_abort TEST_ABORT_WAIT=graph" \
+        "test_abort TEST_ABORT_WAIT=graph MPINCCL_EAGER_GRAPH=1" \
+        "test_abort TEST_ABORT_WAIT=graph MPINCCL_EAGER_GRAPH=1 MPINCCL_KERNEL_SYNC=0"; do
         # shellcheck disable=SC2086
         tests/gpu/fault_launch.sh $f CUDA_MPS_PIPE_DIRECTORY="$CUDA_MPS_PIPE_DIRECTORY" >>"$out/fault-mps.log" 2>&1
         echo "   $f, MPS: exit $?"

@@ -99,13 +99,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "way, when one is free "
                                  "(a halo's faces: one flag hop, the copies beside the sender's pack and the "
                                  "receiver's unpack); at most 385024 (376 KiB); 0: never."},
-    [MPN_PARAM_EAGER_GRAPH] = {"MPINCCL_EAGER_GRAPH", MPN_PARAM_INT, "1", NULL, 0, 1,
-                               "1: a message captured in a CUDA graph, of at most MPINCCL_EAGER_MAX bytes, between "
-                               "processes whose kernels run at once (MPS, or different GPUs) takes an inbox slot of "
-                               "its own for the graph's life (one flag hop on every replay, as the inbox outside "
-                               "graphs; the pairs this process creates take 4 MiB of device memory instead of 2); "
-                               "0: the two-hop handshake (\"ready\", copy, \"done\") for every captured "
-                               "message."},
+    [MPN_PARAM_EAGER_GRAPH] = {"MPINCCL_EAGER_GRAPH", MPN_PARAM_INT, "8", NULL, 0, 1000000,
+                               "N > 0: messages captured in a CUDA graph, of at most MPINCCL_EAGER_MAX bytes, between "
+                               "processes whose kernels run at once (MPS, or different GPUs), in a launch holding at "
+                               "least N of them on one stream, each take an inbox slot of their own for the graph's "
+                               "life (one flag hop on every replay, as the inbox outside graphs; the pairs this "
+                               "process creates take 4 MiB of device memory instead of 2); fewer take the two-hop "
+                               "handshake (\"ready\", copy, \"done\"), which replays faster for few messages; 0: "
+                               "never."},
     [MPN_PARAM_DELEGATE_WAIT] = {"MPINCCL_DELEGATE_WAIT_US", MPN_PARAM_INT, "50", NULL, 0, 100000,
                                  "Of two ranks of different processes on one GPU, the lower "
                                  "one moves the data of both directions when it can: in a "

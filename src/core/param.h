@@ -25,7 +25,7 @@ typedef enum {
   MPN_PARAM_KERNEL_SYNC_EARLY, /* one-block flag kernels launched while the kernel before runs */
   MPN_PARAM_EAGER_MAX,         /* messages up to this size go through the peer's inbox */
   MPN_PARAM_EAGER_BIG_MAX,     /* larger ones up to this size through its big slots */
-  MPN_PARAM_EAGER_GRAPH,       /* captured messages up to MPINCCL_EAGER_MAX through their graph slot's inbox */
+  MPN_PARAM_EAGER_GRAPH,       /* launches of this many captured small messages: each through its graph slot's inbox */
   MPN_PARAM_DELEGATE_WAIT,     /* host wait for a peer's post to copy both directions */
   MPN_PARAM_PUSH_MIN,          /* different GPUs: sends from this size move by their own side */
   MPN_PARAM_PUSH_WAIT,         /* host wait for the peer's receive so that they do */

@@ -146,4 +146,20 @@ static inline CUdeviceptr mpn_eager_arrivals(const mpn_pair_t* pair, int kind, u
   return pair->dflags + MPN_EAGER_ARRIVALS_OFFSET + (CUdeviceptr)at * sizeof(uint32_t);
 }
 
+struct mpn_plan;
+
+/** Sets p->eager_ok (MPN_EAGER_*): the inbox p's message would take if its
+ *  side posts first, by its size, its peer and the parameters. */
+void mpn_eager_choose(struct mpn_plan* p);
+
+/** Keeps captured messages of a launch (the n plans) out of their graph
+ *  slots' inbox on each stream that holds fewer of them than
+ *  MPINCCL_EAGER_GRAPH: they take the two-hop handshake. */
+void mpn_eager_graph_by_launch(struct mpn_plan* plans, int n);
+
+/** The message of p goes through the inbox kind (its slot: p->eager_n): the
+ *  sender copies bytes in, the receiver at most bytes out (fewer if the
+ *  size word says so). */
+void mpn_eager_plan(struct mpn_plan* p, int kind, size_t bytes);
+
 #endif /* MPN_P2P_EAGER_H_ */

@@ -219,30 +219,7 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
   p->local = !p->graph && mpn_transport_by_events(op->comm, op->peer);
   p->spin = !p->local && kind == MPN_TRANSPORT_IPC && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 &&
             mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer);
-  /* Where both processes' kernels run at once (MPS, or processes on
-   * different GPUs); on a time-sliced GPU only in launches with several of
-   * its processes (sliced.c: elsewhere both sides' copies would cost a
-   * context switch that delegation avoids).  A free slot is checked when
-   * posting (plan_post). */
-  size_t small = (size_t)mpn_param_int(MPN_PARAM_EAGER_MAX), big = (size_t)mpn_param_int(MPN_PARAM_EAGER_BIG_MAX);
-  /* Between GPUs only the small ring: on two H200s the big ring's two
-   * copies made 256 KiB messages slower than the direct copy (14.5-15.0 us
-   * against 12.2-13.4), while the small ring took 64 B sendrecv from
-   * 14.8-15.1 to 10.0 us. */
-  if (!mpn_topo_same_gpu(t, op->comm->rank, op->peer)) big = 0;
-  int inbox = !p->graph && kind == MPN_TRANSPORT_IPC &&
-              (mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) ||
-               (mpn_sliced_peer(op) && mpn_param_int(MPN_PARAM_SLICED_INBOX_WAIT) > 0)) &&
-              small > 0; /* 0: no inbox at all */
-  p->eager_ok = !inbox ? MPN_EAGER_NONE
-                : op->bytes <= small ? MPN_EAGER_SMALL
-                : op->bytes <= big   ? MPN_EAGER_BIG
-                                     : MPN_EAGER_NONE;
-  /* Captured: small messages through their graph slot's inbox (eager.h). */
-  if (p->graph && kind == MPN_TRANSPORT_IPC && mpn_topo_kernels_concurrent(t, op->comm->rank, op->peer) &&
-      mpn_param_int(MPN_PARAM_EAGER_GRAPH) && small > 0 && op->bytes <= small &&
-      mpn_driver_wait_nor(op->comm->cuda_dev))
-    p->eager_ok = MPN_EAGER_GRAPH;
+  mpn_eager_choose(p);
   p->prepared = 1;
   return ncclSuccess;
 }
@@ -277,18 +254,6 @@ static int gap_time(const plan_t* timed, int end, int* current) {
   if (!end) return mpn_gap_launch_begin(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
   mpn_gap_launch_end(&comm->p2p->gap, comm->cuda_dev, timed->op->stream);
   return 0;
-}
-
-/* The message goes through the pair's inbox: the sender copies bytes in, the
- * receiver at most bytes out (fewer if the size word says so). */
-static void eager_plan(plan_t* p, int kind, size_t bytes) {
-  const mpn_op_t* op = p->op;
-  void* slot = (void*)(uintptr_t)mpn_eager_data(p->pair, kind, p->eager_n);
-  p->eager = kind;
-  p->eager_bytes = bytes;
-  p->src = op->kind == MPN_OP_SEND ? op->buf : slot;
-  p->dst = op->kind == MPN_OP_SEND ? slot : op->buf;
-  p->move = 1;
 }
 
 /*
@@ -375,7 +340,7 @@ static ncclResult_t plan_post(plan_t* p) {
   p->posted = 1;
   if (p->role != MPN_POST_SECOND) {
     if (mine.eager) { /* a refused buffer moves nothing; the send's size word 0 keeps the receiver from copying */
-      eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
+      mpn_eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
       if (mine.eager != MPN_EAGER_GRAPH) eager_counts[mine.eager - 1]++; /* (a ring's numbering) */
       comm->p2p->eager[mine.eager - 1]++;
     }
@@ -406,7 +371,7 @@ static ncclResult_t plan_post(plan_t* p) {
       report_mismatch(p, &mine, &other); /* and nothing moves */
       same = 0;
     }
-    eager_plan(p, other.eager, same ? op->bytes : 0);
+    mpn_eager_plan(p, other.eager, same ? op->bytes : 0);
     if (other.eager != MPN_EAGER_GRAPH) eager_counts[other.eager - 1] = p->eager_n + 1;
     comm->p2p->eager[other.eager - 1]++;
     return res != ncclSuccess ? res : bad;
@@ -692,6 +657,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
     if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
   }
   self_same_stream(plans, n);
+  mpn_eager_graph_by_launch(plans, n);
   mpn_push_mark(plans, n);
   int one_peer = mpn_sliced_one_peer(plans, n);
   const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;

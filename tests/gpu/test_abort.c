@@ -11,9 +11,9 @@
  * ncclCommGetAsyncError and abort promptly too.  With TEST_ABORT_WAIT=graph
  * the two ranks first replay together a CUDA graph in which rank 1 sends
  * 4 KiB to rank 0, then rank 1 replays it twice more alone, so that its
- * stream waits for rank 0 (through the graph slot's inbox, where it serves:
- * for the previous replay's message to be copied out): after its abort
- * that stream must be released too.  Rank 0 prints one line ending in "ok"
+ * stream waits for rank 0 (with MPINCCL_EAGER_GRAPH=1 under MPS, through
+ * the graph slot's inbox: for the previous replay's message to be copied
+ * out): after its abort that stream must be released too.  Rank 0 prints one line ending in "ok"
  * or "FAIL".
  */
 #include <stdio.h>

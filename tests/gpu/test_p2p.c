@@ -517,8 +517,9 @@ static void graph_replay(void) {
   cudaFree(r);
 }
 
-/* Small messages captured in a CUDA graph (with MPINCCL_EAGER_GRAPH=1,
- * under MPS, each through its graph slot's own inbox slot), beside a
+/* Small messages captured in a CUDA graph (under MPS each through its
+ * graph slot's own inbox slot: 8 of them in the launch, as many as
+ * MPINCCL_EAGER_GRAPH asks by default), beside a
  * larger one to the same peer that takes the two-hop path, replayed 100
  * times with new data; every second replay follows the first with no host
  * synchronization between, so that a replay's copy into the inbox may

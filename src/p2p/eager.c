@@ -42,19 +42,20 @@ void mpn_eager_choose(struct mpn_plan* p) {
     p->eager_ok = MPN_EAGER_GRAPH;
 }
 
-/*
- * Measured under MPS (bench/results/2026-11-30-h200-s38, calls 1, 4, 5):
- * launches of few such messages replay faster with two hops (2-rank
- * sendrecv 5.9-7.1 against 6.5-6.9 us, 4-rank all-to-all of 4 KiB, 6
- * messages, 12.8-13.0 against 14.0-14.2: the inbox's copy out is a second
- * round of the kernel), launches of many faster through the inbox (8-rank
- * all-to-all, 14 messages, 25.4-25.9 against 27.5-28.4 us; halos of 26
- * neighbours, 52 messages, a third to a half of the time).
- */
 static int same_stream_graph(const struct mpn_plan* p, const struct mpn_plan* q) {
   return q->eager_ok == MPN_EAGER_GRAPH && q->op->stream == p->op->stream;
 }
 
+/*
+ * Measured under MPS (bench/results/2026-11-30-h200-s38, calls 4, 5, 7):
+ * launches of few such messages replay faster with two hops (a 2-rank
+ * sendrecv of 8 B, interleaved, 5.9-6.0 against 6.5-6.6 us; a 4-rank
+ * all-to-all of 4 KiB, 6 messages, 12.8-13.3 against 14.0-14.2: the
+ * inbox's copy out is a second round of the kernel), launches of many
+ * faster through the inbox (an 8-rank all-to-all, 14 messages, 25.2-25.9
+ * against 27.5-28.4 us; halos of 26 neighbours, 52 messages, 0.8-0.9 of
+ * the time at 2 ranks, a quarter at 8).
+ */
 void mpn_eager_graph_by_launch(struct mpn_plan* plans, int n) {
   int fewest = mpn_param_int(MPN_PARAM_EAGER_GRAPH);
   for (int i = 0; i < n; i++) {

@@ -80,10 +80,13 @@ _Static_assert(MPN_EAGER_BIG_DATA_OFFSET + (size_t)MPN_EAGER_BIG_SLOTS * MPN_EAG
  * an inbox slot of their own: the one of their graph slot, which the
  * message holds as long as a graph that captured it lives, in a second
  * part of the pair's device block.  Its flag is the graph slot's "done",
- * 0 while the slot is free: the sender waits for 0, copies in and writes 1;
- * the receiver waits for 1, copies out and puts it back to 0.  So every
- * replay starts from the same state, and a replay's copy in waits for the
- * previous replay's copy out.
+ * 0 while the slot is free: the sender waits for bit 0 clear
+ * (MPN_PAIR_GRAPH_FREE), copies in and writes 1; the receiver waits for at
+ * least 1, copies out and puts it back to 0 (a release writes
+ * MPN_PAIR_GRAPH_RELEASED, which both waits accept).  So every replay
+ * starts from the same state, and a replay's copy in waits for the
+ * previous replay's copy out.  Only launches holding MPINCCL_EAGER_GRAPH
+ * such messages on a stream take it (eager.c).
  */
 #define MPN_EAGER_GRAPH_DATA_OFFSET ((size_t)MPN_IPC_BLOCK_BYTES)
 #define MPN_EAGER_GRAPH_SIZES_OFFSET (MPN_EAGER_GRAPH_DATA_OFFSET + (size_t)MPN_PAIR_GRAPH_SLOTS * MPN_EAGER_SLOT_BYTES)

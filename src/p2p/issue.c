@@ -3,7 +3,8 @@
  * operations on the pair flags in batches, one kernel for the small copies
  * (to and from any GPU the rank reaches), the copy engine for the others
  * (those to other GPUs beside one another on lanes), and CUDA events
- * between ranks of one process under MPS.
+ * between ranks of one process under MPS; or a half, or the whole launch, as
+ * one flag kernel whose table sync_plan.c builds.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include "p2p/graphs.h"
 #include "p2p/p2p.h"
 #include "p2p/plan.h"
+#include "p2p/sync_plan.h"
 
 /*
  * One flag operation of a plan.  Messages not captured write their sequence number
@@ -40,21 +42,6 @@ static ncclResult_t plan_flag(mpn_memops_t* b, const plan_t* p, int done, int wa
   return mpn_memops_add(b, flag, 1, wait ? MPN_MEMOP_WAIT_GEQ_CLEAR : MPN_MEMOP_WRITE);
 }
 
-/* The flag of a captured message through its graph slot's inbox: 1 while
- * the slot holds a replay's data (eager.h); its sender waits for bit 0
- * clear (MPN_PAIR_GRAPH_FREE), its receiver for at least 1. */
-static CUdeviceptr graph_full(const plan_t* p) { return mpn_pair_flag(p->pair, p->seq, 1, 1); }
-
-/* An eager message's copy: into the inbox with its size word, or out of it
- * limited by that word.  0 when nothing is to be copied. */
-static int eager_copy(const plan_t* p, mpn_copy_t* c) {
-  int send = p->op->kind == MPN_OP_SEND;
-  if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
-  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager, p->eager_n);
-  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
-  return 1;
-}
-
 /* An eager send whose copy into the inbox could not be enqueued: its size
  * word becomes 0, so that the receiver copies nothing rather than what the
  * slot's previous message left there, and both sides learn of the loss. */
@@ -66,9 +53,7 @@ static void eager_send_lost(plan_t* p, mpn_memops_t* b) {
   mpn_plan_report_both(p, ncclInternalError, text);
 }
 
-/* Imports used on stream s are idle again once it passes this point: one
- * event record for all of them (none while capturing: graphs pin them). */
-static void mark_imports_used(plan_t* plans, int n, cudaStream_t s) {
+void mpn_plan_imports_used(plan_t* plans, int n, cudaStream_t s) {
   cudaEvent_t used = NULL;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
@@ -121,7 +106,7 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStrea
     if (chain >= 0 && p->chain != chain) continue;
     mpn_copy_t c;
     if (p->eager) { /* receives copy out in the second half */
-      if (p->op->kind == MPN_OP_SEND && eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
+      if (p->op->kind == MPN_OP_SEND && plan_eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
       continue;
     }
     struct ncclComm* comm = p->op->comm;
@@ -138,22 +123,6 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStrea
   mpn_keep(&first, mpn_copies_flush(&copies));
   if (forking) mpn_keep(&first, mpn_fork_join(&fork));
   return first;
-}
-
-/*
- * Whether p must wait for the "done" of its slot's previous message, posted
- * on another stream (p2p.c): where p's own first flag write would not
- * otherwise come after it.  A first side writes "ready" and an eager send
- * "done" straight away; a second side of the two-hop path writes only after
- * its wait for the first side's "ready", which that side's gate orders, and
- * an eager receive writes no pair flag.  Not between ranks of one process
- * under MPS, whose streams are ordered by events only (a memory wait could
- * block the stream that writes the flag): there the flags of k and k + 512
- * may still land in either order, which only a fallback to the flags reads.
- */
-static int gated(const plan_t* p) {
-  if (!p->after_prev || p->local) return 0;
-  return p->eager ? p->op->kind == MPN_OP_SEND : p->role == MPN_POST_FIRST;
 }
 
 /* Whether p is a posted eager message of kind (send or receive) on stream s. */
@@ -424,13 +393,13 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
   for (int pass = 0; pass < 2; pass++) { /* the ungated "ready" writes, then the gates and the gated ones */
     for (int i = 0; pass == 1 && i < n; i++) {
       plan_t* p = &plans[i];
-      if (p->posted && p->op->stream == s && gated(p))
+      if (p->posted && p->op->stream == s && plan_gated(p))
         mpn_keep(&first, mpn_memops_add(b, mpn_pair_flag(p->pair, p->seq - MPN_PAIR_SLOTS, 0, 1),
                                         p->seq - MPN_PAIR_SLOTS, MPN_MEMOP_WAIT_GEQ));
     }
     for (int i = 0; i < n; i++) {
       plan_t* p = &plans[i];
-      if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager && gated(p) == pass)
+      if (p->posted && p->op->stream == s && p->role == MPN_POST_FIRST && !p->eager && plan_gated(p) == pass)
         mpn_keep(&first, plan_flag(b, p, 0, 0));
     }
   }
@@ -440,7 +409,7 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
                   for a peer */
     for (int i = 0; i < n; i++)
       if (eager_on(&plans[i], s, MPN_OP_SEND) && plans[i].eager == MPN_EAGER_GRAPH)
-        mpn_keep(&first, mpn_memops_add(b, graph_full(&plans[i]), MPN_PAIR_GRAPH_FREE, MPN_MEMOP_WAIT_NOR));
+        mpn_keep(&first, mpn_memops_add(b, plan_graph_full(&plans[i]), MPN_PAIR_GRAPH_FREE, MPN_MEMOP_WAIT_NOR));
     mpn_keep(&first, mpn_memops_flush(b));
     ncclResult_t copied = issue_copies(plans, n, s, s, 1, 0, -1);
     mpn_keep(&first, copied);
@@ -455,7 +424,7 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
     mpn_keep(&first, issue_chains(plans, n, s, b));
   else
     mpn_keep(&first, issue_steps(plans, n, s, s, b, -1));
-  mark_imports_used(plans, n, s); /* after the last step's copies */
+  mpn_plan_imports_used(plans, n, s); /* after the last step's copies */
   if (!keep_open) mpn_keep(&first, mpn_memops_flush(b));
   return first;
 }
@@ -471,7 +440,7 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     mpn_copy_t c;
-    if (!eager_on(p, s, MPN_OP_RECV) || !eager_copy(p, &c)) continue;
+    if (!eager_on(p, s, MPN_OP_RECV) || !plan_eager_copy(p, &c)) continue;
     if (p->eager == MPN_EAGER_GRAPH) { /* its flag goes back to 0 below */
       mpn_keep(&launched, mpn_copies_add_kernel(&copies, &c));
       continue;
@@ -485,7 +454,7 @@ static ncclResult_t issue_eager_out(plan_t* plans, int n, cudaStream_t s, mpn_me
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (eager_on(p, s, MPN_OP_RECV) && p->eager == MPN_EAGER_GRAPH)
-      mpn_keep(&first, mpn_memops_add(b, graph_full(p), 0, MPN_MEMOP_WRITE));
+      mpn_keep(&first, mpn_memops_add(b, plan_graph_full(p), 0, MPN_MEMOP_WRITE));
     else if (eager_on(p, s, MPN_OP_RECV) && (launched != ncclSuccess || p->eager_bytes == 0)) /* (eager_copy's) */
       mpn_keep(&first, mpn_memops_add(b, mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1,
                                       MPN_MEMOP_WRITE));
@@ -503,7 +472,7 @@ static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (eager_on(p, s, MPN_OP_RECV)) /* (a graph slot's inbox is freed after the copy out: issue_eager_out) */
-      mpn_keep(&first, p->eager == MPN_EAGER_GRAPH ? mpn_memops_add(b, graph_full(p), 1, MPN_MEMOP_WAIT_GEQ)
+      mpn_keep(&first, p->eager == MPN_EAGER_GRAPH ? mpn_memops_add(b, plan_graph_full(p), 1, MPN_MEMOP_WAIT_GEQ)
                                                    : plan_flag(b, p, 1, 1));
     if (!p->posted || p->op->stream != s || p->role != MPN_POST_FIRST || p->eager) continue;
     int dev = -1;
@@ -529,237 +498,6 @@ static ncclResult_t issue_back(plan_t* plans, int n, cudaStream_t s, mpn_memops_
   return first;
 }
 
-/*
- * Streams whose every message is with a rank whose kernels run beside ours
- * (plan.spin) can do a half as one kernel (cuda/sync.h) when its flags and
- * copies fit: the front writes "ready", polls the peers' "ready", copies
- * and writes "done"; the back polls "done", copies eager messages out and
- * frees their inbox slots.  Same order as the memory
- * operations, one stream item instead of three to six.  A half takes the
- * kernel when it has eager messages (their copies need a kernel anyway) or
- * several waits (MPINCCL_KERNEL_SYNC_WAITS; with one or two, memory
- * operations were faster).  A launch with a single stream does both halves
- * in one kernel whenever they fit, whatever its waits: one stream item
- * instead of four (H200, MPS: 32 KiB sendrecv 7.7 us against 10.7 us), and
- * nothing else of the launch can be waiting behind it.
- */
-
-/*
- * A launch's stream work in three phases (rounds of the kernel): 0, the
- * "ready" writes (first writes of the table) and the eager sends, which wait
- * for nothing (copy into the inbox, "done"); 1, the two-hop messages this
- * rank moves (wait for "ready", copy, "done"); 2, the back half (wait for
- * "done", copy eager messages out, free their slots).  Phases 0 and 1 are
- * the front half.
- */
-static const int half_phases[2][2] = {{0, 1}, {2, 2}}; /* first and last phase of each half */
-
-/* The flag operation of plan p in part (MPN_SYNC_FIRST, _WAIT, _LAST) of
- * phase; returns how many (at most one). */
-static int plan_part(const plan_t* p, int phase, int part, mpn_sync_flag_t* f) {
-  int send = p->op->kind == MPN_OP_SEND, first_side = p->role == MPN_POST_FIRST;
-  int done = -1, kind = MPN_MEMOP_WRITE;
-  if (phase == 0 && part == MPN_SYNC_FIRST && !p->eager && first_side) done = 0;
-  if (phase == 0 && part == MPN_SYNC_LAST && p->eager && send) done = 1;
-  if (phase == 1 && part == MPN_SYNC_WAIT && !p->eager && !first_side) done = 0, kind = MPN_MEMOP_WAIT_GEQ;
-  if (phase == 1 && part == MPN_SYNC_LAST && !p->eager && !first_side) done = 1;
-  if (phase == 2 && part == MPN_SYNC_WAIT && (p->eager ? !send : first_side))
-    done = 1, kind = MPN_MEMOP_WAIT_GEQ;
-  if (p->eager == MPN_EAGER_GRAPH && phase == 0 && part == MPN_SYNC_WAIT && send) { /* the last replay's copy out */
-    *f = (mpn_sync_flag_t){graph_full(p), MPN_PAIR_GRAPH_FREE, MPN_MEMOP_WAIT_NOR, 0};
-    return 1;
-  }
-  if (phase == 2 && part == MPN_SYNC_LAST && p->eager && !send) { /* the slot is free again */
-    if (p->eager == MPN_EAGER_GRAPH) return 0; /* its wait's clear, after the round's copies, frees it */
-    *f = (mpn_sync_flag_t){mpn_eager_freed(p->pair, p->eager, p->eager_n), p->eager_n + 1, MPN_MEMOP_WRITE, 0};
-    return 1;
-  }
-  if (done < 0) return 0;
-  if (p->graph) { /* 0 -> 1 -> 0 on every replay, as plan_flag's; the waiter clears */
-    kind = kind == MPN_MEMOP_WRITE ? MPN_MEMOP_WRITE : MPN_MEMOP_WAIT_GEQ_CLEAR;
-    *f = (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 1, done), 1, (uint32_t)kind, 0};
-    return 1;
-  }
-  *f = (mpn_sync_flag_t){mpn_pair_flag(p->pair, p->seq, 0, done), p->seq, (uint32_t)kind, 0};
-  return 1;
-}
-
-/* The copy of plan p in phase: 0 when none. */
-static int plan_copy(const plan_t* p, int phase, mpn_copy_t* c) {
-  int send = p->op->kind == MPN_OP_SEND;
-  if (p->eager) return ((phase == 0 && send) || (phase == 2 && !send)) && eager_copy(p, c);
-  if (phase != 1 || p->role != MPN_POST_SECOND || !p->move || p->op->bytes == 0) return 0;
-  *c = (mpn_copy_t){p->src, p->dst, p->op->bytes, NULL, NULL};
-  return 1;
-}
-
-/* What halves half0..half1 of stream s would put in the kernel. */
-typedef struct {
-  int ok;                 /* every message of the stream may be polled for by a kernel */
-  int flags, copies, waits, eager;
-  size_t bytes;
-  int graph; /* captured: one block only for few bytes (sync_fits), never launched early */
-} sync_count_t;
-
-/*
- * A message of a rank to itself whose other side is in this launch on the
- * same stream (p2p.c, self_same_stream): both sides' flags are in one
- * kernel, written before they are polled, so the kernel waits for nothing
- * outside itself (a halo or an all-to-all whose decomposition wraps onto
- * the rank itself would otherwise keep every message of the stream out of
- * the kernel).  Where the rank's GPU is not time-sliced, as for any kernel.
- */
-static int self_in_kernel(const plan_t* p) {
-  const struct ncclComm* comm = p->op->comm;
-  const plan_t* other = p->self_other;
-  return other && other->posted && !comm->topo.gpu_sliced[comm->rank] && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0;
-}
-
-static sync_count_t sync_count(const plan_t* plans, int n, cudaStream_t s, int half0, int half1) {
-  sync_count_t c = {1, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < n; i++) {
-    const plan_t* p = &plans[i];
-    if (!p->posted || p->op->stream != s) continue;
-    c.graph |= p->graph;
-    if ((!p->spin && !self_in_kernel(p)) || p->stage || (half0 == 0 && (gated(p) || p->step > 0)))
-      c.ok = 0; /* issue_front */
-    for (int phase = half_phases[half0][0]; phase <= half_phases[half1][1]; phase++) {
-      mpn_sync_flag_t f;
-      for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++) c.flags += plan_part(p, phase, part, &f);
-      c.waits += plan_part(p, phase, MPN_SYNC_WAIT, &f);
-      c.eager += p->eager && (plan_part(p, phase, MPN_SYNC_LAST, &f) || /* its "done" or its slot's word, */
-                              (p->eager == MPN_EAGER_GRAPH && phase == 2 && p->op->kind == MPN_OP_RECV));
-      /* (the last: a graph slot's inbox copied out, whose flag its wait clears) */
-      mpn_copy_t copy;
-      if (!plan_copy(p, phase, &copy)) continue;
-      if (!mpn_transport_kernel_reach(p->op->comm, p->op->peer)) c.ok = 0; /* the engine's */
-      c.bytes += copy.bytes;
-      c.copies++;
-    }
-  }
-  return c;
-}
-
-/* Copies a kernel of one block takes (launches of several streams, see
- * mpn_sync_grid_take, or one that got no blocks to spare); past this the
- * copy engine is faster (the bound before the kernel had several blocks). */
-#define ONE_BLOCK_BYTES ((size_t)524288)
-
-/* Copies a captured launch's kernel of one block takes (about 16 GB/s): a
- * few large copies cost more than the stream items it saves, while many
- * messages save many (H200, MPS, captured: sendrecv of 8 B 5.9 us by the
- * kernel against 11.3 us by memory operations, of 256 KiB 19.1 against
- * 11.1 us, of 1 MiB 63.4 against 11.6; an 8-rank halo of 16 KiB faces, 26
- * copies and 416 KiB per rank, 245-405 against 327-714 us).  So up to
- * GRAPH_KERNEL_BYTES, or up to ONE_BLOCK_BYTES from GRAPH_KERNEL_MANY
- * copies; a captured kernel of several blocks takes what any kernel does. */
-#define GRAPH_KERNEL_BYTES ((size_t)65536)
-#define GRAPH_KERNEL_MANY 8
-
-static int graph_one_block_fits(size_t bytes, int copies) {
-  return bytes <= (copies >= GRAPH_KERNEL_MANY ? ONE_BLOCK_BYTES : GRAPH_KERNEL_BYTES);
-}
-
-/* Whether c fits a kernel; grid: of several blocks, if the pool has them
- * (a launch that gets one block checks again: issue_sync). */
-static int sync_fits(const sync_count_t* c, int grid) {
-  size_t most = (size_t)mpn_param_int(MPN_PARAM_KERNEL_SYNC);
-  if (!grid && most > ONE_BLOCK_BYTES) most = ONE_BLOCK_BYTES;
-  if (c->graph && !grid && !graph_one_block_fits(c->bytes, c->copies)) return 0;
-  return c->ok && c->flags <= MPN_SYNC_FLAGS && c->copies <= MPN_SYNC_COPIES && c->bytes <= most;
-}
-
-static int sync_wanted(const sync_count_t* c) {
-  return c->eager > 0 || c->waits >= mpn_param_int(MPN_PARAM_KERNEL_SYNC_WAITS);
-}
-
-/* Adds phase's operations of stream s to round of k (in the table's order);
- * 0 if the table refused one (sync_fits rules that out). */
-static int sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int phase, int round) {
-  int ok = 1;
-  for (int part = MPN_SYNC_FIRST; part <= MPN_SYNC_LAST; part++)
-    for (int i = 0; i < n; i++) {
-      plan_t* p = &plans[i];
-      mpn_sync_flag_t f;
-      mpn_copy_t c;
-      if (!p->posted || p->op->stream != s) continue;
-      if (part == MPN_SYNC_LAST && plan_copy(p, phase, &c)) ok &= mpn_sync_push_copy(k, round, c);
-      if (plan_part(p, phase, part, &f)) ok &= mpn_sync_push(k, round, part, f);
-    }
-  return ok;
-}
-
-/* Whether every flag and buffer of stream s's messages is in memory of the
- * stream's GPU (flags in device memory, peers on the same GPU): then the
- * kernel's fences need only device scope.  The words that free inbox slots
- * are in host memory, but a host reads them only to let a later message
- * overwrite the slot, and the kernel's reads of the slot are done by then. */
-static int device_scope(const plan_t* plans, int n, cudaStream_t s) {
-  for (int i = 0; i < n; i++) {
-    const plan_t* p = &plans[i];
-    const struct ncclComm* comm = p->op->comm;
-    if (p->posted && p->op->stream == s &&
-        (p->pair->dflags == 0 || !mpn_topo_same_gpu(&comm->topo, comm->rank, p->op->peer)))
-      return 0;
-  }
-  return 1;
-}
-
-/* The first message of stream s's that is posted, or NULL. */
-static const plan_t* first_posted(const plan_t* plans, int n, cudaStream_t s) {
-  for (int i = 0; i < n; i++)
-    if (plans[i].posted && plans[i].op->stream == s) return &plans[i];
-  return NULL;
-}
-
-/* Hangs the counters of captured kernel k (several blocks) on the graph
- * that stream s is capturing: they serve other launches once it is gone
- * (each replay leaves them at 0 for the next). */
-static void grid_hold(const mpn_sync_t* k, const struct ncclComm* comm, cudaStream_t s) {
-  void* pool;
-  uint32_t slot;
-  mpn_sync_grid_slot(k, &pool, &slot);
-  mpn_graph_holds_t* h = NULL;
-  mpn_graph_holds_add_to(&h, s, comm->cuda_dev, mpn_sync_grid_gone, pool, slot, 1, 0);
-  int current = comm->cuda_dev; /* (issue_sync runs on the stream's device) */
-  mpn_graph_holds_attach(h, comm->rank, &current);
-}
-
-/* Halves half0..half1 of stream s as one kernel, each phase a round (its
- * copies on several blocks when grid: the launch has this stream only); 0
- * in *issued (nothing enqueued) if the table refused an operation.  ends:
- * the kernel is the launch's last item on s, so it carries the finalize's
- * mark (core/drain.h). */
-static ncclResult_t issue_sync(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1,
-                               int grid, int ends, int* issued) {
-  mpn_sync_t k;
-  mpn_sync_init(&k);
-  k.device_scope = device_scope(plans, n, s);
-  int first = half_phases[half0][0], ok = 1;
-  for (int phase = first; phase <= half_phases[half1][1]; phase++)
-    ok &= sync_fill(&k, plans, n, s, phase, phase - first);
-  *issued = ok;
-  if (!ok) {
-    MPN_WARN("a flag kernel's table refused an operation: stream memory operations instead");
-    return ncclSuccess;
-  }
-  const plan_t* p0 = first_posted(plans, n, s);
-  if (mpn_sync_nflags(&k) == 0 || p0 == NULL) return ncclSuccess;
-  k.captured = p0->graph; /* never launched early; its grid is held (all of s's messages are captured or none) */
-  const struct ncclComm* comm = p0->op->comm;
-  if (grid) mpn_sync_grid_take(comm->cuda_dev, comm->topo.n_same_gpu, &k);
-  size_t bytes = mpn_sync_bytes(&k);
-  if (k.grid.blocks == 1 &&
-      (k.captured ? !graph_one_block_fits(bytes, mpn_sync_ncopies(&k)) : bytes > ONE_BLOCK_BYTES)) {
-    *issued = 0; /* no counters free, or no blocks to spare: memory operations and the copy engines */
-    return ncclSuccess;
-  }
-  ncclResult_t res = mpn_drain_sync_issue(drv, &k, s, 0, ends);
-  if (k.captured && k.grid.blocks > 1) grid_hold(&k, comm, s);
-  if (half0 == 0) mark_imports_used(plans, n, s); /* an event record only: no memory of the comm */
-  return res;
-}
-
 /* Whether a single stream's kernel ends the launch's work on it: no peer in
  * this process (the stream may wait for its "done" event after the kernel)
  * and none over UCX (the lanes are joined after it). */
@@ -771,7 +509,6 @@ static int kernel_ends_launch(const plan_t* plans, int n) {
   }
   return 1;
 }
-
 /* Whether every plan of the launch uses one stream (*out). */
 static int single_stream(const plan_t* plans, int n, cudaStream_t* out) {
   for (int i = 1; i < n; i++)
@@ -788,11 +525,10 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
   mpn_memops_t open; /* a launch of one stream: the front's last batch, still open for the back's waits */
   if (one) {
     mpn_memops_init(&open, drv, only);
-    sync_count_t both = sync_count(plans, n, only, 0, 1);
     int issued = 0;
-    if (sync_fits(&both, 1)) { /* one stream item for the whole launch */
+    if (mpn_p2p_sync_fits(plans, n, only, 0, 1, 1, 0)) { /* one stream item for the whole launch */
       mpn_cuda_switch_device(current, plans[0].op->comm->cuda_dev);
-      ncclResult_t res = issue_sync(drv, plans, n, only, 0, 1, 1, kernel_ends_launch(plans, n), &issued);
+      ncclResult_t res = mpn_p2p_sync_issue(drv, plans, n, only, 0, 1, 1, kernel_ends_launch(plans, n), &issued);
       if (issued) return res;
     }
   }
@@ -803,13 +539,12 @@ ncclResult_t mpn_p2p_issue(const mpn_driver_t* drv, plan_t* plans, plan_t** scra
       if (seen) continue;
       mpn_cuda_switch_device(current, plans[i].op->comm->cuda_dev); /* a stream's work is issued on its device */
       cudaStream_t s = plans[i].op->stream;
-      sync_count_t c = sync_count(plans, n, s, half, half);
       /* One stream's half takes the blocks its copies call for, as a whole
        * launch does (a kernel of one block is still launched early). */
       int issued = 0, grid = one;
-      if (sync_wanted(&c) && sync_fits(&c, grid)) {
+      if (mpn_p2p_sync_fits(plans, n, s, half, half, grid, 1)) {
         if (half == 1 && one) mpn_keep(&first, mpn_memops_flush(&open)); /* the front's batch goes first */
-        mpn_keep(&first, issue_sync(drv, plans, n, s, half, half, grid, 0, &issued));
+        mpn_keep(&first, mpn_p2p_sync_issue(drv, plans, n, s, half, half, grid, 0, &issued));
       }
       if (issued) continue;
       /* With one stream the front's "done" batch takes the back's waits as

@@ -212,7 +212,7 @@ static ncclResult_t plan_prepare(plan_t* p, const plan_t* prev) {
    * value last and hang, or one for the earlier pass before its data
    * moved).  Launches of one stream keep that order; a message from another
    * stream than its slot's previous one may have to wait for that one's
-   * "done" (issue.c, gated), and the peer does the same on its side. */
+   * "done" (plan.h, plan_gated), and the peer does the same on its side. */
   p->after_prev = !p->graph && mpn_slot_streams_note(&ps->streams[plan_side(p)], p->seq, p->stream_id);
   const mpn_topo_t* t = &op->comm->topo;
   mpn_transport_kind_t kind = op->comm->transport[op->peer];

@@ -10,8 +10,10 @@
 #include <cuda_runtime.h>
 
 #include "core/enqueue.h"
+#include "cuda/copy.h"
 #include "cuda/driver.h"
 #include "cuda/ipc.h"
+#include "p2p/eager.h"
 #include "p2p/pair.h"
 #include "p2p/stage.h"
 
@@ -42,7 +44,7 @@ typedef struct mpn_plan {
   uint64_t peer_launch; /* ... and which of its launches (numbered per process) */
   int step;           /* second side of a two-hop message: its step of the front half (issue.c) */
   int chain;          /* ... and the stream its process's steps go on, where they fork (issue.c) */
-  int after_prev;     /* the slot's previous message was posted on another stream (p2p.c; issue.c: gated) */
+  int after_prev;     /* the slot's previous message was posted on another stream (p2p.c; plan_gated) */
   int push;           /* a send that posts after the peer's receive, so that it moves its own data (push.h) */
   const struct mpn_plan* self_other; /* a message to the rank itself: its other side's plan, when that is in
                                         this launch on the same stream (p2p.c, self_same_stream), else NULL */
@@ -55,6 +57,41 @@ static inline int plan_side(const plan_t* p) { return p->op->kind == MPN_OP_SEND
 /** Fails both sides' communicators with text: the peer's through the pair,
  *  this one's as its last error and asynchronous error. */
 void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text);
+
+/** The flag of a captured message through its graph slot's inbox: 1 while
+ *  the slot holds a replay's data (eager.h); its sender waits for bit 0
+ *  clear (MPN_PAIR_GRAPH_FREE), its receiver for at least 1. */
+static inline CUdeviceptr plan_graph_full(const plan_t* p) { return mpn_pair_flag(p->pair, p->seq, 1, 1); }
+
+/** An eager message's copy: into the inbox with its size word, or out of it
+ *  limited by that word.  0 when nothing is to be copied. */
+static inline int plan_eager_copy(const plan_t* p, mpn_copy_t* c) {
+  int send = p->op->kind == MPN_OP_SEND;
+  if (!p->eager || (!send && p->eager_bytes == 0)) return 0;
+  unsigned long long* size = (unsigned long long*)(uintptr_t)mpn_eager_size(p->pair, p->eager, p->eager_n);
+  *c = (mpn_copy_t){p->src, p->dst, p->eager_bytes, send ? NULL : size, send ? size : NULL};
+  return 1;
+}
+
+/**
+ * Whether p must wait for the "done" of its slot's previous message, posted
+ * on another stream (p2p.c): where p's own first flag write would not
+ * otherwise come after it.  A first side writes "ready" and an eager send
+ * "done" straight away; a second side of the two-hop path writes only after
+ * its wait for the first side's "ready", which that side's gate orders, and
+ * an eager receive writes no pair flag.  Not between ranks of one process
+ * under MPS, whose streams are ordered by events only (a memory wait could
+ * block the stream that writes the flag): there the flags of k and k + 512
+ * may still land in either order, which only a fallback to the flags reads.
+ */
+static inline int plan_gated(const plan_t* p) {
+  if (!p->after_prev || p->local) return 0;
+  return p->eager ? p->op->kind == MPN_OP_SEND : p->role == MPN_POST_FIRST;
+}
+
+/** Imports used on stream s are idle again once it passes this point: one
+ *  event record for all of them (none while capturing: graphs pin them). */
+void mpn_plan_imports_used(plan_t* plans, int n, cudaStream_t s);
 
 /**
  * Issues the posted plans on their streams: every stream's first half (the

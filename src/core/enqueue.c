@@ -63,10 +63,12 @@ static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const ch
   MPN_CHECK(mpn_comm_check(comm, caller, 1));
   MPN_CHECK(mpn_check_count(comm, caller, count, dtype, &op.bytes));
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 1));
+  /* As MPI_PROC_NULL: a missing neighbour needs no buffer. */
+  if (peer == MPINCCL_PROC_NULL) return ncclSuccess;
   if (buf == NULL && count > 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL with count %zu", caller, bufname,
                       count);
-  if (peer == MPINCCL_PROC_NULL || count == 0) return ncclSuccess;
+  if (count == 0) return ncclSuccess;
   return mpn_group_add_op(&op);
 }
 

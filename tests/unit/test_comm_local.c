@@ -444,6 +444,10 @@ START_TEST(send_recv_checks) {
   ck_assert(contains(ncclGetLastError(comm), "overflows"));
   /* No-ops: a null peer and an empty message. */
   ck_assert_int_eq(ncclSend(buf, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
+  /* A missing neighbour needs no buffer, as with MPI_PROC_NULL; its datatype is still checked. */
+  ck_assert_int_eq(ncclSend(NULL, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(NULL, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(NULL, 4, (ncclDataType_t)12, MPINCCL_PROC_NULL, comm, NULL), ncclInvalidArgument);
   ck_assert_int_eq(ncclRecv(NULL, 0, ncclFloat, 0, comm, NULL), ncclSuccess);
   if (comm->cuda_dev < 0) {
     /* A communicator without a GPU moves no data. */

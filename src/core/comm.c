@@ -221,13 +221,28 @@ static void comm_free(struct ncclComm* comm, int abort) {
 
 void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }
 
-ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_ready) {
+/* A data call on comm after a peer was found failed: refused, as NCCL
+ * refuses one on a communicator with an asynchronous error.  Flags shared
+ * with that peer are released, so the call would complete and move nothing. */
+static ncclResult_t refuse_failed(struct ncclComm* comm, const char* caller, ncclResult_t async) {
+  /* The comm's last text says why the first time (it came with the
+   * failure); kept, so that later refusals name the cause, not this one. */
+  char why[sizeof(comm->failed_text)];
+  pthread_mutex_lock(&comm->error_lock);
+  if (comm->failed_text[0] == '\0') snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", comm->error_text);
+  memcpy(why, comm->failed_text, sizeof(why));
+  pthread_mutex_unlock(&comm->error_lock);
+  return MPN_REFUSE(comm, async, "%s: comm %p has failed (%s: %s); abort it (ncclCommAbort)", caller, (void*)comm,
+                    ncclGetErrorString(async), why);
+}
+
+ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need) {
   if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", caller);
   if (!mpn_comm_is_live(comm))
     return MPN_REFUSE(NULL, ncclInvalidArgument,
                       "%s: comm %p is not a live communicator (destroyed, or never created)",
                       caller, (void*)comm);
-  if (!need_ready) return ncclSuccess;
+  if (need == MPN_COMM_NEED_LIVE) return ncclSuccess;
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   if (state == MPN_COMM_INITIALIZING)
     return MPN_REFUSE(comm, ncclInvalidUsage,
@@ -237,10 +252,14 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_
   if (state == MPN_COMM_FAILED)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p failed during creation (%s)", caller,
                       (void*)comm, ncclGetErrorString(mpn_comm_async(comm)));
-  if (state == MPN_COMM_FINALIZED)
+  if (state == MPN_COMM_FINALIZED && need != MPN_COMM_NEED_QUERY)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was finalized", caller, (void*)comm);
   if (comm->abort_flag)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was aborted", caller, (void*)comm);
+  if (need == MPN_COMM_NEED_HEALTHY) {
+    ncclResult_t async = mpn_comm_async(comm);
+    if (async == ncclRemoteError || async == ncclTimeout) return refuse_failed(comm, caller, async);
+  }
   return ncclSuccess;
 }
 
@@ -250,23 +269,29 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_
   } while (0)
 
 MPN_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommCount", 1));
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommCount", MPN_COMM_NEED_QUERY));
   CHECK_OUT(comm, "ncclCommCount", count);
+  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommCount")); /* (an abort of another thread frees comm only after) */
   *count = comm->nranks;
+  mpn_comm_release(comm);
   return ncclSuccess;
 }
 
 MPN_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommUserRank", 1));
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommUserRank", MPN_COMM_NEED_QUERY));
   CHECK_OUT(comm, "ncclCommUserRank", rank);
+  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommUserRank")); /* (an abort of another thread frees comm only after) */
   *rank = comm->rank;
+  mpn_comm_release(comm);
   return ncclSuccess;
 }
 
 MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommCuDevice", 1));
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommCuDevice", MPN_COMM_NEED_QUERY));
   CHECK_OUT(comm, "ncclCommCuDevice", device);
+  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommCuDevice")); /* (an abort of another thread frees comm only after) */
   *device = comm->cuda_dev;
+  mpn_comm_release(comm);
   return ncclSuccess;
 }
 
@@ -285,9 +310,20 @@ static ncclResult_t comm_failed(struct ncclComm* comm) {
   return res == ncclInProgress ? ncclSuccess : res;
 }
 
+static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncError);
+
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", 0));
+  MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", MPN_COMM_NEED_LIVE));
   CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
+  /* Held: a thread may poll while another aborts, which frees comm only
+   * once the poll let go of it. */
+  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommGetAsyncError"));
+  ncclResult_t res = get_async_error(comm, asyncError);
+  mpn_comm_release(comm);
+  return res;
+}
+
+static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncError) {
   mpn_chan_drive(MPN_CHAN_DRIVE_POLL); /* creations below MPI_THREAD_MULTIPLE progress while polled */
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   (void)comm_failed(comm);
@@ -407,7 +443,7 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) MPN_EXPORT;
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) {
-  MPN_CHECK(mpn_comm_check(comm, "mpincclCommGetMPIComm", 1));
+  MPN_CHECK(mpn_comm_check(comm, "mpincclCommGetMPIComm", MPN_COMM_NEED_QUERY));
   CHECK_OUT(comm, "mpincclCommGetMPIComm", mpicomm);
   if (comm->mpi_comm == MPI_COMM_NULL)
     return MPN_REFUSE(comm, ncclInvalidUsage,

@@ -102,6 +102,8 @@ struct ncclComm {
   pthread_mutex_t error_lock;
   char error_text[512];
   unsigned long error_seq;
+  char failed_text[512];         /**< why data calls are refused (mpn_comm_check), kept from the first refusal (under
+                              error_lock) */
   struct mpn_reg* registrations; /**< live ncclCommRegister handles (under error_lock) */
 };
 
@@ -131,11 +133,19 @@ int mpn_comm_hold_live(struct ncclComm*** out);
 /** True when comm is a registered, not yet destroyed communicator. */
 int mpn_comm_is_live(const struct ncclComm* comm);
 
+/** What mpn_comm_check asks of a communicator besides being live. */
+enum {
+  MPN_COMM_NEED_LIVE = 0,    /**< nothing more */
+  MPN_COMM_NEED_READY = 1,   /**< done initializing, not finalized, not aborted */
+  MPN_COMM_NEED_QUERY = 2,   /**< as READY, finalized allowed (ncclCommCount and other queries, as NCCL) */
+  MPN_COMM_NEED_HEALTHY = 3, /**< as READY, and no peer found failed (ncclRemoteError, ncclTimeout): data calls */
+};
+
 /**
- * Checks a communicator argument of an API call: not NULL, live, and (if
- * need_ready) done initializing and not finalized.  Sets the error text.
+ * Checks a communicator argument of an API call: not NULL, live, and what
+ * need (MPN_COMM_NEED_*) asks.  Sets the error text.
  */
-ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need_ready);
+ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need);
 
 /** Marks a launch using comm, if comm is still live (1; else 0): freeing comm
  * waits until every such launch has released it (abort_flag set first). */

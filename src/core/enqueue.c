@@ -60,7 +60,7 @@ static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const ch
                                 ncclComm_t comm, cudaStream_t stream) {
   mpn_op_t op = {.kind = kind, .comm = comm, .buf = buf, .count = count, .dtype = dtype,
                  .peer = peer, .stream = stream};
-  MPN_CHECK(mpn_comm_check(comm, caller, 1));
+  MPN_CHECK(mpn_comm_check(comm, caller, MPN_COMM_NEED_HEALTHY));
   MPN_CHECK(mpn_check_count(comm, caller, count, dtype, &op.bytes));
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 1));
   /* As MPI_PROC_NULL: a missing neighbour needs no buffer. */
@@ -95,7 +95,7 @@ static int rma_args_ok(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned 
 
 static ncclResult_t rma_check(ncclComm_t comm, const char* caller, int peer, int sigIdx, int ctx,
                               unsigned int flags) {
-  MPN_CHECK(mpn_comm_check(comm, caller, 1));
+  MPN_CHECK(mpn_comm_check(comm, caller, MPN_COMM_NEED_HEALTHY));
   if (rma_args_ok(comm, peer, sigIdx, ctx, flags)) return ncclSuccess;
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 0));
   if (sigIdx != 0)
@@ -151,7 +151,7 @@ MPN_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int fl
 static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm_t comm,
                                 cudaStream_t stream) {
   const char* fn = "ncclWaitSignal";
-  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  MPN_CHECK(mpn_comm_check(comm, fn, MPN_COMM_NEED_HEALTHY));
   if (nDesc <= 0) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: nDesc %d is not positive", fn, nDesc);
   if (descs == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: signalDescs is NULL", fn);
   for (int i = 0; i < nDesc; i++) {

@@ -38,11 +38,14 @@ ncclResult_t mpn_error_set(struct ncclComm* comm, ncclResult_t res, const char* 
 }
 
 const char* mpn_error_last(struct ncclComm* comm) {
-  if (comm != NULL && mpn_comm_is_live(comm)) {
+  /* Held, not only found live: an abort of another thread frees comm only
+   * once this read let go of it. */
+  if (comm != NULL && mpn_comm_hold(comm)) {
     pthread_mutex_lock(&comm->error_lock);
     int newer = comm->error_seq > thread_seq;
     if (newer) memcpy(returned_text, comm->error_text, sizeof(returned_text));
     pthread_mutex_unlock(&comm->error_lock);
+    mpn_comm_release(comm);
     if (newer) return returned_text;
   }
   return thread_text;

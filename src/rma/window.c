@@ -255,7 +255,7 @@ static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win) {
 
 MPN_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
   const char* fn = "ncclWinGetUserPtr";
-  MPN_CHECK(mpn_comm_check(comm, fn, 1));
+  MPN_CHECK(mpn_comm_check(comm, fn, MPN_COMM_NEED_QUERY));
   if (outUserPtr == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: outUserPtr is NULL", fn);
   MPN_CHECK(mpn_win_check(comm, win, fn));
   *outUserPtr = win->base;

@@ -63,7 +63,8 @@ START_TEST(one_rank_queries) {
   ck_assert_int_eq(ncclCommCount(comm, NULL), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(comm), "count is NULL"));
   ck_assert_int_eq(ncclCommFinalize(comm), ncclSuccess);
-  ck_assert_int_eq(ncclCommCount(comm, &n), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclSuccess); /* a query still answers */
+  ck_assert_int_eq(ncclSend(&n, 1, ncclInt32, 0, comm, NULL), ncclInvalidUsage);
   ck_assert(contains(ncclGetLastError(comm), "finalized"));
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
   /* A destroyed handle is refused, not dereferenced. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/error.h"
 #include "core/group.h"
 #include "local_comm.h"
 #include "mpinccl.h"
@@ -180,8 +181,9 @@ END_TEST
 /* Every call that needs a working communicator, on one that is closed:
  * finalized (ncclInvalidUsage, "was finalized") or gone, destroyed or
  * aborted (ncclInvalidArgument; the handle is looked up, never
- * dereferenced).  A finalized one still answers ncclCommGetAsyncError,
- * and may be deregistered from, destroyed or aborted. */
+ * dereferenced).  A finalized one still answers ncclCommGetAsyncError and
+ * the queries (ncclCommCount, ...), and may be deregistered from, destroyed
+ * or aborted. */
 static void closed_calls(ncclComm_t comm, int gone) {
   ncclResult_t code = gone ? ARG : USAGE;
   const char* text = gone ? "is not a live communicator" : "was finalized";
@@ -201,15 +203,24 @@ static void closed_calls(ncclComm_t comm, int gone) {
   REFUSED(comm, ncclCommRegister(comm, buf, 8, &handle), code, text);
   REFUSED(comm, ncclCommWindowRegister(comm, buf, 4096, &made, 0), code, text);
   REFUSED(comm, ncclCommWindowDeregister(comm, win), code, text);
+  REFUSED(comm, ncclCommFinalize(comm), code, text);
+  ck_assert_ptr_null(other);
+  ck_assert_ptr_null(made);
+  if (!gone) { /* the queries still answer, as NCCL's do once a finalize is done */
+    ck_assert_int_eq(ncclCommCount(comm, &n), ncclSuccess);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ncclCommUserRank(comm, &n), ncclSuccess);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(ncclCommCuDevice(comm, &n), ncclSuccess);
+    REFUSED(comm, ncclWinGetUserPtr(comm, win, &user), ARG, "is not a window of comm");
+    REFUSED(comm, mpincclCommGetMPIComm(comm, &mpi), USAGE, "made from a unique id");
+    return;
+  }
   REFUSED(comm, ncclWinGetUserPtr(comm, win, &user), code, text);
   REFUSED(comm, ncclCommCount(comm, &n), code, text);
   REFUSED(comm, ncclCommUserRank(comm, &n), code, text);
   REFUSED(comm, ncclCommCuDevice(comm, &n), code, text);
-  REFUSED(comm, ncclCommFinalize(comm), code, text);
   REFUSED(comm, mpincclCommGetMPIComm(comm, &mpi), code, text);
-  ck_assert_ptr_null(other);
-  ck_assert_ptr_null(made);
-  if (!gone) return;
   ncclResult_t async;
   REFUSED(comm, ncclCommGetAsyncError(comm, &async), code, text);
   REFUSED(comm, ncclCommDeregister(comm, buf), code, text);
@@ -269,6 +280,41 @@ START_TEST(calls_on_failed_comm) {
 }
 END_TEST
 
+/* A communicator whose peer was found failed (the watchdog: a process gone;
+ * a peer's abort) refuses further data calls with that error, as NCCL
+ * refuses them on a communicator with an asynchronous error: the flags
+ * shared with the peer are released, so they would complete with no data.
+ * Queries and ncclCommGetAsyncError still answer; abort ends it. */
+START_TEST(calls_after_peer_failed) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  char buf[64] = {0};
+  ncclWindow_t win = (ncclWindow_t)buf;
+  ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+  mpn_error_set(comm, ncclRemoteError, "rank 3 (process 42 on node7) is gone");
+  mpn_comm_set_async(comm, ncclRemoteError);
+  const char* text =
+      "has failed (a peer failed or the network reported an error: rank 3 (process 42 on node7) is gone)";
+  REFUSED(comm, ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclRemoteError, text);
+  REFUSED(comm, ncclRecv(buf, 1, ncclInt8, 0, comm, NULL), ncclRemoteError, text);
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, 0, win, 0, 0, 0, 0, comm, NULL), ncclRemoteError, text);
+  REFUSED(comm, ncclSignal(0, 0, 0, 0, comm, NULL), ncclRemoteError, text);
+  REFUSED(comm, ncclWaitSignal(1, &d, comm, NULL), ncclRemoteError, "abort it (ncclCommAbort)");
+  int n = 0;
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclSuccess);
+  ck_assert_int_eq(n, 1);
+  ncclResult_t async = ncclSuccess;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclRemoteError);
+  /* A timeout the same way; a mismatch (ncclInvalidUsage) leaves the communicator usable. */
+  mpn_comm_set_async(comm, ncclTimeout);
+  REFUSED(comm, ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclTimeout, "has failed (operation timed out");
+  mpn_comm_set_async(comm, ncclInvalidUsage);
+  ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+}
+END_TEST
+
 /*
  * Finalizing a communicator that the open group still has to make a
  * window for, or split, is refused as destroying it is: at ncclGroupEnd
@@ -321,9 +367,10 @@ START_TEST(group_nesting_limit) {
 END_TEST
 
 int main(void) {
-  const TTest* tests[] = {creation_arguments,   query_arguments,          send_recv_arguments,
-                          one_sided_arguments,  registration_arguments,   calls_on_closed_comms,
-                          calls_on_failed_comm, finalize_with_open_group, group_nesting_limit};
+  const TTest* tests[] = {creation_arguments,   query_arguments,         send_recv_arguments,
+                          one_sided_arguments,  registration_arguments,  calls_on_closed_comms,
+                          calls_on_failed_comm, calls_after_peer_failed, finalize_with_open_group,
+                          group_nesting_limit};
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
   tcase_set_timeout(tc, 60);

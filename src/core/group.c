@@ -227,13 +227,13 @@ static ncclResult_t group_flush(void) {
   if (error != ncclSuccess) {
     ops_free(ops);
     jobs_discard(jobs);
-    mpn_win_jobs_free(wins);
+    mpn_win_jobs_refuse(wins, error); /* the peers' calls fail with them, not pair with later ones */
     return error;
   }
   ncclResult_t res = jobs ? mpn_init_jobs_launch(jobs) : ncclSuccess;
   if (res != ncclSuccess && res != ncclInProgress) {
     ops_free(ops);
-    mpn_win_jobs_free(wins);
+    mpn_win_jobs_refuse(wins, res);
     return res;
   }
   ncclResult_t win_res = wins ? mpn_win_jobs_run(wins) : ncclSuccess;

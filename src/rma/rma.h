@@ -32,6 +32,7 @@ typedef struct mpn_rma {
    *  gets a stale handle's address while MPN_WIN_RETIRED newer ones come. */
   struct ncclWindow_vidmem* retired[MPN_WIN_RETIRED];
   unsigned retired_next;
+  uint64_t registered; /**< windows registered so far (each window's serial), under lock */
   uint64_t* sent;     /**< [peer * numRmaCtx + ctx]: signals this rank enqueued to peer */
   uint64_t* expected; /**< [peer * numRmaCtx + ctx]: signals from peer waited for so far */
   uint64_t* graph_sent;     /**< the same for signals captured in CUDA graphs */

@@ -114,9 +114,11 @@ static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int win
   return ncclSuccess;
 }
 
-static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
+static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
+                                 ncclResult_t forced);
 
-ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
+                              ncclResult_t forced) {
   const char* fn = "ncclCommWindowRegister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   if (win) *win = NULL;
@@ -124,19 +126,21 @@ ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWind
    * way out of a hung allgather) frees comm only once the call let go of
    * it; unheld, the allgather read the freed communicator. */
   MPN_CHECK(mpn_comm_hold_for(comm, fn));
-  ncclResult_t res = win_register(comm, buff, size, win, winFlags);
+  ncclResult_t res = win_register(comm, buff, size, win, winFlags, forced);
   mpn_comm_release(comm);
   return res;
 }
 
-static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
+                                 ncclResult_t forced) {
   const char* fn = "ncclCommWindowRegister";
   mpn_win_part_t* parts = calloc((size_t)comm->nranks, sizeof(*parts));
   if (parts == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
   struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
   mpn_rma_t* rma = NULL;
-  ncclResult_t mine =
-      win ? check_args(comm, buff, size, winFlags) : MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
+  ncclResult_t mine = forced != ncclSuccess ? forced
+                      : win                 ? check_args(comm, buff, size, winFlags)
+                                            : MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
   if (mine == ncclSuccess) mine = mpn_rma_state(comm, &rma);
   if (mine == ncclSuccess && w == NULL) mine = mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
   if (mine == ncclSuccess) mine = describe_part(comm, buff, size, &parts[comm->rank]);
@@ -148,8 +152,13 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
     free(w), free(parts);
     return res;
   }
-  *w = (struct ncclWindow_vidmem){.comm = comm, .base = buff, .size = size, .flags = winFlags,
-                                  .parts = parts};
+  /* Numbered where every rank got this far (the same parts, so the same
+   * verdict): the numbers then agree, whatever UCX does below. */
+  pthread_mutex_lock(&rma->lock);
+  uint64_t serial = ++rma->registered;
+  pthread_mutex_unlock(&rma->lock);
+  *w = (struct ncclWindow_vidmem){
+      .comm = comm, .base = buff, .size = size, .flags = winFlags, .parts = parts, .serial = serial};
 #ifdef HAVE_UCX
   /* Collective too: every rank of a communicator with UCX peers mirrors its part. */
   if (mpn_ucx_comm_ready(comm)) res = mpn_ucx_win_register(comm, buff, size, &w->ucx);
@@ -170,7 +179,7 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
 MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
         ncclWindow_t* win, int winFlags) {
   if (mpn_group_depth() > 0) return mpn_win_defer_register(comm, buff, size, win, winFlags);
-  return mpn_win_register(comm, buff, size, win, winFlags);
+  return mpn_win_register(comm, buff, size, win, winFlags, ncclSuccess);
 }
 
 static void win_free(struct ncclWindow_vidmem* w) {
@@ -199,41 +208,55 @@ static void win_retire(mpn_rma_t* rma, struct ncclWindow_vidmem* w) {
   rma->retired[k] = w;
 }
 
-/* Whether every rank found its window handle valid; the same answer on all. */
-static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine) {
-  int32_t* oks = calloc((size_t)comm->nranks, sizeof(*oks));
-  if (oks == NULL) return mpn_error_set(comm, ncclSystemError, "ncclCommWindowDeregister: out of memory");
-  oks[comm->rank] = mine;
-  ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, oks, sizeof(*oks));
+/* What a rank says about its deregistration (allgathered). */
+typedef struct {
+  int32_t result; /* ncclResult_t: its handle was refused, or its group failed */
+  int32_t pad;
+  uint64_t serial; /* the window's number (registration order) */
+} dereg_t;
+
+/* Whether every rank passes a valid handle, and of the same window (the
+ * same registration): the same answer on all. */
+static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine, ncclWindow_t win) {
+  const char* fn = "ncclCommWindowDeregister";
+  dereg_t* all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (all == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
+  all[comm->rank] = (dereg_t){.result = mine, .serial = mine == ncclSuccess ? win->serial : 0};
+  ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
   for (int r = 0; r < comm->nranks && res == ncclSuccess && mine == ncclSuccess; r++)
-    if (oks[r] != ncclSuccess)
-      res = MPN_REFUSE(comm, (ncclResult_t)oks[r],
-                       "ncclCommWindowDeregister: rank %d passed no window of the communicator; the "
-                       "window stays registered",
-                       r);
-  free(oks);
+    if (all[r].result != ncclSuccess)
+      res = MPN_REFUSE(comm, (ncclResult_t)all[r].result,
+                       "%s: rank %d refused it (a handle that is no window of the communicator, or its group "
+                       "failed); the window stays registered",
+                       fn, r);
+    else if (all[r].serial != win->serial)
+      res = MPN_REFUSE(comm, ncclInvalidUsage,
+                       "%s: rank %d deregisters the communicator's window number %llu, rank %d number %llu (in "
+                       "registration order): every rank must pass the same window; both stay registered",
+                       fn, r, (unsigned long long)all[r].serial, comm->rank, (unsigned long long)win->serial);
+  free(all);
   return res != ncclSuccess ? res : mine;
 }
 
 MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   if (mpn_group_depth() > 0) return mpn_win_defer_deregister(comm, win);
-  return mpn_win_deregister(comm, win);
+  return mpn_win_deregister(comm, win, ncclSuccess);
 }
 
-static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win);
+static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced);
 
-ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win) {
+ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   MPN_CHECK(mpn_comm_hold_for(comm, fn)); /* (as for registration) */
-  ncclResult_t res = win_deregister(comm, win);
+  ncclResult_t res = win_deregister(comm, win, forced);
   mpn_comm_release(comm);
   return res;
 }
 
-static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win) {
+static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced) {
   const char* fn = "ncclCommWindowDeregister";
-  MPN_CHECK(agree_deregister(comm, mpn_win_check(comm, win, fn)));
+  MPN_CHECK(agree_deregister(comm, forced != ncclSuccess ? forced : mpn_win_check(comm, win, fn), win));
   mpn_rma_t* rma = comm->rma;
   pthread_mutex_lock(&rma->lock);
   for (struct ncclWindow_vidmem** p = &rma->windows; *p; p = &(*p)->next)

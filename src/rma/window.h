@@ -30,6 +30,7 @@ struct ncclWindow_vidmem {
   int flags;
   mpn_win_part_t* parts; /**< nranks */
   struct mpn_ucx_win* ucx; /**< the host mirror UCX peers put into (ucx/winstage.c), or NULL */
+  uint64_t serial;         /**< its registration's number on the communicator, the same on every rank */
   struct ncclWindow_vidmem* next; /**< the communicator's live windows */
 };
 
@@ -49,11 +50,14 @@ ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_r
                               int* imported);
 
 /** ncclCommWindowRegister's collective work, done at once (outside a
- *  group, or at the end of one: wingroup.h). */
-ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
+ *  group, or at the end of one: wingroup.h).  forced: not ncclSuccess when
+ *  this rank's group failed: it still joins the peers, which then fail too. */
+ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
+                              ncclResult_t forced);
 
-/** ncclCommWindowDeregister's collective work, done at once. */
-ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win);
+/** ncclCommWindowDeregister's collective work, done at once; forced as for
+ *  mpn_win_register. */
+ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced);
 
 /** Frees the windows a communicator still holds (at destruction; not collective). */
 void mpn_win_free_all(struct ncclComm* comm);

@@ -47,8 +47,8 @@ ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win) {
 }
 
 static void job_run(mpn_win_job_t* job) {
-  job->result = job->deregister ? mpn_win_deregister(job->comm, job->win)
-                                : mpn_win_register(job->comm, job->buff, job->size, job->out, job->flags);
+  job->result = job->deregister ? mpn_win_deregister(job->comm, job->win, job->forced)
+                                : mpn_win_register(job->comm, job->buff, job->size, job->out, job->flags, job->forced);
   if (job->result != ncclSuccess) snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
 }
 
@@ -167,6 +167,15 @@ ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
     if (job->result != ncclSuccess) first = mpn_error_set(NULL, job->result, "%s", job->error);
   mpn_win_jobs_free(jobs);
   return first;
+}
+
+void mpn_win_jobs_refuse(mpn_win_job_t* jobs, ncclResult_t why) {
+  if (jobs == NULL) return;
+  for (mpn_win_job_t* job = jobs; job; job = job->next) job->forced = why;
+  char text[sizeof(jobs->error)];
+  snprintf(text, sizeof(text), "%s", mpn_error_last(NULL));
+  (void)mpn_win_jobs_run(jobs);
+  mpn_error_set(NULL, why, "%s", text); /* the group's own text again */
 }
 
 void mpn_win_jobs_free(mpn_win_job_t* jobs) {

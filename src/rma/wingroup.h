@@ -23,6 +23,8 @@ typedef struct mpn_win_job {
   ncclWindow_t* out;
   int flags;
   ncclWindow_t win;    /**< deregister: its window */
+  ncclResult_t
+      forced; /**< not ncclSuccess: the group failed; the call joins its peers and fails (mpn_win_jobs_refuse) */
   ncclResult_t result; /**< how it ended */
   char error[512];     /**< and why it failed, for the thread that ends the group */
   struct mpn_win_job* next;
@@ -44,7 +46,16 @@ ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win);
  */
 ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs);
 
-/** A discarded group: frees the queued calls without making them. */
+/**
+ * A group that failed on this rank (why): its queued calls still join their
+ * peers' collectives, as failures, so that every rank of each communicator
+ * fails them together (dropped, a peer's call would pair with this rank's
+ * next registration).  Frees them; this thread's error text stays the
+ * group's.
+ */
+void mpn_win_jobs_refuse(mpn_win_job_t* jobs, ncclResult_t why);
+
+/** Frees queued calls without making them. */
 void mpn_win_jobs_free(mpn_win_job_t* jobs);
 
 #endif /* MPN_RMA_WINGROUP_H_ */

@@ -157,8 +157,9 @@ static void ring_put(ncclWindow_t w, void* buf, char* src, size_t bytes, int k, 
  * twenty-fourth session): one rank's bad argument fails the call on all
  * of them instead of leaving them waiting, after which the communicator's
  * collectives are still in step; winFlags must match; a size that wraps
- * is refused; a bad handle on one rank leaves the window registered on
- * all; a deregistered handle stays refused after new registrations.
+ * is refused; a bad handle on one rank, or ranks naming different
+ * windows, leave the windows registered on all; a deregistered handle stays
+ * refused after new registrations.
  */
 static void window_agreement(void) {
   enum { BYTES = 1 << 16 };
@@ -184,6 +185,14 @@ static void window_agreement(void) {
     EXPECT_ERR(ncclCommWindowDeregister(comm, rank == 0 ? bogus : w), ncclInvalidArgument,
                rank == 0 ? "is not a window of comm" : "rank 0 passed no window");
     ring_put(w, buf, src, BYTES, 71, "window_agreement: after a refused deregistration");
+    /* Two valid handles, of different windows: refused on every rank, both stay. */
+    void* buf2;
+    ncclWindow_t w2 = window(BYTES, &buf2);
+    EXPECT_ERR(ncclCommWindowDeregister(comm, rank == 0 ? w2 : w), ncclInvalidUsage,
+               "every rank must pass the same window");
+    ring_put(w, buf, src, BYTES, 72, "window_agreement: after deregistrations of different windows");
+    ring_put(w2, buf2, src, BYTES, 73, "window_agreement: the other window after them");
+    window_free(w2, buf2);
   }
   stale = w;
   window_free(w, buf);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -931,6 +932,67 @@ START_TEST(split_nocolor_failure_text) {
 }
 END_TEST
 
+/* Two ranks of one process (a 3 s bootstrap timeout) and one aligned page
+ * of host memory for their window calls. */
+static void* pair_and_page(ncclComm_t pair[2]) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
+  group_create(pair, 2);
+  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(buf);
+  return buf;
+}
+
+/* One rank's group (a thread per rank, as processes would) fails on a bad
+ * ncclSend; its queued window registration must still meet the peer's, as
+ * a failure on both ranks.  Dropped, the peer's registration paired with
+ * this rank's next one, and every later collective of the communicator was
+ * out of step (the peer's next registration timed out). */
+typedef struct {
+  ncclComm_t comm;
+  void* buf;
+  int refuse; /* this rank's group also holds a send to a peer out of range */
+  ncclResult_t group, again;
+  char group_text[512];
+  double again_s;
+} refused_group_t;
+
+static void* refused_group_rank(void* v) {
+  refused_group_t* a = v;
+  ncclWindow_t w = NULL;
+  ncclGroupStart();
+  ncclCommWindowRegister(a->comm, a->buf, NCCL_WIN_REQUIRED_ALIGNMENT, &w, 0);
+  if (a->refuse) ncclSend(a->buf, 1, ncclInt8, 99, a->comm, NULL);
+  a->group = ncclGroupEnd();
+  snprintf(a->group_text, sizeof(a->group_text), "%s", ncclGetLastError(NULL));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  a->again = ncclCommWindowRegister(a->comm, a->buf, NCCL_WIN_REQUIRED_ALIGNMENT, &w, 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  a->again_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  return NULL;
+}
+
+START_TEST(window_in_refused_group) {
+  ncclComm_t pair[2];
+  void* buf = pair_and_page(pair);
+  refused_group_t a[2] = {{.comm = pair[0], .buf = buf, .refuse = 1}, {.comm = pair[1], .buf = buf}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, refused_group_rank, &a[i]), 0);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+  ck_assert_int_eq(a[0].group, ncclInvalidArgument);
+  ck_assert_msg(contains(a[0].group_text, "peer 99 out of range"), "rank 0: \"%s\"", a[0].group_text);
+  ck_assert_int_ne(a[1].group, ncclSuccess); /* (its own refusal of host memory, or rank 0's) */
+  /* Both ranks' next registrations meet each other (host memory: refused by both, at once). */
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(a[i].again != ncclTimeout && a[i].again != ncclSuccess && a[i].again_s < 2,
+                  "rank %d: the next registration returned %d after %.2f s", i, a[i].again, a[i].again_s);
+  }
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  free(buf);
+}
+END_TEST
+
 /* Window registration and deregistration inside a group, one thread
  * driving both ranks: queued (the handle stays NULL) and made at
  * ncclGroupEnd for both ranks at once.  Made at once, the first call waited
@@ -938,12 +1000,8 @@ END_TEST
  * The buffer is host memory, so every rank refuses it, together; a
  * communicator with a queued registration cannot be destroyed first. */
 START_TEST(windows_in_group) {
-  use_local_bootstrap();
-  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
   ncclComm_t pair[2];
-  group_create(pair, 2);
-  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
-  ck_assert_ptr_nonnull(buf);
+  void* buf = pair_and_page(pair);
   ncclWindow_t win[2], bogus = (ncclWindow_t)buf;
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < 2; i++) {
@@ -1212,6 +1270,7 @@ int main(void) {
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   tcase_add_test(tc, windows_in_group);
+  tcase_add_test(tc, window_in_refused_group);
   tcase_add_test(tc, windows_in_nonblocking_group);
   tcase_add_test(tc, window_register_aborted);
   suite_add_tcase(s, tc);

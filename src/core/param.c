@@ -47,6 +47,13 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "communicator and releases the streams waiting for it. The same "
                             "thread takes in the news of destroyed CUDA graphs, whose graph "
                             "slots then serve again. 0 disables."},
+    [MPN_PARAM_ABORT_DRAIN] =
+        {"MPINCCL_ABORT_DRAIN_MS", MPN_PARAM_INT, "10000", NULL, 0, 600000,
+         "ncclCommAbort releases every stream flag the communicator shares with its peers, then "
+         "again and again until the device has run the work queued on it (each queued replay of a "
+         "CUDA graph takes one release, as a captured wait puts its flag back after it), at most "
+         "this many milliseconds; then it frees the communicator, leaving the pairs' memory mapped "
+         "if the device is still busy. 0: one release."},
     [MPN_PARAM_CHECK_BUFFERS] = {"MPINCCL_CHECK_BUFFERS", MPN_PARAM_INT, "1", NULL, 0, 1,
                                  "1: every send and receive looks its buffer up (one CUDA driver query) and refuses, "
                                  "with ncclInvalidArgument, one that runs past the end of its allocation or that the "

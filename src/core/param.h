@@ -18,6 +18,7 @@ typedef enum {
   MPN_PARAM_BOOTSTRAP_LINGER,  /* seconds a failed rendezvous answers late callers */
   MPN_PARAM_BOOTSTRAP_TAG,     /* MPI tag of rendezvous messages */
   MPN_PARAM_WATCHDOG,          /* ms between checks that same-host peers live */
+  MPN_PARAM_ABORT_DRAIN,       /* ms an abort releases flags again until the device is idle */
   MPN_PARAM_CHECK_BUFFERS,     /* each message's buffer looked up: reach and extent */
   MPN_PARAM_COPY_KERNEL_MAX,   /* messages up to this size move in one kernel */
   MPN_PARAM_KERNEL_SYNC,       /* flags and copies up to this size in one polling kernel */

@@ -743,7 +743,7 @@ void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_
   if (slot_waits) *slot_waits = s ? s->slot_waits : 0;
 }
 
-void mpn_p2p_free(struct ncclComm* comm) {
+void mpn_p2p_free(struct ncclComm* comm, int abandon) {
   if (comm->p2p == NULL) return;
   MPN_INFO(MPN_SUBSYS_P2P,
            "rank %d: %llu messages, %llu moved by this rank, %llu delegation waits "
@@ -761,8 +761,12 @@ void mpn_p2p_free(struct ncclComm* comm) {
   if (comm->p2p->peers) {
     for (int peer = 0; peer < comm->nranks; peer++) {
       int elsewhere = comm->transport[peer] == MPN_TRANSPORT_IPC; /* (another process) */
-      if (comm->p2p->peers[peer].send) mpn_pair_unmap(comm->p2p->peers[peer].send, elsewhere);
-      if (comm->p2p->peers[peer].recv) mpn_pair_unmap(comm->p2p->peers[peer].recv, elsewhere);
+      mpn_pair_t* pairs[2] = {comm->p2p->peers[peer].send, comm->p2p->peers[peer].recv};
+      for (int k = 0; k < 2; k++)
+        if (pairs[k] && abandon)
+          mpn_pair_abandon(pairs[k]);
+        else if (pairs[k])
+          mpn_pair_unmap(pairs[k], elsewhere);
       mpn_slot_streams_free(&comm->p2p->peers[peer].streams[0]);
       mpn_slot_streams_free(&comm->p2p->peers[peer].streams[1]);
     }

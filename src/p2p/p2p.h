@@ -57,8 +57,19 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
  */
 void mpn_p2p_abort(struct ncclComm* comm);
 
-/** Releases the communicator's point-to-point state. */
-void mpn_p2p_free(struct ncclComm* comm);
+/**
+ * For ncclCommAbort, after mpn_p2p_abort and the other transports' releases:
+ * releases every pair of comm again and again until the device is idle, at
+ * most MPINCCL_ABORT_DRAIN_MS.  A graph's captured wait puts its flag back
+ * to 0 after it, so each queued replay takes one release, and freeing the
+ * pairs (which synchronizes the device) would wait for the next for good.
+ * Returns 0 if the device still had work then: the pairs must not be freed.
+ */
+int mpn_p2p_abort_drain(struct ncclComm* comm);
+
+/** Releases the communicator's point-to-point state; abandon: the pairs'
+ *  memory stays mapped (mpn_p2p_abort_drain gave up), the rest goes. */
+void mpn_p2p_free(struct ncclComm* comm, int abandon);
 
 /** The communicator's copy lanes (issue.c: large copies to other GPUs). */
 mpn_lanes_t* mpn_p2p_lanes(struct ncclComm* comm);

@@ -459,7 +459,13 @@ static void mapping_free(mapping_t* m, int keep) {
   free(m);
 }
 
-void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
+static void unmap(mpn_pair_t* pair, int elsewhere, int abandon);
+
+void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) { unmap(pair, elsewhere, 0); }
+
+void mpn_pair_abandon(mpn_pair_t* pair) { unmap(pair, 0, 1); }
+
+static void unmap(mpn_pair_t* pair, int elsewhere, int abandon) {
   mapping_t* last = NULL; /* the mapping to free, when this was its last reference */
   int keep = 0;
   kept_t* gone = NULL;
@@ -484,9 +490,9 @@ void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere) {
     }
     break;
   }
-  kept_reap(&gone);
+  if (!abandon) kept_reap(&gone); /* (their frees would wait for the busy device too) */
   pthread_mutex_unlock(&map_lock);
-  if (last) mapping_free(last, keep);
+  if (last && !abandon) mapping_free(last, keep);
   kept_free(gone);
 }
 

@@ -160,6 +160,11 @@ ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** o
  *  kept pairs).  A peer in this process shares the mapping. */
 void mpn_pair_unmap(mpn_pair_t* pair, int elsewhere);
 
+/** As mpn_pair_unmap, but the memory stays mapped for good: an abort whose
+ *  device still runs work that may use it (p2p.h, mpn_p2p_abort_drain),
+ *  where freeing it would wait for that work. */
+void mpn_pair_abandon(mpn_pair_t* pair);
+
 /** Pairs this process keeps for a peer that has not taken them yet (for tests). */
 int mpn_pair_kept(void);
 

@@ -10,10 +10,13 @@
  * must still work; rank 1 must then see ncclRemoteError from
  * ncclCommGetAsyncError and abort promptly too.  With TEST_ABORT_WAIT=graph
  * the two ranks first replay together a CUDA graph in which rank 1 sends
- * 4 KiB to rank 0, then rank 1 replays it twice more alone, so that its
- * stream waits for rank 0 (with MPINCCL_EAGER_GRAPH=1 under MPS, through
- * the graph slot's inbox: for the previous replay's message to be copied
- * out): after its abort that stream must be released too.  Rank 0 prints one line ending in "ok"
+ * 4 KiB to rank 0, then rank 1 replays it TEST_ABORT_REPLAYS (default 6)
+ * times more alone, so that its stream waits for rank 0 (with
+ * MPINCCL_EAGER_GRAPH=1 under MPS, through the graph slot's inbox: for the
+ * previous replay's message to be copied out): after its abort that stream
+ * must be released too, every replay of it.  A captured wait puts its flag
+ * back to 0 after it, so a single release let one replay through, and the
+ * abort, which frees device memory, waited for the next one for good.  Rank 0 prints one line ending in "ok"
  * or "FAIL".
  */
 #include <stdio.h>
@@ -68,7 +71,8 @@ static outcome_t abort_told(const fault_gpu_t* f, cudaGraphExec_t exec, char* wh
 }
 
 /* Both ranks: a graph of rank 1's send of BYTES to rank 0, replayed once
- * by both; then rank 1 launches it twice more, which rank 0 never matches.
+ * by both; then rank 1 launches it TEST_ABORT_REPLAYS times more, which
+ * rank 0 never matches.
  * Returns rank 1's executable graph (NULL on rank 0). */
 static cudaGraphExec_t graph_left_waiting(const fault_gpu_t* f, char* buf) {
   cudaGraph_t graph = NULL;
@@ -85,7 +89,9 @@ static cudaGraphExec_t graph_left_waiting(const fault_gpu_t* f, char* buf) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (f->rank == 0) return NULL;
-  for (int k = 0; k < 2; k++)
+  const char* env = getenv("TEST_ABORT_REPLAYS");
+  int replays = env ? atoi(env) : 6;
+  for (int k = 0; k < replays; k++)
     if (cudaGraphLaunch(exec, f->stream) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
   return exec;
 }

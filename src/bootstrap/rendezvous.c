@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/proc.h"
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -217,12 +218,7 @@ static ncclResult_t service_watch(uint64_t key) {
   open_req_t req = {key, 0};
   mpn_chan_locked(service_open, &req);
   if (!req.start) return ncclSuccess;
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int err = pthread_create(&t, &attr, service_main, NULL);
-  pthread_attr_destroy(&attr);
+  int err = mpn_proc_thread_detached(service_main, NULL);
   if (err != 0) {
     int remaining;
     mpn_chan_locked(service_sweep, &remaining);

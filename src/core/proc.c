@@ -2,10 +2,12 @@
  * proc.c - process liveness from kill(pid, 0) and /proc/<pid>/stat: a dead
  * process not yet reaped still answers kill, and so does a new process that
  * got a dead one's PID, so the state and the start time are read as well.
+ * Also the library's detached threads (watchdog, proxy, services).
  */
 #include "core/proc.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,4 +73,14 @@ int mpn_proc_gone(int pid, uint64_t start_time) {
 uint64_t mpn_proc_pidns(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+int mpn_proc_thread_detached(void* (*fn)(void*), void* arg) {
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  return err;
 }

@@ -27,4 +27,8 @@ int mpn_proc_gone(int pid, uint64_t start_time);
  * unknown: pids of other processes mean something only inside the same one. */
 uint64_t mpn_proc_pidns(void);
 
+/** Starts fn(arg) on a detached thread of this process; 0, or the errno
+ *  of pthread_create. */
+int mpn_proc_thread_detached(void* (*fn)(void*), void* arg);
+
 #endif /* MPN_CORE_PROC_H_ */

@@ -97,12 +97,7 @@ ncclResult_t mpn_watchdog_start(const struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&watchdog_lock);
   if (!watchdog_running) {
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int err = pthread_create(&t, &attr, watchdog_main, NULL);
-    pthread_attr_destroy(&attr);
+    int err = mpn_proc_thread_detached(watchdog_main, NULL);
     if (err == 0) watchdog_running = 1;
     else res = mpn_error_set(NULL, ncclSystemError, "cannot start the watchdog thread: %s", strerror(err));
   }

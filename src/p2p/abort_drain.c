@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/proc.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/param.h"
@@ -43,12 +44,7 @@ int mpn_p2p_abort_drain(struct ncclComm* comm) {
   idle_wait_t* w = calloc(1, sizeof(*w));
   if (w == NULL) return 1; /* (as before: one release, then the frees) */
   *w = (idle_wait_t){.dev = comm->cuda_dev, .refs = 2};
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int err = pthread_create(&t, &attr, idle_wait_main, w);
-  pthread_attr_destroy(&attr);
+  int err = mpn_proc_thread_detached(idle_wait_main, w);
   if (err != 0) {
     free(w);
     return 1;

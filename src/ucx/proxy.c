@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/proc.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "core/topo.h"
@@ -505,12 +506,7 @@ static void proxy_init(void) {
     px.status = mpn_error_set(NULL, ncclSystemError, "UCX could not start: %s", ucs_status_string(st));
     return;
   }
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int err = pthread_create(&t, &attr, proxy_main, NULL);
-  pthread_attr_destroy(&attr);
+  int err = mpn_proc_thread_detached(proxy_main, NULL);
   if (err != 0)
     px.status = mpn_error_set(NULL, ncclSystemError, "cannot start the UCX proxy thread: %s", strerror(err));
   MPN_INFO(MPN_SUBSYS_NET, "UCX proxy started, worker address %zu bytes", px.address_len);

@@ -224,9 +224,10 @@ static void comm_free(struct ncclComm* comm, int abort) {
 
 void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }
 
-/* A data call on comm after a peer was found failed: refused, as NCCL
- * refuses one on a communicator with an asynchronous error.  Flags shared
- * with that peer are released, so the call would complete and move nothing. */
+/* A data call on comm after a peer was found gone or aborted: refused, as
+ * NCCL refuses one on a communicator with an asynchronous error.  Flags
+ * shared with that peer are released, so the call would complete and move
+ * nothing. */
 static ncclResult_t refuse_failed(struct ncclComm* comm, const char* caller, ncclResult_t async) {
   /* The comm's last text says why the first time (it came with the
    * failure); kept, so that later refusals name the cause, not this one. */
@@ -259,9 +260,9 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was finalized", caller, (void*)comm);
   if (comm->abort_flag)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was aborted", caller, (void*)comm);
-  if (need == MPN_COMM_NEED_HEALTHY) {
+  if (need == MPN_COMM_NEED_HEALTHY && __atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE)) {
     ncclResult_t async = mpn_comm_async(comm);
-    if (async == ncclRemoteError || async == ncclTimeout) return refuse_failed(comm, caller, async);
+    return refuse_failed(comm, caller, async == ncclSuccess ? ncclRemoteError : async);
   }
   return ncclSuccess;
 }

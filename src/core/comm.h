@@ -96,6 +96,8 @@ struct ncclComm {
                                               it), under split_order's lock (init.c) */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */
+  int broken;       /**< atomic: a peer was found gone or aborted, and the flags shared with it are released, so
+                         data calls would complete with no data: they are refused (mpn_comm_check) */
   pthread_t init_thread;
   int init_thread_live;
   mpn_init_job_t* job;
@@ -138,7 +140,7 @@ enum {
   MPN_COMM_NEED_LIVE = 0,    /**< nothing more */
   MPN_COMM_NEED_READY = 1,   /**< done initializing, not finalized, not aborted */
   MPN_COMM_NEED_QUERY = 2,   /**< as READY, finalized allowed (ncclCommCount and other queries, as NCCL) */
-  MPN_COMM_NEED_HEALTHY = 3, /**< as READY, and no peer found failed (ncclRemoteError, ncclTimeout): data calls */
+  MPN_COMM_NEED_HEALTHY = 3, /**< as READY, and no peer found gone or aborted (mpn_comm_set_broken): data calls */
 };
 
 /**
@@ -165,6 +167,13 @@ void mpn_comm_release(struct ncclComm* comm);
 /** Sets the asynchronous result visible through ncclCommGetAsyncError. */
 static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
   __atomic_store_n(&comm->async_error, (int)res, __ATOMIC_RELEASE);
+}
+
+/** A peer was found gone or aborted (code: ncclRemoteError, ncclTimeout):
+ *  the asynchronous result, and data calls refused from here on. */
+static inline void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code) {
+  mpn_comm_set_async(comm, code);
+  __atomic_store_n(&comm->broken, 1, __ATOMIC_RELEASE);
 }
 
 static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {

@@ -56,7 +56,7 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     found++;
     mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
     MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, mpn_error_last(comm));
-    mpn_comm_set_async(comm, ncclRemoteError);
+    mpn_comm_set_broken(comm, ncclRemoteError);
     mpn_p2p_release_peer(comm, peer);
 #ifdef HAVE_UCX
     if (comm->transport[peer] == MPN_TRANSPORT_UCX) { /* forced on one host */

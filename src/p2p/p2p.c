@@ -697,7 +697,10 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
       ncclResult_t code = (ncclResult_t)__atomic_load_n(&pairs[k]->mem->error_code, __ATOMIC_RELAXED);
       if (code == ncclSuccess) code = ncclInvalidUsage;
       mpn_error_set(comm, code, "%s", pairs[k]->mem->error);
-      mpn_comm_set_async(comm, code);
+      if (__atomic_load_n(&pairs[k]->mem->aborted, __ATOMIC_ACQUIRE))
+        mpn_comm_set_broken(comm, code); /* its flags are released: later messages would move nothing */
+      else
+        mpn_comm_set_async(comm, code);
     }
   }
 }
@@ -723,8 +726,12 @@ void mpn_p2p_abort(struct ncclComm* comm) {
     mpn_pair_t* send = __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE);
     mpn_pair_t* recv = __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE);
     if (send == NULL && recv == NULL) continue;
-    if (peer != comm->rank && send) mpn_pair_report(send, ncclRemoteError, text);
-    if (peer != comm->rank && recv) mpn_pair_report(recv, ncclRemoteError, text);
+    mpn_pair_t* pairs[2] = {send, recv};
+    for (int k = 0; k < 2; k++)
+      if (peer != comm->rank && pairs[k]) {
+        __atomic_store_n(&pairs[k]->mem->aborted, 1, __ATOMIC_RELEASE); /* (before the report the peer polls) */
+        mpn_pair_report(pairs[k], ncclRemoteError, text);
+      }
     mpn_p2p_release_peer(comm, peer);
   }
 }

@@ -104,7 +104,7 @@ typedef struct {
   uint64_t flags_owner;              /**< device flags: the creator's process ... */
   mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
   uint32_t name_gone;                /**< the second side unlinked the file's name (pair.c) */
-  uint32_t pad0;
+  uint32_t aborted;                  /**< a side aborted its communicator and released the flags (p2p.c) */
   mpn_pair_creator_t creator; /**< set by the creator before anything else (pair.c) */
   /** One-sided signals from the pair's sender to its receiver, one per RMA
    * context: the sender's running count, written by its streams, waited

@@ -501,7 +501,7 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
     mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", from);
   else
     mpn_error_set(comm, ncclRemoteError, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
-  mpn_comm_set_async(comm, ncclRemoteError);
+  mpn_comm_set_broken(comm, ncclRemoteError);
 }
 
 void mpn_ucx_abort(struct ncclComm* comm) {

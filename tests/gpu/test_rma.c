@@ -183,7 +183,7 @@ static void window_agreement(void) {
   if (nranks > 1) {
     ncclWindow_t bogus = (ncclWindow_t)(uintptr_t)0x1000;
     EXPECT_ERR(ncclCommWindowDeregister(comm, rank == 0 ? bogus : w), ncclInvalidArgument,
-               rank == 0 ? "is not a window of comm" : "rank 0 passed no window");
+               rank == 0 ? "is not a window of comm" : "rank 0 refused it");
     ring_put(w, buf, src, BYTES, 71, "window_agreement: after a refused deregistration");
     /* Two valid handles, of different windows: refused on every rank, both stay. */
     void* buf2;

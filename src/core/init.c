@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/group.h"
 #include "core/param.h"
+#include "core/turn.h"
 #include "core/watchdog.h"
 #ifdef HAVE_UCX
 #include "ucx/net.h"
@@ -72,112 +73,6 @@ static ncclResult_t comm_setup(struct ncclComm* comm) {
   return ncclSuccess;
 }
 
-/*
- * Turns: a ticket taken on the calling thread, in the order of its calls;
- * the job waits for its turn before its collectives and ends it after.  A
- * job aborted while it waits, or released without having run, gives its
- * turn up instead (turn_give_up): the order passes over it when it comes,
- * since ending it early would let a later ticket run beside an earlier one
- * that still holds the order.  Two orders use them:
- * - splits of one parent (ncclComm.split_order): two non-blocking splits
- *   issued back to back would otherwise take the parent's split and
- *   collective numbers in either order, differently on different processes;
- * - the MPI collectives of creation one thread asked for (mpincclCommInitMPI's
- *   set-up, the MPI_Comm_split of MPI-made communicators' splits), whatever
- *   their communicators: a group's jobs, and non-blocking ones, run on
- *   threads, and two at once could pair their collectives wrongly on one MPI
- *   communicator or, below MPI_THREAD_MULTIPLE, block the channel another
- *   job's bootstrap needs while its peers wait for it.  Calls of different
- *   threads stay independent, as MPI's are; a thread's order outlives it
- *   (jobs may still hold it).
- */
-static void turn_take(mpn_order_t* order, mpn_turn_t* turn) {
-  if (order == NULL) return; /* out of memory: unordered, as before */
-  turn->order = order;
-  turn->ticket = __atomic_fetch_add(&order->tickets, 1, __ATOMIC_ACQ_REL);
-  turn->pending = 1;
-}
-
-/* The lock is held for a few instructions, never across a wait. */
-static void order_lock(mpn_order_t* order) {
-  while (__atomic_exchange_n(&order->lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
-}
-
-static void order_unlock(mpn_order_t* order) { __atomic_store_n(&order->lock, 0, __ATOMIC_RELEASE); }
-
-/* Ends the ticket being served: serving moves to the next one not given up.
- * Lock held. */
-static void order_advance(mpn_order_t* order) {
-  uint64_t next = order->serving + 1;
-  while (order->skipped && order->skipped->ticket == next) {
-    mpn_ticket_t* t = order->skipped;
-    order->skipped = t->next;
-    free(t);
-    next++;
-  }
-  __atomic_store_n(&order->serving, next, __ATOMIC_RELEASE);
-}
-
-static void turn_end(mpn_turn_t* turn) {
-  if (!turn->pending) return;
-  turn->pending = 0;
-  order_lock(turn->order);
-  order_advance(turn->order);
-  order_unlock(turn->order);
-}
-
-/* Gives a turn up without waiting for it: ended if it has come, else filed
- * for order_advance to pass over.  0 (still pending) if out of memory. */
-static int turn_give_up(mpn_turn_t* turn) {
-  if (!turn->pending) return 1;
-  mpn_order_t* order = turn->order;
-  mpn_ticket_t* t = malloc(sizeof(*t)); /* (not under the lock) */
-  int given_up = 1;
-  order_lock(order);
-  if (order->serving == turn->ticket) {
-    order_advance(order);
-  } else if (t) {
-    mpn_ticket_t** at = &order->skipped;
-    while (*at && (*at)->ticket < turn->ticket) at = &(*at)->next;
-    t->ticket = turn->ticket;
-    t->next = *at;
-    *at = t;
-    t = NULL;
-  } else {
-    given_up = 0;
-  }
-  order_unlock(order);
-  free(t);
-  if (given_up) turn->pending = 0;
-  return given_up;
-}
-
-/* Waits for the turn; once *abort (may be NULL) is set, gives it up and
- * fails instead: the turn's holder may not move before the aborting thread
- * returns (below MPI_THREAD_MULTIPLE its MPI waits for the main thread,
- * which may be waiting for that thread). */
-static ncclResult_t turn_wait(mpn_turn_t* turn, const volatile int* abort, const char* fn) {
-  if (!turn->pending) return ncclSuccess;
-  while (__atomic_load_n(&turn->order->serving, __ATOMIC_ACQUIRE) != turn->ticket) {
-    if (abort && *abort && turn_give_up(turn))
-      return mpn_error_set(NULL, ncclRemoteError,
-                           "%s: aborted while waiting for an earlier creation to end (a thread's "
-                           "creations, and a parent's splits, take turns in call order)",
-                           fn);
-    mpn_chan_drive(MPN_CHAN_DRIVE_CREATE); /* the turn's holder may be a worker that needs this thread's MPI */
-    usleep(100);
-  }
-  return ncclSuccess;
-}
-
-/* Lets a turn the job will not use pass, in order; waits for it only when
- * out of memory. */
-static void turn_pass(mpn_turn_t* turn) {
-  if (turn_give_up(turn)) return;
-  (void)turn_wait(turn, NULL, NULL);
-  turn_end(turn);
-}
-
 static __thread mpn_order_t* thread_order;
 
 /* The calling thread's order of MPI collectives; NULL if out of memory. */
@@ -195,16 +90,16 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
     case MPN_INIT_RANK: return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
     case MPN_INIT_MPI: {
       *mpi = job->mpi_comm;
-      MPN_CHECK(turn_wait(&job->mpi_turn, abort, "mpincclCommInitMPI"));
+      MPN_CHECK(mpn_turn_wait(&job->mpi_turn, abort, "mpincclCommInitMPI"));
       ncclResult_t res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
-      turn_end(&job->mpi_turn);
+      mpn_turn_end(&job->mpi_turn);
       return res;
     }
     case MPN_INIT_SPLIT: break;
   }
-  MPN_CHECK(turn_wait(&job->split_turn, abort, "ncclCommSplit"));
+  MPN_CHECK(mpn_turn_wait(&job->split_turn, abort, "ncclCommSplit"));
   ncclResult_t res = split_bootstrap(job, b, mpi);
-  turn_end(&job->split_turn);
+  mpn_turn_end(&job->split_turn);
   return res;
 }
 
@@ -226,10 +121,10 @@ static void mpi_split(void* arg) {
 static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* abort, MPI_Comm* mpi) {
   const struct ncclComm* parent = job->parent;
   if (abort == NULL) abort = &parent->abort_flag;
-  MPN_CHECK(turn_wait(&job->mpi_turn, abort, "ncclCommSplit"));
+  MPN_CHECK(mpn_turn_wait(&job->mpi_turn, abort, "ncclCommSplit"));
   mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
   int ran = mpn_chan_call(mpi_split, &sp, 1, abort);
-  turn_end(&job->mpi_turn);
+  mpn_turn_end(&job->mpi_turn);
   if (ran == MPN_CHAN_NO_MEMORY) return ncclSystemError; /* its text is set */
   if (ran != 0)
     return mpn_error_set(NULL, *abort ? ncclRemoteError : ncclInvalidUsage,
@@ -246,17 +141,17 @@ static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* abort, MP
  * before), and never sets a flag taken back (a failed split's child may
  * be freed at once). */
 static int split_watch(struct ncclComm* parent, volatile int* flag) {
-  order_lock(&parent->split_order);
+  mpn_order_lock(&parent->split_order);
   parent->split_abort = flag;
   int ending = parent->abort_flag;
-  order_unlock(&parent->split_order);
+  mpn_order_unlock(&parent->split_order);
   return ending;
 }
 
 void mpn_init_split_abort(struct ncclComm* parent) {
-  order_lock(&parent->split_order);
+  mpn_order_lock(&parent->split_order);
   if (parent->split_abort) *parent->split_abort = 1;
-  order_unlock(&parent->split_order);
+  mpn_order_unlock(&parent->split_order);
 }
 
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
@@ -287,8 +182,8 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
 void mpn_init_job_release(mpn_init_job_t* job) {
   /* A job that never ran, or stopped before its turns came, lets them pass
    * without waiting for them (turn_give_up). */
-  turn_pass(&job->split_turn);
-  turn_pass(&job->mpi_turn);
+  mpn_turn_pass(&job->split_turn);
+  mpn_turn_pass(&job->mpi_turn);
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
 }
@@ -645,7 +540,7 @@ static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* c
   mpn_init_job_t* job;
   MPN_CHECK(job_new(MPN_INIT_MPI, &cfg, mpn_cuda_current_device(), comm, &job));
   job->mpi_comm = mpicomm;
-  turn_take(mpi_order(), &job->mpi_turn);
+  mpn_turn_take(mpi_order(), &job->mpi_turn);
   return job_submit(job);
 }
 
@@ -662,9 +557,14 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return MPN_REFUSE(comm, ncclInvalidArgument,
                       "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR", fn, color);
-  if (mpn_group_has_job_of(comm)) /* the jobs of a group run at once: two would share comm's set-up */
+  /* The jobs of a group run at once: two splits would share comm's set-up;
+   * and a window call queued before would hold an earlier turn than the
+   * split, which the group runs first (core/turn.h). */
+  if (mpn_group_has_job_of(comm))
     return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "%s: comm %p is split already in this group; split it again after ncclGroupEnd", fn, (void*)comm);
+                      "%s: comm %p is split, or given a window call, already in this group; split it after "
+                      "ncclGroupEnd",
+                      fn, (void*)comm);
   mpn_config_t cfg;
   MPN_CHECK(mpn_config_read(config, &comm->config, fn, &cfg));
   mpn_init_job_t* job;
@@ -679,8 +579,8 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* newco
   job->parent = comm; /* held until the job ran (mpn_init_job_release) */
   job->color = color;
   job->key = key;
-  turn_take(&comm->split_order, &job->split_turn);
-  if (comm->mpi_comm != MPI_COMM_NULL) turn_take(mpi_order(), &job->mpi_turn);
+  mpn_turn_take(&comm->split_order, &job->split_turn);
+  if (comm->mpi_comm != MPI_COMM_NULL) mpn_turn_take(mpi_order(), &job->mpi_turn);
   if (!has_color) *newcomm = NULL;
   return job_submit(job);
 }

@@ -20,6 +20,7 @@
 #include "core/api.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/turn.h"
 #include "core/group.h"
 #include "rma/wingroup.h"
 #include "rma/rma.h"
@@ -117,8 +118,20 @@ static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int win
 static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
                                  ncclResult_t forced);
 
+/* Waits for turn (taken now where NULL) among comm's collectives over its
+ * bootstrap, in call order (core/turn.h): a non-blocking split issued
+ * before runs its own first. */
+static ncclResult_t turn_begin(struct ncclComm* comm, mpn_turn_t** turn, mpn_turn_t* own, const char* fn) {
+  if (*turn == NULL) {
+    *own = (mpn_turn_t){0};
+    mpn_turn_take(&comm->split_order, own);
+    *turn = own;
+  }
+  return mpn_turn_wait(*turn, &comm->abort_flag, fn);
+}
+
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
-                              ncclResult_t forced) {
+                              ncclResult_t forced, mpn_turn_t* turn) {
   const char* fn = "ncclCommWindowRegister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   if (win) *win = NULL;
@@ -126,7 +139,10 @@ ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWind
    * way out of a hung allgather) frees comm only once the call let go of
    * it; unheld, the allgather read the freed communicator. */
   MPN_CHECK(mpn_comm_hold_for(comm, fn));
-  ncclResult_t res = win_register(comm, buff, size, win, winFlags, forced);
+  mpn_turn_t own;
+  ncclResult_t res = turn_begin(comm, &turn, &own, fn);
+  if (res == ncclSuccess) res = win_register(comm, buff, size, win, winFlags, forced);
+  mpn_turn_end(turn);
   mpn_comm_release(comm);
   return res;
 }
@@ -179,7 +195,7 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
 MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
         ncclWindow_t* win, int winFlags) {
   if (mpn_group_depth() > 0) return mpn_win_defer_register(comm, buff, size, win, winFlags);
-  return mpn_win_register(comm, buff, size, win, winFlags, ncclSuccess);
+  return mpn_win_register(comm, buff, size, win, winFlags, ncclSuccess, NULL);
 }
 
 static void win_free(struct ncclWindow_vidmem* w) {
@@ -240,16 +256,19 @@ static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine, n
 
 MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   if (mpn_group_depth() > 0) return mpn_win_defer_deregister(comm, win);
-  return mpn_win_deregister(comm, win, ncclSuccess);
+  return mpn_win_deregister(comm, win, ncclSuccess, NULL);
 }
 
 static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced);
 
-ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced) {
+ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced, mpn_turn_t* turn) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   MPN_CHECK(mpn_comm_hold_for(comm, fn)); /* (as for registration) */
-  ncclResult_t res = win_deregister(comm, win, forced);
+  mpn_turn_t own;
+  ncclResult_t res = turn_begin(comm, &turn, &own, fn);
+  if (res == ncclSuccess) res = win_deregister(comm, win, forced);
+  mpn_turn_end(turn);
   mpn_comm_release(comm);
   return res;
 }

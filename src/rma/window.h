@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "cuda/ipc.h"
 #include "nccl.h"
 
@@ -51,13 +52,15 @@ ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_r
 
 /** ncclCommWindowRegister's collective work, done at once (outside a
  *  group, or at the end of one: wingroup.h).  forced: not ncclSuccess when
- *  this rank's group failed: it still joins the peers, which then fail too. */
+ *  this rank's group failed: it still joins the peers, which then fail too.
+ *  turn: its turn among comm's bootstrap collectives (core/turn.h), taken
+ *  at the call; NULL: taken now.  Ended (or given up) on return. */
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
-                              ncclResult_t forced);
+                              ncclResult_t forced, mpn_turn_t* turn);
 
 /** ncclCommWindowDeregister's collective work, done at once; forced as for
  *  mpn_win_register. */
-ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced);
+ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced, mpn_turn_t* turn);
 
 /** Frees the windows a communicator still holds (at destruction; not collective). */
 void mpn_win_free_all(struct ncclComm* comm);

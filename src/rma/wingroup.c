@@ -16,6 +16,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/group.h"
+#include "core/turn.h"
 #include "rma/window.h"
 
 static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
@@ -32,6 +33,9 @@ static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
   if (res == ncclSuccess && copy == NULL) res = mpn_error_set(NULL, ncclSystemError, "%s: out of memory", caller);
   if (res != ncclSuccess) return mpn_group_fail(res);
   *copy = *job;
+  /* Its turn in call order, though it runs at ncclGroupEnd (the comm is
+   * live: checked above; a job runs, or passes it: job_run). */
+  mpn_turn_take(&copy->comm->split_order, &copy->turn);
   return mpn_group_add_win(copy);
 }
 
@@ -47,8 +51,10 @@ ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win) {
 }
 
 static void job_run(mpn_win_job_t* job) {
-  job->result = job->deregister ? mpn_win_deregister(job->comm, job->win, job->forced)
-                                : mpn_win_register(job->comm, job->buff, job->size, job->out, job->flags, job->forced);
+  job->result = job->deregister
+                    ? mpn_win_deregister(job->comm, job->win, job->forced, &job->turn)
+                    : mpn_win_register(job->comm, job->buff, job->size, job->out, job->flags, job->forced, &job->turn);
+  mpn_turn_pass(&job->turn); /* (refused before its turn came: later calls must not wait for it) */
   if (job->result != ncclSuccess) snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
 }
 
@@ -148,6 +154,11 @@ ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
   for (mpn_win_job_t* job = jobs; job; job = job->next) n++;
   lane_t* lanes = calloc((size_t)n + 1, sizeof(*lanes));
   if (lanes == NULL) {
+    for (mpn_win_job_t* job = jobs; job; job = job->next) /* their turns pass: later calls go on */
+      if (mpn_comm_hold_serial(job->comm, job->comm_serial)) {
+        mpn_turn_pass(&job->turn);
+        mpn_comm_release(job->comm);
+      }
     mpn_win_jobs_free(jobs);
     return mpn_error_set(NULL, ncclSystemError, "ncclGroupEnd: out of memory for window registrations");
   }

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "nccl.h"
 
 /** One queued call. */
@@ -23,8 +24,8 @@ typedef struct mpn_win_job {
   ncclWindow_t* out;
   int flags;
   ncclWindow_t win;    /**< deregister: its window */
-  ncclResult_t
-      forced; /**< not ncclSuccess: the group failed; the call joins its peers and fails (mpn_win_jobs_refuse) */
+  ncclResult_t forced; /**< not ncclSuccess: the group failed; it joins its peers, failing (mpn_win_jobs_refuse) */
+  mpn_turn_t turn;     /**< its turn among comm's bootstrap collectives, taken at the call (core/turn.h) */
   ncclResult_t result; /**< how it ended */
   char error[512];     /**< and why it failed, for the thread that ends the group */
   struct mpn_win_job* next;

@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "cuda/apply.h"
 #include "cuda/buffer.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
@@ -60,6 +61,30 @@ static ncclResult_t ucx_check(const mpn_op_t* op) {
   return ncclSuccess;
 }
 
+/* A wait for more signals of one peer and context over UCX than its ring
+ * keeps (MPN_APPLY_RING) could never land their puts: the ring's first
+ * entries are overwritten by the time the count is reached. */
+static ncclResult_t ucx_wait_check(const mpn_op_t* op, const char* fn) {
+#ifdef HAVE_UCX
+  for (int i = 0; i < op->ndesc; i++) {
+    const ncclWaitSignalDesc_t* d = &op->descs[i];
+    if (!mpn_rma_over_ucx(op->comm, d->peer)) continue;
+    uint64_t n = 0;
+    for (int j = 0; j < op->ndesc; j++)
+      if (op->descs[j].peer == d->peer && op->descs[j].ctx == d->ctx) n += (uint64_t)op->descs[j].opCnt;
+    if (n > MPN_APPLY_RING)
+      return MPN_REFUSE(op->comm, ncclInvalidArgument,
+                        "%s: signalDescs[%d].opCnt %d: %llu signals of rank %d on ctx %d in one call, over UCX, "
+                        "where at most %d may be outstanding between two ranks on one context; wait for them "
+                        "in several calls, each after the peer sent at most that many",
+                        fn, i, d->opCnt, (unsigned long long)n, d->peer, d->ctx, MPN_APPLY_RING);
+  }
+#else
+  (void)op, (void)fn;
+#endif
+  return ncclSuccess;
+}
+
 /* The checks that need the window and the device, before anything is enqueued. */
 static ncclResult_t op_check(const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
@@ -67,7 +92,7 @@ static ncclResult_t op_check(const mpn_op_t* op) {
   if (comm->cuda_dev < 0) return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
   if (op->kind == MPN_OP_WAIT_SIGNAL) {
     for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(op, fn, op->descs[i].peer));
-    return ncclSuccess;
+    return ucx_wait_check(op, fn);
   }
   MPN_CHECK(peer_check(op, fn, op->peer));
   if (op->kind != MPN_OP_PUT_SIGNAL) return ucx_check(op);

@@ -127,6 +127,11 @@ static void refusals(void) {
   EXPECT_ERR(ncclWaitSignal(1, NULL, comm, stream), ncclInvalidArgument, "signalDescs is NULL");
   d.opCnt = 0;
   EXPECT_ERR(ncclWaitSignal(1, &d, comm, stream), ncclInvalidArgument, "opCnt 0");
+  if (harness_over_ucx() && peer != rank) { /* more than a UCX peer's ring of signals keeps, in one call */
+    ncclWaitSignalDesc_t two[2] = {{200, peer, 0, 0}, {57, peer, 0, 0}};
+    EXPECT_ERR(ncclWaitSignal(2, two, comm, stream), ncclInvalidArgument, "at most 256 may be outstanding");
+    EXPECT(strstr(ncclGetLastError(comm), "signalDescs[0].opCnt 200: 257 signals of rank") != NULL);
+  }
   /* A window of another communicator. */
   ncclComm_t other;
   EXPECT_OK(mpincclCommInitMPI(&other, MPI_COMM_WORLD, NULL));

@@ -111,7 +111,17 @@ ncclResult_t mpn_topo_discover(struct ncclComm* comm) {
   MPN_CALLOC(t->gpu_leader, n);
   MPN_CALLOC(t->gpu_sliced, n);
   MPN_CHECK(mpn_topo_describe_self(comm->cuda_dev, &t->ranks[me]));
+  t->ranks[me].num_rma_ctx = comm->config.num_rma_ctx;
   MPN_CHECK(mpn_bootstrap_allgather(comm->bootstrap, t->ranks, sizeof(*t->ranks)));
+  /* The signal counters and areas are laid out per context on both sides
+   * of a pair: ranks that disagree would read each other's signals at the
+   * wrong places.  Every rank sees the same table, so all refuse alike. */
+  for (int i = 1; i < n; i++)
+    if (t->ranks[i].num_rma_ctx != t->ranks[0].num_rma_ctx)
+      return MPN_REFUSE(comm, ncclInvalidArgument,
+                        "rank 0 has numRmaCtx %d, rank %d has %d: every rank of a communicator must have the same "
+                        "(ncclConfig_t.numRmaCtx, or NCCL_NUM_RMA_CTX)",
+                        t->ranks[0].num_rma_ctx, i, t->ranks[i].num_rma_ctx);
   t->n_same_host = t->n_same_process = t->n_same_gpu = 0;
   t->shared_gpu_no_mps = 0;
   for (int i = 0; i < n; i++) {

@@ -28,6 +28,8 @@ typedef struct {
   int32_t mps;        /**< 1: the device is shared through MPS */
   int32_t numa;       /**< NUMA node nearest the GPU, -1: unknown */
   int32_t cc;         /**< compute capability, major*10+minor */
+  int32_t num_rma_ctx; /**< the communicator's numRmaCtx, which every rank must share */
+  int32_t pad0;
   unsigned char uuid[16];
   char pci_bus[16];
   int32_t napart;                 /**< entries of apart */

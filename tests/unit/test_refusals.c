@@ -280,6 +280,33 @@ START_TEST(calls_on_failed_comm) {
 }
 END_TEST
 
+/* Ranks whose numRmaCtx differ (each context has its own signal counters,
+ * laid out alike on both sides of a pair): the creation fails on both,
+ * naming the two values. */
+START_TEST(rma_contexts_disagree) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comms[2] = {NULL, NULL};
+  ncclConfig_t cfg[2] = {NCCL_CONFIG_INITIALIZER, NCCL_CONFIG_INITIALIZER};
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  for (int i = 0; i < 2; i++) {
+    cfg[i].blocking = 0;
+    cfg[i].numRmaCtx = i + 1;
+    ck_assert_int_eq(ncclCommInitRankConfig(&comms[i], 2, id, i, &cfg[i]), ncclInProgress);
+  }
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t state;
+    do {
+      ck_assert_int_eq(ncclCommGetAsyncError(comms[i], &state), ncclSuccess);
+    } while (state == ncclInProgress);
+    ck_assert_int_eq(state, ncclInvalidArgument);
+    ck_assert_msg(strstr(ncclGetLastError(comms[i]), "rank 0 has numRmaCtx 1, rank 1 has 2") != NULL, "%s",
+                  ncclGetLastError(comms[i]));
+  }
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+}
+END_TEST
+
 /* A communicator whose peer was found gone or aborted (the watchdog, a
  * peer's abort, UCX) refuses further data calls with that error, as NCCL
  * refuses them on a communicator with an asynchronous error: the flags
@@ -368,10 +395,10 @@ START_TEST(group_nesting_limit) {
 END_TEST
 
 int main(void) {
-  const TTest* tests[] = {creation_arguments,   query_arguments,         send_recv_arguments,
-                          one_sided_arguments,  registration_arguments,  calls_on_closed_comms,
-                          calls_on_failed_comm, calls_after_peer_failed, finalize_with_open_group,
-                          group_nesting_limit};
+  const TTest* tests[] = {creation_arguments,       query_arguments,        send_recv_arguments,
+                          one_sided_arguments,      registration_arguments, calls_on_closed_comms,
+                          calls_on_failed_comm,     rma_contexts_disagree,  calls_after_peer_failed,
+                          finalize_with_open_group, group_nesting_limit};
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
   tcase_set_timeout(tc, 60);

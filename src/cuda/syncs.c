@@ -11,14 +11,31 @@
 #include "cuda/copies.h"
 #include "cuda/memop.h"
 
-/* Flags [from, to) of k as one batch. */
-static ncclResult_t flags_as_memops(const mpn_driver_t* drv, const mpn_sync_t* k, int from, int to,
+/* How flags_as_memops issues a clearing wait (MPN_MEMOP_WAIT_GEQ_CLEAR). */
+enum {
+  AS_IS,       /* every flag as its kind says */
+  WAIT_ONLY,   /* a clearing wait only waits: its clear comes after the round's copies */
+  CLEARS_ONLY, /* only the clears of the clearing waits, as writes of 0 */
+};
+
+/* Flags [from, to) of k as one batch.  As in the kernel, the clears of a
+ * round's clearing waits come after its copies: a receiver's copy out of
+ * a graph slot's inbox must be done before the clear lets its sender write
+ * the slot again. */
+static ncclResult_t flags_as_memops(const mpn_driver_t* drv, const mpn_sync_t* k, int from, int to, int how,
                                     cudaStream_t s) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
   ncclResult_t first = ncclSuccess;
-  for (int i = from; i < to; i++)
-    mpn_keep(&first, mpn_memops_add(&b, (CUdeviceptr)k->flags[i].addr, k->flags[i].value, (int)k->flags[i].kind));
+  for (int i = from; i < to; i++) {
+    const mpn_sync_flag_t* f = &k->flags[i];
+    int clearing = f->kind == MPN_MEMOP_WAIT_GEQ_CLEAR;
+    if (how == CLEARS_ONLY && clearing)
+      mpn_keep(&first, mpn_memops_add(&b, (CUdeviceptr)f->addr, 0, MPN_MEMOP_WRITE));
+    else if (how != CLEARS_ONLY)
+      mpn_keep(&first, mpn_memops_add(&b, (CUdeviceptr)f->addr, f->value,
+                                      how == WAIT_ONLY && clearing ? MPN_MEMOP_WAIT_GEQ : (int)f->kind));
+  }
   mpn_keep(&first, mpn_memops_flush(&b));
   return first;
 }
@@ -66,13 +83,14 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, mpn_sync_t* k, cudaStream_t
   for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
     int writes_before = r == 0 ? k->nfirst : 0; /* the first writes go with round 0's waits */
     int waits = writes_before + k->nwait[r];
-    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, s));
-    flag += waits;
+    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, WAIT_ONLY, s));
     ncclResult_t copied = copies_as_launches(k, copy, copy + k->ncopy[r], s);
     mpn_keep(&first, copied);
     if (copied != ncclSuccess) mpn_keep(&first, size_words_cleared(drv, k, copy, copy + k->ncopy[r], s));
     copy += k->ncopy[r];
-    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + k->nlast[r], s));
+    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, CLEARS_ONLY, s));
+    flag += waits;
+    mpn_keep(&first, flags_as_memops(drv, k, flag, flag + k->nlast[r], AS_IS, s));
     flag += k->nlast[r];
   }
   if (k->mark) {

@@ -2,11 +2,13 @@
  * test_flags.c - the flag operations of captured messages on the host: how
  * the kinds of flagop.h become stream memory operations (src/cuda/memop.c,
  * against a stand-in for cuStreamBatchMemOp), the value a release writes
- * into graph flags against every wait a captured message makes, and which
- * captured launches take their graph slots' inbox (src/p2p/eager.c).
+ * into graph flags against every wait a captured message makes, which
+ * captured launches take their graph slots' inbox (src/p2p/eager.c), and
+ * the flag kernel's fallback to memory operations (src/cuda/syncs.c).
  */
 #include <check.h>
 #include <cuda.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,19 +16,28 @@
 #include "core/enqueue.h"
 #include "core/param.h"
 #include "cuda/memop.h"
+#include "cuda/syncs.h"
 #include "p2p/eager.h"
 #include "p2p/pair.h"
 #include "p2p/plan.h"
 #include "run_suite.h"
 
-/* What the stand-in driver was given: the last batch. */
+/* What the stand-in driver was given: the last batch, and every operation
+ * so far with the number of its batch. */
 static CUstreamBatchMemOpParams issued[MPN_MEMOPS_MAX];
 static unsigned n_issued, batches;
+enum { LOGGED_MAX = 64 };
+static CUstreamBatchMemOpParams logged[LOGGED_MAX];
+static unsigned logged_batch[LOGGED_MAX], n_logged;
 
 static CUresult batch_stub(CUstream s, unsigned n, CUstreamBatchMemOpParams* ops, unsigned flags) {
   (void)s, (void)flags;
   memcpy(issued, ops, n * sizeof(*ops));
   n_issued = n;
+  for (unsigned i = 0; i < n && n_logged < LOGGED_MAX; i++, n_logged++) {
+    logged[n_logged] = ops[i];
+    logged_batch[n_logged] = batches;
+  }
   batches++;
   return CUDA_SUCCESS;
 }
@@ -115,12 +126,50 @@ START_TEST(graph_inbox_by_count) {
 }
 END_TEST
 
+/* A flag kernel that cannot be launched (here: no GPU) becomes the same work
+ * as memory operations and copies (src/cuda/syncs.c).  A clearing wait
+ * (a captured receive out of its graph slot's inbox) must clear only after
+ * the round's copy: cleared before, the sender's next replay could write
+ * the slot while this copy reads it.  Order expected: the wait alone, the
+ * copy (which fails here, without a GPU), the clear, the round's write. */
+START_TEST(fallback_clears_after_copies) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    cudaGetLastError(); /* (with a GPU the kernel would launch, on made-up addresses) */
+    return;
+  }
+  cudaGetLastError();
+  mpn_driver_t drv;
+  memset(&drv, 0, sizeof(drv));
+  drv.stream_batch_mem_op = batch_stub;
+  static char src[64], dst[64];
+  mpn_sync_t k;
+  mpn_sync_init(&k);
+  ck_assert(mpn_sync_push(&k, 0, MPN_SYNC_WAIT, (mpn_sync_flag_t){0x2000, 1, MPN_MEMOP_WAIT_GEQ_CLEAR, 0}));
+  ck_assert(mpn_sync_push_copy(&k, 0, (mpn_copy_t){src, dst, sizeof(src), NULL, NULL}));
+  ck_assert(mpn_sync_push(&k, 0, MPN_SYNC_LAST, (mpn_sync_flag_t){0x4000, 1, MPN_MEMOP_WRITE, 0}));
+  n_logged = batches = 0;
+  ck_assert_int_ne(mpn_sync_issue(&drv, &k, NULL), ncclSuccess); /* the copy failed */
+  ck_assert_uint_eq(n_logged, 3);
+  ck_assert_int_eq(logged[0].operation, CU_STREAM_MEM_OP_WAIT_VALUE_64); /* the wait, without its clear */
+  ck_assert_uint_eq(logged[0].waitValue.address, 0x2000);
+  ck_assert_uint_eq(logged[0].waitValue.flags, CU_STREAM_WAIT_VALUE_GEQ);
+  ck_assert_int_eq(logged[1].operation, CU_STREAM_MEM_OP_WRITE_VALUE_64); /* the clear, in a later batch */
+  ck_assert_uint_eq(logged[1].writeValue.address, 0x2000);
+  ck_assert_uint_eq(logged[1].writeValue.value64, 0);
+  ck_assert_uint_gt(logged_batch[1], logged_batch[0]);
+  ck_assert_uint_eq(logged[2].writeValue.address, 0x4000); /* then the round's write */
+  ck_assert_uint_eq(logged[2].writeValue.value64, 1);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("flags");
   TCase* tc = tcase_create("flags");
   tcase_add_test(tc, memop_kinds);
   tcase_add_test(tc, release_value);
   tcase_add_test(tc, graph_inbox_by_count);
+  tcase_add_test(tc, fallback_clears_after_copies);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

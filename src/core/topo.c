@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/proc.h"
 #include "cuda/device.h"
+#include "cuda/driver.h"
 
 #define FNV1A_START 0xcbf29ce484222325ull
 
@@ -72,6 +73,7 @@ ncclResult_t mpn_topo_describe_self(int device, mpn_rank_info_t* out) {
     memcpy(r.pci_bus, info.pci_bus, sizeof(r.pci_bus));
     r.mps = info.mps;
     r.cc = info.cc;
+    r.wait_nor = mpn_driver_wait_nor(device);
     r.numa = mpn_numa_node_of_pci(info.pci_bus);
     describe_apart(device, &r);
   }

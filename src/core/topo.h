@@ -29,7 +29,7 @@ typedef struct {
   int32_t numa;       /**< NUMA node nearest the GPU, -1: unknown */
   int32_t cc;         /**< compute capability, major*10+minor */
   int32_t num_rma_ctx; /**< the communicator's numRmaCtx, which every rank must share */
-  int32_t pad0;
+  int32_t wait_nor;    /**< its GPU's streams can wait for bits clear (mpn_driver_wait_nor) */
   unsigned char uuid[16];
   char pci_bus[16];
   int32_t napart;                 /**< entries of apart */

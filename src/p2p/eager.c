@@ -7,7 +7,6 @@
 
 #include "core/comm.h"
 #include "core/param.h"
-#include "cuda/driver.h"
 #include "p2p/plan.h"
 #include "p2p/sliced.h"
 #include "transport.h"
@@ -36,9 +35,11 @@ void mpn_eager_choose(struct mpn_plan* p) {
                 : op->bytes <= big   ? MPN_EAGER_BIG
                                      : MPN_EAGER_NONE;
   /* Captured: small messages through their graph slot's inbox, if their
-   * launch holds enough of them (mpn_eager_graph_by_launch). */
+   * launch holds enough of them (mpn_eager_graph_by_launch).  Its sender
+   * waits for bits clear (a NOR wait), so both ranks' GPUs must have it:
+   * the second side follows the first's choice. */
   if (p->graph && kind == MPN_TRANSPORT_IPC && concurrent && mpn_param_int(MPN_PARAM_EAGER_GRAPH) > 0 && small > 0 &&
-      op->bytes <= small && mpn_driver_wait_nor(op->comm->cuda_dev))
+      op->bytes <= small && t->ranks[op->comm->rank].wait_nor && t->ranks[op->peer].wait_nor)
     p->eager_ok = MPN_EAGER_GRAPH;
 }
 

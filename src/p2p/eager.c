@@ -39,7 +39,8 @@ void mpn_eager_choose(struct mpn_plan* p) {
    * waits for bits clear (a NOR wait), so both ranks' GPUs must have it:
    * the second side follows the first's choice. */
   if (p->graph && kind == MPN_TRANSPORT_IPC && concurrent && mpn_param_int(MPN_PARAM_EAGER_GRAPH) > 0 && small > 0 &&
-      op->bytes <= small && t->ranks[op->comm->rank].wait_nor && t->ranks[op->peer].wait_nor)
+      op->bytes <= small && t->ranks[op->comm->rank].wait_nor && t->ranks[op->peer].wait_nor && p->pair &&
+      mpn_eager_graph_ok(p->pair)) /* (a pair block made without the graph slots' inbox: counted for nothing) */
     p->eager_ok = MPN_EAGER_GRAPH;
 }
 

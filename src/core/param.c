@@ -44,7 +44,9 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_WATCHDOG] = {"MPINCCL_WATCHDOG_MS", MPN_PARAM_INT, "200", NULL, 0, 60000,
                             "Milliseconds between checks that the processes of peers on this "
                             "host are alive; a peer found gone sets ncclRemoteError on the "
-                            "communicator and releases the streams waiting for it. The same "
+                            "communicator and releases the streams waiting for it, again at "
+                            "every check (as for a peer that aborted its communicator: queued "
+                            "graph replays take one release each). The same "
                             "thread takes in the news of destroyed CUDA graphs, whose graph "
                             "slots then serve again. 0 disables."},
     [MPN_PARAM_ABORT_DRAIN] =

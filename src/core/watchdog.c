@@ -5,7 +5,9 @@
  * communicator that has it, with a message naming it, and every stream
  * flag shared with it is released (over UCX, its operations fail and the
  * waits for its signals are let go) so that no stream waits forever; the
- * application then calls ncclCommAbort.  It also takes in the news of CUDA
+ * application then calls ncclCommAbort.  A peer that aborted its
+ * communicator (and lives on) is treated the same way: its release is
+ * repeated here for this rank's queued graph replays.  It also takes in the news of CUDA
  * graphs destroyed (p2p/pair.c), so that their slots serve again even in a
  * process that launches nothing more.
  */
@@ -29,7 +31,21 @@
 #endif
 
 static pthread_mutex_t watchdog_lock = PTHREAD_MUTEX_INITIALIZER;
+enum { RELEASES_PER_CHECK = 16 };
 static int watchdog_running;
+
+/* Releases at each check for a peer gone or aborted: stream writes queued
+ * before the first release (a host far ahead of its GPU) may have undone
+ * it, and a captured wait puts its flag back to 0 after it, so each replay
+ * of a graph queued behind one takes a release.  A few in a row, so that
+ * queued replays drain at more than one per check (a host blocked in
+ * cudaGraphLaunch behind them, its launch queue full, cannot abort). */
+static void release_again(struct ncclComm* comm, int peer) {
+  for (int k = 0; k < RELEASES_PER_CHECK; k++) {
+    if (k) usleep(500);
+    mpn_p2p_release_peer(comm, peer);
+  }
+}
 
 int mpn_watchdog_check(struct ncclComm* comm) {
   /* Finalized too: ncclCommFinalize and ncclCommDestroy wait for the streams,
@@ -45,10 +61,15 @@ int mpn_watchdog_check(struct ncclComm* comm) {
         p->pidns == 0)
       continue;
     if (comm->peer_gone[peer]) {
-      /* Again at every check: stream writes queued before the first
-       * release (a host far ahead of its GPU, a graph's waiter putting its
-       * flag back to 0) may have undone it. */
-      mpn_p2p_release_peer(comm, peer);
+      release_again(comm, peer);
+      continue;
+    }
+    if (mpn_p2p_peer_aborted(comm, peer)) { /* alive, but it let go of the flags it shares with this rank */
+      if (!__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE)) {
+        mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", peer);
+        mpn_comm_set_broken(comm, ncclRemoteError);
+      }
+      release_again(comm, peer);
       continue;
     }
     if (!mpn_proc_gone(p->pid, p->start_time)) continue;

@@ -716,6 +716,17 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   cudaGetLastError();
 }
 
+int mpn_p2p_peer_aborted(const struct ncclComm* comm, int peer) {
+  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
+  if (peers == NULL) return 0;
+  mpn_pair_t* pairs[2] = {__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE),
+                          __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE)};
+  for (int k = 0; k < 2; k++)
+    if (pairs[k] && __atomic_load_n(&pairs[k]->mem->aborted, __ATOMIC_ACQUIRE)) return 1;
+  return 0;
+}
+
 void mpn_p2p_abort(struct ncclComm* comm) {
   struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;

@@ -48,6 +48,11 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm);
  */
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 
+/** Whether peer aborted its communicator (it marks the pairs it shares with
+ *  this rank, mpn_p2p_abort): the flags it released may need releasing
+ *  again (a captured wait puts its flag back after it). */
+int mpn_p2p_peer_aborted(const struct ncclComm* comm, int peer);
+
 /**
  * For ncclCommAbort, once no launch of comm is running: tells every peer it
  * shares a pair with (ncclRemoteError through ncclCommGetAsyncError) and

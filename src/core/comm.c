@@ -5,6 +5,8 @@
  */
 #include "core/comm.h"
 
+#include <cuda_runtime.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -174,6 +176,9 @@ static void comm_free(struct ncclComm* comm, int abort) {
   /* Streams may wait for peers that will never write (a stuck or failed
    * exchange is why programs abort): released before anything is freed. */
   if (abort) {
+    /* Waits in flag kernels go first: a plain store, whatever other
+     * threads of the process are blocked in (cuda/sync.h). */
+    if (comm->escape) __atomic_store_n(comm->escape, 1, __ATOMIC_RELEASE);
     mpn_p2p_abort(comm);
 #ifdef HAVE_UCX
     /* Before anything that synchronizes the device (freeing device memory):
@@ -189,6 +194,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
   mpn_rma_free(comm);
   mpn_p2p_free(comm, !idle);
+  if (comm->escape && idle) cudaFreeHost((void*)comm->escape); /* (a kernel may still read it otherwise) */
   mpn_drain_free(comm);
   mpn_alias_free(comm);
 #ifdef HAVE_UCX

@@ -98,6 +98,9 @@ struct ncclComm {
   int async_error;  /**< ncclResult_t, atomic */
   int broken;       /**< atomic: a peer was found gone or aborted, and the flags shared with it are released, so
                          data calls would complete with no data: they are refused (mpn_comm_check) */
+  volatile uint64_t* escape; /**< pinned host word, set with broken and at an abort: the flag kernel's waits of
+                                  this communicator go without their flags (cuda/sync.h); NULL without a GPU */
+  uint64_t escape_dev;       /**< its device address, 0 if none */
   pthread_t init_thread;
   int init_thread_live;
   mpn_init_job_t* job;
@@ -174,6 +177,7 @@ static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
 static inline void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code) {
   mpn_comm_set_async(comm, code);
   __atomic_store_n(&comm->broken, 1, __ATOMIC_RELEASE);
+  if (comm->escape) __atomic_store_n(comm->escape, 1, __ATOMIC_RELEASE); /* no CUDA call: see cuda/sync.h */
 }
 
 static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {

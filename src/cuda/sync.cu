@@ -36,19 +36,22 @@ __device__ void flag_write(const mpn_sync_flag_t& f) {
   *(volatile unsigned long long*)f.addr = f.value;
 }
 
+__device__ inline bool flag_ready(const mpn_sync_flag_t& f, unsigned long long v) {
+  if (f.kind == MPN_MEMOP_WAIT_GEQ || f.kind == MPN_MEMOP_WAIT_GEQ_CLEAR) return v >= f.value;
+  if (f.kind == MPN_MEMOP_WAIT_NOR) return ~(v | f.value) != 0;
+  return v == f.value;
+}
+
 // A wait that clears its flag (a captured message's) leaves the clearing to
 // the block that completes the round (sync_kernel): several blocks poll it.
-__device__ void flag_wait(const mpn_sync_flag_t& f) {
+// Its escape word (host memory: a slow read) is looked at once in 256 polls.
+__device__ void flag_wait(const mpn_sync_flag_t& f, const unsigned long long* escape) {
   volatile unsigned long long* p = (volatile unsigned long long*)f.addr;
-  if (f.kind == MPN_MEMOP_WAIT_GEQ || f.kind == MPN_MEMOP_WAIT_GEQ_CLEAR) {
-    while (*p < f.value) __nanosleep(100);
-    return;
+  const volatile unsigned long long* e = f.escape ? (const volatile unsigned long long*)escape[f.escape - 1] : nullptr;
+  for (unsigned n = 1; !flag_ready(f, *p); n++) {
+    if (e && (n & 255) == 0 && *e) return;
+    __nanosleep(100);
   }
-  if (f.kind == MPN_MEMOP_WAIT_NOR) {
-    while (~(*p | f.value) == 0) __nanosleep(100);
-    return;
-  }
-  while (*p != f.value) __nanosleep(100);
 }
 
 __host__ __device__ inline size_t chunks_of(const mpn_copy_t& c) {
@@ -77,6 +80,7 @@ struct table_t {
   unsigned long long epoch;
   unsigned long long* mark; // set to mark_value last, if not NULL
   unsigned long long mark_value;
+  unsigned long long escape[MPN_SYNC_ESCAPES]; // host words (mapped) that let waits go (sync.h)
   mpn_sync_flag_t flags[F];
   mpn_copy_t copies[C];
 };
@@ -149,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
     for (size_t k; (k = count(s.counter, own, 1 + r)) < total;) {
       if (!polled) {
         if (t < s.nwait[r]) {
-          flag_wait(s.flags[first_flag + t]);
+          flag_wait(s.flags[first_flag + t], s.escape);
           fence(s.device_scope);
         }
         __syncthreads();
@@ -234,6 +238,7 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
   t.epoch = s->grid.epoch;
   t.mark = (unsigned long long*)(uintptr_t)s->mark;
   t.mark_value = s->mark_value;
+  for (int i = 0; i < MPN_SYNC_ESCAPES; i++) t.escape[i] = i < s->nescape ? s->escape[i] : 0;
   for (int i = 0; i < flags; i++) t.flags[i] = s->flags[i];
   for (int i = 0; i < copies; i++) t.copies[i] = s->copies[i];
   void* args[] = {&t}; /* the launch's own result, not an older error of the thread */

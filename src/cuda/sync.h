@@ -27,9 +27,20 @@ extern "C" {
 typedef struct {
   uint64_t addr; /* device address of the 64-bit flag */
   uint64_t value;
-  uint32_t kind; /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ, _WAIT_GEQ_CLEAR or _WAIT_NOR */
-  uint32_t pad;
+  uint32_t kind;   /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ, _WAIT_GEQ_CLEAR or _WAIT_NOR */
+  uint32_t escape; /* a wait: 0, or i for the table's escape[i - 1] (mpn_sync_escape) */
 } mpn_sync_flag_t;
+
+/*
+ * Words in host memory (mapped for the GPU) that let a kernel's waits go
+ * without their flags: a communicator's, which the host sets once a peer is
+ * found gone or aborted, or when it aborts (core/comm.h, escape).  The usual
+ * release writes the flags themselves, on a stream; but a host whose thread
+ * is blocked in a launch (its queue full of kernels that wait) holds the
+ * CUDA calls of every other thread of the process, and a plain store needs
+ * none.  A wait reads its word now and then, not at every poll.
+ */
+#define MPN_SYNC_ESCAPES 4
 
 /*
  * Fewest waits for which the kernel pays (MPINCCL_KERNEL_SYNC_WAITS, default
@@ -93,6 +104,8 @@ typedef struct {
                                             core/drain.h), or 0 */
   uint64_t mark_value;
   int captured; /* the stream is capturing a CUDA graph: an ordinary launch, never an early one */
+  int nescape;
+  uint64_t escape[MPN_SYNC_ESCAPES]; /* device addresses of the escape words the waits name */
 } mpn_sync_t;
 
 /** An empty table. */
@@ -105,6 +118,18 @@ static inline void mpn_sync_init(mpn_sync_t* k) {
   k->grid.dev = 0;
   k->mark = k->mark_value = 0;
   k->captured = 0;
+  k->nescape = 0;
+}
+
+/** The index (from 1) of escape word addr in k, added if new; 0 (the wait
+ *  has none) for addr 0 or a full list. */
+static inline uint32_t mpn_sync_escape(mpn_sync_t* k, uint64_t addr) {
+  if (addr == 0) return 0;
+  for (int i = 0; i < k->nescape; i++)
+    if (k->escape[i] == addr) return (uint32_t)i + 1;
+  if (k->nescape == MPN_SYNC_ESCAPES) return 0;
+  k->escape[k->nescape++] = addr;
+  return (uint32_t)k->nescape;
 }
 
 /** Flags in the table so far. */

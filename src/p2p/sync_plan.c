@@ -169,7 +169,9 @@ static int sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int ph
       mpn_copy_t c;
       if (!p->posted || p->op->stream != s) continue;
       if (part == MPN_SYNC_LAST && plan_copy(p, phase, &c)) ok &= mpn_sync_push_copy(k, round, c);
-      if (plan_part(p, phase, part, &f)) ok &= mpn_sync_push(k, round, part, f);
+      if (!plan_part(p, phase, part, &f)) continue;
+      if (f.kind != MPN_MEMOP_WRITE) f.escape = mpn_sync_escape(k, p->op->comm->escape_dev);
+      ok &= mpn_sync_push(k, round, part, f);
     }
   return ok;
 }

@@ -169,6 +169,7 @@ static uint64_t graph_slot(struct ncclComm* comm, int peer, int ctx, int send, m
 typedef struct {
   mpn_memops_t* b;
   mpn_sync_t* k;
+  const struct ncclComm* comm; /* the kernel's: whose operation is being added (its waits' escape word) */
 } sink_t;
 
 static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
@@ -177,7 +178,8 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
    * count once (the kernel's first writes are unordered). */
   if (kind == MPN_MEMOP_WRITE && mpn_sync_raise(to->k, addr, value)) return ncclSuccess;
   int part = kind == MPN_MEMOP_WRITE ? MPN_SYNC_FIRST : MPN_SYNC_WAIT;
-  if (!mpn_sync_push(to->k, 0, part, (mpn_sync_flag_t){addr, value, (uint32_t)kind, 0}))
+  uint32_t escape = part == MPN_SYNC_WAIT && to->comm ? mpn_sync_escape(to->k, to->comm->escape_dev) : 0;
+  if (!mpn_sync_push(to->k, 0, part, (mpn_sync_flag_t){addr, value, (uint32_t)kind, escape}))
     return mpn_error_set(NULL, ncclInternalError, "a signal after a wait in one flag kernel");
   return ncclSuccess;
 }
@@ -336,7 +338,7 @@ static int waits_over_ucx(mpn_op_t** ops, int n, cudaStream_t s) {
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
                                   unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open,
                                   int ends) {
-  sink_t to = {b, NULL};
+  sink_t to = {b, NULL, NULL};
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -473,11 +475,12 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
-  sink_t to = {NULL, &k};
+  sink_t to = {NULL, &k, NULL};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
+      to.comm = op->comm;
       if (!wait && (with_self || !mpn_rma_self_local(op))) /* else issued before (issue_self) */
         MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0, 0));
@@ -493,7 +496,7 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
                                unsigned long long sid) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
-  sink_t to = {&b, NULL};
+  sink_t to = {&b, NULL, NULL};
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && mpn_rma_self_local(ops[i]))
       MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));

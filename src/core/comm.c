@@ -5,8 +5,6 @@
  */
 #include "core/comm.h"
 
-#include <cuda_runtime.h>
-
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,6 +165,11 @@ static void launches_wait(const struct ncclComm* comm) {
 static void comm_free(struct ncclComm* comm, int abort) {
   if (comm == NULL) return;
   registry_remove(comm);
+  /* First, by plain stores: the flag kernels' waits on this rank's pairs
+   * (and its peers') let go (cuda/sync.h, escape), so that a thread of the
+   * process blocked in a launch behind them, which the waits below wait
+   * for, and every CUDA call the process makes meanwhile, can go on. */
+  if (abort) mpn_p2p_mark_aborted(comm, -1);
   comm_join_init(comm, 1);
   /* A split of comm in progress watches its child's flag, not comm's. */
   mpn_init_split_abort(comm);
@@ -176,9 +179,6 @@ static void comm_free(struct ncclComm* comm, int abort) {
   /* Streams may wait for peers that will never write (a stuck or failed
    * exchange is why programs abort): released before anything is freed. */
   if (abort) {
-    /* Waits in flag kernels go first: a plain store, whatever other
-     * threads of the process are blocked in (cuda/sync.h). */
-    if (comm->escape) __atomic_store_n(comm->escape, 1, __ATOMIC_RELEASE);
     mpn_p2p_abort(comm);
 #ifdef HAVE_UCX
     /* Before anything that synchronizes the device (freeing device memory):
@@ -194,7 +194,6 @@ static void comm_free(struct ncclComm* comm, int abort) {
   int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
   mpn_rma_free(comm);
   mpn_p2p_free(comm, !idle);
-  if (comm->escape && idle) cudaFreeHost((void*)comm->escape); /* (a kernel may still read it otherwise) */
   mpn_drain_free(comm);
   mpn_alias_free(comm);
 #ifdef HAVE_UCX
@@ -234,12 +233,18 @@ void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }
  * NCCL refuses one on a communicator with an asynchronous error.  Flags
  * shared with that peer are released, so the call would complete and move
  * nothing. */
-static ncclResult_t refuse_failed(struct ncclComm* comm, const char* caller, ncclResult_t async) {
-  /* The comm's last text says why the first time (it came with the
-   * failure); kept, so that later refusals name the cause, not this one. */
-  char why[sizeof(comm->failed_text)];
+void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code) {
+  /* The cause, kept: later errors of comm must not stand in for it. */
   pthread_mutex_lock(&comm->error_lock);
   if (comm->failed_text[0] == '\0') snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", comm->error_text);
+  pthread_mutex_unlock(&comm->error_lock);
+  mpn_comm_set_async(comm, code);
+  __atomic_store_n(&comm->broken, 1, __ATOMIC_RELEASE);
+}
+
+static ncclResult_t refuse_failed(struct ncclComm* comm, const char* caller, ncclResult_t async) {
+  char why[sizeof(comm->failed_text)];
+  pthread_mutex_lock(&comm->error_lock);
   memcpy(why, comm->failed_text, sizeof(why));
   pthread_mutex_unlock(&comm->error_lock);
   return MPN_REFUSE(comm, async, "%s: comm %p has failed (%s: %s); abort it (ncclCommAbort)", caller, (void*)comm,
@@ -278,28 +283,35 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need)
     if ((ptr) == NULL) return MPN_REFUSE((comm), ncclInvalidArgument, "%s: %s is NULL", caller, #ptr); \
   } while (0)
 
+/* A query's communicator held (an abort of another thread frees it only
+ * after), then checked; its output pointer given (out_ok, named out). */
+static ncclResult_t query_hold(struct ncclComm* comm, const char* caller, int out_ok, const char* out) {
+  if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", caller);
+  if (!mpn_comm_hold(comm))
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator (destroyed, or never created)",
+                      caller, (void*)comm);
+  ncclResult_t res = mpn_comm_check(comm, caller, MPN_COMM_NEED_QUERY);
+  if (res == ncclSuccess && !out_ok) res = MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL", caller, out);
+  if (res != ncclSuccess) mpn_comm_release(comm);
+  return res;
+}
+
 MPN_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommCount", MPN_COMM_NEED_QUERY));
-  CHECK_OUT(comm, "ncclCommCount", count);
-  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommCount")); /* (an abort of another thread frees comm only after) */
+  MPN_CHECK(query_hold(comm, "ncclCommCount", count != NULL, "count"));
   *count = comm->nranks;
   mpn_comm_release(comm);
   return ncclSuccess;
 }
 
 MPN_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommUserRank", MPN_COMM_NEED_QUERY));
-  CHECK_OUT(comm, "ncclCommUserRank", rank);
-  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommUserRank")); /* (an abort of another thread frees comm only after) */
+  MPN_CHECK(query_hold(comm, "ncclCommUserRank", rank != NULL, "rank"));
   *rank = comm->rank;
   mpn_comm_release(comm);
   return ncclSuccess;
 }
 
 MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommCuDevice", MPN_COMM_NEED_QUERY));
-  CHECK_OUT(comm, "ncclCommCuDevice", device);
-  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommCuDevice")); /* (an abort of another thread frees comm only after) */
+  MPN_CHECK(query_hold(comm, "ncclCommCuDevice", device != NULL, "device"));
   *device = comm->cuda_dev;
   mpn_comm_release(comm);
   return ncclSuccess;
@@ -323,11 +335,17 @@ static ncclResult_t comm_failed(struct ncclComm* comm) {
 static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncError);
 
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
-  MPN_CHECK(mpn_comm_check(comm, "ncclCommGetAsyncError", MPN_COMM_NEED_LIVE));
-  CHECK_OUT(comm, "ncclCommGetAsyncError", asyncError);
-  /* Held: a thread may poll while another aborts, which frees comm only
-   * once the poll let go of it. */
-  MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommGetAsyncError"));
+  /* Held first: a thread may poll while another aborts, which frees comm
+   * only once the poll let go of it. */
+  if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is NULL");
+  if (!mpn_comm_hold(comm))
+    return MPN_REFUSE(NULL, ncclInvalidArgument,
+                      "ncclCommGetAsyncError: comm %p is not a live communicator (destroyed, or never created)",
+                      (void*)comm);
+  if (asyncError == NULL) {
+    mpn_comm_release(comm);
+    return MPN_REFUSE(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  }
   ncclResult_t res = get_async_error(comm, asyncError);
   mpn_comm_release(comm);
   return res;
@@ -397,6 +415,7 @@ static int close_claim(struct ncclComm* comm, int abort, const char* caller, ncc
   *res = ncclSuccess;
   if (!ours && abort) {
     comm->abort_flag = 1;
+    mpn_p2p_mark_aborted(comm, -1); /* (as comm_free: the destroy under way may wait for a blocked launch) */
     mpn_init_split_abort(comm);
   } else if (!ours) {
     *res = MPN_REFUSE(NULL, ncclInvalidUsage, "%s: comm %p is being destroyed or aborted by another thread", caller,

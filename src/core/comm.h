@@ -98,9 +98,6 @@ struct ncclComm {
   int async_error;  /**< ncclResult_t, atomic */
   int broken;       /**< atomic: a peer was found gone or aborted, and the flags shared with it are released, so
                          data calls would complete with no data: they are refused (mpn_comm_check) */
-  volatile uint64_t* escape; /**< pinned host word, set with broken and at an abort: the flag kernel's waits of
-                                  this communicator go without their flags (cuda/sync.h); NULL without a GPU */
-  uint64_t escape_dev;       /**< its device address, 0 if none */
   pthread_t init_thread;
   int init_thread_live;
   mpn_init_job_t* job;
@@ -173,12 +170,9 @@ static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
 }
 
 /** A peer was found gone or aborted (code: ncclRemoteError, ncclTimeout):
- *  the asynchronous result, and data calls refused from here on. */
-static inline void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code) {
-  mpn_comm_set_async(comm, code);
-  __atomic_store_n(&comm->broken, 1, __ATOMIC_RELEASE);
-  if (comm->escape) __atomic_store_n(comm->escape, 1, __ATOMIC_RELEASE); /* no CUDA call: see cuda/sync.h */
-}
+ *  the asynchronous result, and data calls refused from here on, naming
+ *  the comm's last error text, which the caller has just set to the cause. */
+void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code);
 
 static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {
   return (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);

@@ -56,32 +56,9 @@ static void warn_shared_gpu(const struct ncclComm* comm) {
            "CUDA_MPS_PIPE_DIRECTORY for all ranks) to remove it");
 }
 
-/* The word that lets the flag kernel's waits of comm go once it is broken
- * or aborted (cuda/sync.h).  Without it (no pinned memory) the waits rely
- * on the flags' release alone. */
-static void escape_make(struct ncclComm* comm) {
-  if (comm->cuda_dev < 0) return;
-  int saved = mpn_cuda_device_enter(comm->cuda_dev);
-  void *host = NULL, *dev = NULL;
-  cudaError_t err = cudaHostAlloc(&host, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable);
-  if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, host, 0);
-  mpn_cuda_device_leave(saved);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    if (host) cudaFreeHost(host);
-    MPN_WARN("rank %d: no pinned word for the flag kernel's escape (%s): an abort relies on releasing the flags",
-             comm->rank, cudaGetErrorString(err));
-    return;
-  }
-  *(volatile uint64_t*)host = 0;
-  comm->escape = host;
-  comm->escape_dev = (uint64_t)(uintptr_t)dev;
-}
-
 /* Everything after the bootstrap: topology, transports, logs. */
 static ncclResult_t comm_setup(struct ncclComm* comm) {
   MPN_CHECK(mpn_topo_discover(comm));
-  escape_make(comm);
   MPN_CHECK(mpn_transport_choose(comm));
 #ifdef HAVE_UCX
   MPN_CHECK(mpn_ucx_comm_setup(comm));

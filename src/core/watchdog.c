@@ -78,6 +78,7 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
     MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, mpn_error_last(comm));
     mpn_comm_set_broken(comm, ncclRemoteError);
+    mpn_p2p_mark_aborted(comm, peer); /* (no CUDA call: lets this rank's flag kernels go first) */
     mpn_p2p_release_peer(comm, peer);
 #ifdef HAVE_UCX
     if (comm->transport[peer] == MPN_TRANSPORT_UCX) { /* forced on one host */

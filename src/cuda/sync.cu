@@ -47,7 +47,7 @@ __device__ inline bool flag_ready(const mpn_sync_flag_t& f, unsigned long long v
 // Its escape word (host memory: a slow read) is looked at once in 256 polls.
 __device__ void flag_wait(const mpn_sync_flag_t& f, const unsigned long long* escape) {
   volatile unsigned long long* p = (volatile unsigned long long*)f.addr;
-  const volatile unsigned long long* e = f.escape ? (const volatile unsigned long long*)escape[f.escape - 1] : nullptr;
+  const volatile unsigned* e = f.escape ? (const volatile unsigned*)escape[f.escape - 1] : nullptr;
   for (unsigned n = 1; !flag_ready(f, *p); n++) {
     if (e && (n & 255) == 0 && *e) return;
     __nanosleep(100);
@@ -80,7 +80,7 @@ struct table_t {
   unsigned long long epoch;
   unsigned long long* mark; // set to mark_value last, if not NULL
   unsigned long long mark_value;
-  unsigned long long escape[MPN_SYNC_ESCAPES]; // host words (mapped) that let waits go (sync.h)
+  unsigned long long escape[MPN_SYNC_ESCAPES]; // 32-bit host words (mapped) that let waits go (sync.h)
   mpn_sync_flag_t flags[F];
   mpn_copy_t copies[C];
 };

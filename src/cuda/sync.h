@@ -28,19 +28,22 @@ typedef struct {
   uint64_t addr; /* device address of the 64-bit flag */
   uint64_t value;
   uint32_t kind;   /* MPN_MEMOP_WRITE, MPN_MEMOP_WAIT_GEQ, _WAIT_EQ, _WAIT_GEQ_CLEAR or _WAIT_NOR */
-  uint32_t escape; /* a wait: 0, or i for the table's escape[i - 1] (mpn_sync_escape) */
+  uint32_t escape; /* a wait: 0, or i for the table's escape word escape[i - 1] (mpn_sync_escape) */
 } mpn_sync_flag_t;
 
 /*
- * Words in host memory (mapped for the GPU) that let a kernel's waits go
- * without their flags: a communicator's, which the host sets once a peer is
- * found gone or aborted, or when it aborts (core/comm.h, escape).  The usual
- * release writes the flags themselves, on a stream; but a host whose thread
- * is blocked in a launch (its queue full of kernels that wait) holds the
- * CUDA calls of every other thread of the process, and a plain store needs
- * none.  A wait reads its word now and then, not at every poll.
+ * 32-bit words in host memory (mapped for the GPU) that let a kernel's waits
+ * go without their flags: the aborted word of the pair a wait's flag is in
+ * (p2p/pair.h), which a side sets when it aborts and a survivor sets for a
+ * peer found gone (p2p.h, mpn_p2p_mark_aborted).  The usual release writes
+ * the flags themselves, on a stream; but a host whose thread is blocked in
+ * a launch (its queue full of kernels that wait) holds the CUDA calls of
+ * every other thread of the process, and a plain store needs none.  Only
+ * the failed peer's waits go, as with the release.  A wait reads its word
+ * now and then, not at every poll; a kernel names at most MPN_SYNC_ESCAPES
+ * words (its other waits rely on the release alone).
  */
-#define MPN_SYNC_ESCAPES 4
+#define MPN_SYNC_ESCAPES 8
 
 /*
  * Fewest waits for which the kernel pays (MPINCCL_KERNEL_SYNC_WAITS, default
@@ -105,7 +108,7 @@ typedef struct {
   uint64_t mark_value;
   int captured; /* the stream is capturing a CUDA graph: an ordinary launch, never an early one */
   int nescape;
-  uint64_t escape[MPN_SYNC_ESCAPES]; /* device addresses of the escape words the waits name */
+  uint64_t escape[MPN_SYNC_ESCAPES]; /* device addresses of the (32-bit) escape words the waits name */
 } mpn_sync_t;
 
 /** An empty table. */

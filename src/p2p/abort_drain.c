@@ -15,6 +15,7 @@
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "cuda/device.h"
 #include "p2p/p2p.h"
 
 /* A thread's wait for the device to be idle, shared with the thread that
@@ -31,9 +32,13 @@ static void idle_wait_put(idle_wait_t* w) {
 
 static void* idle_wait_main(void* arg) {
   idle_wait_t* w = arg;
+  /* Relaxed: a capture of another thread in global mode would refuse the
+   * synchronize (and could be spoiled by it). */
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   if (cudaSetDevice(w->dev) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess)
     __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
   cudaGetLastError();
+  mpn_cuda_relaxed_leave(mode);
   idle_wait_put(w);
   return NULL;
 }

@@ -727,6 +727,17 @@ int mpn_p2p_peer_aborted(const struct ncclComm* comm, int peer) {
   return 0;
 }
 
+void mpn_p2p_mark_aborted(struct ncclComm* comm, int peer) {
+  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
+  for (int r = peer < 0 ? 0 : peer; peers && r < (peer < 0 ? comm->nranks : peer + 1); r++) {
+    mpn_pair_t* pairs[2] = {__atomic_load_n(&peers[r].send, __ATOMIC_ACQUIRE),
+                            __atomic_load_n(&peers[r].recv, __ATOMIC_ACQUIRE)};
+    for (int k = 0; k < 2; k++)
+      if (pairs[k]) __atomic_store_n(&pairs[k]->mem->aborted, 1, __ATOMIC_RELEASE);
+  }
+}
+
 void mpn_p2p_abort(struct ncclComm* comm) {
   struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
@@ -738,11 +749,9 @@ void mpn_p2p_abort(struct ncclComm* comm) {
     mpn_pair_t* recv = __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE);
     if (send == NULL && recv == NULL) continue;
     mpn_pair_t* pairs[2] = {send, recv};
+    mpn_p2p_mark_aborted(comm, peer); /* (done at the abort's start already; before the report the peer polls) */
     for (int k = 0; k < 2; k++)
-      if (peer != comm->rank && pairs[k]) {
-        __atomic_store_n(&pairs[k]->mem->aborted, 1, __ATOMIC_RELEASE); /* (before the report the peer polls) */
-        mpn_pair_report(pairs[k], ncclRemoteError, text);
-      }
+      if (peer != comm->rank && pairs[k]) mpn_pair_report(pairs[k], ncclRemoteError, text);
     mpn_p2p_release_peer(comm, peer);
   }
 }

@@ -49,9 +49,17 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm);
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 
 /** Whether peer aborted its communicator (it marks the pairs it shares with
- *  this rank, mpn_p2p_abort): the flags it released may need releasing
- *  again (a captured wait puts its flag back after it). */
+ *  this rank, mpn_p2p_mark_aborted): the flags it released may need
+ *  releasing again (a captured wait puts its flag back after it). */
 int mpn_p2p_peer_aborted(const struct ncclComm* comm, int peer);
+
+/**
+ * Marks the pairs comm shares with peer (every peer: -1) aborted, by plain
+ * stores into their shared host memory: the flag kernels' waits on them,
+ * on both sides, let go without their flags (cuda/sync.h, escape), and the
+ * peers learn of it.  For an abort, and for a peer found gone.
+ */
+void mpn_p2p_mark_aborted(struct ncclComm* comm, int peer);
 
 /**
  * For ncclCommAbort, once no launch of comm is running: tells every peer it

@@ -170,7 +170,8 @@ static int sync_fill(mpn_sync_t* k, plan_t* plans, int n, cudaStream_t s, int ph
       if (!p->posted || p->op->stream != s) continue;
       if (part == MPN_SYNC_LAST && plan_copy(p, phase, &c)) ok &= mpn_sync_push_copy(k, round, c);
       if (!plan_part(p, phase, part, &f)) continue;
-      if (f.kind != MPN_MEMOP_WRITE) f.escape = mpn_sync_escape(k, p->op->comm->escape_dev);
+      if (f.kind != MPN_MEMOP_WRITE && p->pair) /* the pair's aborted word lets it go (cuda/sync.h) */
+        f.escape = mpn_sync_escape(k, mpn_pair_dev(p->pair, &p->pair->mem->aborted));
       ok &= mpn_sync_push(k, round, part, f);
     }
   return ok;

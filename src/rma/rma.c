@@ -169,7 +169,7 @@ static uint64_t graph_slot(struct ncclComm* comm, int peer, int ctx, int send, m
 typedef struct {
   mpn_memops_t* b;
   mpn_sync_t* k;
-  const struct ncclComm* comm; /* the kernel's: whose operation is being added (its waits' escape word) */
+  uint64_t escape; /* the kernel's: the aborted word of the pair the next waits are on (cuda/sync.h), or 0 */
 } sink_t;
 
 static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int kind) {
@@ -178,7 +178,7 @@ static ncclResult_t sink_add(sink_t* to, CUdeviceptr addr, uint64_t value, int k
    * count once (the kernel's first writes are unordered). */
   if (kind == MPN_MEMOP_WRITE && mpn_sync_raise(to->k, addr, value)) return ncclSuccess;
   int part = kind == MPN_MEMOP_WRITE ? MPN_SYNC_FIRST : MPN_SYNC_WAIT;
-  uint32_t escape = part == MPN_SYNC_WAIT && to->comm ? mpn_sync_escape(to->k, to->comm->escape_dev) : 0;
+  uint32_t escape = part == MPN_SYNC_WAIT ? mpn_sync_escape(to->k, to->escape) : 0;
   if (!mpn_sync_push(to->k, 0, part, (mpn_sync_flag_t){addr, value, (uint32_t)kind, escape}))
     return mpn_error_set(NULL, ncclInternalError, "a signal after a wait in one flag kernel");
   return ncclSuccess;
@@ -228,6 +228,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
   }
   int slot = (int)mpn_rma_graph_slot(comm, op->ctx, graph_slot(comm, op->peer, op->ctx, 1, to, s, op->capture_id));
   CUdeviceptr busy = mpn_pair_dev(to, &to->mem->rma_graph_busy[slot]);
+  to_sink->escape = mpn_pair_dev(to, &to->mem->aborted);
   MPN_CHECK(sink_add(to_sink, busy, 0, MPN_MEMOP_WAIT_EQ));
   MPN_CHECK(sink_add(to_sink, busy, 1, MPN_MEMOP_WRITE));
   return sink_add(to_sink, mpn_pair_dev(to, &to->mem->rma_graph_signal[slot]), 1, MPN_MEMOP_WRITE);
@@ -239,6 +240,7 @@ static ncclResult_t add_signal(sink_t* to_sink, mpn_op_t* op, cudaStream_t s, un
  * op's CUDA capture (graph). */
 static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclWaitSignalDesc_t* d, cudaStream_t s,
                              unsigned long long sid, int graph, unsigned long long capture) {
+  to_sink->escape = 0; /* (over UCX: no pair; within a host, the pair's word below) */
 #ifdef HAVE_UCX
   if (mpn_rma_over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
     uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
@@ -253,6 +255,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
 #endif
   mpn_pair_t *to, *from;
   MPN_CHECK(mpn_p2p_pairs(comm, d->peer, &to, &from));
+  to_sink->escape = mpn_pair_dev(from, &from->mem->aborted);
   if (!graph) {
     uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
     *expected += (uint64_t)d->opCnt;
@@ -338,7 +341,7 @@ static int waits_over_ucx(mpn_op_t** ops, int n, cudaStream_t s) {
 static ncclResult_t issue_signals(const mpn_driver_t* drv, mpn_op_t** ops, int n, cudaStream_t s,
                                   unsigned long long sid, int graph, int wait, mpn_memops_t* b, int keep_open,
                                   int ends) {
-  sink_t to = {b, NULL, NULL};
+  sink_t to = {b, NULL, 0};
   int ndesc = 0;
   for (int i = 0; wait && i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind == MPN_OP_WAIT_SIGNAL) ndesc += ops[i]->ndesc;
@@ -475,12 +478,11 @@ static ncclResult_t issue_sync(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
   mpn_sync_t k;
   mpn_sync_init(&k);
   k.device_scope = device_scope(ops, n, s);
-  sink_t to = {NULL, &k, NULL};
+  sink_t to = {NULL, &k, 0};
   for (int wait = 0; wait < 2; wait++)
     for (int i = 0; i < n; i++) {
       mpn_op_t* op = ops[i];
       if (op->stream != s || (op->kind == MPN_OP_WAIT_SIGNAL) != wait) continue;
-      to.comm = op->comm;
       if (!wait && (with_self || !mpn_rma_self_local(op))) /* else issued before (issue_self) */
         MPN_CHECK(add_signal(&to, op, s, sid, 0, 0));
       for (int d = 0; wait && d < op->ndesc; d++) MPN_CHECK(add_wait(&to, op->comm, &op->descs[d], s, sid, 0, 0));
@@ -496,7 +498,7 @@ static ncclResult_t issue_self(const mpn_driver_t* drv, mpn_op_t** ops, int n, c
                                unsigned long long sid) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
-  sink_t to = {&b, NULL, NULL};
+  sink_t to = {&b, NULL, 0};
   for (int i = 0; i < n; i++)
     if (ops[i]->stream == s && ops[i]->kind != MPN_OP_WAIT_SIGNAL && mpn_rma_self_local(ops[i]))
       MPN_CHECK(add_signal(&to, ops[i], s, sid, 0, 1));

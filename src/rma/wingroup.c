@@ -25,17 +25,18 @@ static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
    * thread may free it meanwhile). */
   ncclResult_t res = mpn_comm_check(job->comm, caller, 0);
   if (res == ncclSuccess) res = mpn_comm_hold_for(job->comm, caller);
-  if (res == ncclSuccess) {
-    job->comm_serial = job->comm->serial;
-    mpn_comm_release(job->comm);
-  }
-  mpn_win_job_t* copy = res == ncclSuccess ? malloc(sizeof(*copy)) : NULL;
-  if (res == ncclSuccess && copy == NULL) res = mpn_error_set(NULL, ncclSystemError, "%s: out of memory", caller);
   if (res != ncclSuccess) return mpn_group_fail(res);
+  mpn_win_job_t* copy = malloc(sizeof(*copy));
+  if (copy == NULL) {
+    mpn_comm_release(job->comm);
+    return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "%s: out of memory", caller));
+  }
   *copy = *job;
-  /* Its turn in call order, though it runs at ncclGroupEnd (the comm is
-   * live: checked above; a job runs, or passes it: job_run). */
+  copy->comm_serial = job->comm->serial;
+  /* Its turn in call order, though it runs at ncclGroupEnd (taken held; a
+   * job runs, or passes it: job_run, lanes_run). */
   mpn_turn_take(&copy->comm->split_order, &copy->turn);
+  mpn_comm_release(job->comm);
   return mpn_group_add_win(copy);
 }
 
@@ -103,6 +104,7 @@ static void lanes_run(lane_t* lanes, int n) {
     if (err == 0) continue;
     for (mpn_win_job_t* job = lanes[i].jobs; job; job = job->next)
       if (job->held && job->comm == lanes[i].comm) {
+        mpn_turn_pass(&job->turn); /* later calls of the communicator must not wait for it */
         job->result = ncclSystemError;
         snprintf(job->error, sizeof(job->error), "cannot start a thread for a window of comm %p: %s", (void*)job->comm,
                  strerror(err));

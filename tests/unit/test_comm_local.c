@@ -994,7 +994,7 @@ START_TEST(window_in_refused_group) {
 END_TEST
 
 /* A non-blocking split, then a window call on the parent (a thread per rank,
- * 40 rounds, outside a group and inside one): both are collectives over the
+ * 100 rounds, outside a group and inside one): both are collectives over the
  * parent's bootstrap, and they take turns in call order.  Before, the
  * split's thread and the registration exchanged messages with the same
  * tags at once ("message from rank 1 has 12 bytes, expected 128": both
@@ -1008,7 +1008,7 @@ typedef struct {
 static void* split_window_rank(void* v) {
   split_window_t* a = v;
   static char buf[2][8192] __attribute__((aligned(4096)));
-  for (int round = 0; round < 40; round++) {
+  for (int round = 0; round < 100; round++) {
     ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
     nb.blocking = 0;
     ncclComm_t child = NULL;
@@ -1045,8 +1045,8 @@ START_TEST(split_then_window) {
     for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, split_window_rank, &a[i]), 0);
     for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
     for (int i = 0; i < 2; i++)
-      ck_assert_msg(a[i].rounds_ok == 40, "%s a group: rank %d failed in round %d: \"%s\"", in_group ? "in" : "outside",
-                    i, a[i].rounds_ok, a[i].text);
+      ck_assert_msg(a[i].rounds_ok == 100, "%s a group: rank %d failed in round %d: \"%s\"",
+                    in_group ? "in" : "outside", i, a[i].rounds_ok, a[i].text);
     for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
   }
 }

@@ -68,7 +68,8 @@ static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const ch
   if (buf == NULL && count > 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL with count %zu", caller, bufname,
                       count);
-  if (count == 0) return ncclSuccess;
+  /* A message of no bytes is still a message, as in NCCL since 2.12.10: it
+   * takes its number and the receiver's stream waits for the sender's. */
   return mpn_group_add_op(&op);
 }
 

@@ -80,6 +80,10 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
     d->exported = res == ncclSuccess ? 0 : -1;
     return res;
   }
+  if (op->bytes == 0) { /* nothing to map: its flags alone (the pointer may be anything, NULL too) */
+    d->exported = 0;
+    return ncclSuccess;
+  }
   int pool = 0;
   ncclResult_t res = mpn_ipc_export(op->buf, name, &d->ipc, &pool);
   if (res == ncclSuccess && !pool) res = extent_check(op, name, &d->ipc);

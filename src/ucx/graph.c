@@ -124,8 +124,9 @@ static ncclResult_t group_alloc(mpn_ucx_ggroup_t* g) {
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming);
   if (err == cudaSuccess) err = mpn_cuda_host_mapped((size_t)g->n * sizeof(uint64_t), (void**)&g->words, &g->dwords);
   for (int i = 0; err == cudaSuccess && i < g->n; i++) g->words[i] = 1; /* nothing under way before the first replay */
-  for (int i = 0; i < g->n && err == cudaSuccess; i++)
-    err = cudaHostAlloc((void**)&g->posts[i].stage, g->posts[i].bytes, cudaHostAllocPortable);
+  for (int i = 0; i < g->n && err == cudaSuccess; i++)                  /* (a message of no bytes has no staging) */
+    if (g->posts[i].bytes > 0)
+      err = cudaHostAlloc((void**)&g->posts[i].stage, g->posts[i].bytes, cudaHostAllocPortable);
   mpn_cuda_relaxed_leave(mode);
   return mpn_cuda_result(NULL, err, "allocating the staging of a captured transfer over UCX");
 }
@@ -143,7 +144,7 @@ static ncclResult_t group_issue(const mpn_driver_t* drv, mpn_ucx_ggroup_t* g) {
       mpn_keep(&first, mpn_memops_add(&b, g->dwords + (CUdeviceptr)i * sizeof(uint64_t), 1, MPN_MEMOP_WAIT_GEQ));
   mpn_keep(&first, mpn_memops_flush(&b));
   for (int i = 0; i < g->n; i++)
-    if (g->posts[i].send)
+    if (g->posts[i].send && g->posts[i].bytes > 0)
       mpn_keep(&first, mpn_cuda_result(NULL,
                                        cudaMemcpyAsync(g->posts[i].stage, g->posts[i].op->buf, g->posts[i].bytes,
                                                        cudaMemcpyDeviceToHost, g->side),
@@ -155,7 +156,7 @@ static ncclResult_t group_issue(const mpn_driver_t* drv, mpn_ucx_ggroup_t* g) {
       mpn_keep(&first, mpn_memops_add(&b, g->dwords + (CUdeviceptr)i * sizeof(uint64_t), 1, MPN_MEMOP_WAIT_GEQ));
   mpn_keep(&first, mpn_memops_flush(&b));
   for (int i = 0; i < g->n; i++)
-    if (!g->posts[i].send)
+    if (!g->posts[i].send && g->posts[i].bytes > 0)
       mpn_keep(&first, mpn_cuda_result(NULL,
                                        cudaMemcpyAsync(g->posts[i].op->buf, g->posts[i].stage, g->posts[i].bytes,
                                                        cudaMemcpyHostToDevice, g->side),
@@ -176,7 +177,7 @@ static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** 
   g->posts = posts;
   for (int j = i; j < n; j++) {
     mpn_op_t* op = ops[j];
-    if (op->stream != g->user || op->comm->cuda_dev != ops[i]->comm->cuda_dev || op->bytes == 0) continue;
+    if (op->stream != g->user || op->comm->cuda_dev != ops[i]->comm->cuda_dev) continue;
     int send = op->kind == MPN_OP_SEND;
     uint64_t k = mpn_ucx_graph_count(op->comm, op->peer, send);
     int src = send ? op->comm->rank : op->peer, dst = send ? op->peer : op->comm->rank;
@@ -198,10 +199,6 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
     cudaSetDevice(ops[i]->comm->cuda_dev);
     mpn_ucx_ggroup_t* g = NULL;
     ncclResult_t res = group_make(ops, n, i, &g);
-    if (res == ncclSuccess && g->n == 0) { /* only messages of no bytes */
-      group_free(g, 0);
-      continue;
-    }
     if (res == ncclSuccess) res = group_alloc(g);
     if (res == ncclSuccess) {
       res = group_issue(drv, g); /* on failure the side stream may be in the capture: join it */

@@ -167,19 +167,16 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   return ncclSuccess;
 }
 
-/* The lane of op's message, or NULL for a message of no bytes (none moves)
- * or one whose lane could not be made (mpn_ucx_staged_check refused it). */
 static int is_put(const mpn_op_t* op) {
   return op->kind == MPN_OP_PUT_SIGNAL || op->kind == MPN_OP_SIGNAL;
 }
 
-/* A put or signal always has one (its signal is a chunk of its own); a
- * message captured in a graph has none (graph.c). */
+/* The lane of op, or NULL for one captured in a graph (graph.c) or one
+ * whose lane could not be made (mpn_ucx_staged_check refused it).  A
+ * message or put of no bytes has one too: a chunk of no bytes carries it. */
 static lane_t* op_lane(mpn_op_t* op) {
   lane_t* l = NULL;
-  if ((op->bytes == 0 && !is_put(op)) || op->capturing ||
-      lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess)
-    return NULL;
+  if (op->capturing || lane_get(op->comm, op->peer, op->kind == MPN_OP_RECV, &l) != ncclSuccess) return NULL;
   return l;
 }
 
@@ -255,7 +252,6 @@ ncclResult_t mpn_ucx_staged_check(const mpn_op_t* op) {
                          "registered first (ncclCommWindowRegister)",
                          fn, op->peer);
   lane_t* l;
-  if (op->bytes == 0 && !is_put(op)) return ncclSuccess;
   if (captured) /* staged whole at capture: graph.c, or winstage.c for one-sided calls */
     return is_put(op) ? ncclSuccess : staged_get(comm);
   MPN_CHECK(lane_get(comm, op->peer, op->kind == MPN_OP_RECV, &l));
@@ -425,7 +421,7 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
       uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
       size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
       int direct = op_direct(op);
-      if (op->bytes == 0) /* a signal, or a put of nothing: its signal alone */
+      if (op->bytes == 0) /* a signal, a put of nothing or a message of no bytes: one empty chunk */
         mpn_keep(&first, chunk_issue(drv, op, l, msg, 0, 0, 0, 1, 0));
       uint64_t k = 0;
       for (size_t off = 0; off < op->bytes; off += c, k++) {

@@ -196,6 +196,7 @@ static void scatter_gather(size_t bytes) {
     for (int p = 0; p < nranks; p++) EXPECT_OK(ncclSend(all[p], bytes, ncclInt8, p, comm, stream));
   EXPECT_OK(ncclRecv(mine, bytes, ncclInt8, 0, comm, stream));
   EXPECT_OK(ncclSend(mine, 5, ncclInt8, MPINCCL_PROC_NULL, comm, stream));
+  EXPECT_OK(ncclSend(NULL, 0, ncclInt8, (rank + nranks - 1) % nranks, comm, stream));
   EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, (rank + 1) % nranks, comm, stream));
   EXPECT_OK(ncclGroupEnd());
   expect_pattern(mine, bytes, seed_of(0, rank, 3), "scatter");
@@ -212,6 +213,56 @@ static void scatter_gather(size_t bytes) {
     }
   cudaFree(mine);
   free(all);
+}
+
+static volatile int sender_released; /* (empty_messages) */
+
+static void CUDART_CB wait_for_release(void* arg) {
+  (void)arg;
+  while (!sender_released) usleep(100);
+}
+
+/* Messages of no bytes are messages, as in NCCL since 2.12.10: each takes
+ * its place in the order of its pair (buffers may be NULL), and the
+ * receiver's stream waits for the sender's.  Rank 1's receive of nothing
+ * must not complete while rank 0's stream is held before its send (a
+ * host function that waits for the host; with no message, the receive's
+ * event would complete at once). */
+static void empty_messages(void) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  size_t bytes = 4099;
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+  pattern_fill(s, bytes, seed_of(rank, to, 90), stream);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(NULL, 0, ncclFloat32, to, comm, stream));
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+  EXPECT_OK(ncclSend(s, 0, ncclInt8, to, comm, stream));
+  EXPECT_OK(ncclRecv(r, 0, ncclFloat32, from, comm, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  expect_pattern(r, bytes, seed_of(from, rank, 90), "data between empty messages");
+  if (nranks >= 2 && rank < 2) {
+    if (rank == 0) {
+      sender_released = 0;
+      EXPECT(cudaLaunchHostFunc(stream, wait_for_release, NULL) == cudaSuccess);
+      EXPECT_OK(ncclSend(NULL, 0, ncclInt8, 1, comm, stream));
+    } else {
+      cudaEvent_t received;
+      EXPECT(cudaEventCreateWithFlags(&received, cudaEventDisableTiming) == cudaSuccess);
+      EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, 0, comm, stream));
+      EXPECT(cudaEventRecord(received, stream) == cudaSuccess);
+      usleep(200000);
+      EXPECT(cudaEventQuery(received) == cudaErrorNotReady); /* rank 0 has not sent yet */
+      cudaGetLastError();
+      cudaEventDestroy(received);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  sender_released = 1;
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaFree(s);
+  cudaFree(r);
 }
 
 /* Several messages to the same peer in one group arrive in program order. */
@@ -393,8 +444,10 @@ static void init_all_ring(void) {
     pattern_fill(s[i], bytes, seed_of(i, (i + 1) % N, 70), stream);
   }
   EXPECT_OK(ncclGroupStart());
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < N; i++) { /* (each ring message after one of no bytes) */
+    EXPECT_OK(ncclSend(NULL, 0, ncclInt8, (i + 1) % N, comms[i], stream));
     EXPECT_OK(ncclSend(s[i], bytes, ncclInt8, (i + 1) % N, comms[i], stream));
+    EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, (i + N - 1) % N, comms[i], stream));
     EXPECT_OK(ncclRecv(r[i], bytes, ncclInt8, (i + N - 1) % N, comms[i], stream));
   }
   EXPECT_OK(ncclGroupEnd());
@@ -534,6 +587,8 @@ static void graph_small(void) {
   cudaGraphExec_t exec;
   EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
   EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(NULL, 0, ncclInt8, to, comm, stream)); /* a message of no bytes first */
+  EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, from, comm, stream));
   for (int i = 0; i < N; i++) {
     EXPECT_OK(ncclSend(s[i], sizes[i], ncclInt8, to, comm, stream));
     EXPECT_OK(ncclRecv(r[i], sizes[i], ncclInt8, from, comm, stream));
@@ -1076,16 +1131,15 @@ static void mismatch(void) {
   if (rank > 1) return;
   int over = harness_over_ucx();
   size_t ch = over ? (size_t)mpn_param_int(MPN_PARAM_UCX_CHUNK) / sizeof(float) : 0;
-  const size_t ucx[][2] = {{10, 12}, {12, 10}, {ch, 2 * ch}, {2 * ch, ch}};
-  const size_t host[][2] = {{10, 12},
-                            {1000, 1250}, /* small ring against big ring */
-                            {1250, 1000},
-                            {96256, 96257}, /* big ring against the two-hop path */
+  const size_t ucx[][2] = {{10, 12}, {12, 10}, {ch, 2 * ch}, {2 * ch, ch}, {0, 10}, {10, 0}};
+  const size_t host[][2] = {{10, 12},      {0, 10},        /* a message of no bytes against one of some */
+                            {10, 0},       {1000, 1250},   /* small ring against big ring */
+                            {1250, 1000},  {96256, 96257}, /* big ring against the two-hop path */
                             {96257, 96256}};
   size_t most = 2 * ch > 96257 ? 2 * ch : 96257;
   float* buf = dev_alloc(most * sizeof(float));
   ncclComm_t pair = NULL;
-  for (int i = 0; i < (over ? 4 : 5); i++) {
+  for (int i = 0; i < (over ? 6 : 7); i++) {
     if (pair == NULL) EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
     mismatch_case(pair, two, buf, over ? ucx[i][0] : host[i][0], over ? ucx[i][1] : host[i][1]);
     if (over) {
@@ -1112,6 +1166,7 @@ int main(int argc, char** argv) {
   STEP(pool_default_stream());
   STEP(host_buffers());
   STEP(scatter_gather(100000));
+  STEP(empty_messages());
   STEP(same_peer_order());
   STEP(split_launches());
   STEP(chain_three());

@@ -6,6 +6,7 @@
  * host-only; with one they use the current device.
  */
 #include <check.h>
+#include <cuda_runtime.h>
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -444,18 +445,25 @@ START_TEST(send_recv_checks) {
   ck_assert(contains(ncclGetLastError(comm), "sendbuff is NULL with count 3"));
   ck_assert_int_eq(ncclSend(buf, SIZE_MAX / 2, ncclFloat64, 0, comm, NULL), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(comm), "overflows"));
-  /* No-ops: a null peer and an empty message. */
+  /* No-ops: a null peer (an empty message is a message: below). */
   ck_assert_int_eq(ncclSend(buf, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
   /* A missing neighbour needs no buffer, as with MPI_PROC_NULL; its datatype is still checked. */
   ck_assert_int_eq(ncclSend(NULL, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
   ck_assert_int_eq(ncclRecv(NULL, 4, ncclFloat, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
   ck_assert_int_eq(ncclRecv(NULL, 4, (ncclDataType_t)12, MPINCCL_PROC_NULL, comm, NULL), ncclInvalidArgument);
-  ck_assert_int_eq(ncclRecv(NULL, 0, ncclFloat, 0, comm, NULL), ncclSuccess);
   if (comm->cuda_dev < 0) {
-    /* A communicator without a GPU moves no data. */
+    /* A communicator without a GPU moves no data, nor messages of no bytes
+     * (they are messages, as in NCCL). */
     ck_assert_int_eq(ncclSend(buf, 4, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
     ck_assert(contains(ncclGetLastError(comm), "has no CUDA device"));
     ck_assert_int_eq(pncclRecv(buf, 4, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+    ck_assert_int_eq(ncclRecv(NULL, 0, ncclFloat, 0, comm, NULL), ncclInvalidUsage);
+  } else { /* a message of no bytes to itself, NULL buffers */
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    ck_assert_int_eq(ncclSend(NULL, 0, ncclFloat, 0, comm, NULL), ncclSuccess);
+    ck_assert_int_eq(ncclRecv(NULL, 0, ncclFloat, 0, comm, NULL), ncclSuccess);
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
   }
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
   ck_assert_int_eq(ncclSend(buf, 1, ncclFloat, 0, comm, NULL), ncclInvalidArgument);
@@ -525,9 +533,9 @@ START_TEST(group_errors) {
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess); /* inner end: nothing runs yet */
   ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(comm), "peer 3"));
-  /* The failed group left nothing behind: an empty group succeeds. */
+  /* The failed group left nothing behind: a group with only a null peer succeeds. */
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
-  ck_assert_int_eq(ncclSend(buf, 0, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
 }

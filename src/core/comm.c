@@ -278,11 +278,6 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need)
   return ncclSuccess;
 }
 
-#define CHECK_OUT(comm, caller, ptr) \
-  do { \
-    if ((ptr) == NULL) return MPN_REFUSE((comm), ncclInvalidArgument, "%s: %s is NULL", caller, #ptr); \
-  } while (0)
-
 /* A query's communicator held (an abort of another thread frees it only
  * after), then checked; its output pointer given (out_ok, named out). */
 static ncclResult_t query_hold(struct ncclComm* comm, const char* caller, int out_ok, const char* out) {
@@ -472,13 +467,14 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) MPN_EXPORT;
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) {
-  MPN_CHECK(mpn_comm_check(comm, "mpincclCommGetMPIComm", MPN_COMM_NEED_QUERY));
-  CHECK_OUT(comm, "mpincclCommGetMPIComm", mpicomm);
-  if (comm->mpi_comm == MPI_COMM_NULL)
-    return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "mpincclCommGetMPIComm: comm %p was made from a unique id, not from an "
-                      "MPI communicator",
-                      (void*)comm);
-  *mpicomm = comm->mpi_comm;
-  return ncclSuccess;
+  MPN_CHECK(query_hold(comm, "mpincclCommGetMPIComm", mpicomm != NULL, "mpicomm"));
+  MPI_Comm mine = comm->mpi_comm;
+  ncclResult_t res = mine != MPI_COMM_NULL ? ncclSuccess
+                                           : MPN_REFUSE(comm, ncclInvalidUsage,
+                                                        "mpincclCommGetMPIComm: comm %p was made from a unique id, "
+                                                        "not from an MPI communicator",
+                                                        (void*)comm);
+  mpn_comm_release(comm);
+  if (res == ncclSuccess) *mpicomm = mine;
+  return res;
 }

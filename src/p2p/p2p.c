@@ -41,6 +41,7 @@
 #include "p2p/pair.h"
 #include "p2p/plan.h"
 #include "p2p/push.h"
+#include "p2p/report.h"
 #include "p2p/side.h"
 #include "p2p/sliced.h"
 #include "p2p/stage.h"
@@ -132,59 +133,6 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm) {
   }
   mpn_cuda_device_leave(saved);
   return res;
-}
-
-void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
-  mpn_pair_report(p->pair, code, text);
-  mpn_error_set(p->op->comm, code, "%s", text);
-  mpn_comm_set_async(p->op->comm, code);
-}
-
-/* Records a mismatch where both sides find it (peer through the pair). */
-static void report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other) {
-  const mpn_op_t* op = p->op;
-  int send = op->kind == MPN_OP_SEND;
-  const mpn_side_t* s = send ? mine : other;
-  const mpn_side_t* r = send ? other : mine;
-  char text[256];
-  snprintf(text, sizeof(text),
-           "message %llu from rank %d to rank %d: ncclSend of %llu x %s, ncclRecv of %llu x %s",
-           (unsigned long long)p->seq, send ? op->comm->rank : op->peer,
-           send ? op->peer : op->comm->rank, (unsigned long long)s->count,
-           mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
-           mpn_dtype_name((ncclDataType_t)r->dtype));
-  mpn_plan_report_both(p, ncclInvalidUsage, text);
-}
-
-/* Tells the message's other side that this side failed and moved nothing:
- * its "done" still comes (nobody hangs), and ncclCommGetAsyncError says why. */
-static void report_failed_move(plan_t* p, ncclResult_t res) {
-  const mpn_op_t* op = p->op;
-  int send = op->kind == MPN_OP_SEND;
-  char text[256];
-  snprintf(text, sizeof(text),
-           "message %llu from rank %d to rank %d: rank %d could not use the buffers and "
-           "moved no data (%s)",
-           (unsigned long long)p->seq, send ? op->comm->rank : op->peer,
-           send ? op->peer : op->comm->rank, op->comm->rank, ncclGetErrorString(res));
-  mpn_pair_report(p->pair, ncclRemoteError, text);
-  mpn_comm_set_async(op->comm, res);
-}
-
-/* Whether either side refused its buffer, so that nothing moves; says so
- * on both sides (bad: this side's refusal, other: the peer's side). */
-static int buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other) {
-  if (other->exported < 0) {               /* the peer could not use its buffer (and was told so) */
-    if (other->proc != mpn_chan_proc_id()) /* (else the text of this process names the buffer already) */
-      mpn_error_set(p->op->comm, ncclInvalidUsage,
-                    "message %llu with rank %d: the peer refused its buffer (shorter than the message, not memory "
-                    "the GPU reaches, or one CUDA IPC cannot share with this process: its ncclGetLastError says "
-                    "which); nothing moved",
-                    (unsigned long long)p->seq, p->op->peer);
-    mpn_comm_set_async(p->op->comm, ncclInvalidUsage);
-  }
-  if (bad != ncclSuccess) report_failed_move(p, bad); /* own buffer unusable: the peer's message completes empty */
-  return other->exported < 0 || bad != ncclSuccess;
 }
 
 /* Finds the message's pair and number (prev: the launch's message before,
@@ -366,9 +314,9 @@ static ncclResult_t plan_post(plan_t* p) {
       mpn_comm_set_async(comm, res);
     }
     p->eager_n = other.eager_n;
-    int same = res == ncclSuccess && !buffer_refused(p, bad, &other);
+    int same = res == ncclSuccess && !mpn_plan_buffer_refused(p, bad, &other);
     if (same && (other.count != mine.count || other.dtype != mine.dtype)) {
-      report_mismatch(p, &mine, &other); /* and nothing moves */
+      mpn_plan_report_mismatch(p, &mine, &other); /* and nothing moves */
       same = 0;
     }
     mpn_eager_plan(p, other.eager, same ? op->bytes : 0);
@@ -381,16 +329,16 @@ static ncclResult_t plan_post(plan_t* p) {
     p->ev = (cudaEvent_t)(uintptr_t)other.event;
     p->ev_dev = other.event_dev;
   }
-  if (buffer_refused(p, bad, &other)) return bad;
+  if (mpn_plan_buffer_refused(p, bad, &other)) return bad;
   if (other.count != mine.count || other.dtype != mine.dtype) {
-    report_mismatch(p, &mine, &other);
+    mpn_plan_report_mismatch(p, &mine, &other);
     return ncclSuccess;
   }
   if (mine.bytes == 0) return ncclSuccess; /* a message of no bytes: its flags alone, no import */
   void* far;
   ncclResult_t res = mpn_side_resolve(p, &other, &far);
   if (res != ncclSuccess) {
-    report_failed_move(p, res);
+    mpn_plan_report_failed_move(p, res);
     return res;
   }
   p->src = send ? op->buf : far;
@@ -706,50 +654,51 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
   }
 }
 
-void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
+/* The pairs of comm with peer, send and receive (NULL where none is made),
+ * read as another thread may be making them (the watchdog, an abort); 0
+ * when comm has no pairs at all. */
+static int peer_pairs(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) {
   struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
   peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
-  if (peers == NULL) return;
+  pairs[0] = peers ? __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE) : NULL;
+  pairs[1] = peers ? __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE) : NULL;
+  return peers != NULL;
+}
+
+void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
+  mpn_pair_t* pairs[2];
+  if (!peer_pairs(comm, peer, pairs)) return;
   int saved = mpn_cuda_device_enter(comm->cuda_dev);
-  mpn_pair_release(__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE));
-  mpn_pair_release(__atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE));
+  mpn_pair_release(pairs[0]);
+  mpn_pair_release(pairs[1]);
   mpn_cuda_device_leave(saved); /* the caller's device, whichever thread it is */
   cudaGetLastError();
 }
 
 int mpn_p2p_peer_aborted(const struct ncclComm* comm, int peer) {
-  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
-  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
-  if (peers == NULL) return 0;
-  mpn_pair_t* pairs[2] = {__atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE),
-                          __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE)};
+  mpn_pair_t* pairs[2];
+  peer_pairs(comm, peer, pairs);
   for (int k = 0; k < 2; k++)
     if (pairs[k] && __atomic_load_n(&pairs[k]->mem->aborted, __ATOMIC_ACQUIRE)) return 1;
   return 0;
 }
 
 void mpn_p2p_mark_aborted(struct ncclComm* comm, int peer) {
-  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
-  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
-  for (int r = peer < 0 ? 0 : peer; peers && r < (peer < 0 ? comm->nranks : peer + 1); r++) {
-    mpn_pair_t* pairs[2] = {__atomic_load_n(&peers[r].send, __ATOMIC_ACQUIRE),
-                            __atomic_load_n(&peers[r].recv, __ATOMIC_ACQUIRE)};
+  for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? comm->nranks : peer + 1); r++) {
+    mpn_pair_t* pairs[2];
+    if (!peer_pairs(comm, r, pairs)) return;
     for (int k = 0; k < 2; k++)
       if (pairs[k]) __atomic_store_n(&pairs[k]->mem->aborted, 1, __ATOMIC_RELEASE);
   }
 }
 
 void mpn_p2p_abort(struct ncclComm* comm) {
-  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
-  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
-  if (peers == NULL) return;
   char text[128];
   snprintf(text, sizeof(text), "rank %d aborted its communicator; abort this one too", comm->rank);
   for (int peer = 0; peer < comm->nranks; peer++) {
-    mpn_pair_t* send = __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE);
-    mpn_pair_t* recv = __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE);
-    if (send == NULL && recv == NULL) continue;
-    mpn_pair_t* pairs[2] = {send, recv};
+    mpn_pair_t* pairs[2];
+    if (!peer_pairs(comm, peer, pairs)) return;
+    if (pairs[0] == NULL && pairs[1] == NULL) continue;
     mpn_p2p_mark_aborted(comm, peer); /* (done at the abort's start already; before the report the peer polls) */
     for (int k = 0; k < 2; k++)
       if (peer != comm->rank && pairs[k]) mpn_pair_report(pairs[k], ncclRemoteError, text);

@@ -1,0 +1,66 @@
+/*
+ * report.c - a message's failures told to both of its sides (report.h):
+ * this communicator's last and asynchronous errors, the peer's through
+ * the pair.
+ */
+#include "p2p/report.h"
+
+#include <stdio.h>
+
+#include "bootstrap/channel.h"
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/error.h"
+#include "p2p/pair.h"
+
+void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
+  mpn_pair_report(p->pair, code, text);
+  mpn_error_set(p->op->comm, code, "%s", text);
+  mpn_comm_set_async(p->op->comm, code);
+}
+
+/* Records a mismatch where both sides find it (peer through the pair). */
+void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other) {
+  const mpn_op_t* op = p->op;
+  int send = op->kind == MPN_OP_SEND;
+  const mpn_side_t* s = send ? mine : other;
+  const mpn_side_t* r = send ? other : mine;
+  char text[256];
+  snprintf(text, sizeof(text), "message %llu from rank %d to rank %d: ncclSend of %llu x %s, ncclRecv of %llu x %s",
+           (unsigned long long)p->seq, send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank,
+           (unsigned long long)s->count, mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
+           mpn_dtype_name((ncclDataType_t)r->dtype));
+  mpn_plan_report_both(p, ncclInvalidUsage, text);
+}
+
+/* Tells the message's other side that this side failed and moved nothing:
+ * its "done" still comes (nobody hangs), and ncclCommGetAsyncError says why. */
+void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {
+  const mpn_op_t* op = p->op;
+  int send = op->kind == MPN_OP_SEND;
+  char text[256];
+  snprintf(text, sizeof(text),
+           "message %llu from rank %d to rank %d: rank %d could not use the buffers and "
+           "moved no data (%s)",
+           (unsigned long long)p->seq, send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank,
+           op->comm->rank, ncclGetErrorString(res));
+  mpn_pair_report(p->pair, ncclRemoteError, text);
+  mpn_comm_set_async(op->comm, res);
+}
+
+/* Whether either side refused its buffer, so that nothing moves; says so
+ * on both sides (bad: this side's refusal, other: the peer's side). */
+int mpn_plan_buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other) {
+  if (other->exported < 0) {               /* the peer could not use its buffer (and was told so) */
+    if (other->proc != mpn_chan_proc_id()) /* (else the text of this process names the buffer already) */
+      mpn_error_set(p->op->comm, ncclInvalidUsage,
+                    "message %llu with rank %d: the peer refused its buffer (shorter than the message, not memory "
+                    "the GPU reaches, or one CUDA IPC cannot share with this process: its ncclGetLastError says "
+                    "which); nothing moved",
+                    (unsigned long long)p->seq, p->op->peer);
+    mpn_comm_set_async(p->op->comm, ncclInvalidUsage);
+  }
+  if (bad != ncclSuccess)
+    mpn_plan_report_failed_move(p, bad); /* own buffer unusable: the peer's message completes empty */
+  return other->exported < 0 || bad != ncclSuccess;
+}

@@ -1,0 +1,25 @@
+/*
+ * report.h - what a message's side says when it cannot move data: a count
+ * or datatype mismatch, a refused buffer, a failed move.  Each is told to
+ * both sides, the peer's through the pair, so nobody's error is silent.
+ */
+#ifndef MPN_P2P_REPORT_H_
+#define MPN_P2P_REPORT_H_
+
+#include "p2p/plan.h"
+#include "p2p/side.h"
+
+/** Records a count or datatype mismatch of mine and other (the peer's side)
+ *  on both communicators, naming the message and both calls. */
+void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other);
+
+/** Tells the message's other side that this side could not use the buffers
+ *  (res) and moved nothing: its "done" still comes, and
+ *  ncclCommGetAsyncError says why. */
+void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res);
+
+/** Whether either side refused its buffer (bad: this side's refusal; other:
+ *  the peer's side), so that nothing moves; says so on both sides. */
+int mpn_plan_buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other);
+
+#endif /* MPN_P2P_REPORT_H_ */

@@ -315,7 +315,7 @@ static ncclResult_t plan_post(plan_t* p) {
     }
     p->eager_n = other.eager_n;
     int same = res == ncclSuccess && !mpn_plan_buffer_refused(p, bad, &other);
-    if (same && (other.count != mine.count || other.dtype != mine.dtype)) {
+    if (same && mpn_plan_sides_differ(&mine, &other)) {
       mpn_plan_report_mismatch(p, &mine, &other); /* and nothing moves */
       same = 0;
     }
@@ -330,7 +330,7 @@ static ncclResult_t plan_post(plan_t* p) {
     p->ev_dev = other.event_dev;
   }
   if (mpn_plan_buffer_refused(p, bad, &other)) return bad;
-  if (other.count != mine.count || other.dtype != mine.dtype) {
+  if (mpn_plan_sides_differ(&mine, &other)) {
     mpn_plan_report_mismatch(p, &mine, &other);
     return ncclSuccess;
   }

@@ -9,6 +9,13 @@
 #include "p2p/plan.h"
 #include "p2p/side.h"
 
+/** Whether a message's two calls disagree: in count, or in datatype where
+ *  they have elements (two calls of no elements agree whatever their
+ *  datatypes, as over UCX, which compares bytes, and as NCCL takes them). */
+static inline int mpn_plan_sides_differ(const mpn_side_t* mine, const mpn_side_t* other) {
+  return mine->count != other->count || (mine->count != 0 && mine->dtype != other->dtype);
+}
+
 /** Records a count or datatype mismatch of mine and other (the peer's side)
  *  on both communicators, naming the message and both calls. */
 void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other);

@@ -46,7 +46,9 @@ int mpn_sliced_one_peer(const plan_t* plans, int n) {
   const mpn_op_t* first = NULL;
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = plans[i].op;
-    if (!plans[i].prepared || !mpn_sliced_peer(op)) continue;
+    /* (a message of no bytes needs no engine: a sync with another peer
+     * leaves the launch one peer's exchange) */
+    if (!plans[i].prepared || !mpn_sliced_peer(op) || op->bytes == 0) continue;
     if (first == NULL) first = op;
     else if (op->comm != first->comm || op->peer != first->peer) return 0;
   }

@@ -222,12 +222,51 @@ static void CUDART_CB wait_for_release(void* arg) {
   while (!sender_released) usleep(100);
 }
 
+/* Rank 1's receive of nothing from rank 0 (captured in a graph and
+ * replayed once, if captured) must not complete while rank 0's stream is
+ * held before its send of nothing (a host function that waits for the
+ * host): with no message, the receive's event would complete at once.  The
+ * receive's pointer is one nothing may read. */
+static void held_sender(int captured) {
+  int pair = nranks >= 2 && rank < 2, ready = 1, all = 0;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  void* never = (void*)(uintptr_t)0x1000;
+  if (pair && captured) {
+    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    EXPECT_OK(rank == 0 ? ncclSend(NULL, 0, ncclInt8, 1, comm, stream) : ncclRecv(never, 0, ncclInt8, 0, comm, stream));
+    ready = cudaStreamEndCapture(stream, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    EXPECT(ready);
+  }
+  MPI_Allreduce(&ready, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD); /* nobody replays alone */
+  if (pair && all && rank == 0) {
+    sender_released = 0;
+    EXPECT(cudaLaunchHostFunc(stream, wait_for_release, NULL) == cudaSuccess);
+    EXPECT(captured ? cudaGraphLaunch(exec, stream) == cudaSuccess
+                    : ncclSend(NULL, 0, ncclInt8, 1, comm, stream) == ncclSuccess);
+  } else if (pair && all) {
+    cudaEvent_t received;
+    EXPECT(cudaEventCreateWithFlags(&received, cudaEventDisableTiming) == cudaSuccess);
+    EXPECT(captured ? cudaGraphLaunch(exec, stream) == cudaSuccess
+                    : ncclRecv(never, 0, ncclInt8, 0, comm, stream) == ncclSuccess);
+    EXPECT(cudaEventRecord(received, stream) == cudaSuccess);
+    usleep(200000);
+    EXPECT(cudaEventQuery(received) == cudaErrorNotReady); /* rank 0 has not sent yet */
+    cudaGetLastError();
+    cudaEventDestroy(received);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  sender_released = 1;
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
 /* Messages of no bytes are messages, as in NCCL since 2.12.10: each takes
- * its place in the order of its pair (buffers may be NULL), and the
- * receiver's stream waits for the sender's.  Rank 1's receive of nothing
- * must not complete while rank 0's stream is held before its send (a
- * host function that waits for the host; with no message, the receive's
- * event would complete at once). */
+ * its place in the order of its pair (buffers may be NULL or point
+ * anywhere; datatypes need not agree where there are no elements), and the
+ * receiver's stream waits for the sender's (held_sender), also captured. */
 static void empty_messages(void) {
   int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
   size_t bytes = 4099;
@@ -239,28 +278,14 @@ static void empty_messages(void) {
   EXPECT_OK(ncclSend(s, 0, ncclInt8, to, comm, stream));
   EXPECT_OK(ncclRecv(r, 0, ncclFloat32, from, comm, stream));
   EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
-  EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclRecv(NULL, 0, ncclFloat64, from, comm, stream)); /* (no elements: any datatype agrees) */
   EXPECT_OK(ncclGroupEnd());
   expect_pattern(r, bytes, seed_of(from, rank, 90), "data between empty messages");
-  if (nranks >= 2 && rank < 2) {
-    if (rank == 0) {
-      sender_released = 0;
-      EXPECT(cudaLaunchHostFunc(stream, wait_for_release, NULL) == cudaSuccess);
-      EXPECT_OK(ncclSend(NULL, 0, ncclInt8, 1, comm, stream));
-    } else {
-      cudaEvent_t received;
-      EXPECT(cudaEventCreateWithFlags(&received, cudaEventDisableTiming) == cudaSuccess);
-      EXPECT_OK(ncclRecv(NULL, 0, ncclInt8, 0, comm, stream));
-      EXPECT(cudaEventRecord(received, stream) == cudaSuccess);
-      usleep(200000);
-      EXPECT(cudaEventQuery(received) == cudaErrorNotReady); /* rank 0 has not sent yet */
-      cudaGetLastError();
-      cudaEventDestroy(received);
-    }
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  sender_released = 1;
-  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  ncclResult_t async = ncclInternalError;
+  EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+  EXPECT(async == ncclSuccess);
+  held_sender(0);
+  held_sender(1);
   cudaFree(s);
   cudaFree(r);
 }

@@ -184,8 +184,8 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
   }
   /* Streams forked before the engines' checks: a refusal there may tell
    * peers, a failed fork tells nobody, as nothing is posted yet.  No import
-   * is closed meanwhile (cuda/ipc_closer.h). */
-  mpn_ipc_closer_launch_begin();
+   * is closed meanwhile, unless one ran for long (cuda/ipc_closer.h). */
+  int gated = mpn_ipc_closer_launch_begin();
   mpn_alias_t alias = {0, NULL};
   res = capture_check(lists);
   if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
@@ -202,7 +202,7 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
     mpn_drain_end();
     mpn_keep(&res, mpn_alias_join(&alias));
   }
-  mpn_ipc_closer_launch_end();
+  mpn_ipc_closer_launch_end(gated);
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) mpn_comm_release(op->comm);
   ops_free(p2p);

@@ -41,6 +41,19 @@ static struct {
 static pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
 static int (*quiet_fn)(void);
 
+/*
+ * But the application's own work may wait for a peer too (a host function
+ * that waits for MPI, a memory wait of its own), for something the peer
+ * does only once this host is past the launch: a launch that waited for
+ * that close would wait for good (docs/P2P.md, known problem 17).  So a
+ * launch waits for a running close at most GATE_WAIT_MS, as long as the
+ * closing thread's poll, then goes on without the gate; no close starts
+ * while such a launch runs.  Its calls that wait with a close (a stream's
+ * creation) still wait, as before.
+ */
+#define GATE_WAIT_MS 20
+static int ungated; /* launches going on without the gate */
+
 /* How often the closing thread asks whether the process is quiet: each
  * asking may read words from the device (core/drain.c), which costs a
  * time-sliced GPU a switch. */
@@ -74,9 +87,27 @@ static void close_one(const mpn_ipc_closing_t* c) {
   mpn_ipc_held_remove(c); /* (after the close: until then the owner's new allocation cannot be mapped here) */
 }
 
-void mpn_ipc_closer_launch_begin(void) { pthread_rwlock_rdlock(&gate); }
+int mpn_ipc_closer_launch_begin(void) {
+  if (pthread_rwlock_tryrdlock(&gate) == 0) return 1;
+  struct timespec until; /* (the POSIX wait takes the real-time clock) */
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += GATE_WAIT_MS * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  if (pthread_rwlock_timedrdlock(&gate, &until) == 0) return 1;
+  __atomic_add_fetch(&ungated, 1, __ATOMIC_ACQ_REL);
+  MPN_TRACE(MPN_SUBSYS_IPC, "a launch goes on beside a close of an IPC import that ran for %d ms", GATE_WAIT_MS);
+  return 0;
+}
 
-void mpn_ipc_closer_launch_end(void) { pthread_rwlock_unlock(&gate); }
+void mpn_ipc_closer_launch_end(int gated) {
+  if (gated)
+    pthread_rwlock_unlock(&gate);
+  else
+    __atomic_sub_fetch(&ungated, 1, __ATOMIC_ACQ_REL);
+}
 
 void mpn_ipc_closer_set_quiet(int (*quiet)(void)) { __atomic_store_n(&quiet_fn, quiet, __ATOMIC_RELEASE); }
 
@@ -94,7 +125,7 @@ static int close_slot(void) {
     int (*quiet)(void) = __atomic_load_n(&quiet_fn, __ATOMIC_ACQUIRE);
     if (hurry || quiet == NULL) return 0;
     if (pthread_rwlock_trywrlock(&gate) == 0) {
-      if (quiet()) return 1;
+      if (__atomic_load_n(&ungated, __ATOMIC_ACQUIRE) == 0 && quiet()) return 1;
       pthread_rwlock_unlock(&gate);
     }
     usleep(QUIET_POLL_US);

@@ -43,11 +43,16 @@ int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, c
  * A launch (ncclGroupEnd's enqueue of sends, receives and one-sided
  * operations) holds these around its CUDA calls: the closing thread starts
  * a close only between launches, and only once the process is quiet (see
- * mpn_ipc_closer_set_quiet), so that the close waits for no work that
- * waits for a peer, and no launch adds such work while it runs.
+ * mpn_ipc_closer_set_quiet), so that the close waits for no work of the
+ * library's that waits for a peer, and no launch adds such work while it
+ * runs.  A close that runs for long waits for work of the application's,
+ * which may wait for this host to pass the launch: begin waits for it a
+ * short while (20 ms), then returns 0 and the launch goes on beside it (no
+ * close starts before its end).  Returns 1 with the gate held; end gets
+ * what begin returned.
  */
-void mpn_ipc_closer_launch_begin(void);
-void mpn_ipc_closer_launch_end(void);
+int mpn_ipc_closer_launch_begin(void);
+void mpn_ipc_closer_launch_end(int gated);
 
 /**
  * How the closing thread tells that the process is quiet: quiet returns 1

@@ -221,8 +221,9 @@ static void scatter_gather(size_t bytes) {
  * after the ranks met, against a look 100 ms after they met (with no
  * message, the receive's event would complete at once).  Not a host
  * function that waits for the host: a close of an IPC import waits for the
- * process's GPU work, and launches wait for closes (docs/P2P.md, known
- * problem 17).  The receive's pointer is one nothing may read. */
+ * process's GPU work, and launches waited for closes (docs/P2P.md, known
+ * problem 17; they wait 20 ms now).  The receive's pointer is one nothing
+ * may read. */
 static void held_sender(int captured) {
   int pair = nranks >= 2 && rank < 2, ready = 1, all = 0;
   cudaGraph_t graph = NULL;

@@ -464,17 +464,49 @@ START_TEST(closes_wait_for_quiet) {
   mpn_ipc_forget(owner, 1, 0);
   usleep(100000);
   ck_assert_int_eq(closes, 0); /* not quiet */
-  mpn_ipc_closer_launch_begin();
+  ck_assert_int_eq(mpn_ipc_closer_launch_begin(), 1);
   __atomic_store_n(&quiet_now, 1, __ATOMIC_RELEASE);
   usleep(100000);
   ck_assert_int_eq(closes, 0); /* quiet, but a launch runs */
-  mpn_ipc_closer_launch_end();
+  mpn_ipc_closer_launch_end(1);
   ck_assert_int_eq(closed(), 1);
   /* A thread waiting for a close does not wait for quiet. */
   __atomic_store_n(&quiet_now, 0, __ATOMIC_RELEASE);
   mpn_ipc_forget(owner, 2, 0);
   ck_assert_int_eq(mpn_ipc_closer_wait(owner, 0, r.base, r.size, NULL, 5000), 1);
   ck_assert_int_eq(closes, 2);
+  ck_assert_int_eq(open_count(), 0);
+}
+END_TEST
+
+/* A launch that finds a close running for long (it waits for work of the
+ * application's, which may wait for this host to pass the launch) goes on
+ * beside it after a short wait, and no close starts before that launch
+ * ends (ipc_closer.h). */
+START_TEST(launch_goes_by_a_long_close) {
+  done[0] = 1;
+  mpn_ipc_closer_set_quiet(test_quiet);
+  __atomic_store_n(&quiet_now, 1, __ATOMIC_RELEASE);
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), r = owner_range(2, base + 65536, 4096, 2);
+  import_once(&q, event(0));
+  import_once(&r, event(0));
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE); /* the "device" is busy: a close waits */
+  mpn_ipc_forget(owner, 1, 0);
+  int gated = 1;
+  for (int tries = 0; gated && tries < 500; tries++) { /* until the close holds the gate */
+    gated = mpn_ipc_closer_launch_begin();
+    if (gated) {
+      mpn_ipc_closer_launch_end(1);
+      usleep(10000);
+    }
+  }
+  ck_assert_int_eq(gated, 0); /* it went on beside the close */
+  mpn_ipc_forget(owner, 2, 0);
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  usleep(100000);
+  ck_assert_int_eq(closes, 1); /* the first close ended; the second waits for the launch */
+  mpn_ipc_closer_launch_end(0);
+  ck_assert_int_eq(closed(), 2);
   ck_assert_int_eq(open_count(), 0);
 }
 END_TEST
@@ -495,6 +527,7 @@ int main(void) {
   tcase_add_test(tc, import_over_stale_gives_up);
   tcase_add_test(tc, held_imports_seen_by_owner);
   tcase_add_test(tc, closes_wait_for_quiet);
+  tcase_add_test(tc, launch_goes_by_a_long_close);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

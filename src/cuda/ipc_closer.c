@@ -4,6 +4,7 @@
  * returns, so that an open that the driver refuses while an import of the
  * same memory is being closed can wait for that close alone.
  */
+#define _GNU_SOURCE /* pthread_rwlock_clockrdlock */
 #include "cuda/ipc_closer.h"
 
 #include <errno.h>
@@ -46,13 +47,22 @@ static int (*quiet_fn)(void);
  * that waits for MPI, a memory wait of its own), for something the peer
  * does only once this host is past the launch: a launch that waited for
  * that close would wait for good (docs/P2P.md, known problem 17).  So a
- * launch waits for a running close at most GATE_WAIT_MS, as long as the
- * closing thread's poll, then goes on without the gate; no close starts
- * while such a launch runs.  Its calls that wait with a close (a stream's
- * creation) still wait, as before.
+ * launch waits for a running close only until it has run GATE_WAIT_NS (as
+ * long as the closing thread's poll), then goes on without the gate.  A
+ * launch that waits, or goes on so, is counted before it waits, and no
+ * close starts while any is counted (the count is read after the quiet
+ * check, which may take long); one that gets the gate is uncounted.  Its
+ * calls that wait with a close (a stream's creation) still wait.
  */
-#define GATE_WAIT_MS 20
-static int ungated; /* launches going on without the gate */
+#define GATE_WAIT_NS (20ull * 1000000ull)
+static int ungated;             /* launches waiting past a close, or going on without the gate */
+static uint64_t close_since_ns; /* CLOCK_MONOTONIC when the running close took the gate; 0: none */
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 /* How often the closing thread asks whether the process is quiet: each
  * asking may read words from the device (core/drain.c), which costs a
@@ -89,16 +99,18 @@ static void close_one(const mpn_ipc_closing_t* c) {
 
 int mpn_ipc_closer_launch_begin(void) {
   if (pthread_rwlock_tryrdlock(&gate) == 0) return 1;
-  struct timespec until; /* (the POSIX wait takes the real-time clock) */
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_nsec += GATE_WAIT_MS * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
+  __atomic_add_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
+  uint64_t since = __atomic_load_n(&close_since_ns, __ATOMIC_ACQUIRE), now = now_ns();
+  uint64_t deadline = (since ? since : now) + GATE_WAIT_NS;
+  if (deadline > now) {
+    struct timespec until = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+    if (pthread_rwlock_clockrdlock(&gate, CLOCK_MONOTONIC, &until) == 0) {
+      __atomic_sub_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
+      return 1;
+    }
   }
-  if (pthread_rwlock_timedrdlock(&gate, &until) == 0) return 1;
-  __atomic_add_fetch(&ungated, 1, __ATOMIC_ACQ_REL);
-  MPN_TRACE(MPN_SUBSYS_IPC, "a launch goes on beside a close of an IPC import that ran for %d ms", GATE_WAIT_MS);
+  MPN_TRACE(MPN_SUBSYS_IPC, "a launch goes on beside a close of an IPC import that has run for %llu us",
+            since ? (unsigned long long)((now_ns() - since) / 1000) : 0ull);
   return 0;
 }
 
@@ -106,7 +118,7 @@ void mpn_ipc_closer_launch_end(int gated) {
   if (gated)
     pthread_rwlock_unlock(&gate);
   else
-    __atomic_sub_fetch(&ungated, 1, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
 }
 
 void mpn_ipc_closer_set_quiet(int (*quiet)(void)) { __atomic_store_n(&quiet_fn, quiet, __ATOMIC_RELEASE); }
@@ -125,7 +137,11 @@ static int close_slot(void) {
     int (*quiet)(void) = __atomic_load_n(&quiet_fn, __ATOMIC_ACQUIRE);
     if (hurry || quiet == NULL) return 0;
     if (pthread_rwlock_trywrlock(&gate) == 0) {
-      if (__atomic_load_n(&ungated, __ATOMIC_ACQUIRE) == 0 && quiet()) return 1;
+      if (__atomic_load_n(&ungated, __ATOMIC_SEQ_CST) == 0 && quiet() &&
+          __atomic_load_n(&ungated, __ATOMIC_SEQ_CST) == 0) {
+        __atomic_store_n(&close_since_ns, now_ns(), __ATOMIC_RELEASE);
+        return 1;
+      }
       pthread_rwlock_unlock(&gate);
     }
     usleep(QUIET_POLL_US);
@@ -151,7 +167,10 @@ static void* closer_main(void* arg) {
       break;
     }
     close_one(&c);
-    if (gated) pthread_rwlock_unlock(&gate);
+    if (gated) {
+      __atomic_store_n(&close_since_ns, 0, __ATOMIC_RELEASE);
+      pthread_rwlock_unlock(&gate);
+    }
     pthread_mutex_lock(&closer.lock);
     memmove(&closer.items[0], &closer.items[1], (size_t)(closer.n - 1) * sizeof(closer.items[0]));
     closer.n--;

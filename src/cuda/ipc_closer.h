@@ -46,9 +46,10 @@ int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, c
  * mpn_ipc_closer_set_quiet), so that the close waits for no work of the
  * library's that waits for a peer, and no launch adds such work while it
  * runs.  A close that runs for long waits for work of the application's,
- * which may wait for this host to pass the launch: begin waits for it a
- * short while (20 ms), then returns 0 and the launch goes on beside it (no
- * close starts before its end).  Returns 1 with the gate held; end gets
+ * which may wait for this host to pass the launch: begin waits only until
+ * the close has run 20 ms (at once past that), then returns 0 and the
+ * launch goes on beside it; no close starts from the moment a launch waits
+ * until it gets the gate or ends.  Returns 1 with the gate held; end gets
  * what begin returned.
  */
 int mpn_ipc_closer_launch_begin(void);

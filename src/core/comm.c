@@ -279,34 +279,35 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need)
 }
 
 /* A query's communicator held (an abort of another thread frees it only
- * after), then checked; its output pointer given (out_ok, named out). */
-static ncclResult_t query_hold(struct ncclComm* comm, const char* caller, int out_ok, const char* out) {
+ * after), then checked for need (MPN_COMM_NEED_*); its output pointer given
+ * (out_ok, named out).  Released on failure. */
+static ncclResult_t query_hold(struct ncclComm* comm, const char* caller, int need, int out_ok, const char* out) {
   if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", caller);
   if (!mpn_comm_hold(comm))
     return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator (destroyed, or never created)",
                       caller, (void*)comm);
-  ncclResult_t res = mpn_comm_check(comm, caller, MPN_COMM_NEED_QUERY);
+  ncclResult_t res = mpn_comm_check(comm, caller, need);
   if (res == ncclSuccess && !out_ok) res = MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL", caller, out);
   if (res != ncclSuccess) mpn_comm_release(comm);
   return res;
 }
 
 MPN_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
-  MPN_CHECK(query_hold(comm, "ncclCommCount", count != NULL, "count"));
+  MPN_CHECK(query_hold(comm, "ncclCommCount", MPN_COMM_NEED_QUERY, count != NULL, "count"));
   *count = comm->nranks;
   mpn_comm_release(comm);
   return ncclSuccess;
 }
 
 MPN_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
-  MPN_CHECK(query_hold(comm, "ncclCommUserRank", rank != NULL, "rank"));
+  MPN_CHECK(query_hold(comm, "ncclCommUserRank", MPN_COMM_NEED_QUERY, rank != NULL, "rank"));
   *rank = comm->rank;
   mpn_comm_release(comm);
   return ncclSuccess;
 }
 
 MPN_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
-  MPN_CHECK(query_hold(comm, "ncclCommCuDevice", device != NULL, "device"));
+  MPN_CHECK(query_hold(comm, "ncclCommCuDevice", MPN_COMM_NEED_QUERY, device != NULL, "device"));
   *device = comm->cuda_dev;
   mpn_comm_release(comm);
   return ncclSuccess;
@@ -331,16 +332,9 @@ static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncEr
 
 MPN_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   /* Held first: a thread may poll while another aborts, which frees comm
-   * only once the poll let go of it. */
-  if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: comm is NULL");
-  if (!mpn_comm_hold(comm))
-    return MPN_REFUSE(NULL, ncclInvalidArgument,
-                      "ncclCommGetAsyncError: comm %p is not a live communicator (destroyed, or never created)",
-                      (void*)comm);
-  if (asyncError == NULL) {
-    mpn_comm_release(comm);
-    return MPN_REFUSE(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-  }
+   * only once the poll let go of it.  Any live communicator: one still
+   * being created, or whose creation failed, answers too. */
+  MPN_CHECK(query_hold(comm, "ncclCommGetAsyncError", MPN_COMM_NEED_LIVE, asyncError != NULL, "asyncError"));
   ncclResult_t res = get_async_error(comm, asyncError);
   mpn_comm_release(comm);
   return res;
@@ -467,7 +461,7 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) MPN_EXPORT;
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) {
-  MPN_CHECK(query_hold(comm, "mpincclCommGetMPIComm", mpicomm != NULL, "mpicomm"));
+  MPN_CHECK(query_hold(comm, "mpincclCommGetMPIComm", MPN_COMM_NEED_QUERY, mpicomm != NULL, "mpicomm"));
   MPI_Comm mine = comm->mpi_comm;
   ncclResult_t res = mine != MPI_COMM_NULL ? ncclSuccess
                                            : MPN_REFUSE(comm, ncclInvalidUsage,

@@ -178,6 +178,16 @@ START_TEST(registration_arguments) {
 }
 END_TEST
 
+/* The result of a non-blocking creation, once it is no longer in progress
+ * (ncclCommGetAsyncError polled). */
+static ncclResult_t creation_result(ncclComm_t comm) {
+  ncclResult_t state;
+  do {
+    ck_assert_int_eq(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  } while (state == ncclInProgress);
+  return state;
+}
+
 /* Every call that needs a working communicator, on one that is closed:
  * finalized (ncclInvalidUsage, "was finalized") or gone, destroyed or
  * aborted (ncclInvalidArgument; the handle is looked up, never
@@ -262,13 +272,7 @@ START_TEST(calls_on_failed_comm) {
   ck_assert_int_eq(ncclCommInitRankConfig(&comms[1], 3, id, 1, &cfg), ncclInProgress);
   char buf[8] = {0};
   int n;
-  for (int i = 0; i < 2; i++) {
-    ncclResult_t state;
-    do {
-      ck_assert_int_eq(ncclCommGetAsyncError(comms[i], &state), ncclSuccess);
-    } while (state == ncclInProgress);
-    ck_assert_int_eq(state, ncclInvalidArgument);
-  }
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(creation_result(comms[i]), ncclInvalidArgument);
   /* (before any refusal on this thread: the newer text is the thread's) */
   for (int i = 0; i < 2; i++)
     ck_assert_msg(strstr(ncclGetLastError(comms[i]), "disagree on nranks") != NULL, "%s", ncclGetLastError(comms[i]));
@@ -295,11 +299,7 @@ START_TEST(rma_contexts_disagree) {
     ck_assert_int_eq(ncclCommInitRankConfig(&comms[i], 2, id, i, &cfg[i]), ncclInProgress);
   }
   for (int i = 0; i < 2; i++) {
-    ncclResult_t state;
-    do {
-      ck_assert_int_eq(ncclCommGetAsyncError(comms[i], &state), ncclSuccess);
-    } while (state == ncclInProgress);
-    ck_assert_int_eq(state, ncclInvalidArgument);
+    ck_assert_int_eq(creation_result(comms[i]), ncclInvalidArgument);
     ck_assert_msg(strstr(ncclGetLastError(comms[i]), "rank 0 has numRmaCtx 1, rank 1 has 2") != NULL, "%s",
                   ncclGetLastError(comms[i]));
   }

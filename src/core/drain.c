@@ -18,6 +18,7 @@
 #include "core/param.h"
 #include "cuda/device.h"
 #include "cuda/event.h"
+#include "cuda/service.h"
 #include "cuda/syncs.h"
 
 /* Words that flag kernels and batches set, in device memory (a store to
@@ -41,7 +42,7 @@ struct mpn_drain {
   uint64_t words_used;        /* bit per word */
   uint64_t last[DRAIN_WORDS]; /* the last value handed out per word */
   uint64_t seen[DRAIN_WORDS]; /* the words as last read */
-  cudaStream_t reader;        /* reads them (finalize) */
+  cudaStream_t reader;        /* reads them: the device's service stream */
   int words_tried, warned;
   uint64_t by_event, by_kernel; /* marks made each way */
 };
@@ -129,26 +130,15 @@ static drain_stream_t* drain_entry(struct mpn_drain* d, unsigned long long id, i
 }
 
 /* The words, at 0, made at the first kernel or batch that carries a mark
- * (on the current device, the communicator's; in relaxed capture mode:
- * another thread may be capturing). */
+ * (on the current device, the communicator's), and read on the device's
+ * service stream. */
 static void words_make(struct mpn_drain* d) {
   d->words_tried = 1;
   void* words = NULL;
-  cudaStream_t reader = NULL;
-  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  cudaError_t err = cudaMalloc(&words, DRAIN_WORDS * sizeof(uint64_t));
-  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
-  if (err == cudaSuccess) err = cudaMemsetAsync(words, 0, DRAIN_WORDS * sizeof(uint64_t), reader);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(reader);
-  mpn_cuda_relaxed_leave(mode);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    if (reader) cudaStreamDestroy(reader);
-    if (words) cudaFree(words);
+  if (mpn_cuda_alloc_zeroed(DRAIN_WORDS * sizeof(uint64_t), DRAIN_WORDS * sizeof(uint64_t), &words) != cudaSuccess)
     return; /* events only */
-  }
   d->words = words;
-  d->reader = reader;
+  d->reader = mpn_cuda_service_stream(mpn_cuda_current_device());
 }
 
 /* A word for e; 0 when none.  Its values go on from the word's last. */
@@ -323,7 +313,6 @@ void mpn_drain_free(struct ncclComm* comm) {
   int pending = drain_prune(d, comm->cuda_dev);
   for (int i = 0; i < d->n; i++) mpn_event_put(comm->cuda_dev, d->at[i].ev);
   if (d->words && pending == 0) cudaFree(d->words); /* else a kernel may still write them: left */
-  if (d->reader) cudaStreamDestroy(d->reader);
   free(d->at);
   pthread_mutex_destroy(&d->lock);
   free(d);

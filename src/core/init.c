@@ -26,6 +26,7 @@
 #endif
 #include "cuda/device.h"
 #include "cuda/kernels.h"
+#include "cuda/service.h"
 #include "cuda/sync.h"
 #include "p2p/p2p.h"
 #include "transport.h"
@@ -213,8 +214,13 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   MPN_CHECK_GOTO(comm_setup(comm), res, fail);
   /* The kernels load now, not at their first launch, and only once the
    * communicator is set up (kernels.c); the barrier keeps every rank from
-   * enqueuing work before all have loaded them. */
-  if (job->device >= 0) mpn_cuda_kernels_load(job->device);
+   * enqueuing work before all have loaded them.  The device's service stream
+   * is made now too: a launch that made it could wait with a close of an
+   * IPC import (cuda/service.h). */
+  if (job->device >= 0) {
+    mpn_cuda_kernels_load(job->device);
+    mpn_cuda_service_make(job->device);
+  }
   MPN_CHECK_GOTO(mpn_bootstrap_barrier(b), res, fail);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d cudaDev %d ready", (void*)comm, comm->rank,
            comm->nranks, comm->cuda_dev);

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/service.h"
 #include "cuda/sync.h"
 
 /* Slots: enough for the captured launches of a few large graphs besides
@@ -40,21 +41,17 @@ static pool_t* pools[POOL_DEVICES];
 static int pool_tried[POOL_DEVICES];
 
 /* Makes the current device's pool, or NULL (said once).  Zeroes the
- * counters on a stream of its own, so that no stream of the application is
- * waited for; relaxed capture mode, so that a capture another thread has
- * open is not disturbed. */
+ * counters on the device's service stream, so that no stream of the
+ * application is waited for; relaxed capture mode, so that a capture
+ * another thread has open is not disturbed. */
 static pool_t* pool_make(int dev) {
   pool_t* p = calloc(1, sizeof(*p));
   void* counters = NULL;
-  cudaStream_t zero = NULL;
+  size_t bytes = (size_t)POOL_SLOTS * POOL_STRIDE;
+  cudaError_t err = p ? mpn_cuda_alloc_zeroed(bytes, bytes, &counters) : cudaErrorMemoryAllocation;
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  cudaError_t err = p ? cudaMalloc(&counters, (size_t)POOL_SLOTS * POOL_STRIDE) : cudaErrorMemoryAllocation;
-  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking);
-  if (err == cudaSuccess) err = cudaMemsetAsync(counters, 0, (size_t)POOL_SLOTS * POOL_STRIDE, zero);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(zero);
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(POOL_SLOTS * sizeof(uint64_t), (void**)&p->done, &p->done_dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&p->sms, cudaDevAttrMultiProcessorCount, dev);
-  if (zero) cudaStreamDestroy(zero);
   mpn_cuda_relaxed_leave(mode);
   if (err != cudaSuccess) {
     cudaGetLastError();

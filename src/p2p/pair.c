@@ -33,6 +33,7 @@
 #include "core/proc.h"
 #include "cuda/device.h"
 #include "cuda/driver.h"
+#include "cuda/service.h"
 #include "p2p/eager.h"
 
 /* Pair file names, after shm_open's '/': both sides make the same one. */
@@ -283,19 +284,12 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
      * (both sides read the block's size: mpn_eager_graph_ok; its senders'
      * waits by memory operations are NOR waits). */
     int graph_inbox = mpn_param_int(MPN_PARAM_EAGER_GRAPH) && mpn_driver_wait_nor(dev);
-    cudaError_t err = cudaMalloc(&d, graph_inbox ? MPN_PAIR_DBLOCK_BYTES : MPN_IPC_BLOCK_BYTES);
-    cudaStream_t s = NULL; /* not the legacy stream: a capture may be under way */
-    if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaMemsetAsync(d, 0, MPN_PAIR_DZERO_BYTES, s);
-    if (err == cudaSuccess) err = cudaStreamSynchronize(s);
-    if (s) cudaStreamDestroy(s);
+    cudaError_t err =
+        mpn_cuda_alloc_zeroed(graph_inbox ? MPN_PAIR_DBLOCK_BYTES : MPN_IPC_BLOCK_BYTES, MPN_PAIR_DZERO_BYTES, &d);
     int pool = 0;
     ncclResult_t res = err == cudaSuccess ? mpn_ipc_export(d, "device flags", &mem->flags_desc, &pool)
                                           : ncclUnhandledCudaError;
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      mpn_error_set(NULL, res, "device flags for %s: %s", p->name, cudaGetErrorString(err));
-    }
+    if (err != cudaSuccess) mpn_error_set(NULL, res, "device flags for %s: %s", p->name, cudaGetErrorString(err));
     if (res != ncclSuccess) {
       if (d) cudaFree(d);
       if (forced) return res;
@@ -698,15 +692,14 @@ void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
   __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
 }
 
-/* Device flags and signals are written with copies on a stream of the
- * caller's own, which depends on no stream that may be waiting. */
+/* Device flags and signals are written with copies on the device's service
+ * stream, which depends on no stream that may be waiting. */
 static void pair_release_device(mpn_pair_t* pair) {
   uint64_t values[MPN_PAIR_FLAGS]; /* (12 KiB; the watchdog and an abort may release at once) */
   for (int i = 0; i < MPN_PAIR_FLAGS; i++)
     values[i] = i < 2 * MPN_PAIR_SLOTS ? UINT64_MAX >> 1 : MPN_PAIR_GRAPH_RELEASED;
-  cudaStream_t s;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    cudaGetLastError();
+  cudaStream_t s = mpn_cuda_service_stream(mpn_cuda_current_device());
+  if (s == NULL) {
     MPN_WARN("cannot release the device flags of %s", pair->name);
     return;
   }
@@ -715,7 +708,6 @@ static void pair_release_device(mpn_pair_t* pair) {
   for (int i = 0; i < MPN_PAIR_RMA_CTX; i++) signals[i] = UINT64_MAX >> 1;
   cudaMemcpyAsync((void*)mpn_pair_signal(pair, 0), signals, sizeof(signals), cudaMemcpyHostToDevice, s);
   cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
   cudaGetLastError();
 }
 

@@ -1222,5 +1222,6 @@ int main(int argc, char** argv) {
   STEP(short_here());
   STEP(other_memory());
   STEP(in_the_way());
+  STEP(beside_a_close());
   return harness_finish();
 }

@@ -1,8 +1,8 @@
 /*
  * test_p2p.h - the steps of test_p2p that live in test_p2p_paths.c (the
- * protocol's paths: inbox, delegation, limits, pushes, copy grids) and
- * test_p2p_buffers.c (the buffers a message names), and what they share
- * with test_p2p.c.
+ * protocol's paths: inbox, delegation, limits, pushes, copy grids),
+ * test_p2p_buffers.c (the buffers a message names) and test_p2p_closes.c
+ * (closes of CUDA IPC imports), and what they share with test_p2p.c.
  */
 #ifndef MPN_TESTS_GPU_TEST_P2P_H_
 #define MPN_TESTS_GPU_TEST_P2P_H_
@@ -40,7 +40,11 @@ void short_buffer(void);
 void short_here(void);
 /** Managed and pinned host memory within this process move whole. */
 void other_memory(void);
+
+/* test_p2p_closes.c */
 /** A new buffer over a freed one the peer still maps goes through a stage. */
 void in_the_way(void);
+/** A launch beside a close that waits for the application's stream returns. */
+void beside_a_close(void);
 
 #endif /* MPN_TESTS_GPU_TEST_P2P_H_ */

@@ -12,15 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/topo.h"
-#include "cuda/ipc.h"
-#include "cuda/ipc_held.h"
 #include "harness.h"
 #include "mpinccl.h"
 #include "p2p/p2p.h"
-#include "p2p/side.h"
 #include "pattern.h"
 #include "test_p2p.h"
 #include "transport.h"
@@ -492,67 +488,4 @@ void grid_copies(void) {
     }
   cudaFree(s);
   cudaFree(r);
-}
-
-/* Rank 0 sends buf to rank 1, posting first; both streams synchronized after. */
-static void in_the_way_send(ncclComm_t pair, MPI_Comm two, const void* s, size_t bytes) {
-  if (rank == 0) EXPECT_OK(ncclSend(s, bytes, ncclInt8, 1, pair, stream));
-  MPI_Barrier(two); /* rank 0 posted first: rank 1 maps its buffer */
-  if (rank == 1) EXPECT_OK(ncclRecv((void*)s, bytes, ncclInt8, 0, pair, stream));
-  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-  MPI_Barrier(two);
-}
-
-/*
- * A new buffer over a freed one the peer still maps (docs/P2P.md, known
- * problem 17): rank 1 maps rank 0's q; rank 0 frees q and allocates a
- * larger s, which the allocator may place over q.  Where rank 1's list of
- * held imports shows q in s's way, rank 0 sends s through a stage (rank 1
- * could not map s until it closed q, and that close may wait for its GPU
- * work); either way the data arrives.
- */
-void in_the_way(void) {
-  if (nranks < 2 || harness_over_ucx()) return;
-  enum { SMALL = 1 << 20, LARGE = 3 << 19 }; /* above the inbox's big slots: buffers are shared */
-  MPI_Comm two;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &two);
-  if (rank > 1) return;
-  ncclComm_t pair = NULL;
-  EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
-  char *buf = dev_alloc(rank == 0 ? SMALL : LARGE), *s = NULL;
-  if (rank == 0) pattern_fill(buf, SMALL, seed_of(0, 1, 9300), stream);
-  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-  in_the_way_send(pair, two, buf, SMALL);
-  if (rank == 1) expect_pattern(buf, SMALL, seed_of(0, 1, 9300), "in_the_way: first message");
-  int way = 0, exercised = 0;
-  uint64_t before = mpn_side_staged();
-  if (rank == 0) {
-    uintptr_t q = (uintptr_t)buf;
-    EXPECT(cudaFree(buf) == cudaSuccess);
-    s = dev_alloc(LARGE);
-    pattern_fill(s, LARGE, seed_of(0, 1, 9301), stream);
-    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
-    /* What rank 0's send will find in rank 1's list. */
-    const mpn_rank_info_t* r1 = &pair->topo.ranks[1];
-    mpn_ipc_held_proc_t peer = {.pidns = r1->pidns, .start_time = r1->start_time, .pid = r1->pid};
-    mpn_ipc_desc_t d;
-    int pool = 0;
-    EXPECT_OK(mpn_ipc_export(s, "s", &d, &pool));
-    way = mpn_ipc_held_in_way(&peer, mpn_chan_proc_id(), d.base, d.size);
-    exercised = (uintptr_t)s < q + SMALL && q < (uintptr_t)s + LARGE;
-  }
-  in_the_way_send(pair, two, rank == 0 ? s : buf, LARGE);
-  if (rank == 1) expect_pattern(buf, LARGE, seed_of(0, 1, 9301), "in_the_way: the new buffer");
-  if (rank == 0) {
-    EXPECT(mpn_side_staged() - before == (uint64_t)way);
-    if (exercised && !way)
-      fprintf(stderr,
-              "in_the_way: s overlaps the freed q, but rank 1 does not map q (it moved the first message from its own "
-              "side)\n");
-    if (!exercised) fprintf(stderr, "in_the_way: the allocator placed s apart from q: the stage was not exercised\n");
-    if (way) fprintf(stderr, "in_the_way: s went through a stage\n");
-  }
-  EXPECT_OK(ncclCommDestroy(pair));
-  cudaFree(rank == 0 ? s : buf);
-  MPI_Comm_free(&two);
 }

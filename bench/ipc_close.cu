@@ -6,8 +6,9 @@
 //       that only the host releases (as a stream waiting for a peer is); a
 //       watchdog releases it after 1.5 s, so a close that returns only then
 //       waited for the device;
-//  3.   a close on a thread of its own, and the calls an enqueue makes on
-//       another thread meanwhile, each timed;
+//  3.   a close on a thread of its own, and one call an enqueue may make on
+//       another thread meanwhile, timed; each call beside a close of its own
+//       (one that waits would hide what the next does);
 //  4.   the same after explicit peer access;
 //  5-6. the owner frees an imported allocation's whole block and allocates
 //       anew at the same address;
@@ -20,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -117,61 +119,109 @@ static void while_held(held_stream* h, const char* what, F op) {
 
 __global__ void nop_kernel(void) {}
 
-/* A close on a thread of its own while the stream is held (a watchdog
- * releases it after 1.5 s); meanwhile this thread makes the calls an enqueue
- * makes, timing each: one that took about as long waited for the close. */
-static void close_on_thread(held_stream* h, void* mapping, const cudaIpcMemHandle_t* other, memop64_fn write64) {
+/* One call, timed, while a close runs on a thread of its own and the stream
+ * is held (a watchdog releases it after 1.5 s): a call that took about as
+ * long waited with the close.  Each call gets a close of its own, so that
+ * one that waited does not hide what the next does. */
+template <typename F>
+static void beside_close(held_stream* h, const cudaIpcMemHandle_t* handle, const char* what, F op) {
+  void* mapping = nullptr;
+  CK(cudaIpcOpenMemHandle(&mapping, *handle, cudaIpcMemLazyEnablePeerAccess));
   h->hold();
-  std::atomic<int> closed{0};
-  double t0 = now_ms();
-  double t_close = 0;
+  double t0 = now_ms(), t_close = 0;
   std::thread closer([&] {
-    cudaError_t err = cudaIpcCloseMemHandle(mapping);
+    CK(cudaIpcCloseMemHandle(mapping));
     t_close = now_ms() - t0;
-    closed.store(err == cudaSuccess ? 1 : -1);
   });
   std::thread dog([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     h->release();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const char* names[8];
-  double took[8];
-  cudaError_t errs[8];
-  int n = 0;
-  double t1;
-  cudaStream_t s2 = nullptr;
-  cudaEvent_t ev = nullptr;
-  void *own = nullptr, *opened = nullptr;
-#define TIMED(what, call)      \
-  do {                         \
-    names[n] = what;           \
-    t1 = now_ms();             \
-    errs[n] = (call);          \
-    took[n++] = now_ms() - t1; \
-  } while (0)
-  TIMED("cudaStreamCreate", cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  TIMED("cudaEventCreate + record + query",
-        (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaEventRecord(ev, s2), cudaEventQuery(ev)));
-  TIMED("cudaMalloc", cudaMalloc(&own, 4096));
-  TIMED("cudaMemcpyAsync", cudaMemcpyAsync(own, (char*)own + 2048, 2048, cudaMemcpyDeviceToDevice, s2));
-  TIMED("cuStreamWriteValue64", (cudaError_t)write64(s2, (CUdeviceptr)own, 1, 0));
-  TIMED("kernel launch", (nop_kernel<<<1, 1, 0, s2>>>(), cudaGetLastError()));
-  TIMED("cudaIpcOpenMemHandle (another allocation)",
-        cudaIpcOpenMemHandle(&opened, *other, cudaIpcMemLazyEnablePeerAccess));
-  TIMED("cudaIpcCloseMemHandle (that one)", opened ? cudaIpcCloseMemHandle(opened) : cudaErrorInvalidValue);
-#undef TIMED
+  double t1 = now_ms();
+  cudaError_t err = op();
+  double took = now_ms() - t1;
   dog.join();
   closer.join();
-  printf("  the close on its own thread took %.2f ms\n", t_close);
-  for (int i = 0; i < n; i++)
-    printf("  meanwhile %-42s %-22s %8.2f ms%s\n", names[i], cudaGetErrorString(errs[i]), took[i],
-           took[i] >= 1000 ? "  <- waited" : "");
   CK(cudaStreamSynchronize(h->s));
-  CK(cudaStreamSynchronize(s2));
-  CK(cudaFree(own));
-  cudaGetLastError();
+  printf("  %-56s %-16s %8.2f ms (close %7.2f ms)%s\n", what, cudaGetErrorString(err), took, t_close,
+         took >= 1000 ? "  <- waited with the close" : "");
   fflush(stdout);
+}
+
+__global__ void other_kernel(int* p) {
+  if (p) *p = 1;
+}
+
+/* The calls a launch may make, each beside a close of its own. */
+static void calls_beside_closes(held_stream* h, const cudaIpcMemHandle_t* handle, const cudaIpcMemHandle_t* other,
+                                memop64_fn write64) {
+  cudaStream_t s = nullptr, s2 = nullptr;
+  cudaEvent_t ev = nullptr, ev2 = nullptr;
+  void *before = nullptr, *before2 = nullptr, *own = nullptr, *pinned = nullptr, *opened = nullptr;
+  void* hostmem = aligned_alloc(4096, 1 << 16);
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CK(cudaMalloc(&before, 1 << 16));
+  CK(cudaMalloc(&before2, 1 << 16));
+  CK(cudaStreamSynchronize(s));
+  cudaIpcMemHandle_t got;
+  cudaPointerAttributes attr;
+  int prio = 0;
+  beside_close(h, handle, "cudaMemsetAsync (a stream made before)",
+               [&] { return cudaMemsetAsync(before, 0, 4096, s); });
+  beside_close(h, handle, "cudaStreamSynchronize (that stream, idle)", [&] { return cudaStreamSynchronize(s); });
+  beside_close(h, handle, "cudaMemsetAsync + cudaStreamSynchronize", [&] {
+    cudaMemsetAsync(before, 0, 4096, s);
+    return cudaStreamSynchronize(s);
+  });
+  beside_close(h, handle, "cudaMemcpyAsync device to device",
+               [&] { return cudaMemcpyAsync(before, (char*)before + 8192, 4096, cudaMemcpyDeviceToDevice, s); });
+  beside_close(h, handle, "cudaMemcpyAsync + cudaStreamSynchronize", [&] {
+    cudaMemcpyAsync(before, (char*)before + 8192, 4096, cudaMemcpyDeviceToDevice, s);
+    return cudaStreamSynchronize(s);
+  });
+  beside_close(h, handle, "kernel launch (loaded before)", [&] {
+    nop_kernel<<<1, 1, 0, s>>>();
+    return cudaGetLastError();
+  });
+  beside_close(h, handle, "kernel launch (its first)", [&] {
+    other_kernel<<<1, 1, 0, s>>>(nullptr);
+    return cudaGetLastError();
+  });
+  beside_close(h, handle, "cuStreamWriteValue64", [&] { return (cudaError_t)write64(s, (CUdeviceptr)before, 1, 0); });
+  beside_close(h, handle, "cudaEventRecord + cudaEventQuery", [&] {
+    cudaEventRecord(ev, s);
+    cudaError_t e = cudaEventQuery(ev);
+    return e == cudaErrorNotReady ? cudaSuccess : e;
+  });
+  beside_close(h, handle, "cudaStreamWaitEvent", [&] { return cudaStreamWaitEvent(s, ev, 0); });
+  beside_close(h, handle, "cudaEventCreate", [&] { return cudaEventCreateWithFlags(&ev2, cudaEventDisableTiming); });
+  beside_close(h, handle, "cudaStreamCreate", [&] { return cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking); });
+  beside_close(h, handle, "cudaStreamGetPriority", [&] { return cudaStreamGetPriority(s, &prio); });
+  beside_close(h, handle, "cudaMalloc (64 KiB)", [&] { return cudaMalloc(&own, 1 << 16); });
+  beside_close(h, handle, "cudaIpcGetMemHandle (an allocation made before)",
+               [&] { return cudaIpcGetMemHandle(&got, before); });
+  beside_close(h, handle, "cudaPointerGetAttributes", [&] { return cudaPointerGetAttributes(&attr, before); });
+  beside_close(h, handle, "cudaIpcOpenMemHandle (another allocation)",
+               [&] { return cudaIpcOpenMemHandle(&opened, *other, cudaIpcMemLazyEnablePeerAccess); });
+  beside_close(h, handle, "cudaIpcCloseMemHandle (that one)",
+               [&] { return opened ? cudaIpcCloseMemHandle(opened) : cudaErrorInvalidValue; });
+  beside_close(h, handle, "cudaHostAlloc (mapped, 64 KiB)",
+               [&] { return cudaHostAlloc(&pinned, 1 << 16, cudaHostAllocMapped); });
+  beside_close(h, handle, "cudaFreeHost", [&] { return pinned ? cudaFreeHost(pinned) : cudaErrorInvalidValue; });
+  beside_close(h, handle, "cudaHostRegister (64 KiB, mapped)",
+               [&] { return cudaHostRegister(hostmem, 1 << 16, cudaHostRegisterMapped); });
+  beside_close(h, handle, "cudaHostUnregister", [&] { return cudaHostUnregister(hostmem); });
+  beside_close(h, handle, "cudaFree (an allocation made before)", [&] { return cudaFree(before2); });
+  CK(cudaStreamSynchronize(s));
+  if (s2) CK(cudaStreamDestroy(s2));
+  if (ev2) CK(cudaEventDestroy(ev2));
+  if (own) CK(cudaFree(own));
+  CK(cudaEventDestroy(ev));
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(before));
+  free(hostmem);
 }
 
 /* What the importer's sections share. */
@@ -217,10 +267,9 @@ static void sections_1_to_3(probe* p) {
   while_held(&h, "close big (the last import of the owner's memory)", [&] { return cudaIpcCloseMemHandle(m[BIG]); });
   while_held(&h, "open small 1 (no import left)", [&] { return cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy); });
   while_held(&h, "close small 1 (the only import)", [&] { return cudaIpcCloseMemHandle(m[SMALL1]); });
-  printf("3. a close on a thread of its own, other calls meanwhile\n");
+  printf("3. a close on a thread of its own, and one call meanwhile (each beside a close of its own)\n");
   CK(cudaIpcOpenMemHandle(&m[SMALL1], hs[SMALL1], lazy));
-  CK(cudaIpcOpenMemHandle(&m[BIG], hs[BIG], lazy));
-  close_on_thread(&h, m[BIG], &hs[BIG2], p->write64);
+  calls_beside_closes(&h, &hs[BIG], &hs[BIG2], p->write64);
   CK(cudaIpcCloseMemHandle(m[SMALL1]));
 }
 

@@ -215,8 +215,7 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   /* The kernels load now, not at their first launch, and only once the
    * communicator is set up (kernels.c); the barrier keeps every rank from
    * enqueuing work before all have loaded them.  The device's service stream
-   * is made now too: a launch that made it could wait with a close of an
-   * IPC import (cuda/service.h). */
+   * is made now too (cuda/service.h). */
   if (job->device >= 0) {
     mpn_cuda_kernels_load(job->device);
     mpn_cuda_service_make(job->device);

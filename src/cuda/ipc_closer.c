@@ -51,14 +51,15 @@ static int (*quiet_fn)(void);
  * long as the closing thread's poll), then goes on without the gate.  A
  * launch that waits, or goes on so, is counted before it waits, and no
  * close starts while any is counted (the count is read after the quiet
- * check, which may take long); one that gets the gate is uncounted.  Such
- * a launch creates no stream (a creation waits with a close): the device's
- * service stream is made with the communicator (service.h), and lanes are
- * left out (lanes.c).
+ * check, which may take long); one that gets the gate is uncounted.
+ * Where the close's import maps memory of another GPU, most of the
+ * launch's calls then go on beside it; where it maps memory of the
+ * launch's own GPU, nearly every call of the process waits with the close
+ * (stream memory operations and waits for events do not: bench/ipc_close.cu
+ * section 3), so there the launch waits for it all the same.
  */
 #define GATE_WAIT_NS (20ull * 1000000ull)
 static int ungated;             /* launches waiting past a close, or going on without the gate */
-static __thread int beside;     /* this thread's launches going on without the gate */
 static uint64_t close_since_ns; /* CLOCK_MONOTONIC when the running close took the gate; 0: none */
 
 static uint64_t now_ns(void) {
@@ -114,20 +115,15 @@ int mpn_ipc_closer_launch_begin(void) {
   }
   MPN_TRACE(MPN_SUBSYS_IPC, "a launch goes on beside a close of an IPC import that has run for %llu us",
             since ? (unsigned long long)((now_ns() - since) / 1000) : 0ull);
-  beside++;
   return 0;
 }
 
 void mpn_ipc_closer_launch_end(int gated) {
-  if (gated) {
+  if (gated)
     pthread_rwlock_unlock(&gate);
-    return;
-  }
-  beside--;
-  __atomic_sub_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
+  else
+    __atomic_sub_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
 }
-
-int mpn_ipc_closer_beside(void) { return beside > 0; }
 
 void mpn_ipc_closer_set_quiet(int (*quiet)(void)) { __atomic_store_n(&quiet_fn, quiet, __ATOMIC_RELEASE); }
 

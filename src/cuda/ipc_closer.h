@@ -56,13 +56,6 @@ int mpn_ipc_closer_launch_begin(void);
 void mpn_ipc_closer_launch_end(int gated);
 
 /**
- * Whether the calling thread's launch goes on beside a close (its begin
- * returned 0, its end has not come).  A stream's creation can then wait
- * with the close: such a launch uses the streams it has, or the caller's.
- */
-int mpn_ipc_closer_beside(void);
-
-/**
  * How the closing thread tells that the process is quiet: quiet returns 1
  * when no work of the library's launches is left on the GPU.  Until it is
  * set, and while a thread waits in mpn_ipc_closer_wait, closes start at

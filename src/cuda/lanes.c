@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "cuda/event.h"
-#include "cuda/ipc_closer.h"
 
 void mpn_fork_init(mpn_fork_t* f, cudaStream_t origin, int dev, mpn_lanes_t* lanes) {
   memset(f, 0, sizeof(*f));
@@ -20,8 +19,7 @@ void mpn_fork_init(mpn_fork_t* f, cudaStream_t origin, int dev, mpn_lanes_t* lan
 }
 
 /* The lanes of the caller's stream, made on first use at origin's priority;
- * NULL when they cannot be, or must not be now: a launch that goes on
- * beside a close of an IPC import would wait with it (ipc_closer.h). */
+ * NULL when they cannot be. */
 static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
   unsigned long long id = mpn_cuda_stream_id(origin);
   mpn_lane_set_t* oldest = &l->set[0];
@@ -33,7 +31,6 @@ static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
     }
     if (s->used < oldest->used) oldest = s;
   }
-  if (mpn_ipc_closer_beside()) return NULL;
   for (int k = 0; k < MPN_LANES; k++)
     if (oldest->lane[k]) cudaStreamDestroy(oldest->lane[k]);
   memset(oldest, 0, sizeof(*oldest));

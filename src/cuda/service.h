@@ -2,9 +2,8 @@
  * service.h - each device's service stream: one non-blocking stream of the
  * library's own per process and device, for short jobs that wait for no
  * other stream (zeroing memory the library just allocated, reading marks,
- * writing flags at a release).  It is made at a communicator's creation, so
- * that no launch has to create a stream for such a job: a stream's creation
- * can wait with a close of a CUDA IPC import (cuda/ipc_closer.h).
+ * writing flags at a release), instead of a stream created and destroyed
+ * for each.  It is made at a communicator's creation, outside any launch.
  */
 #ifndef MPN_CUDA_SERVICE_H_
 #define MPN_CUDA_SERVICE_H_

@@ -44,7 +44,8 @@ void other_memory(void);
 /* test_p2p_closes.c */
 /** A new buffer over a freed one the peer still maps goes through a stage. */
 void in_the_way(void);
-/** A launch beside a close that waits for the application's stream returns. */
+/** A launch beside a close that waits for the application's stream returns
+ * (ranks 0 and 1 on different GPUs). */
 void beside_a_close(void);
 
 #endif /* MPN_TESTS_GPU_TEST_P2P_H_ */

@@ -118,14 +118,21 @@ static void mapped_by_put(ncclComm_t first, ncclWindow_t win, void* wbuf, const 
  * (docs/P2P.md, known problem 17): rank 0's stream held waits for rank 0's
  * host to pass its next ncclGroupEnd; rank 0 then drops its import of a
  * deregistered window, whose close, once the library's work is done, waits
- * for held.  That ncclGroupEnd is rank 0's first with rank 1 on a new
- * communicator (a pair's set-up, which zeroes its flags) and its first
- * with several copies on a new stream (lanes): it waits for the close 20 ms
- * and goes on beside it, and must create no stream, whose creation would
- * wait with the close.  Rank 1 posts its receives after rank 0's launch.
+ * for held.  That ncclGroupEnd (rank 0's first with rank 1 on a new
+ * communicator, with several copies on a new stream) waits for the close
+ * 20 ms, goes on beside it, and must return.  Only with ranks 0 and 1 on
+ * different GPUs: where the import maps memory of the launch's own GPU,
+ * nearly every CUDA call of the process waits with the close (copies,
+ * kernels, events, allocations: bench/ipc_close.cu section 3), and the
+ * launch waits for it all the same.  Rank 1 posts its receives after rank
+ * 0's launch.
  */
 void beside_a_close(void) {
   if (nranks < 2 || harness_over_ucx()) return;
+  if (mpn_topo_same_gpu(&comm->topo, 0, 1)) {
+    if (rank == 0) fprintf(stderr, "beside_a_close: ranks 0 and 1 share a GPU: not run\n");
+    return;
+  }
   enum { WIN = 1 << 20, PUT = 4096, PART = 1 << 20, PARTS = 4 };
   MPI_Comm two;
   MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &two);

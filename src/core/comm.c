@@ -192,7 +192,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   /* Queued graph replays each take one release (p2p.h): again until the
    * device is idle, or the pairs stay mapped rather than wait. */
   int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
-  mpn_rma_free(comm);
+  mpn_rma_free(comm, !idle);
   mpn_p2p_free(comm, !idle);
   mpn_drain_free(comm);
   mpn_alias_free(comm);

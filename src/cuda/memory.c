@@ -9,7 +9,14 @@
  * allocation granularity: every buffer is then a block of its own, which a
  * peer maps once, instead of a slice of a block shared with allocations made
  * later (see cuda/ipc.h and docs/P2P.md).
+ *
+ * An ncclMemFree of memory that backs a live window is deferred to the
+ * deregistration of the last such window (memory.h): freed at once, CUDA
+ * may hand the address to the next allocation, and the peers' puts into
+ * the still registered window would land in it.
  */
+#include "cuda/memory.h"
+
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -19,12 +26,16 @@
 #include "core/error.h"
 #include "cuda/ipc.h"
 
-typedef struct alloc {
-  struct alloc* next;
+typedef struct mpn_mem_alloc {
+  struct mpn_mem_alloc* next;
   void *user, *base;
-  size_t size;
+  size_t size;  /* as asked */
+  size_t bytes; /* as allocated at base */
+  int windows;  /* live windows over it (mpn_mem_pin) */
+  int freed;    /* ncclMemFree came while windows held it */
 } alloc_t;
 
+/* Guards allocs and every record's windows and freed. */
 static alloc_t* allocs;
 static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -37,10 +48,12 @@ MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   alloc_t* a = calloc(1, sizeof(*a));
   if (a == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   /* cudaMalloc aligns to at least 256 bytes; over-allocate only if needed. */
+  a->bytes = rounded;
   cudaError_t err = cudaMalloc(&a->base, rounded);
   if (err == cudaSuccess && (uintptr_t)a->base % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
     cudaFree(a->base);
-    err = cudaMalloc(&a->base, rounded + NCCL_WIN_REQUIRED_ALIGNMENT);
+    a->bytes = rounded + NCCL_WIN_REQUIRED_ALIGNMENT;
+    err = cudaMalloc(&a->base, a->bytes);
   }
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -59,23 +72,86 @@ MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   return ncclSuccess;
 }
 
+/* The link to a's record in allocs (under alloc_lock). */
+static alloc_t** alloc_link(const alloc_t* a) {
+  alloc_t** pa = &allocs;
+  while (*pa != a) pa = &(*pa)->next;
+  return pa;
+}
+
+/* Frees a's memory and record (out of allocs already); CUDA's verdict. */
+static cudaError_t alloc_release(alloc_t* a) {
+  cudaError_t err = cudaFree(a->base);
+  free(a);
+  if (err != cudaSuccess) cudaGetLastError();
+  return err;
+}
+
 MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == NULL) return ncclSuccess; /* as NCCL's, which passes it to cudaFree */
   pthread_mutex_lock(&alloc_lock);
-  alloc_t** pa = &allocs;
-  while (*pa && (*pa)->user != ptr) pa = &(*pa)->next;
-  alloc_t* a = *pa;
-  if (a) *pa = a->next;
+  alloc_t* a = allocs;
+  while (a && a->user != ptr) a = a->next;
+  int again = a && a->freed, windows = a ? a->windows : 0;
+  if (a && !again) {
+    if (windows > 0)
+      a->freed = 1; /* the last mpn_mem_unpin frees it */
+    else
+      *alloc_link(a) = a->next;
+  }
   pthread_mutex_unlock(&alloc_lock);
   if (a == NULL)
     return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemFree: %p was not allocated by ncclMemAlloc",
                       ptr);
-  cudaError_t err = cudaFree(a->base);
-  free(a);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return mpn_error_set(NULL, ncclUnhandledCudaError, "ncclMemFree: cudaFree failed: %s",
-                         cudaGetErrorString(err));
+  if (again)
+    return MPN_REFUSE(NULL, ncclInvalidArgument,
+                      "ncclMemFree: %p was freed already (its memory is released when the last window "
+                      "over it is deregistered)",
+                      ptr);
+  if (windows > 0) {
+    MPN_INFO(MPN_SUBSYS_RMA, "ncclMemFree: %p backs %d live window(s): released when the last is deregistered", ptr,
+             windows);
+    return ncclSuccess;
   }
+  cudaError_t err = alloc_release(a);
+  if (err != cudaSuccess)
+    return mpn_error_set(NULL, ncclUnhandledCudaError, "ncclMemFree: cudaFree failed: %s", cudaGetErrorString(err));
   return ncclSuccess;
+}
+
+ncclResult_t mpn_mem_pin(struct ncclComm* comm, const char* caller, const void* buff, mpn_mem_alloc_t** out) {
+  uintptr_t p = (uintptr_t)buff;
+  pthread_mutex_lock(&alloc_lock);
+  alloc_t* a = allocs;
+  while (a && !(p >= (uintptr_t)a->base && p - (uintptr_t)a->base < a->bytes)) a = a->next;
+  int freed = a && a->freed;
+  void* user = a ? a->user : NULL; /* read here: a freed record goes with its last window */
+  if (a && !freed) a->windows++;
+  pthread_mutex_unlock(&alloc_lock);
+  if (freed)
+    return MPN_REFUSE(comm, ncclInvalidArgument,
+                      "%s: buff %p is in memory that ncclMemFree(%p) freed, kept only until the windows "
+                      "over it are deregistered",
+                      caller, buff, user);
+  *out = a;
+  return ncclSuccess;
+}
+
+void mpn_mem_unpin(mpn_mem_alloc_t* a) {
+  if (a == NULL) return;
+  pthread_mutex_lock(&alloc_lock);
+  int release = --a->windows == 0 && a->freed;
+  if (release) *alloc_link(a) = a->next;
+  pthread_mutex_unlock(&alloc_lock);
+  if (!release) return;
+  void* user = a->user;
+  cudaError_t err = alloc_release(a);
+  if (err != cudaSuccess)
+    MPN_WARN("ncclMemFree of %p, deferred until its last window went: cudaFree failed: %s", user,
+             cudaGetErrorString(err));
+  else
+    MPN_INFO(MPN_SUBSYS_RMA,
+             "ncclMemFree of %p done now: its last window went (deregistered, or its "
+             "communicator destroyed)",
+             user);
 }

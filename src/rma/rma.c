@@ -82,9 +82,9 @@ ncclResult_t mpn_rma_state(struct ncclComm* comm, mpn_rma_t** out) {
   return ncclSuccess;
 }
 
-void mpn_rma_free(struct ncclComm* comm) {
+void mpn_rma_free(struct ncclComm* comm, int abandon) {
   if (comm->rma == NULL) return;
-  mpn_win_free_all(comm);
+  mpn_win_free_all(comm, abandon);
   pthread_mutex_destroy(&comm->rma->lock);
   free(comm->rma->sent); /* all four counters */
   free(comm->rma->sent_stream);

@@ -87,7 +87,8 @@ const char* mpn_rma_op_name(mpn_op_kind_t kind);
  */
 ncclResult_t mpn_rma_launch(mpn_op_t* ops);
 
-/** Frees the communicator's one-sided state and windows (not collective). */
-void mpn_rma_free(struct ncclComm* comm);
+/** Frees the communicator's one-sided state and windows (not collective);
+ *  abandon as for mpn_win_free_all. */
+void mpn_rma_free(struct ncclComm* comm, int abandon);
 
 #endif /* MPN_RMA_RMA_H_ */

@@ -7,7 +7,9 @@
  * whose own arguments are wrong joins the allgather too: NCCL's would
  * leave its peers waiting, and the communicator's later collectives would
  * pair up wrongly.  Deregistration agrees the same way.  Peers' buffers are
- * mapped on first put.
+ * mapped on first put.  A window holds this rank's ncclMemAlloc memory
+ * (cuda/memory.h) from registration until it is let go: an ncclMemFree
+ * meanwhile waits for that.
  */
 #include "rma/window.h"
 
@@ -154,34 +156,31 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
   if (parts == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
   struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
   mpn_rma_t* rma = NULL;
+  mpn_mem_alloc_t* pin = NULL;
   ncclResult_t mine = forced != ncclSuccess ? forced
                       : win                 ? check_args(comm, buff, size, winFlags)
                                             : MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
   if (mine == ncclSuccess) mine = mpn_rma_state(comm, &rma);
   if (mine == ncclSuccess && w == NULL) mine = mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
   if (mine == ncclSuccess) mine = describe_part(comm, buff, size, &parts[comm->rank]);
+  /* Memory ncclMemFree freed (deferred) is refused like any bad part. */
+  if (mine == ncclSuccess) mine = mpn_mem_pin(comm, fn, buff, &pin);
   parts[comm->rank].error = mine;
   parts[comm->rank].flags = winFlags;
   ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, parts, sizeof(*parts));
   if (res == ncclSuccess) res = mine != ncclSuccess ? mine : check_parts(comm, parts);
-  if (res != ncclSuccess) {
-    free(w), free(parts);
-    return res;
-  }
+  if (res != ncclSuccess) goto fail;
   /* Numbered where every rank got this far (the same parts, so the same
    * verdict): the numbers then agree, whatever UCX does below. */
   pthread_mutex_lock(&rma->lock);
   uint64_t serial = ++rma->registered;
   pthread_mutex_unlock(&rma->lock);
   *w = (struct ncclWindow_vidmem){
-      .comm = comm, .base = buff, .size = size, .flags = winFlags, .parts = parts, .serial = serial};
+      .comm = comm, .base = buff, .size = size, .flags = winFlags, .parts = parts, .serial = serial, .pin = pin};
 #ifdef HAVE_UCX
   /* Collective too: every rank of a communicator with UCX peers mirrors its part. */
   if (mpn_ucx_comm_ready(comm)) res = mpn_ucx_win_register(comm, buff, size, &w->ucx);
-  if (res != ncclSuccess) {
-    free(w), free(parts);
-    return res;
-  }
+  if (res != ncclSuccess) goto fail;
 #endif
   pthread_mutex_lock(&rma->lock);
   w->next = rma->windows;
@@ -190,6 +189,10 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
   *win = w;
   MPN_INFO(MPN_SUBSYS_RMA, "rank %d: window %p of %zu bytes at %p", comm->rank, (void*)w, size, buff);
   return ncclSuccess;
+fail:
+  mpn_mem_unpin(pin); /* an ncclMemFree meanwhile happens now */
+  free(w), free(parts);
+  return res;
 }
 
 MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
@@ -198,8 +201,18 @@ MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_
   return mpn_win_register(comm, buff, size, win, winFlags, ncclSuccess, NULL);
 }
 
+/* Lets go of what w holds besides itself: its parts, and this rank's
+ * memory, which a deferred ncclMemFree may free now.  A retired window
+ * comes here twice (retired, then freed) and holds nothing the second time. */
+static void win_let_go(struct ncclWindow_vidmem* w) {
+  free(w->parts);
+  w->parts = NULL;
+  mpn_mem_unpin(w->pin);
+  w->pin = NULL;
+}
+
 static void win_free(struct ncclWindow_vidmem* w) {
-  if (w) free(w->parts);
+  if (w) win_let_go(w);
   free(w);
 }
 
@@ -213,11 +226,10 @@ static void forget_peers(struct ncclComm* comm, const struct ncclWindow_vidmem* 
       mpn_ipc_forget(w->parts[peer].proc, w->parts[peer].ipc.buffer_id, comm->cuda_dev);
 }
 
-/* Keeps w's memory (not its parts) out of reuse for a while: a stale
+/* Keeps w itself (not what it holds) out of reuse for a while: a stale
  * handle is then refused by mpn_win_check, not taken for a newer window. */
 static void win_retire(mpn_rma_t* rma, struct ncclWindow_vidmem* w) {
-  free(w->parts);
-  w->parts = NULL;
+  win_let_go(w);
   w->next = NULL;
   unsigned k = rma->retired_next++ % MPN_WIN_RETIRED;
   win_free(rma->retired[k]);
@@ -289,9 +301,12 @@ static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult
 #ifdef HAVE_UCX
   if (win->ucx) res = mpn_ucx_win_deregister(comm, win->ucx); /* collective */
 #endif
-  win_retire(rma, win);
   /* Collective, as in NCCL: no rank leaves while another may still name it. */
   ncclResult_t barrier = mpn_bootstrap_barrier(comm->bootstrap);
+  /* After the barrier, where every peer has let go of the window: a
+   * deferred ncclMemFree then frees the memory when a program's own
+   * ncclMemFree after this call would. */
+  win_retire(rma, win);
   return res != ncclSuccess ? res : barrier;
 }
 
@@ -316,7 +331,7 @@ ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_r
   return mpn_ipc_import(part->proc, &part->ipc, out, ref);
 }
 
-void mpn_win_free_all(struct ncclComm* comm) {
+void mpn_win_free_all(struct ncclComm* comm, int abandon) {
   mpn_rma_t* rma = comm->rma;
   if (rma == NULL) return;
   while (rma->windows) {
@@ -326,6 +341,7 @@ void mpn_win_free_all(struct ncclComm* comm) {
     if (w->ucx) mpn_ucx_win_retire(comm, w->ucx); /* freed once the proxy let go of comm */
 #endif
     forget_peers(comm, w);
+    if (abandon) w->pin = NULL; /* held for good (window.h) */
     win_free(w);
   }
   for (int k = 0; k < MPN_WIN_RETIRED; k++) {

@@ -10,6 +10,7 @@
 
 #include "core/comm.h"
 #include "cuda/ipc.h"
+#include "cuda/memory.h"
 #include "nccl.h"
 
 struct ncclComm;
@@ -32,6 +33,8 @@ struct ncclWindow_vidmem {
   mpn_win_part_t* parts; /**< nranks */
   struct mpn_ucx_win* ucx; /**< the host mirror UCX peers put into (ucx/winstage.c), or NULL */
   uint64_t serial;         /**< its registration's number on the communicator, the same on every rank */
+  mpn_mem_alloc_t* pin;    /**< the ncclMemAlloc allocation base lies in, held until the window goes
+                                (its ncclMemFree waits for that), or NULL */
   struct ncclWindow_vidmem* next; /**< the communicator's live windows */
 };
 
@@ -62,7 +65,10 @@ ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWind
  *  mpn_win_register. */
 ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced, mpn_turn_t* turn);
 
-/** Frees the windows a communicator still holds (at destruction; not collective). */
-void mpn_win_free_all(struct ncclComm* comm);
+/** Frees the windows a communicator still holds (at destruction; not
+ *  collective).  abandon (an abort whose device work did not end): their
+ *  hold on ncclMemAlloc memory stays, so that a deferred ncclMemFree does
+ *  not free it now (cudaFree would wait for that work). */
+void mpn_win_free_all(struct ncclComm* comm, int abandon);
 
 #endif /* MPN_RMA_WINDOW_H_ */

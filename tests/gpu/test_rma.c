@@ -1,7 +1,8 @@
 /*
  * test_rma.c - windows and one-sided operations between ranks sharing a GPU
  * (run under mpirun with 1 to 8 processes) and between ranks of one process:
- * registration and its refusals, ping-pong, barrier, one-sided all-to-all,
+ * registration and its refusals, ncclMemFree of a window's memory before
+ * its deregistration, ping-pong, barrier, one-sided all-to-all,
  * many puts then a signal, signals before their wait, signals to one peer
  * from two streams, a barrier's signal to the rank itself waited for from
  * another stream, send/receive and RMA in one group, a CUDA graph
@@ -1000,6 +1001,44 @@ static void windows_in_group(void) {
 }
 
 /*
+ * ncclMemFree of memory that backs a live window is deferred to the
+ * window's deregistration: the allocation made next gets other memory
+ * (freed at once, CUDA handed its address out again and the peers' puts
+ * into the window landed in the new buffer, or were lost), the window still
+ * takes puts, a second ncclMemFree and a new window over it are refused,
+ * and after the deregistration the pointer is unknown.
+ */
+static void free_before_deregister(void) {
+  enum { BYTES = 1 << 20, PUT = 65536 };
+  void *b, *user = NULL;
+  ncclWindow_t w = window(BYTES, &b), again = NULL;
+  char* src = dev_alloc(PUT);
+  char name[32];
+  snprintf(name, sizeof(name), "%p", b);
+  EXPECT_OK(ncclMemFree(b));
+  EXPECT_ERR(ncclMemFree(b), ncclInvalidArgument, "was freed already");
+  EXPECT(strstr(ncclGetLastError(NULL), name) != NULL);
+  char* n = dev_alloc(BYTES);
+  EXPECT(n + BYTES <= (char*)b || (char*)b + BYTES <= n);
+  pattern_fill(n, BYTES, seed_of(rank, rank, 80), stream);
+  EXPECT_OK(ncclWinGetUserPtr(comm, w, &user));
+  EXPECT(user == b);
+  ring_put(w, user, src, PUT, 81, "free_before_deregister: a put into freed window memory");
+  expect_pattern(n, BYTES, seed_of(rank, rank, 80), "free_before_deregister: the allocation made after the free");
+  /* Every rank passes freed memory, at its start and inside it: all refuse. */
+  EXPECT_ERR(ncclCommWindowRegister(comm, b, BYTES, &again, 0), ncclInvalidArgument, name);
+  EXPECT(strstr(ncclGetLastError(comm), "ncclMemFree") != NULL);
+  EXPECT_ERR(ncclCommWindowRegister(comm, (char*)b + PUT, PUT, &again, 0), ncclInvalidArgument, name);
+  EXPECT(again == NULL);
+  ring_put(w, user, src, PUT, 82, "free_before_deregister: a put after the refused registrations");
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclCommWindowDeregister(comm, w)); /* b's memory goes here */
+  EXPECT_ERR(ncclMemFree(b), ncclInvalidArgument, "was not allocated by ncclMemAlloc");
+  EXPECT_OK(ncclMemFree(n));
+  EXPECT_OK(ncclMemFree(src));
+}
+
+/*
  * Ranks of one process on every GPU (ncclCommInitAll, two per GPU, up to
  * 8), one thread, a ring of signals in one group on a default stream
  * handle, which names another stream on each device: the legacy stream,
@@ -1137,6 +1176,7 @@ int main(int argc, char** argv) {
   STEP(graph_slot_wait());
   STEP(threads_ring());
   STEP(windows_in_group());
+  STEP(free_before_deregister());
   STEP(init_all_devices());
   STEP(threads_streams());
   return harness_finish();

@@ -1,0 +1,127 @@
+/*
+ * test_mem_free.c - ncclMemFree of memory that backs a live window is
+ * deferred to the last window's end (src/cuda/memory.c, cuda/memory.h),
+ * against a model of cudaMalloc and cudaFree that, as CUDA does, hands a
+ * freed address to the next allocation.  No GPU needed.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/memory.h"
+#include "mpinccl.h"
+#include "run_suite.h"
+
+/* The model: SLOTS addresses of SLOT bytes each, the lowest free one first. */
+enum { SLOTS = 8 };
+#define SLOT ((size_t)16 << 20)
+#define FIRST ((uintptr_t)1 << 40)
+static int taken[SLOTS];
+static int frees; /* cudaFree calls that freed a slot */
+
+cudaError_t __wrap_cudaMalloc(void** p, size_t size) {
+  for (int i = 0; i < SLOTS && size <= SLOT; i++)
+    if (!taken[i]) {
+      taken[i] = 1;
+      *p = (void*)(FIRST + i * SLOT);
+      return cudaSuccess;
+    }
+  return cudaErrorMemoryAllocation;
+}
+
+cudaError_t __wrap_cudaFree(void* p) {
+  uintptr_t i = ((uintptr_t)p - FIRST) / SLOT;
+  if ((uintptr_t)p < FIRST || i >= SLOTS || !taken[i]) return cudaErrorInvalidValue;
+  taken[i] = 0;
+  frees++;
+  return cudaSuccess;
+}
+
+static char* alloc_mib(void) {
+  void* p = NULL;
+  ck_assert_int_eq(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
+  return p;
+}
+
+/* Whether the text ncclGetLastError gives holds what and the pointer p. */
+static int last_error_names(const char* what, const void* p) {
+  char name[32];
+  snprintf(name, sizeof(name), "%p", p);
+  const char* text = ncclGetLastError(NULL);
+  return strstr(text, what) != NULL && strstr(text, name) != NULL;
+}
+
+/* Without a window the free is at once; other memory is not held. */
+START_TEST(free_at_once) {
+  char* b = alloc_mib();
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(ncclMemFree(b), ncclInvalidArgument);
+  ck_assert(last_error_names("was not allocated by ncclMemAlloc", b));
+  int on_stack;
+  mpn_mem_alloc_t* pin = (mpn_mem_alloc_t*)&on_stack;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", &on_stack, &pin), ncclSuccess);
+  ck_assert_ptr_null(pin);
+  mpn_mem_unpin(pin); /* nothing */
+}
+END_TEST
+
+/* A window at an offset holds the memory: the free waits for its end, the
+ * next allocation gets other memory, a second free and a new window are
+ * refused, and the end of the window frees it. */
+START_TEST(free_deferred_to_the_window) {
+  char* b = alloc_mib();
+  mpn_mem_alloc_t* pin = NULL;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", b + 65536, &pin), ncclSuccess);
+  ck_assert_ptr_nonnull(pin);
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  ck_assert_int_eq(frees, 0);
+  ck_assert_int_eq(ncclMemFree(b), ncclInvalidArgument);
+  ck_assert(last_error_names("was freed already", b));
+  char* n = alloc_mib();
+  ck_assert(n + (1 << 20) <= b || b + (1 << 20) <= n); /* the model would hand b back if freed */
+  mpn_mem_alloc_t* again = NULL;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "ncclCommWindowRegister", b, &again), ncclInvalidArgument);
+  ck_assert(last_error_names("ncclCommWindowRegister: buff", b));
+  ck_assert_ptr_null(again);
+  mpn_mem_unpin(pin);
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(ncclMemFree(b), ncclInvalidArgument);
+  ck_assert(last_error_names("was not allocated by ncclMemAlloc", b));
+  ck_assert_int_eq(ncclMemFree(n), ncclSuccess);
+  ck_assert_int_eq(frees, 2);
+}
+END_TEST
+
+/* Two windows over one allocation: freed with the second's end only; a
+ * window that ends before any free leaves the free at once. */
+START_TEST(last_window_frees) {
+  char* b = alloc_mib();
+  mpn_mem_alloc_t *p1 = NULL, *p2 = NULL;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", b, &p1), ncclSuccess);
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", b + 4096, &p2), ncclSuccess);
+  ck_assert_ptr_eq(p1, p2);
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  mpn_mem_unpin(p1);
+  ck_assert_int_eq(frees, 0);
+  mpn_mem_unpin(p2);
+  ck_assert_int_eq(frees, 1);
+  char* c = alloc_mib();
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", c, &p1), ncclSuccess);
+  mpn_mem_unpin(p1);
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(ncclMemFree(c), ncclSuccess);
+  ck_assert_int_eq(frees, 2);
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("mem_free");
+  TCase* tc = tcase_create("deferred");
+  tcase_add_test(tc, free_at_once);
+  tcase_add_test(tc, free_deferred_to_the_window);
+  tcase_add_test(tc, last_window_frees);
+  suite_add_tcase(s, tc);
+  return unit_suite_run(s);
+}

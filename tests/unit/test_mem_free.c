@@ -38,6 +38,9 @@ cudaError_t __wrap_cudaFree(void* p) {
   return cudaSuccess;
 }
 
+/* Each test counts its own frees (also when CK_FORK=no runs them in one process). */
+static void frees_reset(void) { frees = 0; }
+
 static char* alloc_mib(void) {
   void* p = NULL;
   ck_assert_int_eq(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
@@ -119,6 +122,7 @@ END_TEST
 int main(void) {
   Suite* s = suite_create("mem_free");
   TCase* tc = tcase_create("deferred");
+  tcase_add_checked_fixture(tc, frees_reset, NULL);
   tcase_add_test(tc, free_at_once);
   tcase_add_test(tc, free_deferred_to_the_window);
   tcase_add_test(tc, last_window_frees);

@@ -162,14 +162,21 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
                                             : MPN_REFUSE(comm, ncclInvalidArgument, "%s: win is NULL", fn);
   if (mine == ncclSuccess) mine = mpn_rma_state(comm, &rma);
   if (mine == ncclSuccess && w == NULL) mine = mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
-  if (mine == ncclSuccess) mine = describe_part(comm, buff, size, &parts[comm->rank]);
-  /* Memory ncclMemFree freed (deferred) is refused like any bad part. */
+  /* Memory ncclMemFree freed (deferred) is refused like any bad part;
+   * held before it is described, so that no free comes in between. */
   if (mine == ncclSuccess) mine = mpn_mem_pin(comm, fn, buff, &pin);
+  if (mine == ncclSuccess) mine = describe_part(comm, buff, size, &parts[comm->rank]);
   parts[comm->rank].error = mine;
   parts[comm->rank].flags = winFlags;
   ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, parts, sizeof(*parts));
+  /* Past a refusal every rank saw, no peer has a window over this part and
+   * the hold may go; past any other failure (the allgather cut short, UCX's
+   * step failing here only) a peer may have one and put into it: the
+   * memory is then held for good, as an abort's pairs are. */
+  int held_for_good = res != ncclSuccess;
   if (res == ncclSuccess) res = mine != ncclSuccess ? mine : check_parts(comm, parts);
   if (res != ncclSuccess) goto fail;
+  held_for_good = 1;
   /* Numbered where every rank got this far (the same parts, so the same
    * verdict): the numbers then agree, whatever UCX does below. */
   pthread_mutex_lock(&rma->lock);
@@ -190,7 +197,7 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
   MPN_INFO(MPN_SUBSYS_RMA, "rank %d: window %p of %zu bytes at %p", comm->rank, (void*)w, size, buff);
   return ncclSuccess;
 fail:
-  mpn_mem_unpin(pin); /* an ncclMemFree meanwhile happens now */
+  if (!held_for_good) mpn_mem_unpin(pin); /* an ncclMemFree meanwhile happens now */
   free(w), free(parts);
   return res;
 }
@@ -305,7 +312,10 @@ static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult
   ncclResult_t barrier = mpn_bootstrap_barrier(comm->bootstrap);
   /* After the barrier, where every peer has let go of the window: a
    * deferred ncclMemFree then frees the memory when a program's own
-   * ncclMemFree after this call would. */
+   * ncclMemFree after this call would.  A failed barrier (an abort, a peer
+   * gone) tells nothing of the peers: the memory is then held for good,
+   * and no cudaFree waits here for work that may wait for them. */
+  if (barrier != ncclSuccess) win->pin = NULL;
   win_retire(rma, win);
   return res != ncclSuccess ? res : barrier;
 }

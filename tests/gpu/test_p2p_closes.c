@@ -153,11 +153,12 @@ void beside_a_close(void) {
   EXPECT(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
   EXPECT(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking) == cudaSuccess);
   pthread_t rescue;
-  int exercised = 0;
+  int exercised = 0, rescuing = 0;
   __atomic_store_n(&held_go, rank != 0, __ATOMIC_RELEASE);
   __atomic_store_n(&held_rescued, 0, __ATOMIC_RELEASE);
   if (rank == 0) {
-    EXPECT(pthread_create(&rescue, NULL, rescuer, NULL) == 0);
+    rescuing = pthread_create(&rescue, NULL, rescuer, NULL) == 0;
+    EXPECT(rescuing);
     EXPECT(cudaLaunchHostFunc(held, held_until_go, NULL) == cudaSuccess);
   }
   EXPECT_OK(ncclCommWindowDeregister(first, win)); /* rank 0's import goes to the closing thread */
@@ -168,7 +169,7 @@ void beside_a_close(void) {
     for (int k = 0; k < PARTS; k++) EXPECT_OK(ncclSend(msg + (size_t)k * PART, PART, ncclInt8, 1, late, fresh));
     EXPECT_OK(ncclGroupEnd());
     __atomic_store_n(&held_go, 1, __ATOMIC_RELEASE);
-    pthread_join(rescue, NULL);
+    if (rescuing) pthread_join(rescue, NULL);
     EXPECT(__atomic_load_n(&held_rescued, __ATOMIC_ACQUIRE) == 0); /* the launch returned by itself */
   }
   MPI_Barrier(two);

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/group.h"
 #include "core/param.h"
+#include "core/renew.h"
 #include "core/turn.h"
 #include "core/watchdog.h"
 #ifdef HAVE_UCX
@@ -202,7 +203,10 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   mpn_bootstrap_t* b = NULL;
   MPI_Comm mpi = MPI_COMM_NULL;
   ncclResult_t res = ncclSuccess;
-  if (job->device >= 0) MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
+  if (job->device >= 0) {
+    MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
+    mpn_device_renew(job->device); /* (a program that reset the device: renew.h) */
+  }
   MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);
   if (comm == NULL) return ncclSuccess; /* split without a color: done */
   b->abort = &comm->abort_flag;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "cuda/driver.h"
 
 int mpn_cuda_device_count(void) {
   int n = 0;
@@ -66,6 +67,19 @@ void mpn_cuda_context_start(int dev) {
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == dev) cudaFree(NULL);
   cudaGetLastError(); /* a device that fails here fails again, reported, in its creation */
+}
+
+unsigned long long mpn_cuda_context_id(void) {
+  const mpn_driver_t* drv;
+  CUcontext ctx = NULL;
+  unsigned long long id = 0;
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* (another thread may be capturing) */
+  if (cudaFree(NULL) != cudaSuccess || mpn_driver_get(&drv) != ncclSuccess ||
+      drv->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == NULL || drv->ctx_get_id(ctx, &id) != CUDA_SUCCESS)
+    id = 0;
+  cudaGetLastError();
+  mpn_cuda_relaxed_leave(mode);
+  return id;
 }
 
 ncclResult_t mpn_cuda_device_info(int dev, mpn_cuda_info_t* out) {

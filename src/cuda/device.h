@@ -36,6 +36,14 @@ ncclResult_t mpn_cuda_set_device(int dev);
  * write the environment while it does. */
 void mpn_cuda_context_start(int dev);
 
+/**
+ * The id of the calling thread's current context (the primary context of
+ * its current device, made now if it is not), unique for the life of the
+ * process (cuCtxGetId): a device reset by the program (cudaDeviceReset)
+ * gets a new one.  0 when CUDA cannot tell.
+ */
+unsigned long long mpn_cuda_context_id(void);
+
 /** A CUDA runtime result as an ncclResult_t: a failure is recorded (for
  * comm, which may be NULL) as "<what> failed: <CUDA's text>", logged at WARN,
  * and CUDA's last error is cleared. */

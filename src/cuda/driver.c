@@ -33,6 +33,8 @@ static void table_load(void) {
   bad |= load("cuGetErrorString", (void**)&table.get_error_string);
   bad |= load("cuDeviceGet", (void**)&table.device_get);
   bad |= load("cuDeviceGetAttribute", (void**)&table.device_get_attribute);
+  bad |= load("cuCtxGetCurrent", (void**)&table.ctx_get_current);
+  bad |= load("cuCtxGetId", (void**)&table.ctx_get_id);
   table_status = bad ? ncclUnhandledCudaError : ncclSuccess;
 }
 

@@ -19,6 +19,8 @@ typedef struct {
   CUresult (*get_error_string)(CUresult, const char**);
   CUresult (*device_get)(CUdevice*, int);
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*ctx_get_id)(CUcontext, unsigned long long*);
 } mpn_driver_t;
 
 /** The driver table, loaded once; ncclUnhandledCudaError if an entry is missing. */

@@ -104,3 +104,14 @@ ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out) {
   pthread_mutex_unlock(&event_lock);
   return res;
 }
+
+void mpn_event_forget(int dev) {
+  pthread_mutex_lock(&event_lock);
+  if (dev >= 0 && dev < MPN_EVENT_DEVICES) pools[dev].n = 0;
+  for (int i = 0; i < n_stream_events;)
+    if (stream_events[i].dev == dev)
+      stream_events[i] = stream_events[--n_stream_events];
+    else
+      i++;
+  pthread_mutex_unlock(&event_lock);
+}

@@ -25,4 +25,9 @@ void mpn_event_put(int dev, cudaEvent_t ev);
  */
 ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out);
 
+/** Forgets device dev's events, pooled and per stream, without destroying
+ * them: the program reset the device (core/renew.h), and their handles died
+ * with its context (a stream made since may have an old stream's handle). */
+void mpn_event_forget(int dev);
+
 #endif /* MPN_CUDA_EVENT_H_ */

@@ -578,6 +578,19 @@ void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {
   pthread_mutex_unlock(&ipc_lock);
 }
 
+void mpn_ipc_forget_device(int dev) {
+  pthread_mutex_lock(&ipc_lock);
+  exported.n = 0;
+  for (int i = 0; i < imported.n;)
+    if (imported.entries[i].dev == dev)
+      imported.entries[i] = imported.entries[--imported.n];
+    else
+      i++;
+  pthread_mutex_unlock(&ipc_lock);
+  mpn_ipc_closer_forget(dev);
+  mpn_ipc_held_forget(dev);
+}
+
 void mpn_ipc_counts(int* n_exported, int* n_imported) {
   pthread_mutex_lock(&ipc_lock);
   *n_exported = exported.n;

@@ -100,6 +100,15 @@ void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev);
  */
 void mpn_ipc_drop_in_way(uint64_t owner, uint64_t base, uint64_t size);
 
+/**
+ * Forgets device dev's imports, its queued closes and its entries in the
+ * list of held imports, and every export (which device an export belongs
+ * to is not kept): the program reset the device (core/renew.h), so the
+ * mappings, handles and events went with its context, and a new allocation
+ * may have an old one's address.  Nothing is closed or destroyed.
+ */
+void mpn_ipc_forget_device(int dev);
+
 /** Entries in the export and import caches (for tests). */
 void mpn_ipc_counts(int* exported, int* imported);
 

@@ -28,6 +28,7 @@ static struct {
   pthread_t thread;
   pid_t pid; /* the process whose thread serves the queue; 0: none yet */
   int hurry; /* threads waiting in mpn_ipc_closer_wait: closes start at once */
+  int running; /* items[0] is being closed */
 } closer = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER};
 
 /*
@@ -170,7 +171,11 @@ static void* closer_main(void* arg) {
       pthread_mutex_lock(&closer.lock);
       break;
     }
-    close_one(&c);
+    pthread_mutex_lock(&closer.lock);
+    int skip = closer.items[0].skip; /* (dropped meanwhile: the device was reset) */
+    closer.running = !skip;
+    pthread_mutex_unlock(&closer.lock);
+    if (!skip) close_one(&c);
     if (gated) {
       __atomic_store_n(&close_since_ns, 0, __ATOMIC_RELEASE);
       pthread_rwlock_unlock(&gate);
@@ -178,6 +183,7 @@ static void* closer_main(void* arg) {
     pthread_mutex_lock(&closer.lock);
     memmove(&closer.items[0], &closer.items[1], (size_t)(closer.n - 1) * sizeof(closer.items[0]));
     closer.n--;
+    closer.running = 0;
     pthread_cond_broadcast(&closer.done);
   }
   pthread_mutex_unlock(&closer.lock);
@@ -227,6 +233,7 @@ void mpn_ipc_closer_push(const mpn_ipc_closing_t* c) {
   int queued = thread_ready() && room();
   if (queued) {
     closer.items[closer.n++] = *c;
+    closer.items[closer.n - 1].skip = 0;
     pthread_cond_signal(&closer.work);
   }
   pthread_mutex_unlock(&closer.lock);
@@ -286,5 +293,14 @@ void mpn_ipc_closer_drain(void) {
   pthread_once(&done_once, done_init);
   pthread_mutex_lock(&closer.lock);
   while (closer.n > 0) pthread_cond_wait(&closer.done, &closer.lock);
+  pthread_mutex_unlock(&closer.lock);
+}
+
+void mpn_ipc_closer_forget(int dev) {
+  pthread_once(&done_once, done_init);
+  pthread_mutex_lock(&closer.lock);
+  for (int i = 0; i < closer.n; i++)
+    if (closer.items[i].dev == dev) closer.items[i].skip = 1;
+  while (closer.n > 0 && closer.running && closer.items[0].dev == dev) pthread_cond_wait(&closer.done, &closer.lock);
   pthread_mutex_unlock(&closer.lock);
 }

@@ -22,6 +22,7 @@ typedef struct {
   uint64_t owner;            /**< the exporting process */
   uint64_t base, size;       /**< the range it maps, in the owner's address space */
   cudaIpcMemHandle_t handle; /**< the handle it was opened with */
+  int skip;                  /**< not to be closed: its context is gone (mpn_ipc_closer_forget) */
 } mpn_ipc_closing_t;
 
 /**
@@ -68,5 +69,12 @@ int mpn_ipc_closer_pending(void);
 
 /** Waits until every close handed over is done (tests). */
 void mpn_ipc_closer_drain(void);
+
+/**
+ * Drops the queued closes of device dev's imports, and waits for one of
+ * them that is running: the program reset the device (core/renew.h), so
+ * they went with the context, and their addresses may be mapped anew.
+ */
+void mpn_ipc_closer_forget(int dev);
 
 #endif /* MPN_CUDA_IPC_CLOSER_H_ */

@@ -192,6 +192,23 @@ void mpn_ipc_held_remove(const mpn_ipc_closing_t* c) {
   pthread_mutex_unlock(&held_lock);
 }
 
+void mpn_ipc_held_forget(int dev) {
+  pthread_mutex_lock(&held_lock);
+  held_file_t* f = mine_locked();
+  if (f) {
+    held_begin(f);
+    for (uint64_t i = 0; i < f->n;)
+      if (f->entries[i].dev == dev) {
+        entry_store(&f->entries[i], &f->entries[f->n - 1]);
+        __atomic_store_n(&f->n, f->n - 1, __ATOMIC_RELAXED);
+      } else {
+        i++;
+      }
+    held_end(f);
+  }
+  pthread_mutex_unlock(&held_lock);
+}
+
 int mpn_ipc_held_count(void) {
   pthread_mutex_lock(&held_lock);
   const held_file_t* f = mine_locked();

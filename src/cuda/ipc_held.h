@@ -41,6 +41,10 @@ void mpn_ipc_held_add(const mpn_ipc_closing_t* c);
 /** Unlists one open of c's owner, range and device (after its close returned). */
 void mpn_ipc_held_remove(const mpn_ipc_closing_t* c);
 
+/** Takes every import of device dev off this process's list: the program
+ * reset the device (core/renew.h), and its imports went with the context. */
+void mpn_ipc_held_forget(int dev);
+
 /**
  * Whether process peer holds an open of an allocation of owner (this
  * process, seen from the peer) that overlaps [base, base + size) without

@@ -24,6 +24,7 @@
 
 #include "core/api.h"
 #include "core/error.h"
+#include "cuda/device.h"
 #include "cuda/ipc.h"
 
 typedef struct mpn_mem_alloc {
@@ -33,11 +34,35 @@ typedef struct mpn_mem_alloc {
   size_t bytes; /* as allocated at base */
   int windows;  /* live windows over it (mpn_mem_pin) */
   int freed;    /* ncclMemFree came while windows held it */
+  int dev;      /* the device it is on ... */
+  unsigned long long ctx; /* ... and that device's context then (mpn_cuda_context_id) */
+  int gone;               /* the device was reset since: the memory went with the context */
 } alloc_t;
 
-/* Guards allocs and every record's windows and freed. */
+/* Guards allocs and every record's windows, freed and gone. */
 static alloc_t* allocs;
 static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Under alloc_lock: the records of dev made in another context than ctx
+ * (the program reset the device since) are marked gone: their memory went
+ * with the old context, and an ncclMemFree of them frees nothing through
+ * CUDA (which could free a new allocation at the same address). */
+static void forget_locked(int dev, unsigned long long ctx) {
+  for (alloc_t* a = allocs; a; a = a->next)
+    if (a->dev == dev && a->ctx != ctx && a->ctx != 0 && ctx != 0) a->gone = 1;
+}
+
+void mpn_mem_forget(int dev, unsigned long long ctx) {
+  pthread_mutex_lock(&alloc_lock);
+  forget_locked(dev, ctx);
+  pthread_mutex_unlock(&alloc_lock);
+}
+
+/* The records of the current device from before a reset go. */
+static void forget_stale(void) {
+  int dev = mpn_cuda_current_device();
+  if (dev >= 0) mpn_mem_forget(dev, mpn_cuda_context_id());
+}
 
 MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
@@ -64,7 +89,10 @@ MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   uintptr_t align = NCCL_WIN_REQUIRED_ALIGNMENT;
   a->user = (void*)(((uintptr_t)a->base + align - 1) & ~(align - 1));
   a->size = size;
+  a->dev = mpn_cuda_current_device();
+  a->ctx = mpn_cuda_context_id();
   pthread_mutex_lock(&alloc_lock);
+  forget_locked(a->dev, a->ctx);
   a->next = allocs;
   allocs = a;
   pthread_mutex_unlock(&alloc_lock);
@@ -81,7 +109,7 @@ static alloc_t** alloc_link(const alloc_t* a) {
 
 /* Frees a's memory and record (out of allocs already); CUDA's verdict. */
 static cudaError_t alloc_release(alloc_t* a) {
-  cudaError_t err = cudaFree(a->base);
+  cudaError_t err = a->gone ? cudaSuccess : cudaFree(a->base);
   free(a);
   if (err != cudaSuccess) cudaGetLastError();
   return err;
@@ -89,9 +117,12 @@ static cudaError_t alloc_release(alloc_t* a) {
 
 MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == NULL) return ncclSuccess; /* as NCCL's, which passes it to cudaFree */
+  forget_stale();
   pthread_mutex_lock(&alloc_lock);
-  alloc_t* a = allocs;
-  while (a && a->user != ptr) a = a->next;
+  alloc_t* a = allocs; /* (memory of this context first: a gone record may have its address) */
+  while (a && (a->gone || a->user != ptr)) a = a->next;
+  if (a == NULL)
+    for (a = allocs; a && a->user != ptr;) a = a->next;
   int again = a && a->freed, windows = a ? a->windows : 0;
   if (a && !again) {
     if (windows > 0)
@@ -121,9 +152,10 @@ MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
 
 ncclResult_t mpn_mem_pin(struct ncclComm* comm, const char* caller, const void* buff, mpn_mem_alloc_t** out) {
   uintptr_t p = (uintptr_t)buff;
+  forget_stale();
   pthread_mutex_lock(&alloc_lock);
   alloc_t* a = allocs;
-  while (a && !(p >= (uintptr_t)a->base && p - (uintptr_t)a->base < a->bytes)) a = a->next;
+  while (a && (a->gone || !(p >= (uintptr_t)a->base && p - (uintptr_t)a->base < a->bytes))) a = a->next;
   int freed = a && a->freed;
   void* user = a ? a->user : NULL; /* read here: a freed record goes with its last window */
   if (a && !freed) a->windows++;

@@ -31,4 +31,13 @@ ncclResult_t mpn_mem_pin(struct ncclComm* comm, const char* caller, const void* 
  */
 void mpn_mem_unpin(mpn_mem_alloc_t* a);
 
+/**
+ * Marks the ncclMemAlloc records of device dev made in another context
+ * than ctx (mpn_cuda_context_id) gone: the program reset the device since,
+ * and their memory went with the old context.  Their ncclMemFree then
+ * frees nothing through CUDA (a new allocation may have the address), and
+ * no new window is counted on them.
+ */
+void mpn_mem_forget(int dev, unsigned long long ctx);
+
 #endif /* MPN_CUDA_MEMORY_H_ */

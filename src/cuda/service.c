@@ -37,6 +37,13 @@ cudaStream_t mpn_cuda_service_stream(int dev) {
 
 void mpn_cuda_service_make(int dev) { (void)mpn_cuda_service_stream(dev); }
 
+void mpn_cuda_service_forget(int dev) {
+  if (dev < 0 || dev >= SERVICE_DEVICES) return;
+  pthread_mutex_lock(&service_lock);
+  __atomic_store_n(&streams[dev], NULL, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&service_lock);
+}
+
 cudaError_t mpn_cuda_alloc_zeroed(size_t bytes, size_t zero_bytes, void** out) {
   int dev = mpn_cuda_current_device();
   cudaStream_t s = mpn_cuda_service_stream(dev);

@@ -24,6 +24,10 @@ void mpn_cuda_service_make(int dev);
  */
 cudaStream_t mpn_cuda_service_stream(int dev);
 
+/** Forgets device dev's service stream without destroying it: the program
+ * reset the device (core/renew.h), and the handle died with its context. */
+void mpn_cuda_service_forget(int dev);
+
 /**
  * cudaMalloc of bytes on the current device, whose first zero_bytes are
  * zeroed on the service stream before return; in relaxed capture mode, as

@@ -247,6 +247,14 @@ void mpn_sync_grid_gone(void* owner, uint32_t slot, uint64_t seq, int side);
  */
 void mpn_sync_grid_prepare(int dev);
 
+/**
+ * Forgets device dev's pool (the program reset the device, core/renew.h):
+ * its memory went with the context, and the next take makes a new pool.
+ * The old record is kept, never freed: a graph's news may still come for it
+ * (mpn_sync_grid_gone).
+ */
+void mpn_sync_grid_forget(int dev);
+
 /** Gives k's counters back when its launch failed (it never ran). */
 void mpn_sync_grid_release(const mpn_sync_t* k);
 

@@ -88,6 +88,14 @@ void mpn_sync_grid_prepare(int dev) {
   mpn_cuda_device_leave(saved);
 }
 
+void mpn_sync_grid_forget(int dev) {
+  if (dev < 0 || dev >= POOL_DEVICES) return;
+  pthread_mutex_lock(&pools_lock);
+  pools[dev] = NULL;
+  pool_tried[dev] = 0;
+  pthread_mutex_unlock(&pools_lock);
+}
+
 /* Whether slot i, taken, is free again: its last launch left its epoch, or
  * the graphs of the capture that took it are gone (pools_lock held). */
 static int slot_free(pool_t* p, unsigned i) {

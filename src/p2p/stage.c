@@ -122,3 +122,13 @@ void mpn_stage_put(mpn_stage_t* st, cudaStream_t stream, mpn_stage_use_t use) {
   st->busy = 0;
   pthread_mutex_unlock(&stage_lock);
 }
+
+void mpn_stage_forget(int dev) {
+  pthread_mutex_lock(&stage_lock);
+  for (struct mpn_stage** at = &stages; *at;)
+    if ((*at)->dev == dev)
+      *at = (*at)->next;
+    else
+      at = &(*at)->next;
+  pthread_mutex_unlock(&stage_lock);
+}

@@ -48,4 +48,9 @@ void mpn_stage_unpin(mpn_stage_t* st);
 /** Stages held by graphs (for tests). */
 int mpn_stage_pinned(void);
 
+/** Forgets the stages of device dev (the program reset the device,
+ * core/renew.h): their memory and events went with the context.  Their
+ * records are kept, never freed: a graph may still unpin one. */
+void mpn_stage_forget(int dev);
+
 #endif /* MPN_P2P_STAGE_H_ */

@@ -49,10 +49,14 @@ extern "C" void pattern_fill(void* buf, size_t bytes, uint32_t seed, cudaStream_
 // allocation could make this stream wait for another stream of the process
 // (the pool's internal dependencies), and cudaFree synchronizes the whole
 // device; either can deadlock against a peer waiting for this stream.
-extern "C" unsigned long long pattern_check(const void* buf, size_t bytes, uint32_t seed,
-                                            cudaStream_t stream) {
-  enum { kDevices = 64 };
-  static __thread unsigned long long* counters[kDevices];
+enum { kDevices = 64 };
+static __thread unsigned long long* counters[kDevices];
+
+extern "C" void pattern_forget(void) {
+  for (int i = 0; i < kDevices; i++) counters[i] = NULL;
+}
+
+extern "C" unsigned long long pattern_check(const void* buf, size_t bytes, uint32_t seed, cudaStream_t stream) {
   unsigned long long result = ~0ull;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) return result;

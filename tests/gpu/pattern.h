@@ -24,6 +24,10 @@ void gpu_busy(unsigned us, cudaStream_t stream);
 /** Number of bytes at buf that differ from the pattern of seed (synchronizes stream). */
 unsigned long long pattern_check(const void* buf, size_t bytes, uint32_t seed, cudaStream_t stream);
 
+/** Forgets the calling thread's counters of pattern_check (after a
+ * cudaDeviceReset, which freed them). */
+void pattern_forget(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,6 @@
 /*
  * test_reset.c - communicators made again after cudaDeviceReset (run under
- * mpirun with 1, 2 and 4 ranks).  A program may destroy its communicators,
+ * mpirun with 1, 2, 4 and 8 ranks).  A program may destroy its communicators,
  * reset its device and make new ones; what the library keeps per process
  * and device (streams, events, counters, stages, IPC exports and imports)
  * must then be made anew, not used stale.  Each round moves data on a ring

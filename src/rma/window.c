@@ -120,16 +120,31 @@ static ncclResult_t check_args(ncclComm_t comm, void* buff, size_t size, int win
 static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
                                  ncclResult_t forced);
 
-/* Waits for turn (taken now where NULL) among comm's collectives over its
- * bootstrap, in call order (core/turn.h): a non-blocking split issued
- * before runs its own first. */
-static ncclResult_t turn_begin(struct ncclComm* comm, mpn_turn_t** turn, mpn_turn_t* own, const char* fn) {
+/* A window call's way out: its turn ends (the next call of comm goes on),
+ * then comm is let go of. */
+static void win_call_leave(struct ncclComm* comm, mpn_turn_t* turn) {
+  mpn_turn_end(turn);
+  mpn_comm_release(comm);
+}
+
+/* A window call's way in, once comm was checked (by the caller: registration
+ * clears its output between the check and the hold).  comm is held for the
+ * collective: an abort or destroy of another thread (the way out of a hung
+ * allgather) frees comm only once the call let go of it; unheld, the
+ * allgather read the freed communicator.  Then the call waits for its turn
+ * (taken now where *turn is NULL, in own) among comm's collectives over its
+ * bootstrap, in call order (core/turn.h): a non-blocking split issued before
+ * runs its own first.  On failure nothing is held: a failed wait was left. */
+static ncclResult_t win_call_enter(struct ncclComm* comm, mpn_turn_t** turn, mpn_turn_t* own, const char* fn) {
+  MPN_CHECK(mpn_comm_hold_for(comm, fn));
   if (*turn == NULL) {
     *own = (mpn_turn_t){0};
     mpn_turn_take(&comm->split_order, own);
     *turn = own;
   }
-  return mpn_turn_wait(*turn, &comm->abort_flag, fn);
+  ncclResult_t res = mpn_turn_wait(*turn, &comm->abort_flag, fn);
+  if (res != ncclSuccess) win_call_leave(comm, *turn);
+  return res;
 }
 
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
@@ -137,15 +152,11 @@ ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWind
   const char* fn = "ncclCommWindowRegister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
   if (win) *win = NULL;
-  /* Held for the collective: an abort or destroy of another thread (the
-   * way out of a hung allgather) frees comm only once the call let go of
-   * it; unheld, the allgather read the freed communicator. */
-  MPN_CHECK(mpn_comm_hold_for(comm, fn));
   mpn_turn_t own;
-  ncclResult_t res = turn_begin(comm, &turn, &own, fn);
-  if (res == ncclSuccess) res = win_register(comm, buff, size, win, winFlags, forced);
-  mpn_turn_end(turn);
-  mpn_comm_release(comm);
+  ncclResult_t res = win_call_enter(comm, &turn, &own, fn);
+  if (res != ncclSuccess) return res;
+  res = win_register(comm, buff, size, win, winFlags, forced);
+  win_call_leave(comm, turn);
   return res;
 }
 
@@ -283,12 +294,11 @@ static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult
 ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced, mpn_turn_t* turn) {
   const char* fn = "ncclCommWindowDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
-  MPN_CHECK(mpn_comm_hold_for(comm, fn)); /* (as for registration) */
   mpn_turn_t own;
-  ncclResult_t res = turn_begin(comm, &turn, &own, fn);
-  if (res == ncclSuccess) res = win_deregister(comm, win, forced);
-  mpn_turn_end(turn);
-  mpn_comm_release(comm);
+  ncclResult_t res = win_call_enter(comm, &turn, &own, fn);
+  if (res != ncclSuccess) return res;
+  res = win_deregister(comm, win, forced);
+  win_call_leave(comm, turn);
   return res;
 }
 

@@ -42,7 +42,6 @@ struct mpn_drain {
   uint64_t words_used;        /* bit per word */
   uint64_t last[DRAIN_WORDS]; /* the last value handed out per word */
   uint64_t seen[DRAIN_WORDS]; /* the words as last read */
-  cudaStream_t reader;        /* reads them: the device's service stream */
   int words_tried, warned;
   uint64_t by_event, by_kernel; /* marks made each way */
 };
@@ -56,24 +55,27 @@ static int stream_done(const struct mpn_drain* d, const drain_stream_t* e) {
 }
 
 /* Reads the words into seen when a stream waits for one (relaxed capture
- * mode: another thread may be capturing).  A read that fails because the
- * context has a sticky error (nothing runs on it any more) counts every
- * word as written, as a failed event query counts as done; another failure
- * leaves them as they were, for the next read. */
+ * mode: another thread may be capturing), on dev's service stream, asked
+ * for at each read since a cudaDeviceReset makes it anew (core/renew.c).
+ * A read that fails because the context has a sticky error (nothing runs
+ * on it any more) counts every word as written, as a failed event query
+ * counts as done; another failure leaves them as they were, for the next
+ * read. */
 static void words_read(struct mpn_drain* d, int dev) {
   int want = 0;
   for (int i = 0; i < d->n && !want; i++) want = d->at[i].word >= 0 && d->seen[d->at[i].word] < d->at[i].expected;
   if (!want) return;
   uint64_t now[DRAIN_WORDS];
   int saved = mpn_cuda_device_enter(dev);
+  cudaStream_t reader = mpn_cuda_service_stream(dev);
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, d->reader);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(d->reader);
+  cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, reader);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(reader);
   mpn_cuda_relaxed_leave(mode);
   mpn_cuda_device_leave(saved); /* the caller's device, as it was */
   if (err != cudaSuccess) {
     cudaGetLastError();
-    cudaError_t again = cudaStreamQuery(d->reader); /* a sticky error stays */
+    cudaError_t again = cudaStreamQuery(reader); /* a sticky error stays */
     cudaGetLastError();
     if (again != cudaSuccess && again != cudaErrorNotReady)
       for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = d->last[w];
@@ -138,7 +140,6 @@ static void words_make(struct mpn_drain* d) {
   if (mpn_cuda_alloc_zeroed(DRAIN_WORDS * sizeof(uint64_t), DRAIN_WORDS * sizeof(uint64_t), &words) != cudaSuccess)
     return; /* events only */
   d->words = words;
-  d->reader = mpn_cuda_service_stream(mpn_cuda_current_device());
 }
 
 /* A word for e; 0 when none.  Its values go on from the word's last. */

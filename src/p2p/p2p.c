@@ -633,11 +633,30 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   return res != ncclSuccess ? res : staged;
 }
 
+/* comm's per-peer states (NULL while none are made), read as another
+ * thread may be making them (peer_state). */
+static peer_state_t* peers_of(const struct ncclComm* comm) {
+  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
+  return p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* The pairs of comm with peer, send and receive (NULL where none is made),
+ * read as another thread may be making them (the watchdog, an abort); 0
+ * when comm has no pairs at all. */
+static int peer_pairs(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) {
+  peer_state_t* peers = peers_of(comm);
+  pairs[0] = peers ? __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE) : NULL;
+  pairs[1] = peers ? __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE) : NULL;
+  return peers != NULL;
+}
+
 void mpn_p2p_poll_errors(struct ncclComm* comm) {
-  if (comm->p2p == NULL || comm->p2p->peers == NULL) return;
+  peer_state_t* peers = peers_of(comm);
+  if (peers == NULL) return;
   for (int peer = 0; peer < comm->nranks; peer++) {
-    peer_state_t* ps = &comm->p2p->peers[peer];
-    mpn_pair_t* pairs[2] = {ps->send, ps->recv};
+    peer_state_t* ps = &peers[peer];
+    mpn_pair_t* pairs[2];
+    peer_pairs(comm, peer, pairs);
     for (int k = 0; k < 2; k++) {
       if (pairs[k] == NULL) continue;
       uint64_t errors = __atomic_load_n(&pairs[k]->mem->errors, __ATOMIC_ACQUIRE);
@@ -652,17 +671,6 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
         mpn_comm_set_async(comm, code);
     }
   }
-}
-
-/* The pairs of comm with peer, send and receive (NULL where none is made),
- * read as another thread may be making them (the watchdog, an abort); 0
- * when comm has no pairs at all. */
-static int peer_pairs(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) {
-  struct mpn_p2p* p2p = __atomic_load_n(&comm->p2p, __ATOMIC_ACQUIRE);
-  peer_state_t* peers = p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
-  pairs[0] = peers ? __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE) : NULL;
-  pairs[1] = peers ? __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE) : NULL;
-  return peers != NULL;
 }
 
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {

@@ -191,11 +191,19 @@ static void comm_free(struct ncclComm* comm, int abort) {
   }
   /* Queued graph replays each take one release (p2p.h): again until the
    * device is idle, or the pairs stay mapped rather than wait. */
-  int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
-  mpn_rma_free(comm, !idle);
-  mpn_p2p_free(comm, !idle);
+  int gone = __atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE);
+  if (!gone) {
+    int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
+    mpn_rma_free(comm, !idle);
+    mpn_p2p_free(comm, !idle);
+  } else {
+    /* Its device was reset while it lived (core/renew.h): the handles of
+     * its streams, events and memory may name new objects now, so its
+     * device state is left as it is, not freed nor given back. */
+    MPN_INFO(MPN_SUBSYS_INIT, "rank %d: its device was reset while it lived: its device state is left", comm->rank);
+  }
   mpn_drain_free(comm);
-  mpn_alias_free(comm);
+  if (!gone) mpn_alias_free(comm);
 #ifdef HAVE_UCX
   /* The host nodes of captured graphs read comm->ucx and post for comm: a
    * replay still queued finds them dead from here on, before that state
@@ -206,11 +214,12 @@ static void comm_free(struct ncclComm* comm, int abort) {
   /* Done cleanly: the one-sided keys go while their endpoints live.  Else
    * the proxy first cancels what it still holds of comm, and what peers or
    * streams may still use is leaked. */
-  if (comm->ucx_clean) mpn_ucx_rma_free(comm, 0);
+  int leak = !comm->ucx_clean || gone; /* (a reset device's pinned memory went with it) */
+  if (!leak) mpn_ucx_rma_free(comm, 0);
   mpn_ucx_comm_free(comm);
-  if (!comm->ucx_clean) mpn_ucx_rma_free(comm, 1);
-  mpn_ucx_rma_free_graphs(comm, !comm->ucx_clean);
-  mpn_ucx_staged_free(comm);
+  if (leak) mpn_ucx_rma_free(comm, 1);
+  mpn_ucx_rma_free_graphs(comm, leak);
+  if (!gone) mpn_ucx_staged_free(comm); /* (its lanes' streams and events died with the context) */
 #endif
   mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);

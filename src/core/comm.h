@@ -98,6 +98,9 @@ struct ncclComm {
   int async_error;  /**< ncclResult_t, atomic */
   int broken;       /**< atomic: a peer was found gone or aborted, and the flags shared with it are released, so
                          data calls would complete with no data: they are refused (mpn_comm_check) */
+  int device_gone;  /**< atomic: its device was reset while it lived (core/renew.h): its streams, events and
+                         device memory went with the old context, so nothing of them is read, waited for,
+                         freed or given back to a pool again */
   pthread_t init_thread;
   int init_thread_live;
   mpn_init_job_t* job;

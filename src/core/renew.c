@@ -32,6 +32,7 @@ static void fail_survivors(int dev) {
   for (int i = 0; i < n; i++) {
     struct ncclComm* comm = comms[i];
     if (comm->cuda_dev == dev && __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY) {
+      __atomic_store_n(&comm->device_gone, 1, __ATOMIC_RELEASE);
       mpn_error_set(comm, ncclInvalidUsage,
                     "device %d was reset (cudaDeviceReset) while comm %p lived: its streams, memory and "
                     "mappings are gone; destroy or abort it",

@@ -148,10 +148,16 @@ static void survivor(void) {
   ncclComm_t old = NULL, fresh = NULL;
   EXPECT_OK(mpincclCommInitMPI(&old, MPI_COMM_WORLD, NULL));
   if (old == NULL) return;
+  /* Work on the old communicator first: marks, events and pairs of the
+   * old context, which must never be waited for or handed out again. */
+  cudaStream_t s_old;
+  EXPECT(cudaStreamCreateWithFlags(&s_old, cudaStreamNonBlocking) == cudaSuccess);
+  ring(old, s_old, 64 << 10, 6);
+  ring(old, s_old, 8, 6);
   void *kept = NULL, *after = NULL; /* ncclMemAlloc memory the reset takes */
   EXPECT_OK(ncclMemAlloc(&kept, 1 << 20));
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT(cudaDeviceReset() == cudaSuccess);
+  EXPECT(cudaDeviceReset() == cudaSuccess); /* (s_old goes with it) */
   EXPECT(cudaSetDevice(dev) == cudaSuccess);
   pattern_forget();
   /* Memory allocated since may have the old address: freeing the old
@@ -170,14 +176,18 @@ static void survivor(void) {
   void* buf = NULL;
   cudaMalloc(&buf, 64);
   EXPECT(ncclSend(buf, 64, ncclUint8, (world_rank + 1) % world_size, old, cudaStreamLegacy) == ncclInvalidUsage);
-  EXPECT_OK(ncclCommDestroy(old));
   if (fresh) {
     cudaStream_t s;
     cudaStreamCreate(&s);
     ring(fresh, s, 4096, 7);
+    EXPECT_OK(ncclCommDestroy(old)); /* (between two uses of the new one: nothing of it given back) */
+    ring(fresh, s, 4096, 8);
+    ring(fresh, s, 1 << 20, 8);
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
     EXPECT_OK(ncclCommDestroy(fresh));
+  } else {
+    EXPECT_OK(ncclCommDestroy(old));
   }
   cudaFree(buf);
   MPI_Barrier(MPI_COMM_WORLD);

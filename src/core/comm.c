@@ -65,14 +65,17 @@ static ncclResult_t registry_add(struct ncclComm* comm) {
   return ncclSuccess;
 }
 
-static void registry_remove(struct ncclComm* comm) {
+/* Returns how many communicators are left. */
+static int registry_remove(struct ncclComm* comm) {
   pthread_mutex_lock(&live_lock);
   for (int i = 0; i < n_live; i++)
     if (live[i] == comm) {
       live[i] = live[--n_live];
       break;
     }
+  int left = n_live;
   pthread_mutex_unlock(&live_lock);
+  return left;
 }
 
 /* Under live_lock: a launch (or the watchdog) holds comm (mpn_comm_hold). */
@@ -162,9 +165,12 @@ static void launches_wait(const struct ncclComm* comm) {
 
 /* Frees comm; with abort (ncclCommAbort) it first lets go of what the
  * streams wait for and tells the peers (mpn_p2p_abort). */
+/* How long the end of the last communicator waits for its closes. */
+#define CLOSES_AT_END_MS 1000
+
 static void comm_free(struct ncclComm* comm, int abort) {
   if (comm == NULL) return;
-  registry_remove(comm);
+  int last = registry_remove(comm) == 0;
   /* First, by plain stores: the flag kernels' waits on this rank's pairs
    * (and its peers') let go (cuda/sync.h, escape), so that a thread of the
    * process blocked in a launch behind them, which the waits below wait
@@ -234,6 +240,14 @@ static void comm_free(struct ncclComm* comm, int abort) {
   pthread_mutex_destroy(&comm->error_lock);
   comm->magic = 0;
   free(comm);
+  /* The process's last communicator: its imports' closes, queued on the
+   * closing thread, run now (none waits for a launch any more), so that a
+   * program that resets the device next does not meet one under way
+   * (CUDA leaves that to the caller, who cannot see this thread).  A close
+   * waits for the process's GPU work on its own GPU: bounded. */
+  if (last && !mpn_ipc_closer_drain_for(CLOSES_AT_END_MS))
+    MPN_INFO(MPN_SUBSYS_IPC, "%d closes of IPC imports still queued %d ms after the last communicator went",
+             mpn_ipc_closer_pending(), CLOSES_AT_END_MS);
 }
 
 void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }

@@ -260,9 +260,8 @@ static int matching(uint64_t owner, int dev, uint64_t base, uint64_t size, const
   return 0;
 }
 
-int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,
-                        int64_t timeout_ms) {
-  pthread_once(&done_once, done_init);
+/* CLOCK_MONOTONIC's time timeout_ms from now, for closer.done. */
+static struct timespec deadline_after(int64_t timeout_ms) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += (time_t)(timeout_ms / 1000);
@@ -271,12 +270,32 @@ int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, c
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
   }
+  return until;
+}
+
+int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,
+                        int64_t timeout_ms) {
+  pthread_once(&done_once, done_init);
+  struct timespec until = deadline_after(timeout_ms);
   pthread_mutex_lock(&closer.lock);
   closer.hurry++;
   int rc = 0;
   while (matching(owner, dev, base, size, handle) && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
   int clear = !matching(owner, dev, base, size, handle);
+  closer.hurry--;
+  pthread_mutex_unlock(&closer.lock);
+  return clear;
+}
+
+int mpn_ipc_closer_drain_for(int64_t timeout_ms) {
+  pthread_once(&done_once, done_init);
+  struct timespec until = deadline_after(timeout_ms);
+  pthread_mutex_lock(&closer.lock);
+  closer.hurry++;
+  int rc = 0;
+  while (closer.n > 0 && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
+  int clear = closer.n == 0;
   closer.hurry--;
   pthread_mutex_unlock(&closer.lock);
   return clear;

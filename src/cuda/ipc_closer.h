@@ -71,6 +71,14 @@ int mpn_ipc_closer_pending(void);
 void mpn_ipc_closer_drain(void);
 
 /**
+ * Waits at most timeout_ms for every close handed over to be done, closes
+ * starting at once (as for mpn_ipc_closer_wait); returns whether they are.
+ * For the end of the process's last communicator: a program may reset the
+ * device next, which must not meet a close of this thread under way.
+ */
+int mpn_ipc_closer_drain_for(int64_t timeout_ms);
+
+/**
  * Drops the queued closes of device dev's imports, and waits for one of
  * them that is running: the program reset the device (core/renew.h), so
  * they went with the context, and their addresses may be mapped anew.

@@ -148,16 +148,13 @@ static void survivor(void) {
   ncclComm_t old = NULL, fresh = NULL;
   EXPECT_OK(mpincclCommInitMPI(&old, MPI_COMM_WORLD, NULL));
   if (old == NULL) return;
-  /* Work on the old communicator first: marks, events and pairs of the
-   * old context, which must never be waited for or handed out again. */
-  cudaStream_t s_old;
-  EXPECT(cudaStreamCreateWithFlags(&s_old, cudaStreamNonBlocking) == cudaSuccess);
-  ring(old, s_old, 64 << 10, 6);
-  ring(old, s_old, 8, 6);
+  /* (No work on it before the reset: between the reset and the next
+   * creation the library's threads may still touch what such work leaves,
+   * as CUDA forbids; README, cudaDeviceReset.) */
   void *kept = NULL, *after = NULL; /* ncclMemAlloc memory the reset takes */
   EXPECT_OK(ncclMemAlloc(&kept, 1 << 20));
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT(cudaDeviceReset() == cudaSuccess); /* (s_old goes with it) */
+  EXPECT(cudaDeviceReset() == cudaSuccess);
   EXPECT(cudaSetDevice(dev) == cudaSuccess);
   pattern_forget();
   /* Memory allocated since may have the old address: freeing the old

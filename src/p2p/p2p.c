@@ -660,8 +660,8 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
     for (int k = 0; k < 2; k++) {
       if (pairs[k] == NULL) continue;
       uint64_t errors = __atomic_load_n(&pairs[k]->mem->errors, __ATOMIC_ACQUIRE);
-      if (errors == ps->errors_seen[k]) continue;
-      ps->errors_seen[k] = errors;
+      /* (threads may poll at once, comm.c's comm_failed: one reports each error) */
+      if (__atomic_exchange_n(&ps->errors_seen[k], errors, __ATOMIC_ACQ_REL) == errors) continue;
       ncclResult_t code = (ncclResult_t)__atomic_load_n(&pairs[k]->mem->error_code, __ATOMIC_RELAXED);
       if (code == ncclSuccess) code = ncclInvalidUsage;
       mpn_error_set(comm, code, "%s", pairs[k]->mem->error);

@@ -57,7 +57,10 @@ ncclResult_t mpn_win_peer_base(ncclWindow_t win, int peer, void** out, mpn_ipc_r
  *  group, or at the end of one: wingroup.h).  forced: not ncclSuccess when
  *  this rank's group failed: it still joins the peers, which then fail too.
  *  turn: its turn among comm's bootstrap collectives (core/turn.h), taken
- *  at the call; NULL: taken now.  Ended (or given up) on return. */
+ *  at the call; NULL: taken now.  Ended (or given up) on return, but for
+ *  a comm refused before its turn is waited for (mpn_comm_check, its
+ *  hold): a caller that passed a turn then gives it up itself
+ *  (wingroup.c, mpn_turn_pass). */
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
                               ncclResult_t forced, mpn_turn_t* turn);
 

@@ -2,7 +2,8 @@
  * test_mem_free.c - ncclMemFree of memory that backs a live window is
  * deferred to the last window's end (src/cuda/memory.c, cuda/memory.h),
  * against a model of cudaMalloc and cudaFree that, as CUDA does, hands a
- * freed address to the next allocation.  No GPU needed.
+ * freed address to the next allocation, and of the device's context, which
+ * cudaDeviceReset replaces (its memory gone with it).  No GPU needed.
  */
 #include <check.h>
 #include <stdint.h>
@@ -36,6 +37,18 @@ cudaError_t __wrap_cudaFree(void* p) {
   taken[i] = 0;
   frees++;
   return cudaSuccess;
+}
+
+/* The model's context of device 0: a reset gives it a new id. */
+static unsigned long long context = 1;
+
+unsigned long long __wrap_mpn_cuda_context_id(void) { return context; }
+int __wrap_mpn_cuda_current_device(void) { return 0; }
+
+/* cudaDeviceReset, as the model sees it: every allocation is gone. */
+static void model_reset(void) {
+  memset(taken, 0, sizeof(taken));
+  context++;
 }
 
 /* Each test counts its own frees (also when CK_FORK=no runs them in one process). */
@@ -119,6 +132,36 @@ START_TEST(last_window_frees) {
 }
 END_TEST
 
+/* A reset takes the device's memory: a pointer from before it then names
+ * what was allocated since at its address, if anything; an ncclMemFree of
+ * the old allocation frees nothing through CUDA, a window still over it
+ * (a communicator that lived through the reset) lets it go without a
+ * cudaFree, and new windows count on the new allocation. */
+START_TEST(reset_forgets_records) {
+  char* a = alloc_mib();
+  char* b = alloc_mib();
+  mpn_mem_alloc_t* survivor = NULL;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", b, &survivor), ncclSuccess);
+  model_reset();
+  char* c = alloc_mib();
+  ck_assert_ptr_eq(c, a); /* (the model hands the lowest free address out first) */
+  mpn_mem_alloc_t* pin = NULL;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", c, &pin), ncclSuccess);
+  ck_assert_ptr_nonnull(pin);
+  ck_assert_ptr_ne(pin, survivor);
+  mpn_mem_unpin(pin);
+  ck_assert_int_eq(ncclMemFree(c), ncclSuccess); /* the new allocation: freed */
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(ncclMemFree(a), ncclSuccess); /* the old one at that address: nothing to free */
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(ncclMemFree(a), ncclInvalidArgument);
+  mpn_mem_unpin(survivor);
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(ncclMemFree(b), ncclInvalidArgument);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("mem_free");
   TCase* tc = tcase_create("deferred");
@@ -126,6 +169,7 @@ int main(void) {
   tcase_add_test(tc, free_at_once);
   tcase_add_test(tc, free_deferred_to_the_window);
   tcase_add_test(tc, last_window_frees);
+  tcase_add_test(tc, reset_forgets_records); /* (last: the model's context changes) */
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

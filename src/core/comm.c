@@ -163,11 +163,11 @@ static void launches_wait(const struct ncclComm* comm) {
   }
 }
 
-/* Frees comm; with abort (ncclCommAbort) it first lets go of what the
- * streams wait for and tells the peers (mpn_p2p_abort). */
 /* How long the end of the last communicator waits for its closes. */
 #define CLOSES_AT_END_MS 1000
 
+/* Frees comm; with abort (ncclCommAbort) it first lets go of what the
+ * streams wait for and tells the peers (mpn_p2p_abort). */
 static void comm_free(struct ncclComm* comm, int abort) {
   if (comm == NULL) return;
   int last = registry_remove(comm) == 0;

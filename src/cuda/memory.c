@@ -58,7 +58,7 @@ void mpn_mem_forget(int dev, unsigned long long ctx) {
   pthread_mutex_unlock(&alloc_lock);
 }
 
-/* The records of the current device from before a reset go. */
+/* The records of the current device from before a reset are marked gone. */
 static void forget_stale(void) {
   int dev = mpn_cuda_current_device();
   if (dev >= 0) mpn_mem_forget(dev, mpn_cuda_context_id());

@@ -2,12 +2,13 @@
  * test_reset.c - communicators made again after cudaDeviceReset (run under
  * mpirun with 1, 2, 4 and 8 ranks).  A program may destroy its communicators,
  * reset its device and make new ones; what the library keeps per process
- * and device (streams, events, counters, stages, IPC exports and imports)
- * must then be made anew, not used stale.  Each round moves data on a ring
- * (small, medium and large messages), between two ranks of this process
- * (ncclCommInitAll with the device repeated) and by put and signal into
- * windows, checking every byte.  Last, a communicator that lives through a
- * reset is failed, not run on the dead context.  Exits 77 without a GPU.
+ * and device (streams, events, counters, stages, IPC exports and imports,
+ * ncclMemAlloc records) must then be made anew, not used stale.  Each
+ * round moves data on a ring (small, medium and large messages), between
+ * two ranks of this process (ncclCommInitAll with the device repeated) and
+ * by put and signal into windows, checking every byte.  Last, a
+ * communicator that lives through a reset is failed, not run on the dead
+ * context.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>

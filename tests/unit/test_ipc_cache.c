@@ -540,6 +540,38 @@ START_TEST(no_close_beside_an_ungated_launch) {
 }
 END_TEST
 
+/* A device reset (core/renew.c): every import of the device, the exports
+ * and a close still queued are forgotten, none of them closed (the mappings
+ * went with the context, and their addresses may be mapped anew); imports
+ * are then made afresh. */
+START_TEST(forget_device_closes_nothing) {
+  done[0] = 1;
+  mpn_ipc_closer_set_quiet(test_quiet); /* (not quiet: the close below stays queued) */
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), r = owner_range(2, base + 65536, 4096, 2);
+  import_once(&q, event(0));
+  import_once(&r, event(0));
+  alloc_base = 0x200000000000ull, alloc_size = 1 << 20, alloc_id = 77;
+  mpn_ipc_desc_t mine;
+  int pool = 0;
+  ck_assert_int_eq(mpn_ipc_export((void*)(uintptr_t)alloc_base, "test", &mine, &pool), ncclSuccess);
+  ck_assert_int_eq(exports(), 1);
+  mpn_ipc_forget(owner, 1, 0); /* q's close is queued */
+  usleep(50000);
+  ck_assert_int_eq(mpn_ipc_closer_pending(), 1);
+  mpn_ipc_forget_device(0);
+  ck_assert_int_eq(imports(), 0);
+  ck_assert_int_eq(exports(), 0);
+  ck_assert_int_eq(mpn_ipc_held_count(), 0);
+  __atomic_store_n(&quiet_now, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(closed(), 0);         /* the queued close was dropped, not run */
+  memset(mappings, 0, sizeof(mappings)); /* the model's device was reset: nothing is mapped */
+  n_mappings = 0;
+  import_once(&r, event(0));
+  ck_assert_int_eq(imports(), 1);
+  ck_assert_int_eq(open_count(), 1);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("ipc_cache");
   TCase* tc = tcase_create("cache");
@@ -558,6 +590,7 @@ int main(void) {
   tcase_add_test(tc, closes_wait_for_quiet);
   tcase_add_test(tc, launch_goes_by_a_long_close);
   tcase_add_test(tc, no_close_beside_an_ungated_launch);
+  tcase_add_test(tc, forget_device_closes_nothing);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

@@ -1,6 +1,8 @@
 /*
  * service.c - the devices' service streams (service.h): made once per
- * process and device, under one lock, and kept for the life of the process.
+ * process and device, under one lock, and kept until a reset of the device
+ * is found (core/renew.h), which forgets the stream so that the next use
+ * makes a new one.
  */
 #include "cuda/service.h"
 

@@ -168,9 +168,9 @@ static void launches_wait(const struct ncclComm* comm) {
 
 /* Frees comm; with abort (ncclCommAbort) it first lets go of what the
  * streams wait for and tells the peers (mpn_p2p_abort). */
-static void comm_free(struct ncclComm* comm, int abort) {
-  if (comm == NULL) return;
-  int last = registry_remove(comm) == 0;
+/* Before anything is freed: no thread of the process still uses comm, and
+ * (abort) no stream waits any more for peers that will never write. */
+static void comm_quiesce(struct ncclComm* comm, int abort) {
   /* First, by plain stores: the flag kernels' waits on this rank's pairs
    * (and its peers') let go (cuda/sync.h, escape), so that a thread of the
    * process blocked in a launch behind them, which the waits below wait
@@ -195,9 +195,13 @@ static void comm_free(struct ncclComm* comm, int abort) {
     mpn_ucx_rma_release(comm);
 #endif
   }
+}
+
+/* The pairs, windows, drain and aliases of comm's device; gone: its device
+ * was reset while it lived. */
+static void comm_free_device(struct ncclComm* comm, int abort, int gone) {
   /* Queued graph replays each take one release (p2p.h): again until the
    * device is idle, or the pairs stay mapped rather than wait. */
-  int gone = __atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE);
   if (!gone) {
     int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
     mpn_rma_free(comm, !idle);
@@ -210,7 +214,11 @@ static void comm_free(struct ncclComm* comm, int abort) {
   }
   mpn_drain_free(comm);
   if (!gone) mpn_alias_free(comm);
+}
+
 #ifdef HAVE_UCX
+/* comm's state with peers over UCX. */
+static void comm_free_ucx(struct ncclComm* comm, int gone) {
   /* The host nodes of captured graphs read comm->ucx and post for comm: a
    * replay still queued finds them dead from here on, before that state
    * goes (a clean destroy waited for the replays under way first:
@@ -226,6 +234,17 @@ static void comm_free(struct ncclComm* comm, int abort) {
   if (leak) mpn_ucx_rma_free(comm, 1);
   mpn_ucx_rma_free_graphs(comm, leak);
   if (!gone) mpn_ucx_staged_free(comm); /* (its lanes' streams and events died with the context) */
+}
+#endif
+
+static void comm_free(struct ncclComm* comm, int abort) {
+  if (comm == NULL) return;
+  int last = registry_remove(comm) == 0;
+  comm_quiesce(comm, abort);
+  int gone = __atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE);
+  comm_free_device(comm, abort, gone);
+#ifdef HAVE_UCX
+  comm_free_ucx(comm, gone);
 #endif
   mpn_comm_free_registrations(comm);
   if (comm->bootstrap) mpn_bootstrap_destroy(comm->bootstrap);

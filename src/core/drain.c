@@ -255,11 +255,11 @@ void mpn_drain_end(void) {
 
 /* ------------------------------------------------------- finalize -- */
 
-/* A communicator whose device was reset (comm.h, device_gone) has nothing
+/* A communicator whose device was reset (gone: comm.h, device_gone) has nothing
  * left to wait for: its marks are dropped without a CUDA call, and their
  * events are not given back to the pool, which holds new ones. */
-static int drain_prune_of(struct ncclComm* comm, struct mpn_drain* d) {
-  if (!__atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE)) return drain_prune(d, comm->cuda_dev);
+static int drain_prune_of(struct ncclComm* comm, struct mpn_drain* d, int gone) {
+  if (!gone) return drain_prune(d, comm->cuda_dev);
   d->n = 0;
   d->words_used = 0;
   return 0;
@@ -269,7 +269,7 @@ int mpn_drain_done(struct ncclComm* comm) {
   struct mpn_drain* d = __atomic_load_n(&comm->drain, __ATOMIC_ACQUIRE);
   if (d == NULL) return 1;
   pthread_mutex_lock(&d->lock);
-  int pending = drain_prune_of(comm, d);
+  int pending = drain_prune_of(comm, d, __atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE));
   pthread_mutex_unlock(&d->lock);
   return pending == 0;
 }
@@ -322,7 +322,7 @@ void mpn_drain_free(struct ncclComm* comm) {
   MPN_INFO(MPN_SUBSYS_INIT, "rank %d: finalize marks: %llu by events, %llu by words (flag kernels or batches)",
            comm->rank, (unsigned long long)d->by_event, (unsigned long long)d->by_kernel);
   int gone = __atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE);
-  int pending = drain_prune_of(comm, d);
+  int pending = drain_prune_of(comm, d, gone);
   for (int i = 0; i < d->n; i++) mpn_event_put(comm->cuda_dev, d->at[i].ev);
   if (d->words && pending == 0 && !gone) cudaFree(d->words); /* else a kernel may still write them: left */
   free(d->at);

@@ -115,14 +115,23 @@ static cudaError_t alloc_release(alloc_t* a) {
   return err;
 }
 
+/* The record whose user pointer is ptr (under alloc_lock): one of this
+ * context first, since a gone record may have its address. */
+static alloc_t* alloc_find(const void* ptr) {
+  alloc_t* gone = NULL;
+  for (alloc_t* a = allocs; a; a = a->next) {
+    if (a->user != ptr) continue;
+    if (!a->gone) return a;
+    if (gone == NULL) gone = a;
+  }
+  return gone;
+}
+
 MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == NULL) return ncclSuccess; /* as NCCL's, which passes it to cudaFree */
   forget_stale();
   pthread_mutex_lock(&alloc_lock);
-  alloc_t* a = allocs; /* (memory of this context first: a gone record may have its address) */
-  while (a && (a->gone || a->user != ptr)) a = a->next;
-  if (a == NULL)
-    for (a = allocs; a && a->user != ptr;) a = a->next;
+  alloc_t* a = alloc_find(ptr);
   int again = a && a->freed, windows = a ? a->windows : 0;
   if (a && !again) {
     if (windows > 0)

@@ -244,32 +244,103 @@ static int slot_wait(plan_t* p, peer_state_t* ps, int side /* MPN_SIDE_* */) {
   return 1;
 }
 
-/* Posts one message.  A failure after the slot is taken still leaves it
- * posted, so nobody hangs; a refused slot (mpn_pair_post) fails both
- * communicators instead. */
-static ncclResult_t plan_post(plan_t* p) {
-  mpn_op_t* op = p->op;
-  struct ncclComm* comm = op->comm;
-  int send = op->kind == MPN_OP_SEND, side = plan_side(p);
-  peer_state_t* ps = &comm->p2p->peers[op->peer];
+/* Whether the message keeps the inbox it chose (mpn_eager_choose): its slot
+ * must be free, now or after a bounded wait (slot_wait). */
+static void plan_slot(plan_t* p, peer_state_t* ps, int side) {
   uint64_t* eager_counts = ps->eager_count[side]; /* per ring */
-  if (ps->launch[side] != p->launch) { /* this launch's first message of the pair and side */
+  if (ps->launch[side] != p->launch) {            /* this launch's first message of the pair and side */
     ps->launch[side] = p->launch;
     memcpy(ps->eager_base[side], eager_counts, sizeof(ps->eager_base[side]));
   }
   if (p->eager_ok == MPN_EAGER_GRAPH) { /* the graph slot's own inbox slot: free while the message holds it */
     p->eager_n = mpn_pair_graph_index(p->seq);
     if (!mpn_eager_graph_ok(p->pair)) p->eager_ok = MPN_EAGER_NONE;
-  } else {
-    /* Every earlier message of the pair is posted: its path is known. */
-    p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
-    int free_now = p->eager_ok && mpn_eager_free(p->pair, p->eager_ok, p->eager_n);
-    if (free_now) ps->slot_timed_out[side] = 0; /* the peer keeps up again */
-    if (p->eager_ok && !free_now && !slot_wait(p, ps, side)) {
-      p->eager_ok = MPN_EAGER_NONE;
-      comm->p2p->no_slot++;
-    }
+    return;
   }
+  /* Every earlier message of the pair is posted: its path is known. */
+  p->eager_n = p->eager_ok ? eager_counts[p->eager_ok - 1] : 0;
+  int free_now = p->eager_ok && mpn_eager_free(p->pair, p->eager_ok, p->eager_n);
+  if (free_now) ps->slot_timed_out[side] = 0; /* the peer keeps up again */
+  if (p->eager_ok && !free_now && !slot_wait(p, ps, side)) {
+    p->eager_ok = MPN_EAGER_NONE;
+    p->op->comm->p2p->no_slot++;
+  }
+}
+
+/* The second side of a message whose first side chose an inbox follows it. */
+static ncclResult_t follow_inbox(plan_t* p, const mpn_side_t* mine, mpn_side_t* other, ncclResult_t bad,
+                                 uint64_t* eager_counts) {
+  struct ncclComm* comm = p->op->comm;
+  ncclResult_t res = ncclSuccess;
+  uint64_t expected = other->eager == MPN_EAGER_GRAPH ? mpn_pair_graph_index(p->seq) : eager_counts[other->eager - 1];
+  if (other->eager_n != expected) { /* cannot happen; the peer's number keeps both going */
+    res = mpn_error_set(comm, ncclInternalError, "message %llu with rank %d: eager number %llu here, %llu at the peer",
+                        (unsigned long long)p->seq, p->op->peer, (unsigned long long)expected,
+                        (unsigned long long)other->eager_n);
+    mpn_comm_set_async(comm, res);
+  }
+  p->eager_n = other->eager_n;
+  int same = res == ncclSuccess && !mpn_plan_buffer_refused(p, bad, other);
+  if (same && mpn_plan_sides_differ(mine, other)) {
+    mpn_plan_report_mismatch(p, mine, other); /* and nothing moves */
+    same = 0;
+  }
+  mpn_eager_plan(p, other->eager, same ? p->op->bytes : 0);
+  if (other->eager != MPN_EAGER_GRAPH) eager_counts[other->eager - 1] = p->eager_n + 1;
+  comm->p2p->eager[other->eager - 1]++;
+  return res != ncclSuccess ? res : bad;
+}
+
+/* The side posted second: it moves the data (or follows the first side's
+ * inbox), so it learns the first side's buffer, event and choices. */
+static ncclResult_t plan_second(plan_t* p, mpn_side_t* mine, ncclResult_t bad, uint64_t* eager_counts) {
+  mpn_op_t* op = p->op;
+  int side = plan_side(p);
+  if (p->stage) { /* this side copies from or to its own buffer directly */
+    mpn_stage_put(p->stage, NULL, MPN_STAGE_UNUSED);
+    p->stage = NULL;
+  }
+  mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
+  mpn_pair_consume(p->pair, p->seq, p->graph);
+  p->peer_proc = other.proc;
+  mpn_side_heed(&other);
+  p->peer_launch = other.launch;
+  if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG || other.eager == MPN_EAGER_GRAPH)
+    return follow_inbox(p, mine, &other, bad, eager_counts);
+  if (p->local) { /* own event unused; the first side's is waited for, then given back */
+    mpn_event_put(mine->event_dev, (cudaEvent_t)(uintptr_t)mine->event);
+    p->ev = (cudaEvent_t)(uintptr_t)other.event;
+    p->ev_dev = other.event_dev;
+  }
+  if (mpn_plan_buffer_refused(p, bad, &other)) return bad;
+  if (mpn_plan_sides_differ(mine, &other)) {
+    mpn_plan_report_mismatch(p, mine, &other);
+    return ncclSuccess;
+  }
+  if (mine->bytes == 0) return ncclSuccess; /* a message of no bytes: its flags alone, no import */
+  void* far;
+  ncclResult_t res = mpn_side_resolve(p, &other, &far);
+  if (res != ncclSuccess) {
+    mpn_plan_report_failed_move(p, res);
+    return res;
+  }
+  int send = op->kind == MPN_OP_SEND;
+  p->src = send ? op->buf : far;
+  p->dst = send ? far : op->buf;
+  p->move = mine->bytes > 0;
+  return ncclSuccess;
+}
+
+/* Posts one message.  A failure after the slot is taken still leaves it
+ * posted, so nobody hangs; a refused slot (mpn_pair_post) fails both
+ * communicators instead. */
+static ncclResult_t plan_post(plan_t* p) {
+  mpn_op_t* op = p->op;
+  struct ncclComm* comm = op->comm;
+  int side = plan_side(p);
+  peer_state_t* ps = &comm->p2p->peers[op->peer];
+  uint64_t* eager_counts = ps->eager_count[side]; /* per ring */
+  plan_slot(p, ps, side);
   mpn_side_t mine;
   ncclResult_t bad = mpn_side_describe(p, &mine);
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, op->capture_id, side, &mine, &p->role);
@@ -283,68 +354,16 @@ static ncclResult_t plan_post(plan_t* p) {
     snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
              mpn_error_last(NULL), comm->rank, op->peer);
     mpn_plan_report_both(p, refused, text);
+    return refused;
   }
-  if (refused != ncclSuccess) return refused;
   p->posted = 1;
-  if (p->role != MPN_POST_SECOND) {
-    if (mine.eager) { /* a refused buffer moves nothing; the send's size word 0 keeps the receiver from copying */
-      mpn_eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
-      if (mine.eager != MPN_EAGER_GRAPH) eager_counts[mine.eager - 1]++; /* (a ring's numbering) */
-      comm->p2p->eager[mine.eager - 1]++;
-    }
-    return bad;
+  if (p->role == MPN_POST_SECOND) return plan_second(p, &mine, bad, eager_counts);
+  if (mine.eager) { /* a refused buffer moves nothing; the send's size word 0 keeps the receiver from copying */
+    mpn_eager_plan(p, mine.eager, bad == ncclSuccess ? op->bytes : 0);
+    if (mine.eager != MPN_EAGER_GRAPH) eager_counts[mine.eager - 1]++; /* (a ring's numbering) */
+    comm->p2p->eager[mine.eager - 1]++;
   }
-  if (p->stage) { /* second: this side copies from or to its own buffer directly */
-    mpn_stage_put(p->stage, NULL, MPN_STAGE_UNUSED);
-    p->stage = NULL;
-  }
-  mpn_side_t other = mpn_pair_slot(p->pair, p->seq, p->graph)->side[side ^ 1];
-  mpn_pair_consume(p->pair, p->seq, p->graph);
-  p->peer_proc = other.proc;
-  mpn_side_heed(&other);
-  p->peer_launch = other.launch;
-  if (other.eager == MPN_EAGER_SMALL || other.eager == MPN_EAGER_BIG ||
-      other.eager == MPN_EAGER_GRAPH) { /* the first side chose an inbox: follow it */
-    ncclResult_t res = ncclSuccess;
-    uint64_t expected = other.eager == MPN_EAGER_GRAPH ? mpn_pair_graph_index(p->seq) : eager_counts[other.eager - 1];
-    if (other.eager_n != expected) { /* cannot happen; the peer's number keeps both going */
-      res = mpn_error_set(
-          comm, ncclInternalError, "message %llu with rank %d: eager number %llu here, %llu at the peer",
-          (unsigned long long)p->seq, op->peer, (unsigned long long)expected, (unsigned long long)other.eager_n);
-      mpn_comm_set_async(comm, res);
-    }
-    p->eager_n = other.eager_n;
-    int same = res == ncclSuccess && !mpn_plan_buffer_refused(p, bad, &other);
-    if (same && mpn_plan_sides_differ(&mine, &other)) {
-      mpn_plan_report_mismatch(p, &mine, &other); /* and nothing moves */
-      same = 0;
-    }
-    mpn_eager_plan(p, other.eager, same ? op->bytes : 0);
-    if (other.eager != MPN_EAGER_GRAPH) eager_counts[other.eager - 1] = p->eager_n + 1;
-    comm->p2p->eager[other.eager - 1]++;
-    return res != ncclSuccess ? res : bad;
-  }
-  if (p->local) { /* own event unused; the first side's is waited for, then given back */
-    mpn_event_put(mine.event_dev, (cudaEvent_t)(uintptr_t)mine.event);
-    p->ev = (cudaEvent_t)(uintptr_t)other.event;
-    p->ev_dev = other.event_dev;
-  }
-  if (mpn_plan_buffer_refused(p, bad, &other)) return bad;
-  if (mpn_plan_sides_differ(&mine, &other)) {
-    mpn_plan_report_mismatch(p, &mine, &other);
-    return ncclSuccess;
-  }
-  if (mine.bytes == 0) return ncclSuccess; /* a message of no bytes: its flags alone, no import */
-  void* far;
-  ncclResult_t res = mpn_side_resolve(p, &other, &far);
-  if (res != ncclSuccess) {
-    mpn_plan_report_failed_move(p, res);
-    return res;
-  }
-  p->src = send ? op->buf : far;
-  p->dst = send ? far : op->buf;
-  p->move = mine.bytes > 0;
-  return ncclSuccess;
+  return bad;
 }
 
 /* Refusals that must come before a message is posted. */
@@ -561,6 +580,36 @@ static ncclResult_t post_all(plan_t* plans, int n, char* done, pair_side_t* held
   return why != ncclSuccess ? why : first;
 }
 
+/* A plan for each message within the host, in program order, numbered;
+ * returns the first failure (every message is prepared all the same). */
+static ncclResult_t prepare_all(plan_t* plans, mpn_op_t* ops, int* current) {
+  ncclResult_t first_error = ncclSuccess;
+  uint64_t launch = __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
+  int i = 0;
+  for (mpn_op_t* op = ops; op; op = op->next) {
+    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
+    plans[i].op = op;
+    plans[i].launch = launch;
+    mpn_cuda_switch_device(current, op->comm->cuda_dev);
+    ncclResult_t res = plan_prepare(&plans[i], i ? &plans[i - 1] : NULL);
+    i++;
+    if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
+  }
+  return first_error;
+}
+
+/* With one other process of a time-sliced GPU: delegation or the inbox
+ * (sliced.h), by the GPU work seen between launches.  Returns the plan
+ * whose stream times that work (gap_time), or NULL. */
+static const plan_t* choose_paths(plan_t* plans, int n, int* current) {
+  int one_peer = mpn_sliced_one_peer(plans, n);
+  const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;
+  int computes = timed && gap_time(timed, 0, current);
+  int late = mpn_sliced_delegate_wait(plans, n, mpn_sliced_inbox(plans, n, one_peer, computes));
+  if (late >= 0) plans[late].op->comm->p2p->delegate_timeouts++;
+  return timed;
+}
+
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   int n = 0;
   for (mpn_op_t* op = ops; op; op = op->next) /* checked by mpn_p2p_check */
@@ -593,30 +642,15 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
 #endif
   int saved = mpn_cuda_device_enter(-1);
   int current = saved;
-  ncclResult_t first_error = ncclSuccess;
-  uint64_t launch = __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
-  int i = 0;
-  for (mpn_op_t* op = ops; op; op = op->next) {
-    if (op->comm->transport[op->peer] == MPN_TRANSPORT_UCX) continue;
-    plans[i].op = op;
-    plans[i].launch = launch;
-    mpn_cuda_switch_device(&current, op->comm->cuda_dev);
-    ncclResult_t res = plan_prepare(&plans[i], i ? &plans[i - 1] : NULL);
-    i++;
-    if (res != ncclSuccess && first_error == ncclSuccess) first_error = res;
-  }
+  ncclResult_t first_error = prepare_all(plans, ops, &current);
   self_same_stream(plans, n);
   mpn_eager_graph_by_launch(plans, n);
   mpn_push_mark(plans, n);
-  int one_peer = mpn_sliced_one_peer(plans, n);
-  const plan_t* timed = one_peer ? mpn_sliced_timed(plans, n) : NULL;
-  int computes = timed && gap_time(timed, 0, &current);
-  int late = mpn_sliced_delegate_wait(plans, n, mpn_sliced_inbox(plans, n, one_peer, computes));
-  if (late >= 0) plans[late].op->comm->p2p->delegate_timeouts++;
+  const plan_t* timed = choose_paths(plans, n, &current);
   mpn_keep(&first_error, post_all(plans, n, done, held, &current));
   mpn_p2p_graphs_hold(plans, n, &current);
   ncclResult_t res = mpn_p2p_issue(drv, plans, scratch, n, &current);
-  for (i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
+  for (int i = 0; i < n; i++) /* stages of messages that failed: maybe in use, never reused */
     if (plans[i].stage) mpn_stage_put(plans[i].stage, NULL, MPN_STAGE_PINNED);
 #ifdef HAVE_UCX
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
@@ -640,13 +674,18 @@ static peer_state_t* peers_of(const struct ncclComm* comm) {
   return p2p ? __atomic_load_n(&p2p->peers, __ATOMIC_ACQUIRE) : NULL;
 }
 
-/* The pairs of comm with peer, send and receive (NULL where none is made),
- * read as another thread may be making them (the watchdog, an abort); 0
- * when comm has no pairs at all. */
-static int peer_pairs(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) {
-  peer_state_t* peers = peers_of(comm);
+/* The pairs with peer in peers (comm's per-peer states, or NULL), send and
+ * receive (NULL where none is made), read as another thread may be making
+ * them (the watchdog, an abort). */
+static void pairs_in(peer_state_t* peers, int peer, mpn_pair_t* pairs[2]) {
   pairs[0] = peers ? __atomic_load_n(&peers[peer].send, __ATOMIC_ACQUIRE) : NULL;
   pairs[1] = peers ? __atomic_load_n(&peers[peer].recv, __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* The pairs of comm with peer (pairs_in); 0 when comm has no pairs at all. */
+static int peer_pairs(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) {
+  peer_state_t* peers = peers_of(comm);
+  pairs_in(peers, peer, pairs);
   return peers != NULL;
 }
 
@@ -656,7 +695,7 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
   for (int peer = 0; peer < comm->nranks; peer++) {
     peer_state_t* ps = &peers[peer];
     mpn_pair_t* pairs[2];
-    peer_pairs(comm, peer, pairs);
+    pairs_in(peers, peer, pairs);
     for (int k = 0; k < 2; k++) {
       if (pairs[k] == NULL) continue;
       uint64_t errors = __atomic_load_n(&pairs[k]->mem->errors, __ATOMIC_ACQUIRE);

@@ -531,127 +531,184 @@ static int one_batch(mpn_op_t** ops, int n, const char* sync) {
   return items < MPN_MEMOPS_MAX;
 }
 
-ncclResult_t mpn_rma_launch(mpn_op_t* list) {
-  int n = 0;
-  for (mpn_op_t* op = list; op; op = op->next) n++;
-  mpn_op_t** ops = calloc((size_t)n, sizeof(*ops));
-  put_t* puts = calloc((size_t)n, sizeof(*puts));
+/* One launch's operations and what is decided about them before issue. */
+typedef struct {
+  int n;
+  mpn_op_t** ops; /* in program order; all of them, read past a failure too */
+  put_t* puts;    /* per op: a put's destination */
   /* Per first op of a stream: its signals and waits in a kernel (1), its
    * signals to its own rank too (2); bit 2: captured. */
-  char* sync = calloc((size_t)n, 1);
-  unsigned long long* sids = calloc((size_t)n, sizeof(*sids)); /* per first op of a stream: its id */
-  int* first = calloc((size_t)n, sizeof(*first));              /* stream_firsts */
-  if (ops == NULL || puts == NULL || sync == NULL || sids == NULL || first == NULL) {
-    free(ops), free(puts), free(sync), free(sids), free(first);
+  char* sync;
+  unsigned long long* sids; /* per first op of a stream: its id */
+  int* first;               /* stream_firsts */
+  mpn_op_t** net;           /* puts and signals over UCX, in program order */
+  int nnet;
+  int current; /* the device now current (mpn_cuda_switch_device) */
+} launch_t;
+
+static void launch_free(launch_t* l) {
+  free(l->ops);
+  free(l->puts);
+  free(l->sync);
+  free(l->sids);
+  free(l->first);
+  free(l->net);
+}
+
+static ncclResult_t launch_alloc(launch_t* l, mpn_op_t* list) {
+  memset(l, 0, sizeof(*l));
+  for (mpn_op_t* op = list; op; op = op->next) l->n++;
+  size_t n = (size_t)l->n;
+  l->ops = calloc(n, sizeof(*l->ops));
+  l->puts = calloc(n, sizeof(*l->puts));
+  l->sync = calloc(n, 1);
+  l->sids = calloc(n, sizeof(*l->sids));
+  l->first = calloc(n, sizeof(*l->first));
+  if (l->ops == NULL || l->puts == NULL || l->sync == NULL || l->sids == NULL || l->first == NULL) {
+    launch_free(l);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
-  int saved = mpn_cuda_device_enter(-1);
-  int current = saved;
-  ncclResult_t res = ncclSuccess;
   int i = 0;
-  for (mpn_op_t* op = list; op; op = op->next) ops[i++] = op; /* all of them: read below, past a failure too */
-  for (i = 0; i < n && res == ncclSuccess; i++) {
-    mpn_rma_t* rma; /* the ops passed mpn_rma_check */
-    res = mpn_rma_state(ops[i]->comm, &rma);
-  }
-  for (i = 0; i < n && res == ncclSuccess; i++) {
-    mpn_op_t* op = ops[i];
+  for (mpn_op_t* op = list; op; op = op->next) l->ops[i++] = op;
+  return ncclSuccess;
+}
+
+/* Every put within the host's destination: the peer's window mapped here. */
+static ncclResult_t resolve_puts(launch_t* l) {
+  for (int i = 0; i < l->n; i++) {
+    mpn_op_t* op = l->ops[i];
     if (op->kind != MPN_OP_PUT_SIGNAL || op->bytes == 0 || mpn_rma_over_ucx(op->comm, op->peer)) continue;
-    mpn_cuda_switch_device(&current, op->comm->cuda_dev);
+    mpn_cuda_switch_device(&l->current, op->comm->cuda_dev);
     void* base = NULL;
-    res = mpn_win_peer_base(op->win, op->peer, &base, &puts[i].ref, &puts[i].imported);
+    ncclResult_t res = mpn_win_peer_base(op->win, op->peer, &base, &l->puts[i].ref, &l->puts[i].imported);
     if (res != ncclSuccess) {
       char why[256];
       snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
-      mpn_error_set(op->comm, res, "ncclPutSignal to rank %d: %s", op->peer, why);
-    } else
-      puts[i].dst = (char*)base + op->offset;
+      return mpn_error_set(op->comm, res, "ncclPutSignal to rank %d: %s", op->peer, why);
+    }
+    l->puts[i].dst = (char*)base + op->offset;
   }
+  return ncclSuccess;
+}
+
+/* The puts and signals over UCX, numbered in program order (none within a
+ * host; a captured one uses slots, not counts: issue_signals). */
+static ncclResult_t number_net(launch_t* l, ncclResult_t res) {
+  int ucx = 0;
+  for (int i = 0; i < l->n; i++)
+    ucx += l->ops[i]->kind != MPN_OP_WAIT_SIGNAL && mpn_rma_over_ucx(l->ops[i]->comm, l->ops[i]->peer);
+  if (ucx == 0) return res;
+  l->net = calloc((size_t)ucx, sizeof(*l->net));
+  if (l->net == NULL) return res == ncclSuccess ? mpn_error_set(NULL, ncclSystemError, "out of memory") : res;
+  for (int i = 0; i < l->n && res == ncclSuccess; i++) {
+    mpn_op_t* op = l->ops[i];
+    if (op->kind == MPN_OP_WAIT_SIGNAL || !mpn_rma_over_ucx(op->comm, op->peer) || op->capturing) continue;
+    op->seq = ++op->comm->rma->sent[mpn_rma_pc(op->comm, op->peer, op->ctx)];
+    l->net[l->nnet++] = op;
+  }
+  return res;
+}
+
+/* Per stream, once: whether it is being captured (bit 2 of sync[i], at its
+ * first op; ncclGroupEnd's capture_check asked) and, if not and it signals
+ * within the host, its id (never asked of a captured stream: the query
+ * would end the capture). */
+static void mark_streams(launch_t* l) {
+  stream_firsts(l->ops, l->n, l->first);
+  for (int i = 0; i < l->n; i++) {
+    if (l->first[i] != i) continue;
+    mpn_cuda_switch_device(&l->current, l->ops[i]->comm->cuda_dev);
+    l->sync[i] = l->ops[i]->capturing ? 4 : 0;
+    if (!l->sync[i] && host_signals(l->ops, l->n, l->ops[i]->stream)) l->sids[i] = mpn_op_stream_id(l->ops[i]);
+  }
+}
+
+/* Stream i's part of pass `pass` (issue_streams); open: its batch of memory
+ * operations, kept from pass 0 to pass 2 when merged. */
+static ncclResult_t issue_stream(launch_t* l, const mpn_driver_t* drv, int i, int pass, int ordered, int merged,
+                                 mpn_memops_t* open) {
+  mpn_op_t** ops = l->ops;
+  int n = l->n;
+  cudaStream_t s = ops[i]->stream;
+  int graph = l->sync[i] >> 2;
+  int last = l->nnet == 0; /* no lane joins after the stream's last item */
+  /* Decided once per stream, in the first pass: the counts it reads change
+   * as signals are issued, and the passes must agree. */
+  if (pass == 0) {
+    l->sync[i] |= !ordered && stream_syncs(ops, n, s, graph) ? 1 + mpn_rma_self_consumed(ops, n, s) : 0;
+    ncclResult_t res = issue_puts(ops, l->puts, n, s, graph);
+    if (res != ncclSuccess) return res;
+  }
+  int kernel = l->sync[i] & 3;
+  if (pass == 0 && kernel) return kernel != 2 ? issue_self(drv, ops, n, s, l->sids[i]) : ncclSuccess;
+  if (pass == 0) {
+    mpn_memops_init(open, drv, s);
+    return issue_signals(drv, ops, n, s, l->sids[i], graph, 0, open, merged, 0);
+  }
+  if (pass == 1) return kernel ? issue_sync(drv, ops, n, s, l->sids[i], kernel == 2, last) : ncclSuccess;
+  if (kernel) return ncclSuccess;
+  unsigned nsig = merged ? open->n : 0; /* the signals still in the batch */
+  if (!merged) mpn_memops_init(open, drv, s);
+  ncclResult_t res = issue_signals(drv, ops, n, s, l->sids[i], graph, 1, open, 0, last);
+  if (res != ncclSuccess && merged) { /* the waits failed: the peers still get the signals */
+    open->n = nsig;
+    mpn_keep(&res, mpn_memops_flush(open));
+  }
+  return res;
+}
+
+/* Every stream's puts and signals, then the kernels of the streams that
+ * have one (signals and waits), then every other stream's waits: a thread
+ * driving several ranks never waits (on the host, rma/local.c) for itself,
+ * and no kernel's signals queue behind another stream's waits. */
+static ncclResult_t issue_streams(launch_t* l, const mpn_driver_t* drv) {
+  int ordered = mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(l->ops, l->n, l->first, l->sync, l->sids);
+  int merged = one_batch(l->ops, l->n, l->sync);
+  mpn_memops_t open; /* a stream's signals, then (merged: still open) its waits */
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < l->n; i++) {
+      if (l->first[i] != i) continue;
+      mpn_cuda_switch_device(&l->current, l->ops[i]->comm->cuda_dev);
+      ncclResult_t res = issue_stream(l, drv, i, pass, ordered, merged, &open);
+      if (res != ncclSuccess) return res;
+    }
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_rma_launch(mpn_op_t* list) {
+  launch_t l;
+  MPN_CHECK(launch_alloc(&l, list));
+  int saved = mpn_cuda_device_enter(-1);
+  l.current = saved;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < l.n && res == ncclSuccess; i++) {
+    mpn_rma_t* rma; /* the ops passed mpn_rma_check */
+    res = mpn_rma_state(l.ops[i]->comm, &rma);
+  }
+  if (res == ncclSuccess) res = resolve_puts(&l);
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
-  int nnet = 0, ucx = 0; /* puts and signals over UCX, numbered in program order */
-  for (i = 0; i < n; i++) ucx += ops[i]->kind != MPN_OP_WAIT_SIGNAL && mpn_rma_over_ucx(ops[i]->comm, ops[i]->peer);
-  mpn_op_t** net = ucx ? calloc((size_t)ucx, sizeof(*net)) : NULL; /* none within a host */
-  if (ucx && net == NULL && res == ncclSuccess) res = mpn_error_set(NULL, ncclSystemError, "out of memory");
-  for (i = 0; i < n && res == ncclSuccess; i++) {
-    mpn_op_t* op = ops[i];
-    if (op->kind == MPN_OP_WAIT_SIGNAL || !mpn_rma_over_ucx(op->comm, op->peer)) continue;
-    if (op->capturing) continue; /* slots, not counts (issue_signals) */
-    op->seq = ++op->comm->rma->sent[mpn_rma_pc(op->comm, op->peer, op->ctx)];
-    net[nnet++] = op;
-  }
+  res = number_net(&l, res);
 #ifdef HAVE_UCX
   /* The lanes' work before the streams' waits (ucx/staged.c), past a
    * failure too: the peers expect the numbered signals. */
-  ncclResult_t forked = nnet && res == ncclSuccess ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
-  ncclResult_t staged = nnet ? mpn_ucx_staged_launch(net, nnet) : ncclSuccess;
+  ncclResult_t forked = l.nnet && res == ncclSuccess ? mpn_ucx_staged_fork(l.net, l.nnet) : ncclSuccess;
+  ncclResult_t staged = l.nnet ? mpn_ucx_staged_launch(l.net, l.nnet) : ncclSuccess;
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
-  /* Per stream, once: whether it is being captured (bit 2 of sync[i], at
-   * its first op; ncclGroupEnd's capture_check asked) and, if not and it
-   * signals within the host, its id (never asked of a captured stream: the
-   * query would end the capture). */
-  stream_firsts(ops, n, first);
-  for (i = 0; i < n && res == ncclSuccess; i++) {
-    if (first[i] != i) continue;
-    mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
-    sync[i] = ops[i]->capturing ? 4 : 0;
-    if (!sync[i] && host_signals(ops, n, ops[i]->stream))
-      sids[i] = mpn_op_stream_id(ops[i]);
-  }
-  int ordered =
-      res == ncclSuccess && mpn_param_int(MPN_PARAM_KERNEL_SYNC) > 0 && needs_order(ops, n, first, sync, sids);
-  int merged = res == ncclSuccess && one_batch(ops, n, sync);
-  mpn_memops_t open; /* a stream's signals, then (merged: still open) its waits */
-  /* Every stream's puts and signals, then the kernels of the streams that
-   * have one (signals and waits), then every other stream's waits: a thread
-   * driving several ranks never waits (on the host, rma/local.c) for
-   * itself, and no kernel's signals queue behind another stream's waits. */
-  for (int pass = 0; pass < 3; pass++)
-    for (i = 0; i < n && res == ncclSuccess; i++) {
-      if (first[i] != i) continue;
-      mpn_cuda_switch_device(&current, ops[i]->comm->cuda_dev);
-      cudaStream_t s = ops[i]->stream;
-      int graph = sync[i] >> 2;
-      /* Decided once per stream, in the first pass: the counts it reads
-       * change as signals are issued, and the passes must agree. */
-      if (pass == 0) sync[i] |= !ordered && stream_syncs(ops, n, s, graph) ? 1 + mpn_rma_self_consumed(ops, n, s) : 0;
-      if (pass == 0) res = issue_puts(ops, puts, n, s, graph);
-      if (res != ncclSuccess) break;
-      int kernel = sync[i] & 3;
-      if (pass == 0 && kernel) {
-        if (kernel != 2) res = issue_self(drv, ops, n, s, sids[i]);
-      } else if (pass == 0) {
-        mpn_memops_init(&open, drv, s);
-        res = issue_signals(drv, ops, n, s, sids[i], graph, 0, &open, merged, 0);
-      } else if (pass == 1 && kernel) {
-        res = issue_sync(drv, ops, n, s, sids[i], kernel == 2, nnet == 0); /* no lane joins after it */
-      } else if (pass == 2 && !kernel) {
-        unsigned nsig = merged ? open.n : 0; /* the signals still in the batch */
-        if (!merged) mpn_memops_init(&open, drv, s);
-        res = issue_signals(drv, ops, n, s, sids[i], graph, 1, &open, 0, nnet == 0); /* its last item */
-        if (res != ncclSuccess && merged) { /* the waits failed: the peers still get the signals */
-          open.n = nsig;
-          mpn_keep(&res, mpn_memops_flush(&open));
-        }
-      }
-    }
+  if (res == ncclSuccess) mark_streams(&l);
+  if (res == ncclSuccess) res = issue_streams(&l, drv);
 #ifdef HAVE_UCX
-  if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
+  if (l.nnet) mpn_keep(&staged, mpn_ucx_staged_join(l.net, l.nnet));
 #endif
   if (res == ncclSuccess) res = forked;
   if (res == ncclSuccess) res = staged;
-  free(net);
-  for (i = 0; i < n; i++) /* imports handed out but not issued: never known idle */
-    if (puts[i].imported) mpn_ipc_mark_used(&puts[i].ref, NULL, 1);
-  mpn_graph_holds_attach(launch_holds, n ? ops[0]->comm->rank : -1, &current); /* graph_slot's notes */
+  for (int i = 0; i < l.n; i++) /* imports handed out but not issued: never known idle */
+    if (l.puts[i].imported) mpn_ipc_mark_used(&l.puts[i].ref, NULL, 1);
+  mpn_graph_holds_attach(launch_holds, l.n ? l.ops[0]->comm->rank : -1, &l.current); /* graph_slot's notes */
   launch_holds = NULL;
-  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
-  free(ops);
-  free(puts);
-  free(sync);
-  free(sids);
-  free(first);
+  if (saved >= 0) mpn_cuda_switch_device(&l.current, saved);
+  launch_free(&l);
   return res;
 }

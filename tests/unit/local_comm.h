@@ -1,6 +1,6 @@
 /*
  * local_comm.h - what the unit tests that make communicators in this
- * process share (tests/unit/test_comm_local.c, test_refusals.c): the
+ * process share (tests/unit/test_comm_local*.c, test_refusals.c): the
  * in-process bootstrap and a communicator of one rank.
  */
 #ifndef MPN_TESTS_UNIT_LOCAL_COMM_H_

@@ -1,0 +1,143 @@
+/*
+ * test_comm_local_bootstrap.c - test_comm_local's tests of the bootstrap
+ * under the communicators: a failed split's timeout reported to its caller,
+ * an id used in a forked child, and the collectives among threads.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "local_comm.h"
+#include "mpinccl.h"
+#include "test_comm_local.h"
+
+/* A split without a color that fails in a group of several jobs (they run
+ * on creation threads) reports its reason to the calling thread: the
+ * failure's text, not an older one. */
+START_TEST(split_nocolor_failure_text) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
+  ncclComm_t pair[2], one = comm_of_one(), none = NULL, sub = NULL;
+  group_create(pair, 2);
+  ck_assert_int_eq(ncclCommCount(one, NULL), ncclInvalidArgument); /* the older error */
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommSplit(pair[0], NCCL_SPLIT_NOCOLOR, 0, &none, NULL), ncclSuccess); /* pair[1] never splits */
+  ck_assert_int_eq(ncclCommSplit(one, 0, 0, &sub, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclTimeout);
+  ck_assert_ptr_null(none);
+  const char* text = ncclGetLastError(NULL);
+  ck_assert_msg(contains(text, "MPINCCL_BOOTSTRAP_TIMEOUT"), "ncclGetLastError(NULL): \"%s\"", text);
+  if (sub) ck_assert_int_eq(ncclCommDestroy(sub), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(one), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommAbort(pair[i]), ncclSuccess);
+}
+END_TEST
+
+/* What a forked child got from ncclCommInitRank. */
+typedef struct {
+  ncclResult_t parents_id, own_id;
+  char text[256];
+} fork_report_t;
+
+static void forked_child(int fd, ncclUniqueId parents) {
+  fork_report_t r = {0};
+  ncclComm_t comm = NULL;
+  r.parents_id = ncclCommInitRank(&comm, 2, parents, 1);
+  snprintf(r.text, sizeof(r.text), "%s", ncclGetLastError(NULL));
+  ncclUniqueId own;
+  r.own_id = ncclGetUniqueId(&own);
+  if (r.own_id == ncclSuccess) r.own_id = ncclCommInitRank(&comm, 1, own, 0);
+  if (r.own_id == ncclSuccess) r.own_id = ncclCommDestroy(comm);
+  ssize_t n = write(fd, &r, sizeof(r));
+  _exit(n == (ssize_t)sizeof(r) ? 0 : 1);
+}
+
+/* A child of fork() is another process: an id its parent made without MPI
+ * is refused there at once (the child took itself for the id's maker and
+ * waited out MPINCCL_BOOTSTRAP_TIMEOUT), and an id of its own works. */
+START_TEST(forked_child_is_another_process) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) forked_child(fds[1], id);
+  close(fds[1]);
+  fork_report_t r;
+  ck_assert_int_eq(read(fds[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+  close(fds[0]);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(r.parents_id == ncclInvalidUsage && contains(r.text, "another process"),
+                "child with its parent's id: %d \"%s\"", r.parents_id, r.text);
+  ck_assert_int_eq(r.own_id, ncclSuccess);
+}
+END_TEST
+
+/* Bootstrap collectives among threads of this process. */
+typedef struct {
+  mpn_bootstrap_id_t id;
+  int nranks, rank, ok;
+} boot_arg_t;
+
+static void* boot_thread(void* p) {
+  boot_arg_t* a = p;
+  mpn_bootstrap_t *b = NULL, *child = NULL;
+  if (mpn_bootstrap_rendezvous(&a->id, a->nranks, a->rank, NULL, &b) != ncclSuccess) return NULL;
+  int vals[MAXR];
+  vals[a->rank] = 100 + a->rank;
+  int ok = mpn_bootstrap_allgather(b, vals, sizeof(int)) == ncclSuccess;
+  for (int i = 0; i < a->nranks; i++) ok &= vals[i] == 100 + i;
+  long big[1000];
+  int root = a->nranks - 1;
+  if (a->rank == root)
+    for (int i = 0; i < 1000; i++) big[i] = i * 7;
+  ok &= mpn_bootstrap_bcast(b, big, sizeof(big), root) == ncclSuccess;
+  for (int i = 0; i < 1000; i++) ok &= big[i] == i * 7;
+  ok &= mpn_bootstrap_barrier(b) == ncclSuccess;
+  /* Point to point around the ring, receiver posting late. */
+  int next = (a->rank + 1) % a->nranks, prev = (a->rank + a->nranks - 1) % a->nranks, got = -1;
+  ok &= mpn_bootstrap_send(b, next, 5, &a->rank, sizeof(int)) == ncclSuccess;
+  ok &= mpn_bootstrap_recv(b, prev, 5, &got, sizeof(int)) == ncclSuccess;
+  ok &= got == prev;
+  ok &= mpn_bootstrap_split(b, a->rank % 2, -a->rank, NULL, &child) == ncclSuccess;
+  if (child) {
+    int expect_n = (a->nranks + 1 - a->rank % 2) / 2;
+    ok &= child->nranks == expect_n;
+    ok &= child->rank == expect_n - 1 - a->rank / 2; /* keys reversed */
+    ok &= mpn_bootstrap_barrier(child) == ncclSuccess;
+    mpn_bootstrap_destroy(child);
+  }
+  mpn_bootstrap_destroy(b);
+  a->ok = ok;
+  return NULL;
+}
+
+START_TEST(bootstrap_collectives_threads) {
+  use_local_bootstrap();
+  for (int n = 1; n <= 5; n++) {
+    boot_arg_t a[MAXR];
+    pthread_t t[MAXR];
+    mpn_bootstrap_id_t id;
+    ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+    for (int i = 0; i < n; i++) {
+      a[i] = (boot_arg_t){.id = id, .nranks = n, .rank = i};
+      pthread_create(&t[i], NULL, boot_thread, &a[i]);
+    }
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < n; i++) ck_assert_msg(a[i].ok, "n=%d rank %d failed", n, i);
+  }
+}
+END_TEST
+
+void comm_local_add_bootstrap(TCase* tc) {
+  tcase_add_test(tc, bootstrap_collectives_threads);
+  tcase_add_test(tc, split_nocolor_failure_text);
+  tcase_add_test(tc, forked_child_is_another_process);
+}

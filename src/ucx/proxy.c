@@ -21,6 +21,9 @@
 #include "core/param.h"
 #include "core/topo.h"
 
+/* How long the process's exit waits for the proxy to stop calling UCX. */
+#define PARK_AT_EXIT_MS 1000
+
 static struct {
   pthread_once_t once;
   ncclResult_t status;
@@ -38,6 +41,9 @@ static struct {
   mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
   int n_closing, close_gen, closed_gen;
   mpn_ucx_mismatch_t* found; /* claimed records whose found is due, proxy thread only */
+  pid_t pid;                 /* the process whose proxy thread runs (none in a child of fork) */
+  int park, parked;          /* the proxy is to stop calling UCX (proxy_park); it has */
+  uint64_t rounds;           /* of the proxy's loop (for tests) */
 } px = {.once = PTHREAD_ONCE_INIT,
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .closed = PTHREAD_COND_INITIALIZER};
@@ -410,6 +416,14 @@ static void close_endpoints(void) {
 
 static char proxy_near[16]; /* PCI bus of the GPU served, "" for none */
 
+/* Under px.lock, on the proxy thread: calls UCX no more, for good.  A close
+ * waiting to be served is let go (mpn_ucx_proxy_close). */
+static void park_here(void) {
+  __atomic_store_n(&px.parked, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&px.closed);
+  for (;;) pthread_cond_wait(&px.closed, &px.lock);
+}
+
 static void* proxy_main(void* arg) {
   (void)arg;
   if (proxy_near[0]) {
@@ -419,6 +433,7 @@ static void* proxy_main(void* arg) {
   }
   for (;;) {
     pthread_mutex_lock(&px.lock);
+    if (px.park) park_here();
     mpn_ucx_cmd_t* cmds = px.head;
     px.head = px.tail = NULL;
     int closing = px.close_gen != px.closed_gen;
@@ -444,6 +459,7 @@ static void* proxy_main(void* arg) {
     }
     if (px.armed) armed_sweep(NULL);
     unsigned events = ucp_worker_progress(px.worker);
+    __atomic_store_n(&px.rounds, px.rounds + 1, __ATOMIC_RELEASE);
     found_run();
     if (!events && px.in_flight == 0 && px.armed == NULL) usleep(50);
   }
@@ -506,6 +522,9 @@ static void proxy_init(void) {
     px.status = mpn_error_set(NULL, ncclSystemError, "UCX could not start: %s", ucs_status_string(st));
     return;
   }
+  pthread_mutex_lock(&px.lock);
+  px.pid = getpid();
+  pthread_mutex_unlock(&px.lock);
   int err = mpn_proc_thread_detached(proxy_main, NULL);
   if (err != 0)
     px.status = mpn_error_set(NULL, ncclSystemError, "cannot start the UCX proxy thread: %s", strerror(err));
@@ -655,14 +674,39 @@ void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {
   if (px.worker == NULL) return;
   pthread_mutex_lock(&px.lock);
   /* One close at a time: wait for an earlier one to be served. */
-  while (px.close_gen != px.closed_gen) pthread_cond_wait(&px.closed, &px.lock);
+  while (px.close_gen != px.closed_gen && !px.parked) pthread_cond_wait(&px.closed, &px.lock);
+  if (px.parked) { /* (at the process's exit: nothing is served any more) */
+    pthread_mutex_unlock(&px.lock);
+    return;
+  }
   px.closing_owner = owner;
   px.closing = peers;
   px.n_closing = n;
   int gen = ++px.close_gen;
-  while (px.closed_gen < gen) pthread_cond_wait(&px.closed, &px.lock);
+  while (px.closed_gen < gen && !px.parked) pthread_cond_wait(&px.closed, &px.lock);
   pthread_mutex_unlock(&px.lock);
 }
+
+int mpn_ucx_proxy_park(int64_t timeout_ms) {
+  pthread_mutex_lock(&px.lock);
+  int ours = px.pid == getpid();
+  if (ours) px.park = 1;
+  pthread_mutex_unlock(&px.lock);
+  if (!ours) return 0;
+  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  while (!__atomic_load_n(&px.parked, __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
+  return __atomic_load_n(&px.parked, __ATOMIC_ACQUIRE);
+}
+
+uint64_t mpn_ucx_proxy_rounds(void) { return __atomic_load_n(&px.rounds, __ATOMIC_ACQUIRE); }
+
+/* At the process's exit UCX's own destructors, which run after this one
+ * (the library depends on UCX's), take its event handlers down; a progress
+ * call of the proxy meanwhile may find its interface's handler gone, and
+ * UCX then ends the process ("failed to modify N event handler to
+ * UCS_EVENT_SET_EVREAD", seen on the GPU machine).  So the proxy stops
+ * calling UCX first.  Bounded: a proxy stuck in a call is left to the exit. */
+__attribute__((destructor)) static void proxy_stop_at_exit(void) { mpn_ucx_proxy_park(PARK_AT_EXIT_MS); }
 
 int mpn_ucx_proxy_close_pending(void) {
   pthread_mutex_lock(&px.lock);

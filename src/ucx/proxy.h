@@ -188,4 +188,15 @@ void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n);
 /** Whether a close waits for the proxy to serve it (for tests). */
 int mpn_ucx_proxy_close_pending(void);
 
+/**
+ * Stops the proxy thread's calls into UCX for good (done at the process's
+ * exit, before UCX's own teardown); commands are no longer served, and a
+ * close returns at once.  Waits up to timeout_ms for the thread to stop;
+ * returns whether it has (0 where this process has no proxy thread).
+ */
+int mpn_ucx_proxy_park(int64_t timeout_ms);
+
+/** How many rounds of its loop the proxy thread has made (for tests). */
+uint64_t mpn_ucx_proxy_rounds(void);
+
 #endif /* MPN_UCX_PROXY_H_ */

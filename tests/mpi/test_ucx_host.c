@@ -8,8 +8,8 @@
  * sends and receives of different sizes or numbers of chunks, which both
  * sides report, even when the receiving side closes at once), a message
  * that must still arrive when its sender destroys its communicator at
- * once, an abort with a send in flight, and the destroy of a rank that has
- * no UCX peer of its own.  Completion flags are polled with a deadline, so
+ * once, an abort with a send in flight, the destroy of a rank that has
+ * no UCX peer of its own, and the proxy's stop at the process's exit.  Completion flags are polled with a deadline, so
  * a lost message fails the test instead of hanging it.
  */
 #include <stdio.h>
@@ -590,6 +590,20 @@ static void no_ucx_peer_of_its_own(void) {
   free(c);
 }
 
+/* At the process's exit the proxy stops calling UCX before UCX's own
+ * teardown (mpn_ucx_proxy_park): its loop, which goes round every 50 us
+ * when idle, goes round no more once parked.  Last: no UCX work after it. */
+static void proxy_parks(void) {
+  uint64_t before = mpn_ucx_proxy_rounds();
+  usleep(20000);
+  EXPECT(mpn_ucx_proxy_rounds() > before);
+  EXPECT(mpn_ucx_proxy_park(5000) == 1);
+  uint64_t parked = mpn_ucx_proxy_rounds();
+  usleep(20000);
+  EXPECT(mpn_ucx_proxy_rounds() == parked);
+  EXPECT(mpn_ucx_proxy_park(0) == 1); /* again, as the exit does */
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3 4");
@@ -620,6 +634,7 @@ int main(int argc, char** argv) {
     closed_after_mismatch(1);
     destroyed_after_send();
     abort_in_flight();
+    proxy_parks();
   }
   return mpi_test_finish(rank, "test_ucx_host: %d ranks, ", nranks);
 }

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -93,10 +94,28 @@ int mpn_watchdog_check(struct ncclComm* comm) {
 /* The checks' CUDA work (releasing flags) runs outside the registry's lock,
  * which every API call may take: a release that blocks holds up only the
  * destroy of its communicator. */
+/*
+ * The thread's rounds hold round_lock; the process's exit takes it, bounded,
+ * and stops the rounds (watchdog_stop_at_exit).  Registered with atexit
+ * when the thread starts, after CUDA's own exit handler (the communicator
+ * made CUDA calls by then), it runs before CUDA tears down: a round then
+ * would make CUDA calls into a runtime going away, and report peers that
+ * simply exited first as gone (a warning, and the communicator failed).
+ */
+static pthread_mutex_t round_lock = PTHREAD_MUTEX_INITIALIZER;
+static int stopped;      /* under round_lock: no more rounds */
+static pid_t thread_pid; /* the process whose thread runs (none in a child of fork) */
+#define STOP_AT_EXIT_MS 1000
+
 static void* watchdog_main(void* arg) {
   (void)arg;
   for (;;) {
     usleep((useconds_t)mpn_param_int(MPN_PARAM_WATCHDOG) * 1000);
+    pthread_mutex_lock(&round_lock);
+    if (stopped) {
+      pthread_mutex_unlock(&round_lock);
+      return NULL;
+    }
     mpn_pair_graph_reap_try(); /* graphs destroyed: their slots serve again, even where no launch comes */
     struct ncclComm** comms = NULL;
     int n = mpn_comm_hold_live(&comms);
@@ -105,9 +124,31 @@ static void* watchdog_main(void* arg) {
       mpn_comm_release(comms[i]);
     }
     free(comms);
+    pthread_mutex_unlock(&round_lock);
   }
   return NULL;
 }
+
+int mpn_watchdog_stop(int64_t timeout_ms) {
+  pthread_mutex_lock(&watchdog_lock);
+  int ours = watchdog_running && thread_pid == getpid();
+  pthread_mutex_unlock(&watchdog_lock);
+  if (!ours) return 0;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (timeout_ms % 1000) * 1000000;
+  if (until.tv_nsec >= 1000000000) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000;
+  }
+  if (pthread_mutex_timedlock(&round_lock, &until) != 0) return 0; /* a round stuck: left to the exit */
+  stopped = 1;
+  pthread_mutex_unlock(&round_lock);
+  return 1;
+}
+
+static void watchdog_stop_at_exit(void) { mpn_watchdog_stop(STOP_AT_EXIT_MS); }
 
 ncclResult_t mpn_watchdog_start(const struct ncclComm* comm) {
   if (mpn_param_int(MPN_PARAM_WATCHDOG) == 0) return ncclSuccess;
@@ -120,8 +161,12 @@ ncclResult_t mpn_watchdog_start(const struct ncclComm* comm) {
   pthread_mutex_lock(&watchdog_lock);
   if (!watchdog_running) {
     int err = mpn_proc_thread_detached(watchdog_main, NULL);
-    if (err == 0) watchdog_running = 1;
-    else res = mpn_error_set(NULL, ncclSystemError, "cannot start the watchdog thread: %s", strerror(err));
+    if (err == 0) {
+      watchdog_running = 1;
+      thread_pid = getpid();
+      atexit(watchdog_stop_at_exit);
+    } else
+      res = mpn_error_set(NULL, ncclSystemError, "cannot start the watchdog thread: %s", strerror(err));
   }
   pthread_mutex_unlock(&watchdog_lock);
   return res;

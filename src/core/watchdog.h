@@ -7,6 +7,8 @@
 #ifndef MPN_CORE_WATCHDOG_H_
 #define MPN_CORE_WATCHDOG_H_
 
+#include <stdint.h>
+
 #include "nccl.h"
 
 struct ncclComm;
@@ -22,5 +24,12 @@ ncclResult_t mpn_watchdog_start(const struct ncclComm* comm);
  * communicator); returns the number of peers found gone for the first time.
  */
 int mpn_watchdog_check(struct ncclComm* comm);
+
+/**
+ * Stops the thread's rounds for good, waiting up to timeout_ms for a round
+ * under way to end (done at the process's exit, before CUDA's teardown);
+ * returns whether they are stopped (0 where this process runs no thread).
+ */
+int mpn_watchdog_stop(int64_t timeout_ms);
 
 #endif /* MPN_CORE_WATCHDOG_H_ */

@@ -48,7 +48,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "every check (as for a peer that aborted its communicator: queued "
                             "graph replays take one release each). The same "
                             "thread takes in the news of destroyed CUDA graphs, whose graph "
-                            "slots then serve again. 0 disables."},
+                            "slots then serve again. The checks stop when the process starts "
+                            "to exit (peers that exit first are not reported then). 0 disables."},
     [MPN_PARAM_ABORT_DRAIN] =
         {"MPINCCL_ABORT_DRAIN_MS", MPN_PARAM_INT, "10000", NULL, 0, 600000,
          "ncclCommAbort releases every stream flag the communicator shares with its peers, then "

@@ -130,10 +130,9 @@ static void* watchdog_main(void* arg) {
 }
 
 int mpn_watchdog_stop(int64_t timeout_ms) {
-  pthread_mutex_lock(&watchdog_lock);
-  int ours = watchdog_running && thread_pid == getpid();
-  pthread_mutex_unlock(&watchdog_lock);
-  if (!ours) return 0;
+  /* Read without a lock: a child of fork (which has no thread) may have
+   * been made while another thread held one. */
+  if (__atomic_load_n(&thread_pid, __ATOMIC_ACQUIRE) != getpid()) return 0;
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += timeout_ms / 1000;
@@ -163,7 +162,7 @@ ncclResult_t mpn_watchdog_start(const struct ncclComm* comm) {
     int err = mpn_proc_thread_detached(watchdog_main, NULL);
     if (err == 0) {
       watchdog_running = 1;
-      thread_pid = getpid();
+      __atomic_store_n(&thread_pid, getpid(), __ATOMIC_RELEASE);
       atexit(watchdog_stop_at_exit);
     } else
       res = mpn_error_set(NULL, ncclSystemError, "cannot start the watchdog thread: %s", strerror(err));

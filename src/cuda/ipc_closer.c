@@ -195,12 +195,13 @@ static void* closer_main(void* arg) {
  * one waiting for the process to be quiet starts no more closes (CUDA is
  * being torn down). */
 __attribute__((destructor)) static void closer_stop(void) {
+  /* A child of fork has no thread of its own, and its copy of the lock may
+   * have been taken by another thread at the fork: it is left alone. */
+  if (__atomic_load_n(&closer.pid, __ATOMIC_ACQUIRE) != getpid()) return;
   pthread_mutex_lock(&closer.lock);
-  int ours = closer.pid == getpid(), idle = ours && closer.n == 0;
-  if (ours) {
-    closer.stop = 1;
-    pthread_cond_signal(&closer.work);
-  }
+  int idle = closer.n == 0;
+  closer.stop = 1;
+  pthread_cond_signal(&closer.work);
   pthread_mutex_unlock(&closer.lock);
   if (idle) pthread_join(closer.thread, NULL);
 }
@@ -211,7 +212,7 @@ static int thread_ready(void) {
   pid_t self = getpid();
   if (closer.pid == self) return 1;
   if (pthread_create(&closer.thread, NULL, closer_main, NULL) != 0) return 0;
-  closer.pid = self;
+  __atomic_store_n(&closer.pid, self, __ATOMIC_RELEASE);
   closer.n = 0; /* (a parent's entries are not this process's) */
   return 1;
 }

@@ -433,7 +433,7 @@ static void* proxy_main(void* arg) {
   }
   for (;;) {
     pthread_mutex_lock(&px.lock);
-    if (px.park) park_here();
+    if (__atomic_load_n(&px.park, __ATOMIC_ACQUIRE)) park_here();
     mpn_ucx_cmd_t* cmds = px.head;
     px.head = px.tail = NULL;
     int closing = px.close_gen != px.closed_gen;
@@ -522,12 +522,11 @@ static void proxy_init(void) {
     px.status = mpn_error_set(NULL, ncclSystemError, "UCX could not start: %s", ucs_status_string(st));
     return;
   }
-  pthread_mutex_lock(&px.lock);
-  px.pid = getpid();
-  pthread_mutex_unlock(&px.lock);
   int err = mpn_proc_thread_detached(proxy_main, NULL);
   if (err != 0)
     px.status = mpn_error_set(NULL, ncclSystemError, "cannot start the UCX proxy thread: %s", strerror(err));
+  else
+    __atomic_store_n(&px.pid, getpid(), __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_NET, "UCX proxy started, worker address %zu bytes", px.address_len);
 }
 
@@ -670,8 +669,13 @@ ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer) {
   return mpn_ucx_proxy_post(&cmd);
 }
 
+/* Whether this process runs the proxy thread.  Read without px.lock: a
+ * child of fork may have been made while another thread held it. */
+static int proxy_ours(void) { return __atomic_load_n(&px.pid, __ATOMIC_ACQUIRE) == getpid(); }
+
 void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {
-  if (px.worker == NULL) return;
+  /* (A child of fork has no proxy thread: nothing would serve the close.) */
+  if (px.worker == NULL || !proxy_ours()) return;
   pthread_mutex_lock(&px.lock);
   /* One close at a time: wait for an earlier one to be served. */
   while (px.close_gen != px.closed_gen && !px.parked) pthread_cond_wait(&px.closed, &px.lock);
@@ -688,11 +692,10 @@ void mpn_ucx_proxy_close(const void* owner, mpn_ucx_peer_t* peers, int n) {
 }
 
 int mpn_ucx_proxy_park(int64_t timeout_ms) {
-  pthread_mutex_lock(&px.lock);
-  int ours = px.pid == getpid();
-  if (ours) px.park = 1;
-  pthread_mutex_unlock(&px.lock);
-  if (!ours) return 0;
+  if (!proxy_ours()) return 0;
+  /* Not under px.lock either, which the proxy holds while it serves a
+   * close (its waits are bounded, but longer than the exit should wait). */
+  __atomic_store_n(&px.park, 1, __ATOMIC_RELEASE);
   uint64_t deadline = mpn_chan_now_ns() + (uint64_t)timeout_ms * 1000000ull;
   while (!__atomic_load_n(&px.parked, __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
   return __atomic_load_n(&px.parked, __ATOMIC_ACQUIRE);

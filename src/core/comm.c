@@ -166,8 +166,6 @@ static void launches_wait(const struct ncclComm* comm) {
 /* How long the end of the last communicator waits for its closes. */
 #define CLOSES_AT_END_MS 1000
 
-/* Frees comm; with abort (ncclCommAbort) it first lets go of what the
- * streams wait for and tells the peers (mpn_p2p_abort). */
 /* Before anything is freed: no thread of the process still uses comm, and
  * (abort) no stream waits any more for peers that will never write. */
 static void comm_quiesce(struct ncclComm* comm, int abort) {
@@ -237,6 +235,8 @@ static void comm_free_ucx(struct ncclComm* comm, int gone) {
 }
 #endif
 
+/* Frees comm; with abort (ncclCommAbort) it first lets go of what the
+ * streams wait for and tells the peers (mpn_p2p_abort). */
 static void comm_free(struct ncclComm* comm, int abort) {
   if (comm == NULL) return;
   int last = registry_remove(comm) == 0;

@@ -69,7 +69,9 @@ static void put_ring(ncclComm_t comm, cudaStream_t s, size_t bytes) {
   EXPECT(cudaMalloc(&src, bytes) == cudaSuccess);
   EXPECT_OK(ncclMemAlloc(&win_mem, bytes));
   if (src == NULL || win_mem == NULL) return;
-  cudaMemset(win_mem, 0, bytes);
+  /* (cudaMemset runs on the legacy stream, which s does not wait for: done
+   * before the peer may put, or it could clear the put's data) */
+  EXPECT(cudaMemset(win_mem, 0, bytes) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
   ncclWindow_t win = NULL;
   EXPECT_OK(ncclCommWindowRegister(comm, win_mem, bytes, &win, NCCL_WIN_DEFAULT));
   if (win == NULL) return;

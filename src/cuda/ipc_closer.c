@@ -73,6 +73,8 @@ static uint64_t now_ns(void) {
  * asking may read words from the device (core/drain.c), which costs a
  * time-sliced GPU a switch. */
 #define QUIET_POLL_US 20000
+/* How long the start of the process's exit waits for a close under way. */
+#define STOP_AT_EXIT_MS 1000
 
 static pthread_once_t done_once = PTHREAD_ONCE_INIT;
 
@@ -206,14 +208,49 @@ __attribute__((destructor)) static void closer_stop(void) {
   if (idle) pthread_join(closer.thread, NULL);
 }
 
+/* CLOCK_MONOTONIC's time timeout_ms from now, for closer.done. */
+static struct timespec deadline_after(int64_t timeout_ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += (time_t)(timeout_ms / 1000);
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  return until;
+}
+
+int mpn_ipc_closer_stop(int64_t timeout_ms) {
+  if (__atomic_load_n(&closer.pid, __ATOMIC_ACQUIRE) != getpid()) return 0; /* (see closer_stop) */
+  pthread_once(&done_once, done_init);
+  struct timespec until = deadline_after(timeout_ms);
+  pthread_mutex_lock(&closer.lock);
+  closer.stop = 1;
+  pthread_cond_signal(&closer.work);
+  int rc = 0;
+  while (closer.running && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
+  int idle = !closer.running;
+  pthread_mutex_unlock(&closer.lock);
+  return idle;
+}
+
+/* Registered with atexit when the thread starts, after CUDA's own exit
+ * handler (the process imported memory by then), so it runs before CUDA's
+ * teardown: a close beside that teardown could fail or crash, and the
+ * imports need no closing then (the process's end unmaps them). */
+static void closer_stop_at_exit(void) { mpn_ipc_closer_stop(STOP_AT_EXIT_MS); }
+
 /* Under the lock: a thread serves this process's queue (a child of fork
  * has none of its parent's threads); 0 when none could be started. */
 static int thread_ready(void) {
   pid_t self = getpid();
   if (closer.pid == self) return 1;
   if (pthread_create(&closer.thread, NULL, closer_main, NULL) != 0) return 0;
+  int first = closer.pid == 0; /* (a child of fork has its parent's handler) */
   __atomic_store_n(&closer.pid, self, __ATOMIC_RELEASE);
   closer.n = 0; /* (a parent's entries are not this process's) */
+  if (first) atexit(closer_stop_at_exit);
   return 1;
 }
 
@@ -259,19 +296,6 @@ static int matching(uint64_t owner, int dev, uint64_t base, uint64_t size, const
       return 1;
   }
   return 0;
-}
-
-/* CLOCK_MONOTONIC's time timeout_ms from now, for closer.done. */
-static struct timespec deadline_after(int64_t timeout_ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += (time_t)(timeout_ms / 1000);
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
-  return until;
 }
 
 int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,

@@ -85,4 +85,11 @@ int mpn_ipc_closer_drain_for(int64_t timeout_ms);
  */
 void mpn_ipc_closer_forget(int dev);
 
+/**
+ * Starts no more closes, for good (done at the start of the process's exit,
+ * before CUDA's teardown), and waits at most timeout_ms for one under way;
+ * returns whether none runs (0 where this process runs no closing thread).
+ */
+int mpn_ipc_closer_stop(int64_t timeout_ms);
+
 #endif /* MPN_CUDA_IPC_CLOSER_H_ */

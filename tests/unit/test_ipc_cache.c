@@ -8,6 +8,7 @@
 #include <check.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -483,14 +484,21 @@ END_TEST
  * application's, which may wait for this host to pass the launch) goes on
  * beside it after a short wait, and no close starts before that launch
  * ends (ipc_closer.h). */
-START_TEST(launch_goes_by_a_long_close) {
+/* Two imports q and r made, the process quiet, and the "device" busy: a
+ * close waits until the test lets it go (closes_held). */
+static void quiet_two_imports_held(mpn_ipc_desc_t* q, mpn_ipc_desc_t* r) {
   done[0] = 1;
   mpn_ipc_closer_set_quiet(test_quiet);
   __atomic_store_n(&quiet_now, 1, __ATOMIC_RELEASE);
-  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), r = owner_range(2, base + 65536, 4096, 2);
-  import_once(&q, event(0));
-  import_once(&r, event(0));
-  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE); /* the "device" is busy: a close waits */
+  *q = owner_range(1, base, 4096, 1), *r = owner_range(2, base + 65536, 4096, 2);
+  import_once(q, event(0));
+  import_once(r, event(0));
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+}
+
+START_TEST(launch_goes_by_a_long_close) {
+  mpn_ipc_desc_t q, r;
+  quiet_two_imports_held(&q, &r);
   mpn_ipc_forget(owner, 1, 0);
   int gated = 1;
   for (int tries = 0; gated && tries < 500; tries++) { /* until the close holds the gate */
@@ -572,6 +580,35 @@ START_TEST(forget_device_closes_nothing) {
 }
 END_TEST
 
+/* The start of the process's exit (mpn_ipc_closer_stop, from atexit)
+ * waits for a close under way and starts no more, the process quiet or
+ * not: CUDA's teardown comes next.  Last: nothing closes after it. */
+static void* stop_in_thread(void* arg) {
+  *(int*)arg = mpn_ipc_closer_stop(5000) + 1;
+  return NULL;
+}
+
+START_TEST(stop_starts_no_close) {
+  mpn_ipc_desc_t q, r;
+  quiet_two_imports_held(&q, &r);
+  mpn_ipc_forget(owner, 1, 0);
+  usleep(100000);
+  int stopped = 0; /* 0: waiting; then 1 + the stop's verdict */
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, stop_in_thread, &stopped), 0);
+  usleep(100000);
+  ck_assert_int_eq(__atomic_load_n(&stopped, __ATOMIC_ACQUIRE), 0); /* it waits for the close under way */
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(stopped, 2);
+  ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 1);
+  mpn_ipc_forget(owner, 2, 0); /* r's close is queued, the process quiet */
+  usleep(200000);
+  ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 1); /* and never run */
+  ck_assert_int_eq(mpn_ipc_closer_pending(), 1);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("ipc_cache");
   TCase* tc = tcase_create("cache");
@@ -591,6 +628,7 @@ int main(void) {
   tcase_add_test(tc, launch_goes_by_a_long_close);
   tcase_add_test(tc, no_close_beside_an_ungated_launch);
   tcase_add_test(tc, forget_device_closes_nothing);
+  tcase_add_test(tc, stop_starts_no_close); /* (last: no close runs after it) */
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

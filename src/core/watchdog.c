@@ -91,9 +91,6 @@ int mpn_watchdog_check(struct ncclComm* comm) {
   return found;
 }
 
-/* The checks' CUDA work (releasing flags) runs outside the registry's lock,
- * which every API call may take: a release that blocks holds up only the
- * destroy of its communicator. */
 /*
  * The thread's rounds hold round_lock; the process's exit takes it, bounded,
  * and stops the rounds (watchdog_stop_at_exit).  Registered with atexit
@@ -107,6 +104,9 @@ static int stopped;      /* under round_lock: no more rounds */
 static pid_t thread_pid; /* the process whose thread runs (none in a child of fork) */
 #define STOP_AT_EXIT_MS 1000
 
+/* The checks' CUDA work (releasing flags) runs outside the registry's lock,
+ * which every API call may take: a release that blocks holds up only the
+ * destroy of its communicator (and, at most STOP_AT_EXIT_MS, the exit). */
 static void* watchdog_main(void* arg) {
   (void)arg;
   for (;;) {

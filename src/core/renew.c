@@ -18,6 +18,7 @@
 #include "cuda/memory.h"
 #include "cuda/service.h"
 #include "cuda/sync.h"
+#include "p2p/pair.h"
 #include "p2p/stage.h"
 
 #define RENEW_DEVICES 64
@@ -64,6 +65,7 @@ int mpn_device_renew(int dev) {
     mpn_sync_grid_forget(dev);
     mpn_stage_forget(dev);
     mpn_ipc_forget_device(dev);
+    mpn_pair_forget_device(dev);
     mpn_mem_forget(dev, id);
     fail_survivors(dev);
   }

@@ -73,7 +73,8 @@ static uint64_t last_gen; /* under map_lock */
  */
 typedef struct kept {
   char name[96]; /* (mpn_pair_t's) */
-  void* dflags;  /* its device block, or NULL */
+  void* dflags;  /* its device block, or NULL (or forgotten: mpn_pair_forget_device) */
+  int dev;       /* dflags's device */
   struct kept* next;
 } kept_t;
 static kept_t* kept;
@@ -124,7 +125,7 @@ static void kept_unlink_all(void) {
 
 /* Keeps name and its device block for the peer (map_lock held); 0 if it
  * cannot be noted. */
-static int kept_add(const char* name, void* dflags) {
+static int kept_add(const char* name, void* dflags, int dev) {
   static int registered;
   kept_t* k = calloc(1, sizeof(*k));
   if (k == NULL) return 0;
@@ -132,6 +133,7 @@ static int kept_add(const char* name, void* dflags) {
   kept_pid = getpid();
   snprintf(k->name, sizeof(k->name), "%s", name);
   k->dflags = dflags;
+  k->dev = dev;
   k->next = kept;
   kept = k;
   return 1;
@@ -297,6 +299,7 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     } else {
       mem->flags_owner = mpn_chan_proc_id();
       p->dflags = (CUdeviceptr)d;
+      p->dflags_dev = dev;
       where = MPN_FLAGS_DEVICE;
     }
   }
@@ -472,7 +475,8 @@ static void unmap(mpn_pair_t* pair, int elsewhere, int abandon) {
       last = m;
       int unopened = m->pair.created && !__atomic_load_n(&m->pair.mem->name_gone, __ATOMIC_ACQUIRE);
       /* (a peer in this process never opens it by name: nothing to keep) */
-      keep = unopened && elsewhere && kept_add(m->pair.name, (void*)m->pair.dflags); /* (unopened: created here) */
+      keep = unopened && elsewhere &&
+             kept_add(m->pair.name, (void*)m->pair.dflags, m->pair.dflags_dev); /* (unopened: created here) */
       if (keep)
         MPN_INFO(MPN_SUBSYS_P2P,
                  "%s: kept for the peer, which has not opened it yet (%s device block "
@@ -600,6 +604,13 @@ int mpn_pair_kept(void) {
   for (kept_t* k = kept; k; k = k->next) n++;
   pthread_mutex_unlock(&map_lock);
   return n;
+}
+
+void mpn_pair_forget_device(int dev) {
+  pthread_mutex_lock(&map_lock);
+  for (kept_t* k = kept; k; k = k->next)
+    if (k->dflags && k->dev == dev) k->dflags = NULL;
+  pthread_mutex_unlock(&map_lock);
 }
 
 void mpn_pair_stamp(mpn_pair_mem_t* mem) {

@@ -138,6 +138,7 @@ typedef struct mpn_pair {
   mpn_pair_mem_t* mem;   /**< host view */
   CUdeviceptr dev;       /**< device view of the same memory (for memops) */
   CUdeviceptr dflags;    /**< flags in device memory (MPINCCL_FLAGS=device), else 0 */
+  int dflags_dev;        /**< the device dflags was allocated on, where this process made it */
   void* rma_rings;       /**< one-sided event rings of ranks of this process (rma/local.c) */
   void (*rma_rings_free)(void*); /**< how to free them */
   mpn_ipc_ref_t dflags_import; /**< the other side's import of the creator's dflags */
@@ -167,6 +168,13 @@ void mpn_pair_abandon(mpn_pair_t* pair);
 
 /** Pairs this process keeps for a peer that has not taken them yet (for tests). */
 int mpn_pair_kept(void);
+
+/**
+ * The device blocks of dev among the pairs kept for peers are forgotten,
+ * not freed: the program reset dev (core/renew.h), so they went with its
+ * context, and a cudaFree of their addresses now could free new memory.
+ */
+void mpn_pair_forget_device(int dev);
 
 /** Marks a pair file's memory as made by this process (its creator). */
 void mpn_pair_stamp(mpn_pair_mem_t* mem);

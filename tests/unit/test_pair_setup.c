@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "core/proc.h"
+#include "cuda/ipc.h"
 #include "p2p/pair.h"
 #include "run_suite.h"
 
@@ -81,6 +82,30 @@ int __wrap_open(const char* path, int flags, ...) {
 cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
   (void)mode;
   return cudaErrorNotSupported; /* nothing to give back */
+}
+/* Device flags (MPINCCL_FLAGS=device, kept_block_after_reset): a block at
+ * a made-up address, exported without a device; cudaFree notes what it is
+ * given. */
+#define FAKE_BLOCK ((void*)(uintptr_t)0x7e0000000000ull)
+static void* freed_block;
+cudaError_t __wrap_cudaGetDevice(int* dev) {
+  *dev = 0;
+  return cudaSuccess;
+}
+cudaError_t __wrap_mpn_cuda_alloc_zeroed(size_t bytes, size_t zero_bytes, void** out) {
+  (void)bytes, (void)zero_bytes;
+  *out = FAKE_BLOCK;
+  return cudaSuccess;
+}
+ncclResult_t __wrap_mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool) {
+  (void)ptr, (void)what;
+  memset(out, 0, sizeof(*out));
+  *pool = 0;
+  return ncclSuccess;
+}
+cudaError_t __wrap_cudaFree(void* ptr) {
+  freed_block = ptr;
+  return cudaSuccess;
 }
 
 static uint64_t test_key(int n) { return ((uint64_t)getpid() << 20) ^ ((uint64_t)time(NULL) << 4) ^ (uint64_t)n; }
@@ -352,6 +377,50 @@ START_TEST(slow_unmap_holds_up_no_mapping) {
 }
 END_TEST
 
+/* A pair made here whose peer had not opened it when this side let go
+ * keeps its device block for the peer, freed once the peer took the name;
+ * after a reset of the device (core/renew.h) the block went with the old
+ * context, and a cudaFree of its address could free new memory: it is
+ * forgotten instead. */
+static mpn_pair_t* kept_pair(uint64_t key) {
+  mpn_pair_t* p = NULL;
+  ck_assert_int_eq(mpn_pair_map(key, 0, 1, &p), ncclSuccess);
+  ck_assert_int_eq(p->created, 1);
+  ck_assert_ptr_eq((void*)p->dflags, FAKE_BLOCK);
+  mpn_pair_unmap(p, 1); /* (another process's pair, which it never opened) */
+  return p;
+}
+
+static void peer_takes(uint64_t key) {
+  char name[96];
+  pair_name(name, sizeof(name), key);
+  ck_assert_int_eq(shm_unlink(name), 0);
+}
+
+START_TEST(kept_block_after_reset) {
+  setenv("MPINCCL_FLAGS", "device", 1);
+  setenv("MPINCCL_EAGER_GRAPH", "0", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  uint64_t k1 = test_key(8), k2 = test_key(9), k3 = test_key(10);
+  int before = mpn_pair_kept();
+  kept_pair(k1);
+  ck_assert_int_eq(mpn_pair_kept(), before + 1);
+  peer_takes(k1);
+  freed_block = NULL;
+  kept_pair(k2); /* its unmap reaps k1, taken: the block is freed */
+  ck_assert_ptr_eq(freed_block, FAKE_BLOCK);
+  mpn_pair_forget_device(0); /* the device was reset */
+  peer_takes(k2);
+  freed_block = NULL;
+  kept_pair(k3); /* reaps k2: its block went with the old context */
+  ck_assert_ptr_null(freed_block);
+  ck_assert_int_eq(mpn_pair_kept(), before + 1); /* k3, kept for its peer */
+  peer_takes(k3);
+  setenv("MPINCCL_FLAGS", "host", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+}
+END_TEST
+
 int main(void) {
   setenv("MPINCCL_FLAGS", "host", 1);
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "20", 1);
@@ -365,6 +434,7 @@ int main(void) {
   tcase_add_test(tc, slow_unmap_holds_up_no_mapping);
   tcase_add_test(tc, creator_killed_before_stamp_leaves_nothing);
   tcase_add_test(tc, no_tmpfile_makes_by_name);
+  tcase_add_test(tc, kept_block_after_reset);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

@@ -8,41 +8,29 @@
  * after the library's), waits until the other processes are gone and then
  * for ten of the watchdog's periods, and checks the communicator's error.
  */
-#include <errno.h>
 #include <mpi.h>
-#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 #include <unistd.h>
 
+#include "core/proc.h"
 #include "mpinccl.h"
 
 #define WATCHDOG_MS 20
 
 static ncclComm_t comm;
 static int rank, nranks;
-static int* pids; /* every rank's process (rank 0's copy) */
-
-/* Whether process pid has exited (not a child of ours: gone once reaped,
- * or a zombie until then). */
-static int exited(int pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE* f = fopen(path, "r");
-  if (f == NULL) return 1;
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char* state = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
-  return state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
-}
+typedef struct {
+  int pid;
+  uint64_t start_time;
+} proc_t;
+static proc_t* procs; /* every rank's process (rank 0's copy) */
 
 static int others_exited(void) {
   for (int r = 1; r < nranks; r++)
-    if (!exited(pids[r])) return 0;
+    if (!mpn_proc_gone(procs[r].pid, procs[r].start_time)) return 0; /* (the watchdog's own test) */
   return 1;
 }
 
@@ -79,9 +67,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   atexit(check_at_exit);
-  pids = calloc((size_t)nranks, sizeof(*pids));
-  int me = (int)getpid();
-  MPI_Gather(&me, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  procs = calloc((size_t)nranks, sizeof(*procs));
+  proc_t me = {(int)getpid(), 0};
+  me.start_time = mpn_proc_start_time(me.pid);
+  MPI_Gather(&me, (int)sizeof(me), MPI_BYTE, procs, (int)sizeof(me), MPI_BYTE, 0, MPI_COMM_WORLD);
   if (mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) != ncclSuccess) {
     fprintf(stderr, "[rank %d] mpincclCommInitMPI failed: %s\n", rank, ncclGetLastError(NULL));
     MPI_Abort(MPI_COMM_WORLD, 1);

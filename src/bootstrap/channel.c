@@ -10,6 +10,7 @@
  * the library do both (mpn_chan_progress, mpn_chan_drive).  So MPI sees only
  * threads the application called the library from, one at a time.
  */
+#define _GNU_SOURCE /* pthread_cond_clockwait */
 #include "bootstrap/channel.h"
 
 #include <limits.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -76,7 +78,7 @@ static pthread_once_t chan_once = PTHREAD_ONCE_INIT;
 /* Random bits make the identity unique even across pid reuse and hosts. */
 static uint64_t chan_proc_new(void) {
   uint64_t r = 0;
-  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = (uint64_t)mpn_chan_now_ns();
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = (uint64_t)mpn_clock_now_ns();
   return (r ^ ((uint64_t)getpid() << 32)) | 1;
 }
 
@@ -98,14 +100,8 @@ static void chan_init_once(void) {
 
 static void chan_init(void) { pthread_once(&chan_once, chan_init_once); }
 
-uint64_t mpn_chan_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t mpn_chan_deadline(void) {
-  return mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT) * 1000000000ull;
+  return mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT) * 1000000000ull;
 }
 
 uint64_t mpn_chan_proc_id(void) {
@@ -164,8 +160,8 @@ void mpn_chan_locked(void (*fn)(void*), void* arg) {
 static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* extra) {
   (void)comm, (void)keyval, (void)attr, (void)extra;
   pthread_mutex_lock(&chan.lock);
-  uint64_t until = mpn_chan_now_ns() + 2000000000ull;
-  while ((chan.sends || chan.unposted) && mpn_chan_now_ns() < until) mpn_chan_progress();
+  uint64_t until = mpn_clock_now_ns() + 2000000000ull;
+  while ((chan.sends || chan.unposted) && mpn_clock_now_ns() < until) mpn_chan_progress();
   for (pending_t *p = chan.sends, *next; p; p = next) {
     next = p->next;
     MPI_Cancel(&p->req);
@@ -437,14 +433,8 @@ static int run_locked(void (*fn)(void*), void* arg, const volatile int* abort) {
       free(t);
       return MPN_CHAN_NOT_RUN;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&chan.cond, &chan.lock, &ts);
+    struct timespec ts = mpn_clock_after(1000000);
+    pthread_cond_clockwait(&chan.cond, &chan.lock, CLOCK_MONOTONIC, &ts);
   }
   int ran = t->done > 0;
   free(t);
@@ -542,7 +532,7 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
       return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while waiting for rank %d",
                            src);
     }
-    uint64_t now = mpn_chan_now_ns();
+    uint64_t now = mpn_clock_now_ns();
     if (now >= deadline_ns) {
       pthread_mutex_unlock(&chan.lock);
       if (src == MPN_RANK_SERVICE)
@@ -557,12 +547,8 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
                            "(MPINCCL_BOOTSTRAP_TIMEOUT)",
                            dst, (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT), src);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t t = (uint64_t)ts.tv_nsec + wait_ns;
-    ts.tv_sec += (time_t)(t / 1000000000ull);
-    ts.tv_nsec = (long)(t % 1000000000ull);
-    pthread_cond_timedwait(&chan.cond, &chan.lock, &ts);
+    struct timespec ts = mpn_clock_after(wait_ns);
+    pthread_cond_clockwait(&chan.cond, &chan.lock, CLOCK_MONOTONIC, &ts);
     if (wait_ns < 1000000) wait_ns *= 2;
   }
 }
@@ -604,7 +590,7 @@ static ncclResult_t progress_until(int (*done)(void*), void* arg, uint64_t deadl
     if (state > 0) return ncclSuccess;
     if (abort && *abort)
       return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while waiting for %s", what);
-    if (mpn_chan_now_ns() >= deadline_ns)
+    if (mpn_clock_now_ns() >= deadline_ns)
       return mpn_error_set(NULL, ncclTimeout,
                            "bootstrap: %s did not complete within %lld s (MPINCCL_BOOTSTRAP_TIMEOUT)",
                            what, (long long)mpn_param_int(MPN_PARAM_BOOTSTRAP_TIMEOUT));

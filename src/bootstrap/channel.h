@@ -84,9 +84,6 @@ int mpn_chan_sending(void);
 /** Drives MPI once: finishes sends, files incoming messages. */
 void mpn_chan_progress(void);
 
-/** Monotonic clock in nanoseconds. */
-uint64_t mpn_chan_now_ns(void);
-
 /** Deadline MPINCCL_BOOTSTRAP_TIMEOUT seconds from now. */
 uint64_t mpn_chan_deadline(void);
 

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #define P2P_TAG_BIT 0x40000000
@@ -211,7 +212,7 @@ ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort, mp
   int rank = info.rank, size = info.size;
   from_mpi_t* b = calloc(1, sizeof(*b) + (size_t)size * sizeof(b->eps[0]));
   if (b == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  if (rank == 0 && getrandom(&b->key, sizeof(b->key), 0) != sizeof(b->key)) b->key = mpn_chan_now_ns();
+  if (rank == 0 && getrandom(&b->key, sizeof(b->key), 0) != sizeof(b->key)) b->key = mpn_clock_now_ns();
   b->self = mpn_chan_self();
   uint64_t deadline = mpn_chan_deadline();
   int started = 0;

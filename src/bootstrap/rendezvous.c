@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/clock.h"
 #include "core/proc.h"
 #include "core/debug.h"
 #include "core/error.h"
@@ -52,7 +53,7 @@ static uint64_t linger_ns(void) { return (uint64_t)mpn_param_int(MPN_PARAM_BOOTS
 
 static uint64_t random64(void) {
   uint64_t r = 0;
-  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = mpn_chan_now_ns() ^ (uint64_t)getpid();
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = mpn_clock_now_ns() ^ (uint64_t)getpid();
   return r;
 }
 
@@ -112,7 +113,7 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   memcpy(&h, payload, sizeof(h));
   record_t* r = record_find(key, 1);
   if (r == NULL) return;
-  uint64_t now = mpn_chan_now_ns();
+  uint64_t now = mpn_clock_now_ns();
   /* A failed id answers late callers with its error until nobody came for
    * linger_ns (as service_linger waits); then it may serve a new round. */
   if (r->failed && r->count == 0 && now - r->last_ns > linger_ns()) {
@@ -169,12 +170,12 @@ static int n_open, service_running;
  * some caller claimed and nobody has been answered for), until nobody came
  * for linger_ns: its process must go on serving it meanwhile. */
 static int record_lingers(const record_t* r) {
-  return r->failed && r->answered < r->max_nranks && mpn_chan_now_ns() - r->last_ns <= linger_ns();
+  return r->failed && r->answered < r->max_nranks && mpn_clock_now_ns() - r->last_ns <= linger_ns();
 }
 
 static void service_sweep(void* arg) {
   int* remaining = arg;
-  uint64_t now = mpn_chan_now_ns();
+  uint64_t now = mpn_clock_now_ns();
   int j = 0;
   for (int i = 0; i < n_open; i++) {
     record_t* r = record_find(open_ids[i].key, 0);

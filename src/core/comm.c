@@ -3,6 +3,7 @@
  * the registry of live handles, so that a destroyed handle is refused with a
  * message instead of being dereferenced.
  */
+#include "core/clock.h"
 #include "core/comm.h"
 
 #include <stdlib.h>
@@ -392,7 +393,7 @@ static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncEr
   if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) {
     long long limit = mpn_param_int(MPN_PARAM_FINALIZE_TIMEOUT);
     res = ncclInProgress;
-    if (limit > 0 && comm->finalized_ns && mpn_chan_now_ns() - comm->finalized_ns > (uint64_t)limit * 1000000000ull)
+    if (limit > 0 && comm->finalized_ns && mpn_clock_now_ns() - comm->finalized_ns > (uint64_t)limit * 1000000000ull)
       res = MPN_REFUSE(comm, ncclTimeout,
                        "ncclCommFinalize: rank %d's operations were not done after MPINCCL_FINALIZE_TIMEOUT=%lld s",
                        comm->rank, limit);
@@ -423,7 +424,7 @@ MPN_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   /* Held while it waits: an abort of another thread (which ends the wait,
    * drain.h) frees comm only after it (launches_wait). */
   MPN_CHECK(mpn_comm_hold_for(comm, "ncclCommFinalize"));
-  comm->finalized_ns = mpn_chan_now_ns();
+  comm->finalized_ns = mpn_clock_now_ns();
   __atomic_store_n(&comm->state, MPN_COMM_FINALIZED, __ATOMIC_RELEASE);
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d finalized", (void*)comm, comm->rank);
   ncclResult_t res;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/error.h"
@@ -276,10 +276,10 @@ int mpn_drain_done(struct ncclComm* comm) {
 
 ncclResult_t mpn_drain_wait(struct ncclComm* comm, const char* caller, ncclResult_t (*failed)(struct ncclComm*)) {
   long long limit = mpn_param_int(MPN_PARAM_FINALIZE_TIMEOUT);
-  uint64_t start = mpn_chan_now_ns(), next_warn = start + 10000000000ull, failed_at = 0;
+  uint64_t start = mpn_clock_now_ns(), next_warn = start + 10000000000ull, failed_at = 0;
   useconds_t nap = 20;
   while (!mpn_drain_done(comm)) {
-    uint64_t now = mpn_chan_now_ns();
+    uint64_t now = mpn_clock_now_ns();
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* ncclCommAbort of another thread */
       return MPN_REFUSE(comm, ncclRemoteError, "%s: rank %d was aborted while it waited for its operations", caller,
                         comm->rank);

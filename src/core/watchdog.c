@@ -11,6 +11,7 @@
  * graphs destroyed (p2p/pair.c), so that their slots serve again even in a
  * process that launches nothing more.
  */
+#define _GNU_SOURCE /* pthread_mutex_clocklock */
 #include "core/watchdog.h"
 
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -133,15 +135,9 @@ int mpn_watchdog_stop(int64_t timeout_ms) {
   /* Read without a lock: a child of fork (which has no thread) may have
    * been made while another thread held one. */
   if (__atomic_load_n(&thread_pid, __ATOMIC_ACQUIRE) != getpid()) return 0;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += (timeout_ms % 1000) * 1000000;
-  if (until.tv_nsec >= 1000000000) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000;
-  }
-  if (pthread_mutex_timedlock(&round_lock, &until) != 0) return 0; /* a round stuck: left to the exit */
+  struct timespec until = mpn_clock_after_ms(timeout_ms);
+  if (pthread_mutex_clocklock(&round_lock, CLOCK_MONOTONIC, &until) != 0)
+    return 0; /* a round stuck: left to the exit */
   stopped = 1;
   pthread_mutex_unlock(&round_lock);
   return 1;

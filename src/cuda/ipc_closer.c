@@ -4,7 +4,7 @@
  * returns, so that an open that the driver refuses while an import of the
  * same memory is being closed can wait for that close alone.
  */
-#define _GNU_SOURCE /* pthread_rwlock_clockrdlock */
+#define _GNU_SOURCE /* pthread_rwlock_clockrdlock, pthread_cond_clockwait */
 #include "cuda/ipc_closer.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/debug.h"
 #include "cuda/device.h"
 #include "cuda/ipc_held.h"
@@ -21,7 +22,7 @@
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t work;      /* something was queued */
-  pthread_cond_t done;      /* a close returned (monotonic clock) */
+  pthread_cond_t done;      /* a close returned (waited on with CLOCK_MONOTONIC deadlines) */
   mpn_ipc_closing_t* items; /* in order; items[0] is being closed, listed until its close returns */
   int n, cap;
   int stop; /* the thread ends (at exit, when idle) */
@@ -29,7 +30,7 @@ static struct {
   pid_t pid; /* the process whose thread serves the queue; 0: none yet */
   int hurry; /* threads waiting in mpn_ipc_closer_wait: closes start at once */
   int running; /* items[0] is being closed */
-} closer = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER};
+} closer = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 /*
  * Launches hold the gate shared while they enqueue; the closing thread
@@ -63,28 +64,12 @@ static int (*quiet_fn)(void);
 static int ungated;             /* launches waiting past a close, or going on without the gate */
 static uint64_t close_since_ns; /* CLOCK_MONOTONIC when the running close took the gate; 0: none */
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* How often the closing thread asks whether the process is quiet: each
  * asking may read words from the device (core/drain.c), which costs a
  * time-sliced GPU a switch. */
 #define QUIET_POLL_US 20000
 /* How long the start of the process's exit waits for a close under way. */
 #define STOP_AT_EXIT_MS 1000
-
-static pthread_once_t done_once = PTHREAD_ONCE_INIT;
-
-static void done_init(void) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&closer.done, &attr);
-  pthread_condattr_destroy(&attr);
-}
 
 /*
  * One close, in the context of the device that opened the mapping.  (A
@@ -107,17 +92,17 @@ static void close_one(const mpn_ipc_closing_t* c) {
 int mpn_ipc_closer_launch_begin(void) {
   if (pthread_rwlock_tryrdlock(&gate) == 0) return 1;
   __atomic_add_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
-  uint64_t since = __atomic_load_n(&close_since_ns, __ATOMIC_ACQUIRE), now = now_ns();
+  uint64_t since = __atomic_load_n(&close_since_ns, __ATOMIC_ACQUIRE), now = mpn_clock_now_ns();
   uint64_t deadline = (since ? since : now) + GATE_WAIT_NS;
   if (deadline > now) {
-    struct timespec until = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+    struct timespec until = mpn_clock_timespec(deadline);
     if (pthread_rwlock_clockrdlock(&gate, CLOCK_MONOTONIC, &until) == 0) {
       __atomic_sub_fetch(&ungated, 1, __ATOMIC_SEQ_CST);
       return 1;
     }
   }
   MPN_TRACE(MPN_SUBSYS_IPC, "a launch goes on beside a close of an IPC import that has run for %llu us",
-            since ? (unsigned long long)((now_ns() - since) / 1000) : 0ull);
+            since ? (unsigned long long)((mpn_clock_now_ns() - since) / 1000) : 0ull);
   return 0;
 }
 
@@ -146,7 +131,7 @@ static int close_slot(void) {
     if (pthread_rwlock_trywrlock(&gate) == 0) {
       if (__atomic_load_n(&ungated, __ATOMIC_SEQ_CST) == 0 && quiet() &&
           __atomic_load_n(&ungated, __ATOMIC_SEQ_CST) == 0) {
-        __atomic_store_n(&close_since_ns, now_ns(), __ATOMIC_RELEASE);
+        __atomic_store_n(&close_since_ns, mpn_clock_now_ns(), __ATOMIC_RELEASE);
         return 1;
       }
       pthread_rwlock_unlock(&gate);
@@ -208,28 +193,15 @@ __attribute__((destructor)) static void closer_stop(void) {
   if (idle) pthread_join(closer.thread, NULL);
 }
 
-/* CLOCK_MONOTONIC's time timeout_ms from now, for closer.done. */
-static struct timespec deadline_after(int64_t timeout_ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += (time_t)(timeout_ms / 1000);
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
-  return until;
-}
-
 int mpn_ipc_closer_stop(int64_t timeout_ms) {
   if (__atomic_load_n(&closer.pid, __ATOMIC_ACQUIRE) != getpid()) return 0; /* (see closer_stop) */
-  pthread_once(&done_once, done_init);
-  struct timespec until = deadline_after(timeout_ms);
+  struct timespec until = mpn_clock_after_ms(timeout_ms);
   pthread_mutex_lock(&closer.lock);
   closer.stop = 1;
   pthread_cond_signal(&closer.work);
   int rc = 0;
-  while (closer.running && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
+  while (closer.running && rc != ETIMEDOUT)
+    rc = pthread_cond_clockwait(&closer.done, &closer.lock, CLOCK_MONOTONIC, &until);
   int idle = !closer.running;
   pthread_mutex_unlock(&closer.lock);
   return idle;
@@ -266,7 +238,6 @@ static int room(void) {
 }
 
 void mpn_ipc_closer_push(const mpn_ipc_closing_t* c) {
-  pthread_once(&done_once, done_init);
   pthread_mutex_lock(&closer.lock);
   int queued = thread_ready() && room();
   if (queued) {
@@ -300,13 +271,12 @@ static int matching(uint64_t owner, int dev, uint64_t base, uint64_t size, const
 
 int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, const cudaIpcMemHandle_t* handle,
                         int64_t timeout_ms) {
-  pthread_once(&done_once, done_init);
-  struct timespec until = deadline_after(timeout_ms);
+  struct timespec until = mpn_clock_after_ms(timeout_ms);
   pthread_mutex_lock(&closer.lock);
   closer.hurry++;
   int rc = 0;
   while (matching(owner, dev, base, size, handle) && rc != ETIMEDOUT)
-    rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
+    rc = pthread_cond_clockwait(&closer.done, &closer.lock, CLOCK_MONOTONIC, &until);
   int clear = !matching(owner, dev, base, size, handle);
   closer.hurry--;
   pthread_mutex_unlock(&closer.lock);
@@ -314,12 +284,12 @@ int mpn_ipc_closer_wait(uint64_t owner, int dev, uint64_t base, uint64_t size, c
 }
 
 int mpn_ipc_closer_drain_for(int64_t timeout_ms) {
-  pthread_once(&done_once, done_init);
-  struct timespec until = deadline_after(timeout_ms);
+  struct timespec until = mpn_clock_after_ms(timeout_ms);
   pthread_mutex_lock(&closer.lock);
   closer.hurry++;
   int rc = 0;
-  while (closer.n > 0 && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&closer.done, &closer.lock, &until);
+  while (closer.n > 0 && rc != ETIMEDOUT)
+    rc = pthread_cond_clockwait(&closer.done, &closer.lock, CLOCK_MONOTONIC, &until);
   int clear = closer.n == 0;
   closer.hurry--;
   pthread_mutex_unlock(&closer.lock);
@@ -334,14 +304,12 @@ int mpn_ipc_closer_pending(void) {
 }
 
 void mpn_ipc_closer_drain(void) {
-  pthread_once(&done_once, done_init);
   pthread_mutex_lock(&closer.lock);
   while (closer.n > 0) pthread_cond_wait(&closer.done, &closer.lock);
   pthread_mutex_unlock(&closer.lock);
 }
 
 void mpn_ipc_closer_forget(int dev) {
-  pthread_once(&done_once, done_init);
   pthread_mutex_lock(&closer.lock);
   for (int i = 0; i < closer.n; i++)
     if (closer.items[i].dev == dev) closer.items[i].skip = 1;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/proc.h"
 #include "core/comm.h"
 #include "core/debug.h"
@@ -54,9 +54,9 @@ int mpn_p2p_abort_drain(struct ncclComm* comm) {
     free(w);
     return 1;
   }
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)limit_ms * 1000000ull;
+  uint64_t deadline = mpn_clock_now_ns() + (uint64_t)limit_ms * 1000000ull;
   unsigned rounds = 0;
-  while (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) {
+  while (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) && mpn_clock_now_ns() < deadline) {
     for (int peer = 0; peer < comm->nranks; peer++) mpn_p2p_release_peer(comm, peer);
     rounds++;
     usleep(500);

@@ -7,7 +7,7 @@
 
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/debug.h"
 #include "core/param.h"
 #include "cuda/device.h"
@@ -87,9 +87,9 @@ static void read_sample(mpn_gap_t* g) {
  */
 static void learn_wait(mpn_gap_t* g) {
   if (g->learned >= GAP_VOTES || g->impatient) return;
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)GAP_LEARN_WAIT_US * 1000;
+  uint64_t deadline = mpn_clock_now_ns() + (uint64_t)GAP_LEARN_WAIT_US * 1000;
   cudaError_t e;
-  while ((e = cudaEventQuery(g->start)) == cudaErrorNotReady && mpn_chan_now_ns() < deadline) usleep(2);
+  while ((e = cudaEventQuery(g->start)) == cudaErrorNotReady && mpn_clock_now_ns() < deadline) usleep(2);
   if (e != cudaSuccess) cudaGetLastError();
   if (e == cudaErrorNotReady) g->impatient = 1;
 }

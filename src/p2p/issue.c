@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/drain.h"
@@ -162,9 +162,9 @@ static void publish_done(plan_t* p, cudaStream_t s) {
 /* First side: the second side's "done" event, once published, or NULL. */
 static cudaEvent_t await_done(const plan_t* p, int* dev) {
   mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
+  uint64_t deadline = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
   while (__atomic_load_n(&slot->done_seq, __ATOMIC_ACQUIRE) != p->seq)
-    if (mpn_chan_now_ns() > deadline) {
+    if (mpn_clock_now_ns() > deadline) {
       MPN_INFO(MPN_SUBSYS_P2P, "message %llu with rank %d: no done event after %lld us; waiting "
                "for the flag", (unsigned long long)p->seq, p->op->peer,
                (long long)mpn_param_int(MPN_PARAM_LOCAL_WAIT));

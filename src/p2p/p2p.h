@@ -10,7 +10,7 @@
 
 struct ncclComm;
 
-/** The checks of a group's sends and receives that precede posting any. */
+/** The checks of a group's sends and receives that precede posting any (check.c). */
 ncclResult_t mpn_p2p_check(mpn_op_t* ops);
 
 /**

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -325,7 +326,7 @@ static ncclResult_t flags_adopt(mpn_pair_t* p) {
   uint64_t deadline = mpn_chan_deadline(), pidns = mpn_proc_pidns();
   uint32_t where;
   for (unsigned polls = 0; (where = __atomic_load_n(&mem->flags_where, __ATOMIC_ACQUIRE)) == MPN_FLAGS_UNSET; polls++) {
-    if (mpn_chan_now_ns() > deadline)
+    if (mpn_clock_now_ns() > deadline)
       return mpn_error_set(NULL, ncclTimeout, "the peer did not finish setting up %s", p->name);
     if (polls % ADOPT_LIVENESS_POLLS == ADOPT_LIVENESS_POLLS - 1 && creator_gone(&mem->creator, pidns))
       return mpn_error_set(NULL, ncclRemoteError, "the process that made %s (pid %d) ended before setting it up",

@@ -8,7 +8,7 @@
 
 #include <sched.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/param.h"
 #include "transport.h"
@@ -38,7 +38,7 @@ int mpn_push_pending(const plan_t* p) {
 }
 
 int mpn_push_wait(const plan_t* plans, const char* done, int n, uint64_t* deadline) {
-  if (*deadline == 0) *deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_PUSH_WAIT) * 1000;
+  if (*deadline == 0) *deadline = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_PUSH_WAIT) * 1000;
   for (;;) {
     for (int i = 0; i < n; i++) {
       const plan_t* p = &plans[i];
@@ -47,7 +47,7 @@ int mpn_push_wait(const plan_t* plans, const char* done, int n, uint64_t* deadli
       ncclResult_t async = mpn_comm_async(p->op->comm);
       if (async == ncclRemoteError || async == ncclTimeout || p->op->comm->abort_flag) return 0;
     }
-    if (mpn_chan_now_ns() > *deadline) return 0;
+    if (mpn_clock_now_ns() > *deadline) return 0;
     sched_yield(); /* the peer's process may share this core */
   }
 }

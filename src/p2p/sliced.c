@@ -5,7 +5,7 @@
  */
 #include "p2p/sliced.h"
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/param.h"
 #include "p2p/eager.h"
@@ -92,9 +92,9 @@ int mpn_sliced_delegate_wait(const plan_t* plans, int n, int delegating) {
   for (int i = 0; i < n && budget_us > 0; i++) {
     const plan_t* p = &plans[i];
     if (!delegates(p)) continue;
-    if (deadline == 0) deadline = mpn_chan_now_ns() + (uint64_t)budget_us * 1000;
+    if (deadline == 0) deadline = mpn_clock_now_ns() + (uint64_t)budget_us * 1000;
     while (!mpn_pair_peer_posted(p->pair, p->seq, p->graph, plan_side(p)))
-      if (mpn_chan_now_ns() > deadline) return i;
+      if (mpn_clock_now_ns() > deadline) return i;
   }
   return -1;
 }

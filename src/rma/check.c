@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -196,8 +196,8 @@ static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, in
 static int graph_slots_give_up(struct ncclComm* comm, uint64_t* deadline) {
   ncclResult_t async = mpn_comm_async(comm);
   if (comm->abort_flag || async == ncclRemoteError || async == ncclTimeout) return 1;
-  if (*deadline == 0) *deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
-  return mpn_chan_now_ns() > *deadline;
+  if (*deadline == 0) *deadline = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
+  return mpn_clock_now_ns() > *deadline;
 }
 
 /* Captured signals use slots of their own, which a context's signals take

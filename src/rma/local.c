@@ -20,7 +20,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/param.h"
@@ -99,7 +99,7 @@ void mpn_rma_local_publish(mpn_pair_t* pair, int ctx, uint64_t count, cudaStream
 int mpn_rma_local_wait(mpn_pair_t* pair, int ctx, uint64_t expected, cudaStream_t s) {
   ring_t* r = ring_of(pair, ctx);
   if (r == NULL) return 0;
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
+  uint64_t deadline = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
   for (;;) {
     uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), t = r->tail;
     for (; t < h; t++) {
@@ -115,7 +115,7 @@ int mpn_rma_local_wait(mpn_pair_t* pair, int ctx, uint64_t expected, cudaStream_
       mpn_event_put(e->dev, e->ev); /* older: implied by a later one */
     }
     __atomic_store_n(&r->tail, t, __ATOMIC_RELEASE);
-    if ((t < h && r->e[t % RING].count > expected) || mpn_chan_now_ns() > deadline) {
+    if ((t < h && r->e[t % RING].count > expected) || mpn_clock_now_ns() > deadline) {
       MPN_INFO(MPN_SUBSYS_RMA, "no event for signal count %llu; waiting for the counter",
                (unsigned long long)expected);
       return 0;

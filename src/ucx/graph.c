@@ -37,7 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/error.h"
@@ -278,7 +278,7 @@ int mpn_ucx_graph_quiesce(mpn_ucx_ggroup_t* list, const int* error, uint64_t dea
   for (mpn_ucx_ggroup_t* g = list; g; g = g->next)
     for (int i = 0; i < g->n; i++)
       while (__atomic_load_n(&g->words[i], __ATOMIC_ACQUIRE) == 0) {
-        if (__atomic_load_n(error, __ATOMIC_ACQUIRE) != ncclSuccess || mpn_chan_now_ns() > deadline) return 0;
+        if (__atomic_load_n(error, __ATOMIC_ACQUIRE) != ncclSuccess || mpn_clock_now_ns() > deadline) return 0;
         usleep(20);
       }
   return 1;

@@ -28,7 +28,7 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n);
 ncclResult_t mpn_ucx_graph_join(mpn_op_t** ops, int n);
 
 /** Waits until the replays of the groups in list are done (their words all
- * set), or *error is set, or the clock (mpn_chan_now_ns) passes deadline;
+ * set), or *error is set, or the clock (mpn_clock_now_ns) passes deadline;
  * returns whether they were done. */
 int mpn_ucx_graph_quiesce(mpn_ucx_ggroup_t* list, const int* error, uint64_t deadline);
 

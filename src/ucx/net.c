@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -353,7 +353,7 @@ enum { NOTICE_WAIT_MS = 1000 };
  */
 static int flag_wait(const uint64_t* flag, const int* error, uint64_t deadline) {
   while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && !(error && __atomic_load_n(error, __ATOMIC_ACQUIRE)) &&
-         mpn_chan_now_ns() < deadline)
+         mpn_clock_now_ns() < deadline)
     usleep(50);
   return __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
 }
@@ -424,7 +424,7 @@ static flush_set_t* flush_before_close(struct ncclComm* comm) {
     return f;
   }
   uint64_t timeout = (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT);
-  uint64_t deadline = mpn_chan_now_ns() + timeout * 1000000000ull;
+  uint64_t deadline = mpn_clock_now_ns() + timeout * 1000000000ull;
   for (int p = 0; p < comm->nranks; p++) {
     if (!flag_wait(&f->done[p], NULL, deadline))
       MPN_WARN(
@@ -447,7 +447,7 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
   if (u->peers) {
     /* After an abort the flags may be the proxy's own (drain_owner): its
      * close waited already. */
-    if (!u->closed) notice_wait(u, mpn_chan_now_ns() + NOTICE_WAIT_MS * 1000000ull);
+    if (!u->closed) notice_wait(u, mpn_clock_now_ns() + NOTICE_WAIT_MS * 1000000ull);
     int failed = __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) != ncclSuccess;
     flush_set_t* flushes = !u->closed && comm->ucx_clean && !failed ? flush_before_close(comm) : NULL;
     mpn_ucx_proxy_close(u, u->peers, comm->nranks);
@@ -538,7 +538,7 @@ void mpn_ucx_abort(struct ncclComm* comm) {
     }
     posted++;
   }
-  uint64_t deadline = mpn_chan_now_ns() + NOTICE_WAIT_MS * 1000000ull;
+  uint64_t deadline = mpn_clock_now_ns() + NOTICE_WAIT_MS * 1000000ull;
   for (int p = 0; posted && p < comm->nranks; p++)
     if (p != comm->rank && u->peers[p].address != NULL) flag_wait(&done[2 * p + 1], &failed[p], deadline);
   /* A mismatch notice sent before goes to a failed peer, whom the abort's

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/proc.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -387,11 +388,11 @@ static int orphan_error, orphan_pending;
  * worker's progress), for at most a second; those still in flight then
  * write the proxy's own words when they end. */
 static void drain_owner(const void* owner) {
-  uint64_t deadline = mpn_chan_now_ns() + 1000000000ull;
+  uint64_t deadline = mpn_clock_now_ns() + 1000000000ull;
   for (;;) {
     int left = 0;
     for (mpn_ucx_cmd_t* c = px.flying; c && !left; c = c->next) left = c->owner == owner;
-    if (!left || mpn_chan_now_ns() > deadline) break;
+    if (!left || mpn_clock_now_ns() > deadline) break;
     ucp_worker_progress(px.worker);
   }
   for (mpn_ucx_cmd_t* c = px.flying; c; c = c->next) {
@@ -590,7 +591,7 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
   uint64_t deadline = mpn_chan_deadline();
   while (res == ncclSuccess && __atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != 1) {
     int queued = CALL_QUEUED;
-    if (mpn_chan_now_ns() > deadline &&
+    if (mpn_clock_now_ns() > deadline &&
         __atomic_compare_exchange_n(&c->state, &queued, CALL_ABANDONED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       return mpn_error_set(NULL, ncclInternalError, "the UCX proxy thread does not answer");
     usleep(20); /* past the deadline only while fn runs: it ends */
@@ -696,8 +697,8 @@ int mpn_ucx_proxy_park(int64_t timeout_ms) {
   /* Not under px.lock either, which the proxy holds while it serves a
    * close (its waits are bounded, but longer than the exit should wait). */
   __atomic_store_n(&px.park, 1, __ATOMIC_RELEASE);
-  uint64_t deadline = mpn_chan_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-  while (!__atomic_load_n(&px.parked, __ATOMIC_ACQUIRE) && mpn_chan_now_ns() < deadline) usleep(50);
+  uint64_t deadline = mpn_clock_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  while (!__atomic_load_n(&px.parked, __ATOMIC_ACQUIRE) && mpn_clock_now_ns() < deadline) usleep(50);
   return __atomic_load_n(&px.parked, __ATOMIC_ACQUIRE);
 }
 

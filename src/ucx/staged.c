@@ -49,7 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -475,8 +475,7 @@ static int sends_done(struct ncclComm* comm, lane_t* l, uint64_t deadline) {
     return 0; /* released words say nothing of what the proxy still holds */
   for (uint64_t g = l->chunks > d ? l->chunks - d : 0; l->buf && g < l->chunks; g++)
     while (__atomic_load_n(&l->words[d + g % d], __ATOMIC_ACQUIRE) < g + 1) {
-      if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
-          mpn_chan_now_ns() > deadline)
+      if (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess || mpn_clock_now_ns() > deadline)
         return 0;
       usleep(20);
     }
@@ -484,7 +483,7 @@ static int sends_done(struct ncclComm* comm, lane_t* l, uint64_t deadline) {
 }
 
 static uint64_t net_deadline(void) {
-  return mpn_chan_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
+  return mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
 }
 
 void mpn_ucx_staged_release(struct ncclComm* comm) {
@@ -506,7 +505,7 @@ int mpn_ucx_staged_quiesce(struct ncclComm* comm) {
     lane_t* l = &lanes[i];
     uint64_t released = 0;
     while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady) {
-      uint64_t now = mpn_chan_now_ns();
+      uint64_t now = mpn_clock_now_ns();
       if (released && now > released + 1000000000ull)
         break; /* still held (by the stream it forked from): given up, leaked */
       if (!released && (__atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess ||
@@ -530,8 +529,7 @@ ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {
   uint64_t deadline = net_deadline();
   for (int i = 0; i < 2 * comm->nranks; i += 2) {
     lane_t* l = &comm->staged->lanes[i];
-    while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady && mpn_chan_now_ns() < deadline)
-      usleep(20);
+    while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady && mpn_clock_now_ns() < deadline) usleep(20);
     cudaGetLastError();
     if (sends_done(comm, l, deadline)) continue;
     int failed = __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE);

@@ -2,10 +2,13 @@
  * test_core.c - unit tests of what needs neither MPI nor a GPU: the ABI facts
  * of nccl.h, version, error strings, ncclConfig_t reading, parameters,
  * logging options, the functions this version refuses, the order rules
- * of the flag kernel's table, and how a peer's process is found gone.
+ * of the flag kernel's table, how a peer's process is found gone, and the
+ * clock of the library's deadlines.
  */
+#define _GNU_SOURCE /* pthread_cond_clockwait */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/debug.h"
 #include "core/param.h"
@@ -653,6 +657,33 @@ START_TEST(proc_zombie_and_reaped) {
 }
 END_TEST
 
+/* Deadlines: a timespec names the same nanosecond as the count it came
+ * from, one given in milliseconds lies that far ahead (none for a
+ * negative span), and a wait on CLOCK_MONOTONIC runs until it. */
+START_TEST(clock_deadlines) {
+  struct timespec t = mpn_clock_timespec(12345678901ull);
+  ck_assert_int_eq(t.tv_sec, 12);
+  ck_assert_int_eq(t.tv_nsec, 345678901);
+  uint64_t before = mpn_clock_now_ns();
+  t = mpn_clock_after_ms(250);
+  uint64_t at = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+  ck_assert_uint_ge(at, before + 250000000ull);
+  ck_assert_uint_le(at, mpn_clock_now_ns() + 250000000ull);
+  t = mpn_clock_after_ms(-7);
+  ck_assert_uint_le((uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec, mpn_clock_now_ns());
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+  pthread_mutex_lock(&lock);
+  before = mpn_clock_now_ns();
+  t = mpn_clock_after_ms(30);
+  int rc = 0;
+  while (rc == 0) rc = pthread_cond_clockwait(&cond, &lock, CLOCK_MONOTONIC, &t);
+  pthread_mutex_unlock(&lock);
+  ck_assert_int_eq(rc, ETIMEDOUT);
+  ck_assert_uint_ge(mpn_clock_now_ns() - before, 30000000ull);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("core");
   TCase* tc = tcase_create("core");
@@ -674,6 +705,7 @@ int main(void) {
   tcase_add_test(tc, sync_table_order);
   tcase_add_test(tc, sync_blocks_wanted);
   tcase_add_test(tc, slot_streams);
+  tcase_add_test(tc, clock_deadlines);
   tcase_add_test(tc, proc_self_and_reused);
   tcase_add_test(tc, proc_zombie_and_reaped);
   suite_add_tcase(s, tc);

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "core/proc.h"
@@ -149,7 +149,7 @@ typedef struct {
 static void* mapper_main(void* arg) {
   mapper_t* m = arg;
   m->res = mpn_pair_map(m->key, 0, 1, &m->pair);
-  m->end_ns = mpn_chan_now_ns();
+  m->end_ns = mpn_clock_now_ns();
   snprintf(m->why, sizeof(m->why), "%s", mpn_error_last(NULL));
   __atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
   return NULL;
@@ -199,7 +199,7 @@ START_TEST(wait_holds_up_no_other_pair) {
     for (int i = 0; i < 25000 && !__atomic_load_n(&unmaps, __ATOMIC_ACQUIRE); i++) usleep(1000);
     unmapped = __atomic_load_n(&unmaps, __ATOMIC_ACQUIRE);
   }
-  uint64_t published = mpn_chan_now_ns();
+  uint64_t published = mpn_clock_now_ns();
   __atomic_store_n(&peer->flags_where, MPN_FLAGS_HOST, __ATOMIC_RELEASE);
   pthread_join(other.thread, NULL);
   if (in_time) pthread_join(unmapper, NULL);
@@ -275,7 +275,7 @@ START_TEST(dead_creator_ends_wait) {
   mapper_start(&a, k);
   usleep(200 * 1000); /* a waits for a live creator */
   ck_assert_msg(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), "the wait ended while its creator lived");
-  uint64_t killed = mpn_chan_now_ns();
+  uint64_t killed = mpn_clock_now_ns();
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
   close(go[1]);

@@ -43,7 +43,7 @@ __device__ inline bool flag_ready(const mpn_sync_flag_t& f, unsigned long long v
 }
 
 // A wait that clears its flag (a captured message's) leaves the clearing to
-// the block that completes the round (sync_kernel): several blocks poll it.
+// the block that completes the round (round_done): several blocks poll it.
 // Its escape word (host memory: a slow read) is looked at once in 256 polls.
 __device__ void flag_wait(const mpn_sync_flag_t& f, const unsigned long long* escape) {
   volatile unsigned long long* p = (volatile unsigned long long*)f.addr;
@@ -127,60 +127,67 @@ __device__ unsigned count(unsigned* counter, unsigned* own, int i, int fence_sco
 // polls them any more; the block that completes the round clears them
 // then, before the round's writes, which the peer must see before it can
 // set one of them again.
+// Chunk k of the copies [first, end), by this block.
 template <int F, int C>
-__global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  unsigned own[MPN_SYNC_COUNTERS] = {0};
-  __shared__ int last;
-  const int t = threadIdx.x;
-  if (count(s.counter, own, 0) == 0 && t < s.nfirst) {
-    fence(s.device_scope);
-    flag_write(s.flags[t]);
-  }
-  int flag = s.nfirst, copy = 0;
-  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
-    const int first_copy = copy, first_flag = flag;
-    copy += s.ncopy[r];
-    flag += s.nwait[r] + s.nlast[r];
-    if (s.nwait[r] + s.ncopy[r] + s.nlast[r] == 0) continue;
-    size_t total = 0;
-    for (int i = first_copy; i < copy; i++) total += chunks_of(s.copies[i]);
-    if (total == 0) total = 1;
-    bool polled = false;
-    for (size_t k; (k = count(s.counter, own, 1 + r)) < total;) {
-      if (!polled) {
-        if (t < s.nwait[r]) {
-          flag_wait(s.flags[first_flag + t], s.escape);
-          fence(s.device_scope);
-        }
-        __syncthreads();
-        polled = true;
-      }
-      for (int i = first_copy; i < copy; i++) { /* k: chunk of copy i? */
-        size_t n = chunks_of(s.copies[i]);
-        if (k < n) {
-          copy_chunk(s.copies[i], k);
-          break;
-        }
-        k -= n;
-      }
-      if (!s.counter) __syncthreads(); /* (count's own barrier otherwise) */
-      if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total) { /* the whole block */
-        if (s.clears) {
-          if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_GEQ_CLEAR)
-            *(volatile unsigned long long*)s.flags[first_flag + t].addr = 0;
-          __syncthreads();
-        }
-        if (t < s.nlast[r]) {
-          fence(s.device_scope); /* cumulative: the clears above too */
-          flag_write(s.flags[first_flag + s.nwait[r] + t]);
-        }
-      }
+__device__ __forceinline__ void round_chunk(const table_t<F, C>& s, int first, int end, size_t k) {
+  for (int i = first; i < end; i++) {
+    size_t n = chunks_of(s.copies[i]);
+    if (k < n) {
+      copy_chunk(s.copies[i], k);
+      return;
     }
+    k -= n;
   }
+}
+
+// By the whole block that counted round r's last chunk done: the clears of
+// the round's waits (flags from first_flag on), then its writes.
+template <int F, int C>
+__device__ __forceinline__ void round_done(const table_t<F, C>& s, int r, int first_flag) {
+  const int t = threadIdx.x;
+  if (s.clears) {
+    if (t < s.nwait[r] && s.flags[first_flag + t].kind == MPN_MEMOP_WAIT_GEQ_CLEAR)
+      *(volatile unsigned long long*)s.flags[first_flag + t].addr = 0;
+    __syncthreads();
+  }
+  if (t < s.nlast[r]) {
+    fence(s.device_scope); /* cumulative: the clears above too */
+    flag_write(s.flags[first_flag + s.nwait[r] + t]);
+  }
+}
+
+// Round r, whose copies are [first_copy, end_copy) and whose flags start
+// at first_flag: this block takes its chunks until none is left, polling
+// the round's waits before its first.
+template <int F, int C>
+__device__ __forceinline__ void run_round(const table_t<F, C>& s, unsigned* own, int r, int first_copy, int end_copy,
+                                          int first_flag) {
+  const int t = threadIdx.x;
+  size_t total = 0;
+  for (int i = first_copy; i < end_copy; i++) total += chunks_of(s.copies[i]);
+  if (total == 0) total = 1;
+  bool polled = false;
+  for (size_t k; (k = count(s.counter, own, 1 + r)) < total;) {
+    if (!polled) {
+      if (t < s.nwait[r]) {
+        flag_wait(s.flags[first_flag + t], s.escape);
+        fence(s.device_scope);
+      }
+      __syncthreads();
+      polled = true;
+    }
+    round_chunk(s, first_copy, end_copy, k);
+    if (!s.counter) __syncthreads(); /* (count's own barrier otherwise) */
+    if (count(s.counter, own, 1 + MPN_SYNC_ROUNDS + r, s.device_scope) + 1 == total) round_done(s, r, first_flag);
+  }
+}
+
+// The block's leaving: one block sets the mark after its copies and
+// writes; of several, the last to leave puts the counters back at 0, then
+// says so (epoch) and sets the mark.
+template <int F, int C>
+__device__ __forceinline__ void leave(const table_t<F, C>& s) {
+  const int t = threadIdx.x;
   if (!s.counter) {
     if (s.mark) {
       __syncthreads(); /* the block's copies and writes before the mark */
@@ -191,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
     }
     return;
   }
+  __shared__ int last;
   __syncthreads();
   if (t == 0) {
     __threadfence(); /* this block's counts before its leaving */
@@ -204,6 +212,29 @@ __global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s
     *(volatile unsigned long long*)s.done = s.epoch;
     if (s.mark) *(volatile unsigned long long*)s.mark = s.mark_value;
   }
+}
+
+template <int F, int C>
+__global__ void __launch_bounds__(kThreads, 1) sync_kernel(const table_t<F, C> s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  unsigned own[MPN_SYNC_COUNTERS] = {0};
+  const int t = threadIdx.x;
+  if (count(s.counter, own, 0) == 0 && t < s.nfirst) {
+    fence(s.device_scope);
+    flag_write(s.flags[t]);
+  }
+  int flag = s.nfirst, copy = 0;
+  for (int r = 0; r < MPN_SYNC_ROUNDS; r++) {
+    const int first_copy = copy, first_flag = flag;
+    copy += s.ncopy[r];
+    flag += s.nwait[r] + s.nlast[r];
+    if (s.nwait[r] + s.ncopy[r] + s.nlast[r] == 0) continue;
+    run_round(s, own, r, first_copy, copy, first_flag);
+  }
+  leave(s);
 }
 
 // Cleared for the process once an early launch is refused, or when the

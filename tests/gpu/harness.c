@@ -15,7 +15,7 @@ ncclComm_t comm;
 cudaStream_t stream;
 
 static const char* test_name;
-static const char* only;
+static const char *only, *skip;
 static int step_barrier;
 
 uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 1); }
@@ -38,8 +38,7 @@ void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* wh
   }
 }
 
-int harness_start(int argc, char** argv, const char* name, const char* np_list,
-                  const char* only_env, int barrier) {
+int harness_start(int argc, char** argv, const char* name, const char* np_list, const char* env_prefix, int barrier) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts(np_list);
     return 0;
@@ -74,7 +73,11 @@ int harness_start(int argc, char** argv, const char* name, const char* np_list,
   ncclCommUserRank(comm, &rank);
   ncclCommCount(comm, &nranks);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  only = getenv(only_env);
+  char env[64];
+  snprintf(env, sizeof(env), "%s_ONLY", env_prefix);
+  only = getenv(env);
+  snprintf(env, sizeof(env), "%s_SKIP", env_prefix);
+  skip = getenv(env);
   return -1;
 }
 
@@ -134,7 +137,24 @@ void harness_same_capture_refused(ncclComm_t c, ncclResult_t res) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-int harness_selected(const char* text) { return only == NULL || strstr(text, only) != NULL; }
+/* Whether text holds one of the comma-separated words of list. */
+static int names_any(const char* list, const char* text) {
+  for (const char* w = list; *w;) {
+    size_t n = strcspn(w, ",");
+    char word[128];
+    if (n > 0 && n < sizeof(word)) {
+      memcpy(word, w, n);
+      word[n] = '\0';
+      if (strstr(text, word) != NULL) return 1;
+    }
+    w += n + (w[n] == ',');
+  }
+  return 0;
+}
+
+int harness_selected(const char* text) {
+  return (only == NULL || strstr(text, only) != NULL) && (skip == NULL || !names_any(skip, text));
+}
 
 void harness_step_done(const char* text) {
   if (step_barrier) MPI_Barrier(MPI_COMM_WORLD);

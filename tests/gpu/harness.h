@@ -49,11 +49,13 @@ void expect_pattern(const void* buf, size_t bytes, uint32_t seed, const char* wh
 /**
  * With --np-list prints np_list and returns 0 (the caller exits with it);
  * without a GPU returns 77; else sets up MPI, the device, the stream and
- * comm and returns -1.  only_env names the variable selecting steps (see
- * STEP); barrier: every rank waits for all after each step.
+ * comm and returns -1.  env_prefix names the variables that choose the
+ * steps (see STEP): <prefix>_ONLY runs only the steps whose call holds its
+ * text, <prefix>_SKIP (words separated by commas) leaves out those whose
+ * call holds one of its words.  barrier: every rank waits for all after
+ * each step.
  */
-int harness_start(int argc, char** argv, const char* name, const char* np_list,
-                  const char* only_env, int barrier);
+int harness_start(int argc, char** argv, const char* name, const char* np_list, const char* env_prefix, int barrier);
 
 /** Whether the step whose call reads text is selected. */
 int harness_selected(const char* text);
@@ -93,7 +95,7 @@ void harness_step_done(const char* text);
 /** Destroys comm, sums the failures over the ranks and says so; the exit code. */
 int harness_finish(void);
 
-/* Runs call unless the environment selects other steps. */
+/* Runs call unless the environment leaves it out (harness_start). */
 #define STEP(call) \
   do { \
     if (!harness_selected(#call)) break; \

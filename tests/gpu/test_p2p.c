@@ -338,7 +338,7 @@ static void mismatch(void) {
 }
 
 int main(int argc, char** argv) {
-  int started = harness_start(argc, argv, "test_p2p", "1 2 3 4 8", "TEST_P2P_ONLY", 0);
+  int started = harness_start(argc, argv, "test_p2p", "1 2 3 4 8", "TEST_P2P", 0);
   if (started >= 0) return started;
   static const size_t sizes[] = {1, 7, 4099, (1 << 20) + 5, 64 << 20};
   STEP(for (int i = 0; i < 5; i++) ring(sizes[i], 1, ncclInt8, 0));

@@ -246,7 +246,7 @@ static void free_before_deregister(void) {
 }
 
 int main(int argc, char** argv) {
-  int started = harness_start(argc, argv, "test_rma", "1 2 3 4 8", "TEST_RMA_ONLY", 1);
+  int started = harness_start(argc, argv, "test_rma", "1 2 3 4 8", "TEST_RMA", 1);
   if (started >= 0) return started;
   STEP(mem_alloc());
   STEP(windows());

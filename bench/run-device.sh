@@ -350,19 +350,22 @@ python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "
   tail -3 "$out/plot.log"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ $check = 1 ] && [ -x "$sanitizer" ]; then
-  step "compute-sanitizer (memcheck) on test_p2p, 2 ranks, but for two steps it cannot follow"
+  step "compute-sanitizer (memcheck) on the first test_p2p steps, 2 ranks"
   # Memory accesses only: the import cache relies on the driver refusing
   # to map a block twice (cudaErrorAlreadyMapped, handled in src/cuda/ipc.c),
   # which the sanitizer would count as an error wherever the allocator
   # happens to reuse an address; every other CUDA error the library
-  # checks and reports itself.  Left out: threads_ring, whose ranks of one
-  # process wait for each other's streams, hangs under the sanitizer (also
-  # in one process); sender_gone_loop reads through an import the driver
-  # opened twice (a freed buffer's handle recycled, docs/P2P.md, known
-  # problem 1) after one of its two closes, which the driver counts and the
-  # sanitizer does not: it reports the reads as out of bounds and stops the
-  # kernel (bench/results/2026-12-01-h200-s44, ipc_twice.cu).
-  TEST_P2P_SKIP="threads_ring,sender_gone_loop" timeout 240 mpirun -np 2 $flags -x TEST_P2P_SKIP \
+  # checks and reports itself.  Not the whole test: where the driver hands
+  # a freed buffer's handle to a new one, this process's import of it is
+  # opened twice, and the cache closes the stale one of the two opens
+  # (docs/P2P.md, known problem 1).  The driver counts the opens; the
+  # sanitizer forgets the mapping at the first close and reports the new
+  # buffer's copies as out of bounds, stopping their kernel (traced in
+  # sender_gone_loop and graph_small; graph_recapture's, untraced, looked
+  # the same; it depends on when the close runs:
+  # bench/results/2026-12-01-h200-s44, ipc_twice.cu).  And threads_ring
+  # hangs under it.
+  TEST_P2P_ONLY="ring(sizes" timeout 180 mpirun -np 2 $flags -x TEST_P2P_ONLY \
     "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 9 ./tests/gpu/test_p2p \
     >"$out/sanitizer.log" 2>&1
   echo "   exit $?; $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") ranks with 0 errors"

@@ -630,5 +630,5 @@ int main(void) {
   tcase_add_test(tc, forget_device_closes_nothing);
   tcase_add_test(tc, stop_starts_no_close); /* (last: no close runs after it) */
   suite_add_tcase(s, tc);
-  return unit_suite_run(s);
+  return unit_suite_run_forked(s); /* (its tests share the closing thread and the wrapped driver tables) */
 }

@@ -3,7 +3,6 @@
  * the registry of live handles, so that a destroyed handle is refused with a
  * message instead of being dereferenced.
  */
-#include "core/clock.h"
 #include "core/comm.h"
 
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include "bootstrap/channel.h"
 #include "core/alias.h"
 #include "core/api.h"
+#include "core/clock.h"
 #include "core/drain.h"
 #include "core/error.h"
 #include "core/group.h"

@@ -58,6 +58,9 @@ void mpn_bootstrap_id_create_local(mpn_bootstrap_id_t* id);
 ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank,
                                       const volatile int* abort, mpn_bootstrap_t** out);
 
+/** Bytes of the table a rendezvous of nranks answers its callers with. */
+size_t mpn_bootstrap_table_bytes(int nranks);
+
 /** Creates a context whose members are already known to every member. */
 ncclResult_t mpn_bootstrap_create(uint64_t key, int nranks, int rank, const mpn_endpoint_t* eps,
                                   const volatile int* abort, mpn_bootstrap_t** out);

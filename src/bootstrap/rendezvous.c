@@ -69,11 +69,17 @@ static record_t* record_find(uint64_t key, int create) {
   return r;
 }
 
-/* Sends the table (or the error) to every rank that said hello. */
-static void record_answer(record_t* r, ncclResult_t status) {
-  size_t len = sizeof(table_head_t) + (size_t)r->nranks * sizeof(mpn_endpoint_t);
+size_t mpn_bootstrap_table_bytes(int nranks) { return sizeof(table_head_t) + (size_t)nranks * sizeof(mpn_endpoint_t); }
+
+/* Sends the table (or the error) to every rank that said hello; out of
+ * memory, to none (their waits run out, MPINCCL_BOOTSTRAP_TIMEOUT). */
+static void table_send(const record_t* r, ncclResult_t status) {
+  size_t len = mpn_bootstrap_table_bytes(r->nranks);
   char* msg = calloc(1, len);
-  if (msg == NULL) return;
+  if (msg == NULL) {
+    MPN_WARN("bootstrap: out of memory answering the %d callers of a unique id", r->count);
+    return;
+  }
   table_head_t* head = (table_head_t*)msg;
   mpn_endpoint_t* eps = (mpn_endpoint_t*)(msg + sizeof(*head));
   head->status = status;
@@ -82,13 +88,29 @@ static void record_answer(record_t* r, ncclResult_t status) {
   if (status == ncclSuccess)
     for (int i = 0; i < r->count; i++) eps[r->hellos[i].rank] = r->hellos[i].ep;
   for (int i = 0; i < r->count; i++)
-    mpn_chan_send(r->key, MPN_RANK_SERVICE, r->hellos[i].rank, &r->hellos[i].ep, MPN_TAG_TABLE,
-                  msg, len);
+    mpn_chan_send(r->key, MPN_RANK_SERVICE, r->hellos[i].rank, &r->hellos[i].ep, MPN_TAG_TABLE, msg, len);
   free(msg);
+}
+
+/* Answers the callers so far and ends the round, answered or not: a round
+ * left open would take the next caller's hello past its full list. */
+static void record_answer(record_t* r, ncclResult_t status) {
+  table_send(r, status);
   free(r->hellos);
   r->hellos = NULL;
   r->count = 0;
   r->round++;
+}
+
+/* Answers one caller alone, outside the round; 0 when out of memory. */
+static int answer_alone(const record_t* r, uint64_t key, const hello_t* h, ncclResult_t status, const char* error) {
+  record_t one = {.key = key, .nranks = h->nranks, .count = 1, .round = r->round};
+  one.hellos = malloc(sizeof(hello_t));
+  if (one.hellos == NULL) return 0;
+  one.hellos[0] = *h;
+  snprintf(one.error, sizeof(one.error), "%s", error);
+  record_answer(&one, status);
+  return 1;
 }
 
 /* Checks a complete set of hellos: each rank exactly once. */
@@ -131,19 +153,16 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
              "callers of one unique id disagree on nranks (%d and %d)", r->nranks, h.nranks);
     r->failed = 1;
   }
-  if (r->failed || r->hellos == NULL) {
-    /* Answer this caller alone, with the error. */
-    record_t one = {.key = key, .nranks = h.nranks, .count = 1, .round = r->round};
-    one.hellos = malloc(sizeof(hello_t));
-    if (one.hellos == NULL) return;
-    one.hellos[0] = h;
-    memcpy(one.error, r->error, sizeof(one.error));
-    if (r->hellos && r->count) {
+  if (!r->failed && r->hellos == NULL) { /* the round's list could not be made */
+    answer_alone(r, key, &h, ncclSystemError, "the process serving the unique id is out of memory");
+    return;
+  }
+  if (r->failed) { /* this caller, and any still waiting, get the error */
+    if (r->count) {
       r->answered += r->count;
       record_answer(r, ncclInvalidArgument);
     }
-    record_answer(&one, ncclInvalidArgument);
-    r->answered++;
+    r->answered += answer_alone(r, key, &h, ncclInvalidArgument, r->error);
     return;
   }
   r->hellos[r->count++] = h;
@@ -322,7 +341,7 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
   }
   hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self()};
   MPN_CHECK(mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)));
-  size_t len = sizeof(table_head_t) + (size_t)nranks * sizeof(mpn_endpoint_t);
+  size_t len = mpn_bootstrap_table_bytes(nranks);
   char* msg = malloc(len);
   if (msg == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
   ncclResult_t res =

@@ -529,7 +529,7 @@ ncclResult_t mpn_pair_post(mpn_pair_t* pair, uint64_t seq, int graph, unsigned l
     /* A graph slot also needs both graphs of its last message gone. */
     int free_slot = (cur == 0 && seq <= ring) ||
                     (cur_seq + ring == seq && flags == 7 && (!graph || mpn_pair_graph_gone(s, cur_seq)));
-    uint64_t again = cur;
+    uint64_t again;
     if (cur_seq == seq && !(flags & mine)) next = cur | mine;
     else if (free_slot) next = (seq << 3) | mine;
     else if ((again = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE)) != cur) { /* the peer took it meanwhile */

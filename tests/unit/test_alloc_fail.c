@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/param.h"
@@ -97,6 +98,30 @@ START_TEST(rma_state_fails_at_launch) {
 }
 END_TEST
 
+/* A rendezvous whose table cannot be made answers nobody (the caller's
+ * wait runs out), and its unique id then serves a new round: the round
+ * ends, answered or not.  (Before, its full list stayed, and the next
+ * caller's hello was written past its end.) */
+START_TEST(rendezvous_table_fails) {
+  setenv("MPINCCL_BOOTSTRAP", "local", 1);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "1", 1);
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = NULL;
+  fail_calloc_of = mpn_bootstrap_table_bytes(1);
+  ncclResult_t first = ncclCommInitRank(&comm, 1, id, 0);
+  fail_calloc_of = 0;
+  ck_assert_int_eq(first, ncclTimeout);
+  ck_assert_ptr_null(comm);
+  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  ck_assert_ptr_nonnull(comm);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+}
+END_TEST
+
 int main(void) {
   /* No GPU, also on a machine that has one: the communicators are then
    * host-only, and no CUDA library allocates through the wrapped calls. */
@@ -105,6 +130,7 @@ int main(void) {
   TCase* tc = tcase_create("core");
   tcase_add_test(tc, wait_signal_queue_fails);
   tcase_add_test(tc, rma_state_fails_at_launch);
+  tcase_add_test(tc, rendezvous_table_fails);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

@@ -330,30 +330,36 @@ static void whole_recv(ncclComm_t comm, int posted, int bad, size_t expected, co
   free(r);
 }
 
+/* What rank 0's sends use: an extra chunk's send (more sent than received)
+ * stays in flight until the communicator closes, and reads its buffer and
+ * writes its words until then, so they outlive the step (whole_chunks). */
+typedef struct {
+  char* s;
+  uint64_t flags[8], release[2], later;
+  int error, lerr;
+} whole_sends_t;
+
 /* Rank 0's side: sent chunks of WHOLE_CH bytes; once told of the mismatch,
  * the pipeline words of its sends are released if any of them waits for a
  * receive that will not come (extra), and a later send to rank 1 fails at
  * once instead of waiting. */
-static void whole_send(ncclComm_t comm, int sent, size_t expected, const char* came, int extra) {
-  char* s = malloc((size_t)sent * WHOLE_CH);
-  memset(s, 5, (size_t)sent * WHOLE_CH);
-  uint64_t flags[8] = {0}, release[2] = {0, 0}, later = 0;
-  int error = 0, lerr = 0;
+static void whole_send(ncclComm_t comm, int sent, size_t expected, const char* came, int extra, whole_sends_t* w) {
+  w->s = malloc((size_t)sent * WHOLE_CH);
+  memset(w->s, 5, (size_t)sent * WHOLE_CH);
   for (int c = 0; c < sent; c++)
-    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, s + (size_t)c * WHOLE_CH, WHOLE_CH,
-                             mpn_ucx_stage_tag(comm, 0, 1, 0, c, c == sent - 1), NULL, NULL, &flags[c], (uint64_t)c + 1,
-                             &error, release, 2) == ncclSuccess);
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, w->s + (size_t)c * WHOLE_CH, WHOLE_CH,
+                             mpn_ucx_stage_tag(comm, 0, 1, 0, c, c == sent - 1), NULL, NULL, &w->flags[c],
+                             (uint64_t)c + 1, &w->error, w->release, 2) == ncclSuccess);
   expect_mismatch(comm, expected, came);
   if (extra)
-    EXPECT(wait_flags(release, 2, UINT64_MAX >> 1) == 0);
+    EXPECT(wait_flags(w->release, 2, UINT64_MAX >> 1) == 0);
   else
-    EXPECT(wait_flags(flags, 1, 1) == 0 && error == 0);
-  EXPECT(mpn_ucx_tagged_on(comm, 1, 1, s, 8, mpn_ucx_stage_tag(comm, 0, 1, 1, 0, 1), NULL, NULL, &later, 1, &lerr, NULL,
-                           0) == ncclSuccess);
-  EXPECT(wait_flags(&later, 1, 1) == 0);
-  EXPECT(lerr == ncclRemoteError);
+    EXPECT(wait_flags(w->flags, 1, 1) == 0 && w->error == 0);
+  EXPECT(mpn_ucx_tagged_on(comm, 1, 1, w->s, 8, mpn_ucx_stage_tag(comm, 0, 1, 1, 0, 1), NULL, NULL, &w->later, 1,
+                           &w->lerr, NULL, 0) == ncclSuccess);
+  EXPECT(wait_flags(&w->later, 1, 1) == 0);
+  EXPECT(w->lerr == ncclRemoteError);
   MPI_Barrier(MPI_COMM_WORLD);
-  free(s);
 }
 
 /*
@@ -376,14 +382,16 @@ static void whole_chunks(int sent, int posted) {
     snprintf(came, sizeof(came), "more came");
   else
     snprintf(came, sizeof(came), "%zu came", (size_t)sent * WHOLE_CH);
+  whole_sends_t sends = {0};
   if (rank == 1)
     whole_recv(comm, posted, bad, expected, came);
   else if (rank == 0)
-    whole_send(comm, sent, expected, came, sent > posted);
+    whole_send(comm, sent, expected, came, sent > posted, &sends);
   else
     MPI_Barrier(MPI_COMM_WORLD);
   MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+  free(sends.s); /* (the close ended the extra chunk's send) */
 }
 
 /*

@@ -7,7 +7,8 @@
 # a GPU.  Any sanitizer report fails the test that made it.  Exits non-zero
 # on any failure, printing the failing tests' logs.  Extra arguments go to
 # ./configure; SANITIZED_TESTS, when set, names the tests make check runs
-# (its TESTS).  Needs what run-tests installs.
+# (its TESTS), and SANITIZED_JOBS how many run at once (default: one per
+# CPU; GPU tests share the GPU).  Needs what run-tests installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,10 +29,11 @@ make -j"$(nproc)" >build.log 2>&1 || { tail -30 build.log; exit 1; }
 export ASAN_OPTIONS=protect_shadow_gap=0:verify_asan_link_order=0:detect_leaks=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
+jobs=${SANITIZED_JOBS:-$(nproc)}
 if [ -n "${SANITIZED_TESTS:-}" ]; then
-  make check -j"$(nproc)" TESTS="$SANITIZED_TESTS" || status=1
+  make check -j"$jobs" TESTS="$SANITIZED_TESTS" || status=1
 else
-  make check -j"$(nproc)" || status=1
+  make check -j"$jobs" || status=1
 fi
 for t in tests/unit/test_*; do
   [ -f "$t" ] && [ -x "$t" ] && [ "${t%.sh}" = "$t" ] || continue

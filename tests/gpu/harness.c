@@ -18,7 +18,10 @@ static const char* test_name;
 static const char *only, *skip;
 static int step_barrier;
 
-uint32_t seed_of(int src, int dst, int k) { return (uint32_t)(src * 1000003 + dst * 7919 + k * 31 + 1); }
+/* (unsigned arithmetic: k may be a byte count near 2^31, whose product wraps) */
+uint32_t seed_of(int src, int dst, int k) {
+  return (uint32_t)src * 1000003u + (uint32_t)dst * 7919u + (uint32_t)k * 31u + 1u;
+}
 
 static void CUDART_CB sleep_ms(void* ms) { usleep((useconds_t)(uintptr_t)ms * 1000); }
 

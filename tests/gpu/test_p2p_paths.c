@@ -256,7 +256,7 @@ void sliced_pair(void) {
       EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
       MPI_Barrier(MPI_COMM_WORLD);
       for (int k = 0; in && k < n; k++) {
-        char what[64];
+        char what[96]; /* (room for three ints of any size) */
         snprintf(what, sizeof(what), "sliced_pair phase %d round %d launch %d", phase, round, k);
         expect_pattern(r + (size_t)k * BYTES, BYTES, seed_of(peer, rank, k0 + k), what);
       }

@@ -26,7 +26,8 @@ make -j"$(nproc)" >build.log 2>&1 || { tail -30 build.log; exit 1; }
 # program without the sanitizer against the installed, instrumented library.
 # Leaks are checked in the tests that run without MPI only: Open MPI keeps
 # memory to the process's end by design.
-export ASAN_OPTIONS=protect_shadow_gap=0:verify_asan_link_order=0:detect_leaks=0
+asan=protect_shadow_gap=0:verify_asan_link_order=0
+export ASAN_OPTIONS=$asan:detect_leaks=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 jobs=${SANITIZED_JOBS:-$(nproc)}
@@ -37,7 +38,7 @@ else
 fi
 for t in tests/unit/test_*; do
   [ -f "$t" ] && [ -x "$t" ] && [ "${t%.sh}" = "$t" ] || continue
-  if ! ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 "$t" >"$t.leaks.log" 2>&1; then
+  if ! ASAN_OPTIONS=$asan:detect_leaks=1 "$t" >"$t.leaks.log" 2>&1; then
     echo "check-sanitized: $t failed with leak checks on" >&2
     cat "$t.leaks.log" >&2
     status=1

@@ -1,7 +1,8 @@
 /*
  * local_comm.h - what the unit tests that make communicators in this
- * process share (tests/unit/test_comm_local*.c, test_refusals.c): the
- * in-process bootstrap and a communicator of one rank.
+ * process share (tests/unit/test_comm_local*.c, test_refusals.c,
+ * test_alloc_fail.c): the in-process bootstrap and a communicator of one
+ * rank.
  */
 #ifndef MPN_TESTS_UNIT_LOCAL_COMM_H_
 #define MPN_TESTS_UNIT_LOCAL_COMM_H_

@@ -13,6 +13,7 @@
 #include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/param.h"
+#include "local_comm.h"
 #include "mpinccl.h"
 #include "rma/rma.h"
 #include "run_suite.h"
@@ -54,20 +55,10 @@ static void arm(int nth) {
   countdown = nth;
 }
 
-/* A communicator of one rank made in this process (no GPU, no MPI). */
-static ncclComm_t comm_of_one(void) {
-  setenv("MPINCCL_BOOTSTRAP", "local", 1);
-  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
-  ncclUniqueId id;
-  ncclComm_t comm = NULL;
-  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
-  ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
-  return comm;
-}
-
 /* ncclWaitSignal copies its descriptors, then queues the operation: when
  * the queueing fails, the copy is freed too. */
 START_TEST(wait_signal_queue_fails) {
+  use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
   ncclWaitSignalDesc_t d[3] = {{1, 0, 0, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}};
   arm(2); /* the first malloc is the copy of the descriptors, the second the queued op */
@@ -85,6 +76,7 @@ END_TEST
  * ncclSystemError instead of reading operations it had not listed yet.
  * Called directly (without a GPU the group's checks refuse before it). */
 START_TEST(rma_state_fails_at_launch) {
+  use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
   ck_assert_ptr_null(comm->rma);
   mpn_op_t second = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0};
@@ -103,9 +95,8 @@ END_TEST
  * ends, answered or not.  (Before, its full list stayed, and the next
  * caller's hello was written past its end.) */
 START_TEST(rendezvous_table_fails) {
-  setenv("MPINCCL_BOOTSTRAP", "local", 1);
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "1", 1);
-  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
   ncclUniqueId id;
   ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comm = NULL;
@@ -117,8 +108,7 @@ START_TEST(rendezvous_table_fails) {
   ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
   ck_assert_ptr_nonnull(comm);
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
-  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
-  ck_assert_int_eq(mpn_params_reload(), ncclSuccess);
+  use_local_bootstrap(); /* (the timeout back to its default) */
 }
 END_TEST
 

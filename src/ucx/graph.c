@@ -73,14 +73,18 @@ struct mpn_ucx_ggroup {
  * their communicator's list (mpn_ucx_graph_free). */
 static __thread mpn_ucx_ggroup_t* pending;
 
+/* Groups made and freed whole, in the whole process (mpn_ucx_graph_held). */
+static uint64_t groups_made, groups_destroyed;
+
 /* On CUDA's thread, once the graph is gone: no lock, no CUDA call. */
 static void graph_gone(void* arg) { mpn_ucx_gone_set(arg); }
 
 /* Also while this thread captures (a failed fork): in relaxed mode.  A
  * replay may still be queued (its host node not yet run, or running): the
  * group is marked dead, which its host node checks, the node running now
- * is waited for, and the group itself and its words stay (leaked), so a
- * late node reads only the mark and a queued wait reads mapped memory. */
+ * is waited for, and the group itself and its words stay, so a late node
+ * reads only the mark and a queued wait reads mapped memory (group_destroy
+ * frees them where no replay can come). */
 static void group_free(mpn_ucx_ggroup_t* g, int leak) {
   mpn_ucx_gone_drop(g->gone);
   mpn_ucx_node_kill(&g->guard);
@@ -95,6 +99,21 @@ static void group_free(mpn_ucx_ggroup_t* g, int leak) {
   free(g->posts);
   g->posts = NULL;
   g->n = 0;
+}
+
+/* What group_free keeps, where nothing can read it any more: a group whose
+ * graph is gone (CUDA released it once every launch of it was done) and
+ * whose commands the proxy no longer holds, or one never captured. */
+static void group_destroy(mpn_ucx_ggroup_t* g) {
+  group_free(g, 0);
+  if (g->words) {
+    mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* (a reclaim runs during a capture) */
+    cudaFreeHost(g->words);
+    cudaGetLastError();
+    mpn_cuda_relaxed_leave(mode);
+  }
+  free(g);
+  __atomic_add_fetch(&groups_destroyed, 1, __ATOMIC_RELAXED);
 }
 
 /* The host node: this replay's UCX operations. */
@@ -184,6 +203,7 @@ static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** 
     posts[g->n++] = (gpost_t){.comm = op->comm, .op = op, .send = send, .peer = op->peer,
                               .bytes = op->bytes, .tag = mpn_ucx_graph_tag(op->comm, src, dst, k)};
   }
+  __atomic_add_fetch(&groups_made, 1, __ATOMIC_RELAXED);
   *out = g;
   return ncclSuccess;
 }
@@ -203,7 +223,7 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
     if (res == ncclSuccess) {
       res = group_issue(drv, g); /* on failure the side stream may be in the capture: join it */
     } else if (g != NULL) {
-      group_free(g, 0);
+      group_destroy(g); /* (nothing of it was captured) */
       g = NULL;
     }
     mpn_keep(&first, res);
@@ -249,8 +269,12 @@ void mpn_ucx_graph_reclaim(mpn_ucx_ggroup_t** list) {
       continue;
     }
     *at = g->next;
-    group_free(g, 0);
+    group_destroy(g);
   }
+}
+
+uint64_t mpn_ucx_graph_held(void) {
+  return __atomic_load_n(&groups_made, __ATOMIC_RELAXED) - __atomic_load_n(&groups_destroyed, __ATOMIC_RELAXED);
 }
 
 int mpn_ucx_graph_live(const mpn_ucx_ggroup_t* list) {
@@ -291,7 +315,11 @@ void mpn_ucx_graph_kill_list(mpn_ucx_ggroup_t* list) {
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {
   for (mpn_ucx_ggroup_t *g = list, *next; g; g = next) {
     next = g->next;
-    group_free(g, leak);
+    /* A group whose graph lives stays: a replay may still run its node. */
+    if (!leak && mpn_ucx_gone_is(g->gone))
+      group_destroy(g);
+    else
+      group_free(g, leak);
   }
 }
 

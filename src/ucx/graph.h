@@ -46,6 +46,11 @@ void mpn_ucx_graph_push(mpn_ucx_ggroup_t** list, mpn_ucx_ggroup_t* g);
  *  all taken; the others stay. */
 void mpn_ucx_graph_reclaim(mpn_ucx_ggroup_t** list);
 
+/** Groups made and not yet freed whole, in every communicator of the
+ *  process: those of live graphs, and those kept for graphs that outlived
+ *  their communicator (tests). */
+uint64_t mpn_ucx_graph_held(void);
+
 /** How many groups list holds (tests). */
 int mpn_ucx_graph_live(const mpn_ucx_ggroup_t* list);
 

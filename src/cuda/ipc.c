@@ -28,7 +28,9 @@ typedef struct {
   mpn_ipc_closing_t opened_as; /* imported, opened: the open it closes (the range and handle
                           opened, which a borrower that took the open over does not have) */
   int pending;         /* imported: handed out this many times, copies not yet issued */
-  int pinned;          /* imported: baked into a CUDA graph, never closed */
+  int pinned;          /* imported: never known idle again, never closed (but by mpn_ipc_release) */
+  int graph_pins;      /* imported: CUDA graphs holding it open, until their news (mpn_ipc_pin_gone) */
+  uint64_t serial;     /* imported: this entry's own number, which a pin names */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
   int forget;          /* imported: to be closed once idle (mpn_ipc_forget) */
   cudaEvent_t used[MPN_IPC_USED_EVENTS]; /* imported: per stream that used it, an event recorded
@@ -43,6 +45,17 @@ typedef struct {
 
 static ipc_cache_t exported, imported;
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t next_serial; /* under ipc_lock */
+
+/* A graph's hold on an import, until the news that the graph is gone. */
+enum { PIN_HELD, PIN_GONE, PIN_KEPT };
+struct mpn_ipc_pin {
+  uint64_t serial; /* the entry it holds */
+  int news;        /* PIN_*: set on CUDA's thread (no lock there) */
+  struct mpn_ipc_pin* next;
+};
+static mpn_ipc_pin_t* pins; /* under ipc_lock */
+static void reap_pins(void);
 
 /* Whether a copy issued with e may still run: one of its events is not
  * complete (a failed query counts as not complete). */
@@ -78,6 +91,7 @@ static int cache_reserve(ipc_cache_t* c) {
 static ipc_entry_t* cache_add(ipc_cache_t* c, const ipc_entry_t* e) {
   if (!cache_reserve(c)) return NULL;
   c->entries[c->n] = *e;
+  c->entries[c->n].serial = ++next_serial;
   return &c->entries[c->n++];
 }
 
@@ -202,7 +216,7 @@ static void drop_stale(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
 static int mapping_pinned(void* mapping) {
   for (int i = 0; i < imported.n; i++) {
     const ipc_entry_t* b = &imported.entries[i];
-    if (b->mapping == mapping && (b->pending || b->pinned)) return 1;
+    if (b->mapping == mapping && (b->pending || b->pinned || b->graph_pins)) return 1;
   }
   return 0;
 }
@@ -218,6 +232,7 @@ static int mapping_in_use(void* mapping) {
 
 void mpn_ipc_drop_in_way(uint64_t owner, uint64_t base, uint64_t size) {
   pthread_mutex_lock(&ipc_lock);
+  reap_pins();
   for (int i = 0; i < imported.n; i++) {
     ipc_entry_t* e = &imported.entries[i];
     const mpn_ipc_closing_t* o = &e->opened_as; /* (the open, as listed) */
@@ -299,10 +314,9 @@ static void dump_owner(uint64_t owner, int dev, const mpn_ipc_desc_t* desc) {
     const unsigned char* x = (const unsigned char*)&e->handle;
     int busy = events_busy(e);
     MPN_WARN("  buffer %llu [%llx, +%llu) at %p%s%s%s%s handle %02x%02x%02x%02x%02x%02x%02x%02x...",
-             (unsigned long long)e->buffer_id, (unsigned long long)e->owner_base,
-             (unsigned long long)e->size, e->base, e->opened ? "" : " borrowed",
-             e->pending ? " pending" : "", e->pinned ? " pinned" : "", busy ? " busy" : "", x[0],
-             x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
+             (unsigned long long)e->buffer_id, (unsigned long long)e->owner_base, (unsigned long long)e->size, e->base,
+             e->opened ? "" : " borrowed", e->pending ? " pending" : "", e->pinned || e->graph_pins ? " pinned" : "",
+             busy ? " busy" : "", x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
   }
 }
 
@@ -423,7 +437,7 @@ static void retire_overlapped(ipc_entry_t* fresh) {
     }
     /* Handed out or in a graph, or more streams than fresh can tell apart:
      * left as it was (closed with fresh's mapping, if ever). */
-    if (e->pending || e->pinned || !events_merge(fresh, e)) {
+    if (e->pending || e->pinned || e->graph_pins || !events_merge(fresh, e)) {
       i++;
       continue;
     }
@@ -520,16 +534,77 @@ static int note_used(ipc_entry_t* e, cudaEvent_t used) {
   return 1;
 }
 
-void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph) {
+void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int forever) {
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
   if (e != NULL) {
     if (e->pending > 0) e->pending--;
-    if (graph || !note_used(e, used)) e->pinned = 1;
+    if (forever || !note_used(e, used)) e->pinned = 1;
     e->forget = 0; /* used again: imported again, in effect */
   }
   sweep_forgotten();
   pthread_mutex_unlock(&ipc_lock);
+}
+
+/* The entry numbered serial, or NULL (closed, or its device was reset). */
+static ipc_entry_t* entry_of_serial(uint64_t serial) {
+  for (int i = 0; i < imported.n; i++)
+    if (imported.entries[i].serial == serial) return &imported.entries[i];
+  return NULL;
+}
+
+/* Takes in the news of pins (under ipc_lock): a graph gone lets go of its
+ * import; one whose record could not be hung keeps it open for good. */
+static void reap_pins(void) {
+  for (mpn_ipc_pin_t** at = &pins; *at;) {
+    mpn_ipc_pin_t* p = *at;
+    int news = __atomic_load_n(&p->news, __ATOMIC_ACQUIRE);
+    if (news == PIN_HELD) {
+      at = &p->next;
+      continue;
+    }
+    ipc_entry_t* e = entry_of_serial(p->serial);
+    if (e != NULL && e->graph_pins > 0) e->graph_pins--;
+    if (e != NULL && news == PIN_KEPT) e->pinned = 1;
+    *at = p->next;
+    free(p);
+  }
+}
+
+mpn_ipc_pin_t* mpn_ipc_mark_captured(const mpn_ipc_ref_t* ref) {
+  mpn_ipc_pin_t* pin = NULL;
+  pthread_mutex_lock(&ipc_lock);
+  reap_pins();
+  ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
+  if (e != NULL) {
+    if (e->pending > 0) e->pending--;
+    e->forget = 0; /* used again: imported again, in effect */
+    pin = malloc(sizeof(*pin));
+    if (pin != NULL) {
+      *pin = (mpn_ipc_pin_t){.serial = e->serial, .news = PIN_HELD, .next = pins};
+      pins = pin;
+      e->graph_pins++;
+    } else {
+      e->pinned = 1; /* no news could tell when the graph is gone */
+    }
+  }
+  sweep_forgotten();
+  pthread_mutex_unlock(&ipc_lock);
+  return pin;
+}
+
+void mpn_ipc_pin_gone(void* pin, uint32_t slot, uint64_t seq, int side) {
+  (void)slot, (void)side;
+  __atomic_store_n(&((mpn_ipc_pin_t*)pin)->news, seq != 0 ? PIN_GONE : PIN_KEPT, __ATOMIC_RELEASE);
+}
+
+int mpn_ipc_held_open(void) {
+  int n = 0;
+  pthread_mutex_lock(&ipc_lock);
+  reap_pins();
+  for (int i = 0; i < imported.n; i++) n += imported.entries[i].graph_pins > 0 || imported.entries[i].pinned;
+  pthread_mutex_unlock(&ipc_lock);
+  return n;
 }
 
 void mpn_ipc_release(const mpn_ipc_ref_t* ref) {
@@ -552,6 +627,7 @@ static int mapping_closable(void* mapping) {
  * (under ipc_lock).  The caller's stream may be capturing a graph: the
  * event queries are not part of it (relaxed mode, as for opening). */
 static void sweep_forgotten(void) {
+  reap_pins();
   int any = 0;
   for (int i = 0; i < imported.n && !any; i++) any = imported.entries[i].forget;
   if (!any) return;

@@ -65,17 +65,42 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
                             mpn_ipc_ref_t* ref);
 
 /**
- * Every import handed out must be reported once its copies are issued: used
- * is an event the caller recorded after them on their stream and keeps alive
- * (it may record it again later, on that stream only); graph: captured,
- * which pins the mapping for good; a NULL event pins it too, as does a fifth
+ * Every import handed out must be reported once its copies are issued
+ * (captured ones: mpn_ipc_mark_captured): used is an event the caller
+ * recorded after them on their stream and keeps alive (it may record it
+ * again later, on that stream only); forever: never known idle again, which
+ * pins the mapping for good; a NULL event pins it too, as does a fifth
  * stream's event while the copies of four others may still run.  Only
  * imports whose last copies completed may be closed to make room (see
  * ipc.c).
  */
-void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int graph);
+void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int forever);
 
-/** Closes an import pinned with mpn_ipc_mark_used(graph = 1) for good. */
+/** A CUDA graph's hold on an import (mpn_ipc_mark_captured). */
+typedef struct mpn_ipc_pin mpn_ipc_pin_t;
+
+/**
+ * Reports an import whose copies were captured in a CUDA graph: its mapping
+ * stays open until the news that the graph is gone.  Returns the pin to
+ * hang on the graph with mpn_ipc_pin_gone as its news (p2p/graphs.h,
+ * mpn_graph_holds_add_to); NULL where the import is unknown, or out of
+ * memory: the mapping then stays open for good.
+ */
+mpn_ipc_pin_t* mpn_ipc_mark_captured(const mpn_ipc_ref_t* ref);
+
+/**
+ * The news for pin (an mpn_graph_news_fn): seq != 0, the graphs holding it
+ * are gone and the import may be closed again; seq 0, no record was hung,
+ * and the mapping stays open for good.  On CUDA's thread: no lock, no CUDA
+ * call; the cache takes the news in at its next call.
+ */
+void mpn_ipc_pin_gone(void* pin, uint32_t slot, uint64_t seq, int side);
+
+/** Imports that cannot be closed now: held open by CUDA graphs, or for good
+ *  (for tests). */
+int mpn_ipc_held_open(void);
+
+/** Closes an import pinned with mpn_ipc_mark_used(forever = 1) for good. */
 void mpn_ipc_release(const mpn_ipc_ref_t* ref);
 
 /**

@@ -135,6 +135,13 @@ void mpn_graph_holds_attach(mpn_graph_holds_t* g, int rank, int* current_device)
   free(g);
 }
 
+void mpn_graph_holds_attach_here(mpn_graph_holds_t* h, int rank) {
+  if (h == NULL) return;
+  int saved = mpn_cuda_device_enter(-1), current = saved;
+  mpn_graph_holds_attach(h, rank, &current);
+  mpn_cuda_device_leave(saved);
+}
+
 void mpn_p2p_graphs_hold(plan_t* plans, int n, int* current_device) {
   mpn_graph_holds_t* h = NULL;
   int rank = -1;

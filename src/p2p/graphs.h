@@ -49,4 +49,7 @@ void mpn_graph_holds_add_to(mpn_graph_holds_t** h, cudaStream_t s, int dev, mpn_
  */
 void mpn_graph_holds_attach(mpn_graph_holds_t* h, int rank, int* current_device);
 
+/** mpn_graph_holds_attach from the device current now, current again after. */
+void mpn_graph_holds_attach_here(mpn_graph_holds_t* h, int rank);
+
 #endif /* MPN_P2P_GRAPHS_H_ */

@@ -55,16 +55,25 @@ static void eager_send_lost(plan_t* p, mpn_memops_t* b) {
 
 void mpn_plan_imports_used(plan_t* plans, int n, cudaStream_t s) {
   cudaEvent_t used = NULL;
+  mpn_graph_holds_t* pins = NULL;
+  int rank = -1;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
     if (!p->imported || p->op->stream != s) continue;
-    if (!p->graph && used == NULL && mpn_event_of_stream(s, p->op->comm->cuda_dev, &used) == ncclSuccess &&
+    if (p->graph) { /* held open until the graph is gone */
+      mpn_ipc_pin_t* pin = mpn_ipc_mark_captured(&p->ref);
+      if (pin) mpn_graph_holds_add_to(&pins, s, p->op->comm->cuda_dev, mpn_ipc_pin_gone, pin, 0, 1, 0);
+      rank = p->op->comm->rank;
+      continue;
+    }
+    if (used == NULL && mpn_event_of_stream(s, p->op->comm->cuda_dev, &used) == ncclSuccess &&
         cudaEventRecord(used, s) != cudaSuccess) {
       cudaGetLastError();
       used = NULL;
     }
-    mpn_ipc_mark_used(&p->ref, used, p->graph);
+    mpn_ipc_mark_used(&p->ref, used, 0);
   }
+  mpn_graph_holds_attach_here(pins, rank);
 }
 
 /*

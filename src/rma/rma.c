@@ -93,6 +93,10 @@ void mpn_rma_free(struct ncclComm* comm, int abandon) {
   comm->rma = NULL;
 }
 
+/* What a launch's captures hold until their graphs are gone: graph slots
+ * (graph_slot, below) and imports (issue_puts); attached at its end. */
+static __thread mpn_graph_holds_t* launch_holds;
+
 /* One put's destination, resolved before anything is issued. */
 typedef struct {
   void* dst;
@@ -100,7 +104,8 @@ typedef struct {
   mpn_ipc_ref_t ref;
 } put_t;
 
-/* The puts' copies on stream s, then one event for the imports they used. */
+/* The puts' copies on stream s, then one event for the imports they used
+ * (captured: each import is held open until the graph is gone). */
 static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t s, int graph) {
   mpn_copies_t copies;
   mpn_copies_init(&copies, s);
@@ -114,13 +119,19 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
   cudaEvent_t used = NULL;
   for (int i = 0; i < n; i++) {
     if (ops[i]->stream != s || !puts[i].imported) continue;
-    if (!graph && used == NULL && (mpn_event_of_stream(s, ops[i]->comm->cuda_dev, &used) != ncclSuccess ||
-                         cudaEventRecord(used, s) != cudaSuccess)) {
+    puts[i].imported = 0;
+    int dev = ops[i]->comm->cuda_dev;
+    if (graph) {
+      mpn_ipc_pin_t* pin = mpn_ipc_mark_captured(&puts[i].ref);
+      if (pin) mpn_graph_holds_add_to(&launch_holds, s, dev, mpn_ipc_pin_gone, pin, 0, 1, 0);
+      continue;
+    }
+    if (used == NULL &&
+        (mpn_event_of_stream(s, dev, &used) != ncclSuccess || cudaEventRecord(used, s) != cudaSuccess)) {
       cudaGetLastError();
       used = NULL; /* the import is pinned instead */
     }
-    mpn_ipc_mark_used(&puts[i].ref, used, graph); /* a graph pins its imports */
-    puts[i].imported = 0;
+    mpn_ipc_mark_used(&puts[i].ref, used, 0);
   }
   return ncclSuccess;
 }
@@ -140,7 +151,6 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
  * words, a slot serves again once this side's graphs are destroyed and, on
  * the sending side, the peer took the last replay's signal (ucx/winstage.c).
  */
-static __thread mpn_graph_holds_t* launch_holds;
 
 /* Takes the next graph slot of (peer, ctx) for a captured signal (send) or
  * a count of a captured wait, and returns its number (the slot is
@@ -706,7 +716,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   if (res == ncclSuccess) res = staged;
   for (int i = 0; i < l.n; i++) /* imports handed out but not issued: never known idle */
     if (l.puts[i].imported) mpn_ipc_mark_used(&l.puts[i].ref, NULL, 1);
-  mpn_graph_holds_attach(launch_holds, l.n ? l.ops[0]->comm->rank : -1, &l.current); /* graph_slot's notes */
+  mpn_graph_holds_attach(launch_holds, l.n ? l.ops[0]->comm->rank : -1, &l.current); /* captures' notes */
   launch_holds = NULL;
   if (saved >= 0) mpn_cuda_switch_device(&l.current, saved);
   launch_free(&l);

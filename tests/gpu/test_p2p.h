@@ -89,6 +89,8 @@ void graph_replay(void);
 void graph_small(void);
 /** More captured messages of a pair than it has graph slots, in graphs destroyed after one replay. */
 void graph_recapture(void);
+/** Captures over new buffers: imports held open only while their graphs live. */
+void graph_new_buffers(void);
 /** One capture needing more than a pair's 256 graph slots is refused. */
 void graph_same_capture(void);
 /** More captured messages to one peer in one group than a pair has graph slots are refused. */

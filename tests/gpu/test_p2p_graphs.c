@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "cuda/ipc.h"
 #include "harness.h"
 #include "mpinccl.h"
 #include "p2p/p2p.h"
@@ -170,6 +171,51 @@ void graph_recapture(void) {
       (unsigned long long)st.filed, (unsigned long long)st.marked, (unsigned long long)st.orphaned);
   cudaFree(s);
   cudaFree(r);
+}
+
+/* Rings captured over new buffers, each graph destroyed after one replay:
+ * this process's imports of the peer's buffers stay open only while the
+ * graphs live (cuda/ipc.h, mpn_ipc_mark_captured).  Before, each stayed
+ * mapped for good, holding the memory of a buffer its owner had freed. */
+void graph_new_buffers(void) {
+  if (harness_over_ucx()) return; /* (no CUDA IPC) */
+  size_t bytes = 65536 + 8;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks, bad = 0, failed = 0;
+  int before = mpn_ipc_held_open();
+  for (int k = 0; k < 24 && !failed; k++) {
+    char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+    pattern_fill(s, bytes, seed_of(rank, to, 7000 + k), stream);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    ncclResult_t res = ring_group(comm, s, r, bytes, to, from);
+    int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+    int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (res != ncclSuccess || !ready) {
+      fprintf(stderr, "[rank %d] capture %d: %s (%s)\n", rank, k, ncclGetErrorString(res), ncclGetLastError(comm));
+      failed = 1;
+    } else {
+      EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+      bad += pattern_check(r, bytes, seed_of(from, rank, 7000 + k), stream) != 0;
+      cudaGraphExecDestroy(exec);
+    }
+    if (captured) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody frees a buffer its peer's graph still writes */
+    cudaFree(s);
+    cudaFree(r);
+  }
+  EXPECT(!failed);
+  EXPECT(bad == 0);
+  /* The news of a graph gone comes on CUDA's thread, soon after. */
+  int held = mpn_ipc_held_open();
+  for (int waited = 0; waited < 200 && held > before; waited++) {
+    usleep(10000);
+    held = mpn_ipc_held_open();
+  }
+  printf("test_p2p: [rank %d] imports held open: %d before 24 captures over new buffers, %d after\n", rank, before,
+         held);
+  EXPECT(held <= before);
 }
 
 /* One capture needing more than a pair's 256 graph slots: the 257th

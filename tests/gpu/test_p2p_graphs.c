@@ -119,6 +119,30 @@ void graph_small(void) {
   ring(4096, 1, ncclInt8, 0);
 }
 
+/* A ring of new data (seeds of k) captured in a graph, replayed once and
+ * destroyed; adds to *bad if the data came wrong; whether the capture
+ * failed (said why). */
+static int ring_captured_once(char* s, char* r, size_t bytes, int to, int from, int k, int* bad) {
+  pattern_fill(s, bytes, seed_of(rank, to, k), stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  ncclResult_t res = ring_group(comm, s, r, bytes, to, from);
+  int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  int failed = res != ncclSuccess || !ready;
+  if (failed) {
+    fprintf(stderr, "[rank %d] capture %d: %s (%s)\n", rank, k, ncclGetErrorString(res), ncclGetLastError(comm));
+  } else {
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    *bad += pattern_check(r, bytes, seed_of(from, rank, k), stream) != 0;
+    cudaGraphExecDestroy(exec);
+  }
+  if (captured) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  return failed;
+}
+
 /* More captured messages of a pair than it has graph slots (256), in
  * graphs each destroyed after one replay: the slots come back (before, the
  * 257th capture was refused). */
@@ -130,23 +154,7 @@ void graph_recapture(void) {
   uint64_t held_before = mpn_ucx_graph_held();
 #endif
   for (int k = 0; k < 300 && !failed; k++) {
-    pattern_fill(s, bytes, seed_of(rank, to, 5000 + k), stream);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    ncclResult_t res = ring_group(comm, s, r, bytes, to, from);
-    int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
-    int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-    if (res != ncclSuccess || !ready) {
-      fprintf(stderr, "[rank %d] capture %d: %s (%s)\n", rank, k, ncclGetErrorString(res), ncclGetLastError(comm));
-      failed = 1;
-    } else {
-      EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
-      bad += pattern_check(r, bytes, seed_of(from, rank, 5000 + k), stream) != 0;
-      cudaGraphExecDestroy(exec);
-    }
-    if (captured) cudaGraphDestroy(graph);
-    cudaGetLastError();
+    failed = ring_captured_once(s, r, bytes, to, from, 5000 + k, &bad);
     MPI_Barrier(MPI_COMM_WORLD); /* nobody refills its send buffer before its peer has read it */
   }
   EXPECT(!failed);
@@ -184,23 +192,7 @@ void graph_new_buffers(void) {
   int before = mpn_ipc_held_open();
   for (int k = 0; k < 24 && !failed; k++) {
     char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
-    pattern_fill(s, bytes, seed_of(rank, to, 7000 + k), stream);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    ncclResult_t res = ring_group(comm, s, r, bytes, to, from);
-    int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
-    int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-    if (res != ncclSuccess || !ready) {
-      fprintf(stderr, "[rank %d] capture %d: %s (%s)\n", rank, k, ncclGetErrorString(res), ncclGetLastError(comm));
-      failed = 1;
-    } else {
-      EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
-      bad += pattern_check(r, bytes, seed_of(from, rank, 7000 + k), stream) != 0;
-      cudaGraphExecDestroy(exec);
-    }
-    if (captured) cudaGraphDestroy(graph);
-    cudaGetLastError();
+    failed = ring_captured_once(s, r, bytes, to, from, 7000 + k, &bad);
     MPI_Barrier(MPI_COMM_WORLD); /* nobody frees a buffer its peer's graph still writes */
     cudaFree(s);
     cudaFree(r);

@@ -315,8 +315,9 @@ void mpn_ucx_graph_kill_list(mpn_ucx_ggroup_t* list) {
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {
   for (mpn_ucx_ggroup_t *g = list, *next; g; g = next) {
     next = g->next;
-    /* A group whose graph lives stays: a replay may still run its node. */
-    if (!leak && mpn_ucx_gone_is(g->gone))
+    /* A group whose graph lives stays: a replay may still run its node;
+     * so does one that failed (as group_done tells). */
+    if (!leak && mpn_ucx_gone_is(g->gone) && __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) == 0)
       group_destroy(g);
     else
       group_free(g, leak);

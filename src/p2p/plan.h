@@ -90,7 +90,7 @@ static inline int plan_gated(const plan_t* p) {
 }
 
 /** Imports used on stream s are idle again once it passes this point: one
- *  event record for all of them (none while capturing: graphs pin them). */
+ *  event record for all of them (captured: each held while its graph lives). */
 void mpn_plan_imports_used(plan_t* plans, int n, cudaStream_t s);
 
 /**

@@ -2,7 +2,8 @@
  * gnodes.c - the host-node state of one-sided calls over UCX captured in
  * CUDA graphs (winstage.c captures them): kept while a replay may run its
  * host node or the proxy may still hold one of its commands, then freed at
- * the communicator's next captured one-sided launch (or with it).
+ * the communicator's next captured one-sided launch (or with it; one whose
+ * graphs outlive the communicator, once they are gone).
  *
  * Two things must both hold before a gnode goes.  Its graphs are gone: the
  * launch's record on each graph (p2p/graphs.c) sets the gnode's mark
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "cuda/device.h"
 #include "ucx/net_comm.h"
+#include "ucx/orphans.h"
 
 ncclResult_t mpn_ucx_gnode_create(struct ncclComm* comm, int n, size_t stage, mpn_ucx_gnode_t** out) {
   mpn_ucx_gnode_t* g = calloc(1, sizeof(*g));
@@ -129,6 +131,7 @@ static int gnode_done(mpn_ucx_gnode_t* g) {
 }
 
 void mpn_ucx_gnode_reclaim(mpn_ucx_gnode_t** list) {
+  mpn_ucx_orphans_reap();
   for (mpn_ucx_gnode_t** at = list; *at;) {
     mpn_ucx_gnode_t* g = *at;
     if (!gnode_done(g)) {
@@ -157,11 +160,21 @@ void mpn_ucx_gnode_kill_list(mpn_ucx_gnode_t* list) {
   for (mpn_ucx_gnode_t* g = list; g; g = g->next) mpn_ucx_node_kill(&g->guard);
 }
 
+/* A kept gnode whose graphs are gone (orphans.h). */
+static void orphan_free(void* g) {
+  gnode_strip(g, 0);
+  free(g);
+}
+
 void mpn_ucx_gnode_free_list(mpn_ucx_gnode_t* list, int leak) {
+  mpn_ucx_orphans_reap();
   for (mpn_ucx_gnode_t *g = list, *next; g; g = next) {
     next = g->next;
     mpn_ucx_node_kill(&g->guard);
-    int gone = mpn_ucx_gone_is(g->gone);
+    int awaited = mpn_ucx_gone_awaited(g->gone), gone = mpn_ucx_gone_is(g->gone);
+    if (!leak && awaited && !gone && __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE) == 0 &&
+        __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) == 0 && mpn_ucx_orphan_keep(g->gone, orphan_free, g))
+      continue; /* whole, until its graphs are gone */
     /* The proxy closed the owner: a command still counted was left in
      * flight (it counts on the proxy's words now) and may read the stage. */
     gnode_strip(g, leak || __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE) != 0);

@@ -79,8 +79,10 @@ void mpn_ucx_gnode_kill_list(mpn_ucx_gnode_t* list);
 /**
  * Frees list's gnodes after their communicator's UCX work was closed (the
  * proxy writes into them until then).  leak: UCX may still read the
- * stages, which are leaked.  A gnode whose graphs are not gone stays
- * allocated, without its commands, for a late host node to read its mark.
+ * stages, which are leaked.  A gnode whose graphs are not gone is kept
+ * whole, its host node dead, until they are (orphans.h); one
+ * that failed, or whose graphs cannot tell, stays allocated without its
+ * commands for a late host node to read its mark.
  */
 void mpn_ucx_gnode_free_list(mpn_ucx_gnode_t* list, int leak);
 

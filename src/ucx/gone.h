@@ -33,6 +33,13 @@ static inline void mpn_ucx_gone_set(mpn_ucx_gone_t* t) {
   mpn_ucx_gone_drop(t);
 }
 
+/** Whether the graph's side still holds the mark, so that its news may
+ *  still come (0 for NULL).  Read it before mpn_ucx_gone_is: the news sets
+ *  the mark before it lets go. */
+static inline int mpn_ucx_gone_awaited(const mpn_ucx_gone_t* t) {
+  return t && __atomic_load_n(&t->refs, __ATOMIC_ACQUIRE) > 1;
+}
+
 /** Whether the mark is set (0 for NULL: the graph was never watched). */
 static inline int mpn_ucx_gone_is(const mpn_ucx_gone_t* t) { return t && __atomic_load_n(&t->gone, __ATOMIC_ACQUIRE); }
 

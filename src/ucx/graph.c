@@ -25,12 +25,15 @@
  * relaxed capture mode for that) lives until the graph is destroyed: a
  * CUDA user object on the graph tells (ucx/gone.h), and the communicator's next
  * captured launch frees the groups whose graph is gone and whose sends
- * have all been taken (mpn_ucx_graph_reclaim); the rest goes with the
- * communicator, after which a graph must not be replayed.
+ * have all been taken (mpn_ucx_graph_reclaim); at the communicator's end
+ * those whose graph lives on are kept whole, their host nodes dead (a
+ * graph must not be replayed then: its replays move nothing), until the
+ * graph is gone.
  */
 #include "ucx/graph.h"
 #include "ucx/gone.h"
 #include "ucx/node_guard.h"
+#include "ucx/orphans.h"
 
 #include <cuda.h>
 #include <stdlib.h>
@@ -262,6 +265,7 @@ static int group_done(const mpn_ucx_ggroup_t* g) {
 }
 
 void mpn_ucx_graph_reclaim(mpn_ucx_ggroup_t** list) {
+  mpn_ucx_orphans_reap();
   for (mpn_ucx_ggroup_t** at = list; *at;) {
     mpn_ucx_ggroup_t* g = *at;
     if (!group_done(g)) {
@@ -312,15 +316,24 @@ void mpn_ucx_graph_kill_list(mpn_ucx_ggroup_t* list) {
   for (mpn_ucx_ggroup_t* g = list; g; g = g->next) mpn_ucx_node_kill(&g->guard);
 }
 
+/* group_destroy for a kept group (orphans.h). */
+static void orphan_free(void* g) { group_destroy(g); }
+
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {
+  mpn_ucx_orphans_reap();
   for (mpn_ucx_ggroup_t *g = list, *next; g; g = next) {
     next = g->next;
-    /* A group whose graph lives stays: a replay may still run its node;
-     * so does one that failed (as group_done tells). */
-    if (!leak && mpn_ucx_gone_is(g->gone) && __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) == 0)
+    /* A group whose graph lives is kept whole, its node dead (a replay
+     * posts nothing); one that failed stays too (as group_done tells), as
+     * does one whose graph cannot tell it is gone. */
+    int failed = __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) != 0;
+    if (!leak && !failed && mpn_ucx_gone_is(g->gone)) {
       group_destroy(g);
-    else
+    } else if (!leak && !failed && g->gone != NULL && mpn_ucx_orphan_keep(g->gone, orphan_free, g)) {
+      mpn_ucx_node_kill(&g->guard);
+    } else {
       group_free(g, leak);
+    }
   }
 }
 

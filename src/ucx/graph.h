@@ -36,7 +36,9 @@ int mpn_ucx_graph_quiesce(mpn_ucx_ggroup_t* list, const int* error, uint64_t dea
  * running now: later replays post nothing (before its UCX state goes). */
 void mpn_ucx_graph_kill_list(mpn_ucx_ggroup_t* list);
 
-/** Frees a communicator's captured groups (leak: UCX may still hold their buffers). */
+/** Frees a communicator's captured groups (leak: UCX may still hold their
+ *  buffers).  Those whose graph lives on are kept whole until it is gone
+ *  (orphans.h), their host nodes dead. */
 void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak);
 
 /** Adds g to list. */

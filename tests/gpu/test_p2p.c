@@ -375,6 +375,7 @@ int main(int argc, char** argv) {
   STEP(graph_halo());
   STEP(graph_recapture());
   STEP(graph_new_buffers());
+  STEP(graph_outlives_comm());
   STEP(graph_pool_stage());
   STEP(graph_same_capture());
   STEP(graph_group_limit());

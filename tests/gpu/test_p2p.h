@@ -91,6 +91,8 @@ void graph_small(void);
 void graph_recapture(void);
 /** Captures over new buffers: imports held open only while their graphs live. */
 void graph_new_buffers(void);
+/** Over UCX: a graph that outlives its communicator keeps its group until it is gone. */
+void graph_outlives_comm(void);
 /** One capture needing more than a pair's 256 graph slots is refused. */
 void graph_same_capture(void);
 /** More captured messages to one peer in one group than a pair has graph slots are refused. */

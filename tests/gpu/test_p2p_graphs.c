@@ -21,6 +21,7 @@
 #include "transport.h"
 #ifdef HAVE_UCX
 #include "ucx/graph.h"
+#include "ucx/orphans.h"
 #endif
 
 /* One group of c on the test stream: bytes from s to rank `to`, into r from
@@ -208,6 +209,67 @@ void graph_new_buffers(void) {
   printf("test_p2p: [rank %d] imports held open: %d before 24 captures over new buffers, %d after\n", rank, before,
          held);
   EXPECT(held <= before);
+}
+
+/* A graph captured over UCX that outlives its communicator: its group is
+ * kept whole (a replay queued before the destroy still reads its staging)
+ * and freed once the graph is gone, at a later captured launch of another
+ * communicator (ucx/graph.c).  Before, its record and words stayed for good. */
+void graph_outlives_comm(void) {
+#ifdef HAVE_UCX
+  if (!harness_over_ucx() || nranks < 2) return;
+  size_t bytes = 4096;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks, bad = 0;
+  char *s = dev_alloc(bytes), *r = dev_alloc(bytes);
+  uint64_t held_before = mpn_ucx_graph_held();
+  int live_before = mpn_ucx_graph_groups(comm), orphans_before = mpn_ucx_orphans_count();
+  ncclComm_t c = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, NULL));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT_OK(ring_group(c, s, r, bytes, to, from));
+  int ready = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  ready = ready && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  EXPECT(ready);
+  if (ready) {
+    pattern_fill(s, bytes, seed_of(rank, to, 9000), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    bad += pattern_check(r, bytes, seed_of(from, rank, 9000), stream) != 0;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_OK(ncclCommDestroy(c)); /* the graph lives on */
+  int kept = mpn_ucx_orphans_count() - orphans_before;
+  if (ready) {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  /* The news of the graph gone comes on CUDA's thread; captured launches of
+   * the test's communicator free what it kept (every rank captures alike). */
+  int orphans = 0, failed = 0;
+  for (int k = 0; k < 100; k++) {
+    int mine[2] = {mpn_ucx_orphans_count() - orphans_before, failed}, most[2];
+    MPI_Allreduce(mine, most, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    orphans = mine[0];
+    if (most[0] <= 0 || most[1]) break;
+    failed = ring_captured_once(s, r, bytes, to, from, 9001 + k, &bad);
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody refills its send buffer before its peer has read it */
+    usleep(10000);
+  }
+  long long held = (long long)(mpn_ucx_graph_held() - held_before);
+  int live = mpn_ucx_graph_groups(comm) - live_before;
+  printf(
+      "test_p2p: [rank %d] a graph outliving its communicator over UCX: %d kept at the destroy, %d after; "
+      "%lld groups not freed, %d of them in the test communicator's list\n",
+      rank, kept, orphans, held, live);
+  EXPECT(!failed);
+  EXPECT(bad == 0);
+  EXPECT(!ready || kept == 1);
+  EXPECT(orphans <= 0);
+  EXPECT(held <= live);
+  cudaFree(s);
+  cudaFree(r);
+#endif
 }
 
 /* One capture needing more than a pair's 256 graph slots: the 257th

@@ -3,7 +3,8 @@
  * captured in CUDA graphs (src/ucx/gnodes.c): a gnode goes at a reclaim
  * only once its graphs are gone, the proxy holds none of its commands and
  * none failed; one whose record was not hung stays until the communicator
- * goes; a graph destroyed after its communicator still finds its mark.
+ * goes; a graph destroyed after its communicator: its gnode is kept whole
+ * until the news, then freed.
  * The test plays CUDA's destructor thread (mpn_ucx_gnode_gone) and the
  * proxy (the count of commands in flight); free is watched (--wrap).
  */
@@ -13,6 +14,7 @@
 
 #include "p2p/graphs.h"
 #include "ucx/gnodes.h"
+#include "ucx/orphans.h"
 #include "run_suite.h"
 
 void __real_free(void* p);
@@ -97,18 +99,40 @@ START_TEST(failed_kept) {
 }
 END_TEST
 
-/* A graph destroyed after its communicator: the gnode stays, stripped, for
- * a late host node to read its dead mark, and the news frees the mark. */
+/* A graph destroyed after its communicator: the gnode is kept whole (a
+ * replay queued before the destroy still copies into its stage), its host
+ * node dead, and the news lets a later reap free it and its mark. */
 START_TEST(outlive_communicator) {
   mpn_ucx_gnode_t *list = NULL, *g = make_watched(3);
+  int before = mpn_ucx_orphans_count();
   mpn_ucx_gnode_push(&list, g);
   mpn_ucx_gnode_free_list(list, 0);
   ck_assert_int_eq(watched_gone[0], 0);
-  ck_assert_ptr_null(g->cmds);
+  ck_assert_ptr_nonnull(g->cmds);
   ck_assert_int_eq(g->guard.dead, 1);
-  ck_assert_int_eq(watched_gone[1], 0);
+  ck_assert_int_eq(mpn_ucx_orphans_count(), before + 1);
+  ck_assert_int_eq(watched_gone[0], 0);
+  mpn_ucx_gnode_gone(watched[1], 0, 1, 0);
+  ck_assert_int_eq(watched_gone[1], 0); /* (the gnode's hold) */
+  ck_assert_int_eq(mpn_ucx_orphans_count(), before);
+  ck_assert_int_eq(watched_gone[0], 1);
+  ck_assert_int_eq(watched_gone[1], 1);
+}
+END_TEST
+
+/* The same, where a command failed (UCX may still read the stage): not
+ * kept whole but stripped, and left for a late host node. */
+START_TEST(outlive_communicator_failed) {
+  mpn_ucx_gnode_t *list = NULL, *g = make_watched(1);
+  int before = mpn_ucx_orphans_count();
+  mpn_ucx_gnode_push(&list, g);
+  __atomic_store_n(&g->error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+  mpn_ucx_gnode_free_list(list, 0);
+  ck_assert_int_eq(mpn_ucx_orphans_count(), before);
+  ck_assert_ptr_null(g->cmds);
   mpn_ucx_gnode_gone(watched[1], 0, 1, 0);
   ck_assert_int_eq(watched_gone[1], 1);
+  ck_assert_int_eq(watched_gone[0], 0);
   free(g);
 }
 END_TEST
@@ -142,6 +166,7 @@ int main(void) {
   tcase_add_test(tc, push_reclaims);
   tcase_add_test(tc, failed_kept);
   tcase_add_test(tc, outlive_communicator);
+  tcase_add_test(tc, outlive_communicator_failed);
   tcase_add_test(tc, record_not_hung);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);

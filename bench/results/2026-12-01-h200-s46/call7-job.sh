@@ -6,7 +6,7 @@ bench/run-device.sh $out/res --no-variants > $out/log.txt 2>&1
 echo "run-device exit $?"
 grep -E '^# (TOTAL|PASS|SKIP|FAIL|ERROR)|warning' $out/log.txt | head
 # what make check's graph steps printed (imports held open, UCX groups kept and freed)
-grep -h 'held open\|not freed\|outliving' tests/gpu/test_p2p.log tests/gpu/test_p2p_ucx.sh.log 2>/dev/null | sort | uniq -c | tee $out/graph-steps.txt | head -30
+grep -h 'held open\|not freed\|outliving' tests/gpu/test_p2p*.log 2>/dev/null | sort | uniq -c | tee $out/graph-steps.txt | head -30
 flags=$(tests/run-test --mpirun-flags)
 run() { local tag=$1; shift; env "$@" MPINCCL_TEST_TIMEOUT=90 tests/run-test ./tests/gpu/test_reset > $out/res/reset-$tag.log 2>&1; echo "$tag exit $? :: $(grep -h 'failures$' $out/res/reset-$tag.log | tr '\n' ' ')"; grep -h 'expected\|wrong\|Caught' $out/res/reset-$tag.log | head -4; }
 run ucx MPINCCL_TEST_NP="2 4" MPINCCL_TRANSPORT=ucx

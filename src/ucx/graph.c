@@ -329,8 +329,9 @@ void mpn_ucx_graph_free_list(mpn_ucx_ggroup_t* list, int leak) {
     int failed = __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) != 0;
     if (!leak && !failed && mpn_ucx_gone_is(g->gone)) {
       group_destroy(g);
-    } else if (!leak && !failed && g->gone != NULL && mpn_ucx_orphan_keep(g->gone, orphan_free, g)) {
-      mpn_ucx_node_kill(&g->guard);
+    } else if (!leak && !failed && g->gone != NULL) {
+      mpn_ucx_node_kill(&g->guard); /* (first: once kept, a reap may free it at once) */
+      if (!mpn_ucx_orphan_keep(g->gone, orphan_free, g)) group_free(g, leak);
     } else {
       group_free(g, leak);
     }

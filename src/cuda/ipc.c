@@ -574,7 +574,6 @@ static void reap_pins(void) {
 mpn_ipc_pin_t* mpn_ipc_mark_captured(const mpn_ipc_ref_t* ref) {
   mpn_ipc_pin_t* pin = NULL;
   pthread_mutex_lock(&ipc_lock);
-  reap_pins();
   ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
   if (e != NULL) {
     if (e->pending > 0) e->pending--;

@@ -135,6 +135,12 @@ void mpn_graph_holds_attach(mpn_graph_holds_t* g, int rank, int* current_device)
   free(g);
 }
 
+void mpn_graph_holds_add_import(mpn_graph_holds_t** h, cudaStream_t s, int dev, const mpn_ipc_ref_t* ref) {
+  mpn_ipc_pin_t* pin = mpn_ipc_mark_captured(ref);
+  /* Signal number 1 is news of a graph gone; 0 would say that none was. */
+  if (pin) mpn_graph_holds_add_to(h, s, dev, mpn_ipc_pin_gone, pin, 0, 1, 0);
+}
+
 void mpn_graph_holds_attach_here(mpn_graph_holds_t* h, int rank) {
   if (h == NULL) return;
   int saved = mpn_cuda_device_enter(-1), current = saved;

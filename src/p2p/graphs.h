@@ -49,6 +49,10 @@ void mpn_graph_holds_add_to(mpn_graph_holds_t** h, cudaStream_t s, int dev, mpn_
  */
 void mpn_graph_holds_attach(mpn_graph_holds_t* h, int rank, int* current_device);
 
+/** Reports a captured import (mpn_ipc_mark_captured) and notes its pin, so
+ *  that the import may be closed again once the graph is gone. */
+void mpn_graph_holds_add_import(mpn_graph_holds_t** h, cudaStream_t s, int dev, const mpn_ipc_ref_t* ref);
+
 /** mpn_graph_holds_attach from the device current now, current again after. */
 void mpn_graph_holds_attach_here(mpn_graph_holds_t* h, int rank);
 

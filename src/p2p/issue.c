@@ -61,8 +61,7 @@ void mpn_plan_imports_used(plan_t* plans, int n, cudaStream_t s) {
     plan_t* p = &plans[i];
     if (!p->imported || p->op->stream != s) continue;
     if (p->graph) { /* held open until the graph is gone */
-      mpn_ipc_pin_t* pin = mpn_ipc_mark_captured(&p->ref);
-      if (pin) mpn_graph_holds_add_to(&pins, s, p->op->comm->cuda_dev, mpn_ipc_pin_gone, pin, 0, 1, 0);
+      mpn_graph_holds_add_import(&pins, s, p->op->comm->cuda_dev, &p->ref);
       rank = p->op->comm->rank;
       continue;
     }

@@ -122,8 +122,7 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
     puts[i].imported = 0;
     int dev = ops[i]->comm->cuda_dev;
     if (graph) {
-      mpn_ipc_pin_t* pin = mpn_ipc_mark_captured(&puts[i].ref);
-      if (pin) mpn_graph_holds_add_to(&launch_holds, s, dev, mpn_ipc_pin_gone, pin, 0, 1, 0);
+      mpn_graph_holds_add_import(&launch_holds, s, dev, &puts[i].ref);
       continue;
     }
     if (used == NULL &&

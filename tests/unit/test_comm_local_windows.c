@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/comm.h"
 #include "core/param.h"
 #include "local_comm.h"
 #include "mpinccl.h"
@@ -262,9 +263,16 @@ START_TEST(window_register_aborted) {
     ncclComm_t pair[2];
     group_create(pair, 2);
     win_abort_t a = {.comm = pair[0], .buf = buf, .in_group = in_group, .res = ncclSuccess};
+    int idle = __atomic_load_n(&pair[0]->launches, __ATOMIC_ACQUIRE);
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, window_register_thread, &a), 0);
-    usleep(200000); /* rank 0 waits in the registration's allgather for rank 1 */
+    /* The registration holds the comm (a slow start, under a sanitizer on a
+     * busy machine, let the abort come first and free it), then rank 0
+     * waits in its allgather for rank 1. */
+    for (int waited = 0; waited < 10000 && __atomic_load_n(&pair[0]->launches, __ATOMIC_ACQUIRE) == idle; waited++)
+      usleep(1000);
+    ck_assert_int_gt(__atomic_load_n(&pair[0]->launches, __ATOMIC_ACQUIRE), idle);
+    usleep(200000);
     ck_assert_int_eq(ncclCommAbort(pair[0]), ncclSuccess);
     ck_assert_msg(__atomic_load_n(&a.done, __ATOMIC_ACQUIRE),
                   "in_group %d: the abort returned (and freed the comm) "

@@ -274,6 +274,13 @@ START_TEST(window_register_aborted) {
     ck_assert_int_gt(__atomic_load_n(&pair[0]->launches, __ATOMIC_ACQUIRE), idle);
     usleep(200000);
     ck_assert_int_eq(ncclCommAbort(pair[0]), ncclSuccess);
+    /* The abort returns once the registration let go of the comm (it waits
+     * for its hold); the thread's return from the call follows, which a
+     * thread slowed by a sanitizer on a busy machine may not have reached
+     * yet.  A registration still waiting in its allgather would come back
+     * only at the bootstrap's deadline (30 s here); a use of the freed comm
+     * is what the sanitized and valgrind runs of this test catch. */
+    for (int waited = 0; waited < 5000 && !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE); waited++) usleep(1000);
     ck_assert_msg(__atomic_load_n(&a.done, __ATOMIC_ACQUIRE),
                   "in_group %d: the abort returned (and freed the comm) "
                   "while the registration still used it",

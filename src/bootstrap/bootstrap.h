@@ -36,6 +36,7 @@ typedef struct mpn_bootstrap {
   uint32_t seq;               /**< collectives issued so far (same on all ranks) */
   uint32_t splits;            /**< splits issued so far (same on all ranks) */
   const volatile int* abort;  /**< set by ncclCommAbort; stops every wait */
+  int left_by;                /**< -1, or the rank that left the collectives (mpn_bootstrap_fail) */
 } mpn_bootstrap_t;
 
 /**
@@ -81,6 +82,18 @@ ncclResult_t mpn_bootstrap_from_mpi(MPI_Comm comm, const volatile int* abort,
  */
 ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key, const volatile int* abort,
                                  mpn_bootstrap_t** out);
+
+/**
+ * Leaves the context's collectives after a failure that keeps this rank
+ * from one its peers take part in (res, and the calling thread's error
+ * text, say why): sends every peer a notice, which ends their waits in
+ * the context at once with ncclRemoteError instead of at
+ * MPINCCL_BOOTSTRAP_TIMEOUT.  The context is out of step from then on:
+ * every later collective of it fails at once, on every rank.  A second
+ * call, or one after a peer's notice came, sends nothing.  The calling
+ * thread's error text is kept.  Returns res.
+ */
+ncclResult_t mpn_bootstrap_fail(mpn_bootstrap_t* b, ncclResult_t res);
 
 /** Every rank contributes size bytes at buf + rank*size; all get all. */
 ncclResult_t mpn_bootstrap_allgather(mpn_bootstrap_t* b, void* buf, size_t size);

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -505,6 +506,22 @@ static msg_t* take(uint64_t key, int dst, int src, int tag) {
   return NULL;
 }
 
+/* The first failure notice to dst of context key, left filed; or NULL. */
+static const msg_t* notice(uint64_t key, int dst) {
+  for (const msg_t* m = chan.head; m; m = m->next)
+    if (m->hdr.key == key && m->hdr.dst == dst && m->hdr.tag == MPN_TAG_FAILED) return m;
+  return NULL;
+}
+
+int mpn_chan_noticed(uint64_t key, int dst) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  const msg_t* m = notice(key, dst);
+  int src = m ? m->hdr.src : -1;
+  pthread_mutex_unlock(&chan.lock);
+  return src;
+}
+
 ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
                            uint64_t deadline_ns, const volatile int* abort) {
   chan_init();
@@ -526,6 +543,17 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
       else memcpy(buf, m->data, len);
       free(m);
       return res;
+    }
+    const msg_t* failed = notice(key, dst);
+    if (failed) {
+      int from = failed->hdr.src;
+      char why[256];
+      snprintf(why, sizeof(why), "%.*s", (int)strnlen(failed->data, failed->hdr.len), failed->data);
+      pthread_mutex_unlock(&chan.lock);
+      return mpn_error_set(NULL, ncclRemoteError,
+                           "bootstrap: rank %d failed in a set-up step of the communicator that rank %d waited "
+                           "for, and left its set-up collectives (%s)",
+                           from, dst, why);
     }
     if (abort && *abort) {
       pthread_mutex_unlock(&chan.lock);
@@ -553,13 +581,13 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
   }
 }
 
-void mpn_chan_forget(uint64_t key) {
+void mpn_chan_forget(uint64_t key, int dst) {
   chan_init();
   pthread_mutex_lock(&chan.lock);
   msg_t *m = chan.head, *prev = NULL;
   while (m) {
     msg_t* next = m->next;
-    if (m->hdr.key == key) {
+    if (m->hdr.key == key && m->hdr.dst == dst) {
       if (prev) prev->next = next;
       else chan.head = next;
       if (chan.tail == m) chan.tail = prev;

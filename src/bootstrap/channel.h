@@ -27,6 +27,8 @@ typedef struct {
 /** Message kinds in the tag space. */
 #define MPN_TAG_HELLO 0x7ffffff0
 #define MPN_TAG_TABLE 0x7ffffff1
+/** A failure notice (mpn_chan_recv): negative, apart from every other tag. */
+#define MPN_TAG_FAILED (-2)
 
 /** Identity of the calling process (a forked child gets its own). */
 uint64_t mpn_chan_proc_id(void);
@@ -64,8 +66,11 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
 /**
  * Receives the oldest message of context key from src to dst with tag.
  * Waits until deadline_ns (CLOCK_MONOTONIC), then returns ncclTimeout; stops
- * early with ncclRemoteError when *abort becomes non-zero.  The message
- * length must be len (else ncclInternalError).
+ * early with ncclRemoteError when *abort becomes non-zero, or when a failure
+ * notice to dst of context key is filed (a message with tag MPN_TAG_FAILED
+ * from any rank, whose text names why; it stays filed, so every later wait
+ * of dst in the context stops too).  The message length must be len (else
+ * ncclInternalError).
  */
 ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
                            uint64_t deadline_ns, const volatile int* abort);
@@ -93,8 +98,12 @@ uint64_t mpn_chan_deadline(void);
  */
 ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const volatile int* abort);
 
-/** Drops mailbox messages of a context that is going away. */
-void mpn_chan_forget(uint64_t key);
+/** Rank of context key that filed a failure notice to dst, or -1 (none). */
+int mpn_chan_noticed(uint64_t key, int dst);
+
+/** Drops the mailbox's messages to rank dst of context key, which is going
+ * away (late ones, failure notices). */
+void mpn_chan_forget(uint64_t key, int dst);
 
 /*
  * Rendezvous service hooks (rendezvous.c): the channel hands every HELLO for

@@ -4,6 +4,7 @@
  * Each collective uses the context's sequence number as its tag, so
  * successive collectives never mix even when a peer runs ahead.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -28,6 +29,7 @@ ncclResult_t mpn_bootstrap_create(uint64_t key, int nranks, int rank, const mpn_
   b->rank = rank;
   b->nranks = nranks;
   b->abort = abort;
+  b->left_by = -1;
   *out = b;
   return ncclSuccess;
 }
@@ -35,6 +37,7 @@ ncclResult_t mpn_bootstrap_create(uint64_t key, int nranks, int rank, const mpn_
 void mpn_bootstrap_destroy(mpn_bootstrap_t* b) {
   if (b == NULL) return;
   /* Only this rank's own messages may be dropped; peers may still read theirs. */
+  mpn_chan_forget(b->key, b->rank);
   free(b->eps);
   free(b);
 }
@@ -44,38 +47,115 @@ static ncclResult_t send_to(mpn_bootstrap_t* b, int peer, int tag, const void* b
 }
 
 static ncclResult_t recv_from(mpn_bootstrap_t* b, int peer, int tag, void* buf, size_t size) {
-  return mpn_chan_recv(b->key, b->rank, peer, tag, buf, size, mpn_chan_deadline(), b->abort);
+  ncclResult_t res = mpn_chan_recv(b->key, b->rank, peer, tag, buf, size, mpn_chan_deadline(), b->abort);
+  if (res == ncclRemoteError && b->left_by < 0) b->left_by = mpn_chan_noticed(b->key, b->rank);
+  return res;
+}
+
+/* A rank's entry in a split: the new context's members are listed by it. */
+typedef struct {
+  int color, key, rank;
+} split_entry_t;
+
+/* Waits for a notice's delivery no longer than this: a peer that does not
+ * progress MPI meanwhile takes it in later. */
+#define NOTICE_FLUSH_NS 1000000000ull
+
+/* Tells ranks [0, n) but me of context key that me leaves its collectives
+ * (res, and the thread's error text, say why); rank i lives at
+ * eps[members[i].rank], or at eps[i] without members.  Best effort: the
+ * thread's error text stays the failure's. */
+static void notices_send(uint64_t key, int me, int n, const mpn_endpoint_t* eps, const split_entry_t* members,
+                         ncclResult_t res, const volatile int* abort) {
+  char why[512];
+  snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+  ncclResult_t sent = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    if (i == me) continue;
+    const mpn_endpoint_t* to = &eps[members ? members[i].rank : i];
+    mpn_keep(&sent, mpn_chan_send(key, me, i, to, MPN_TAG_FAILED, why, strlen(why) + 1));
+  }
+  if (sent != ncclSuccess)
+    MPN_WARN(
+        "bootstrap: rank %d could not tell every peer that it left the set-up collectives (%s); those "
+        "it missed wait until MPINCCL_BOOTSTRAP_TIMEOUT",
+        me, mpn_error_last(NULL));
+  (void)mpn_chan_flush(key, mpn_clock_now_ns() + NOTICE_FLUSH_NS, abort);
+  if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
+}
+
+ncclResult_t mpn_bootstrap_fail(mpn_bootstrap_t* b, ncclResult_t res) {
+  if (b == NULL || b->left_by >= 0) return res;
+  b->left_by = b->rank;
+  MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "bootstrap: rank %d leaves the set-up collectives of context %llx", b->rank,
+           (unsigned long long)b->key);
+  notices_send(b->key, b->rank, b->nranks, b->eps, NULL, res, b->abort);
+  return res;
+}
+
+/* A context some rank left is out of step: its collectives fail at once. */
+static ncclResult_t usable(const mpn_bootstrap_t* b) {
+  if (b->left_by < 0) return ncclSuccess;
+  if (b->left_by == b->rank)
+    return mpn_error_set(NULL, ncclInvalidUsage,
+                         "bootstrap: rank %d left the communicator's set-up collectives after failing in one; "
+                         "no further one (window registration or deregistration, split) can run: destroy the "
+                         "communicator",
+                         b->rank);
+  return mpn_error_set(NULL, ncclRemoteError,
+                       "bootstrap: rank %d left the communicator's set-up collectives after failing in one; no "
+                       "further one (window registration or deregistration, split) can run: destroy the "
+                       "communicator",
+                       b->left_by);
 }
 
 static int next_tag(mpn_bootstrap_t* b) { return (int)(b->seq++ & (P2P_TAG_BIT - 1)); }
 
+/* Ends a collective: one that failed here, other than by an abort, leaves
+ * the context out of step for this rank (a peer's message may come later
+ * and would be taken for the next collective's), so this rank leaves it
+ * and tells its peers.  An abort is the program's: it aborts the waits of
+ * every rank alike (a split's, on the parent, whose later collectives then
+ * still meet). */
+static ncclResult_t collective_end(mpn_bootstrap_t* b, ncclResult_t res) {
+  if (res == ncclSuccess) res = mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
+  if (res == ncclSuccess || (b->abort && *b->abort)) return res;
+  return mpn_bootstrap_fail(b, res);
+}
+
 ncclResult_t mpn_bootstrap_allgather(mpn_bootstrap_t* b, void* buf, size_t size) {
+  MPN_CHECK(usable(b));
   int tag = next_tag(b), n = b->nranks, right = (b->rank + 1) % n, left = (b->rank + n - 1) % n;
   char* data = buf;
-  for (int step = 0; step < n - 1; step++) {
+  ncclResult_t res = ncclSuccess;
+  for (int step = 0; step < n - 1 && res == ncclSuccess; step++) {
     int send_block = (b->rank - step + n) % n, recv_block = (b->rank - step - 1 + n) % n;
-    MPN_CHECK(send_to(b, right, tag, data + (size_t)send_block * size, size));
-    MPN_CHECK(recv_from(b, left, tag, data + (size_t)recv_block * size, size));
+    res = send_to(b, right, tag, data + (size_t)send_block * size, size);
+    if (res == ncclSuccess) res = recv_from(b, left, tag, data + (size_t)recv_block * size, size);
   }
-  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
+  return collective_end(b, res);
 }
 
 ncclResult_t mpn_bootstrap_barrier(mpn_bootstrap_t* b) {
+  MPN_CHECK(usable(b));
   int tag = next_tag(b), n = b->nranks;
   char token = 0;
-  for (int dist = 1; dist < n; dist <<= 1) {
-    MPN_CHECK(send_to(b, (b->rank + dist) % n, tag, &token, 1));
-    MPN_CHECK(recv_from(b, (b->rank - dist + n) % n, tag, &token, 1));
+  ncclResult_t res = ncclSuccess;
+  for (int dist = 1; dist < n && res == ncclSuccess; dist <<= 1) {
+    res = send_to(b, (b->rank + dist) % n, tag, &token, 1);
+    if (res == ncclSuccess) res = recv_from(b, (b->rank - dist + n) % n, tag, &token, 1);
   }
-  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
+  return collective_end(b, res);
 }
 
 ncclResult_t mpn_bootstrap_bcast(mpn_bootstrap_t* b, void* buf, size_t size, int root) {
+  MPN_CHECK(usable(b));
   int tag = next_tag(b);
-  if (b->rank != root) return recv_from(b, root, tag, buf, size);
-  for (int peer = 0; peer < b->nranks; peer++)
-    if (peer != root) MPN_CHECK(send_to(b, peer, tag, buf, size));
-  return mpn_chan_flush(b->key, mpn_chan_deadline(), b->abort);
+  ncclResult_t res = ncclSuccess;
+  if (b->rank != root) return collective_end(b, recv_from(b, root, tag, buf, size));
+  for (int peer = 0; peer < b->nranks && res == ncclSuccess; peer++)
+    if (peer != root) res = send_to(b, peer, tag, buf, size);
+  return collective_end(b, res);
 }
 
 ncclResult_t mpn_bootstrap_send(mpn_bootstrap_t* b, int peer, int tag, const void* buf,
@@ -96,10 +176,6 @@ static uint64_t child_key(uint64_t parent, uint32_t split, int color) {
   return z ^ (z >> 31);
 }
 
-typedef struct {
-  int color, key, rank;
-} split_entry_t;
-
 static int split_order(const void* a, const void* b) {
   const split_entry_t *x = a, *y = b;
   if (x->key != y->key) return x->key < y->key ? -1 : 1;
@@ -110,13 +186,14 @@ ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key, co
                                  mpn_bootstrap_t** out) {
   int n = parent->nranks;
   split_entry_t* all = calloc((size_t)n, sizeof(*all));
-  if (all == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  if (all == NULL) return mpn_bootstrap_fail(parent, mpn_error_set(NULL, ncclSystemError, "out of memory"));
   all[parent->rank] = (split_entry_t){color < 0 ? -1 : color, key, parent->rank};
   /* The parent's context, watching the flag the caller names. */
   mpn_bootstrap_t view = *parent;
   if (abort) view.abort = abort;
   ncclResult_t res = mpn_bootstrap_allgather(&view, all, sizeof(*all));
   parent->seq = view.seq;
+  parent->left_by = view.left_by;
   uint32_t split = parent->splits++;
   if (res != ncclSuccess || color < 0) {
     free(all);
@@ -127,18 +204,16 @@ ncclResult_t mpn_bootstrap_split(mpn_bootstrap_t* parent, int color, int key, co
   for (int i = 0; i < n; i++)
     if (all[i].color == color) all[m++] = all[i];
   qsort(all, (size_t)m, sizeof(*all), split_order);
-  mpn_endpoint_t* eps = malloc((size_t)m * sizeof(*eps));
   int my_rank = -1;
-  if (eps == NULL) {
-    free(all);
-    return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  }
-  for (int i = 0; i < m; i++) {
-    eps[i] = parent->eps[all[i].rank];
+  for (int i = 0; i < m; i++)
     if (all[i].rank == parent->rank) my_rank = i;
-  }
-  res = mpn_bootstrap_create(child_key(parent->key, split, color), m, my_rank, eps, parent->abort,
-                             out);
+  uint64_t child = child_key(parent->key, split, color);
+  mpn_endpoint_t* eps = malloc((size_t)m * sizeof(*eps));
+  res = eps ? ncclSuccess : mpn_error_set(NULL, ncclSystemError, "out of memory");
+  for (int i = 0; i < m && eps; i++) eps[i] = parent->eps[all[i].rank];
+  if (res == ncclSuccess) res = mpn_bootstrap_create(child, m, my_rank, eps, parent->abort, out);
+  /* The new context's other members go on to its first collective. */
+  if (res != ncclSuccess) notices_send(child, my_rank, m, parent->eps, all, res, parent->abort);
   free(eps);
   free(all);
   return res;

@@ -173,6 +173,7 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
   if (res == ncclSuccess && parent->mpi_comm != MPI_COMM_NULL) {
     res = split_mpi(job, child_abort, mpi);
     if (res != ncclSuccess) { /* job_run keeps only what succeeded */
+      mpn_bootstrap_fail(*b, res); /* the other members go on to the communicator's set-up */
       mpn_bootstrap_destroy(*b);
       *b = NULL;
     }
@@ -231,6 +232,8 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   mpn_comm_set_async(comm, ncclSuccess);
   return ncclSuccess;
 fail:
+  /* Peers waiting for this rank in a set-up collective stop at once. */
+  if (b) mpn_bootstrap_fail(b, res);
   if (comm) {
     /* Copy the reason where ncclGetLastError(comm) finds it from any thread. */
     mpn_error_set(comm, res, "%s", mpn_error_last(NULL));

@@ -164,7 +164,8 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
                                  ncclResult_t forced) {
   const char* fn = "ncclCommWindowRegister";
   mpn_win_part_t* parts = calloc((size_t)comm->nranks, sizeof(*parts));
-  if (parts == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
+  if (parts == NULL)
+    return mpn_bootstrap_fail(comm->bootstrap, mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn));
   struct ncclWindow_vidmem* w = calloc(1, sizeof(*w));
   mpn_rma_t* rma = NULL;
   mpn_mem_alloc_t* pin = NULL;
@@ -266,7 +267,8 @@ typedef struct {
 static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   dereg_t* all = calloc((size_t)comm->nranks, sizeof(*all));
-  if (all == NULL) return mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn);
+  if (all == NULL)
+    return mpn_bootstrap_fail(comm->bootstrap, mpn_error_set(comm, ncclSystemError, "%s: out of memory", fn));
   all[comm->rank] = (dereg_t){.result = mine, .serial = mine == ncclSuccess ? win->serial : 0};
   ncclResult_t res = mpn_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
   for (int r = 0; r < comm->nranks && res == ncclSuccess && mine == ncclSuccess; r++)

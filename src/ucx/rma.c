@@ -99,8 +99,10 @@ ncclResult_t mpn_ucx_region_register(struct ncclComm* comm, void* base, size_t b
     *mine = (key_slot_t){.addr = (uint64_t)(uintptr_t)base, .bytes = bytes, .len = (uint32_t)r->packed_len};
     memcpy(mine->key, r->packed, r->packed_len);
   }
-  /* Every rank takes part, failed or not: a zero length says "failed". */
-  ncclResult_t gathered = slots ? mpn_bootstrap_allgather(comm->bootstrap, slots, sizeof(*slots)) : res;
+  /* Every rank takes part, failed or not: a zero length says "failed".
+   * One with nothing to take part with leaves the collectives instead. */
+  ncclResult_t gathered = slots ? mpn_bootstrap_allgather(comm->bootstrap, slots, sizeof(*slots))
+                                : mpn_bootstrap_fail(comm->bootstrap, res);
   if (res == ncclSuccess) res = gathered;
   for (int p = 0; p < comm->nranks && res == ncclSuccess; p++)
     if (slots[p].len == 0)

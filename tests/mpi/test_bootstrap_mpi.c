@@ -2,8 +2,9 @@
  * test_bootstrap_mpi.c - the bootstrap module between processes (no CUDA):
  * rendezvous, allgather of several sizes, broadcast, barrier, tagged
  * messages that arrive before they are received, split, contexts from an
- * MPI communicator, many contexts alive at once, and (MPI_THREAD_MULTIPLE)
- * a rendezvous served by the helper thread of a process that does not join.
+ * MPI communicator, many contexts alive at once, (MPI_THREAD_MULTIPLE) a
+ * rendezvous served by the helper thread of a process that does not join,
+ * and a rank that leaves a context's collectives after a failure.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -98,6 +99,39 @@ static void test_late_caller_unjoined(int provided) {
   EXPECT_OK(mpn_params_reload());
 }
 
+/* A rank that fails before a collective its peers join leaves the context
+ * (mpn_bootstrap_fail): the peers' collective stops at once with
+ * ncclRemoteError naming it and why, not at the deadline (60 s here), and
+ * every later collective of the context fails at once on every rank. */
+static void test_rank_leaves(void) {
+  if (world_size < 2) return;
+  mpn_bootstrap_t* c = NULL;
+  EXPECT_OK(mpn_bootstrap_from_mpi(MPI_COMM_WORLD, NULL, &c));
+  if (c == NULL) return;
+  int leaver = c->nranks - 1;
+  double t0 = MPI_Wtime();
+  if (c->rank == leaver) {
+    ncclResult_t res = mpn_error_set(NULL, ncclSystemError, "test: out of memory at rank %d", c->rank);
+    EXPECT(mpn_bootstrap_fail(c, res) == ncclSystemError);
+    EXPECT(strstr(mpn_error_last(NULL), "test: out of memory") != NULL); /* kept */
+  } else {
+    int* all = calloc((size_t)c->nranks, sizeof(int));
+    EXPECT(mpn_bootstrap_allgather(c, all, sizeof(int)) == ncclRemoteError);
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d failed", leaver);
+    EXPECT(strstr(mpn_error_last(NULL), want) != NULL);
+    EXPECT(strstr(mpn_error_last(NULL), "test: out of memory") != NULL);
+    EXPECT(MPI_Wtime() - t0 < 10);
+    free(all);
+  }
+  t0 = MPI_Wtime();
+  EXPECT(mpn_bootstrap_barrier(c) == (c->rank == leaver ? ncclInvalidUsage : ncclRemoteError));
+  EXPECT(strstr(mpn_error_last(NULL), "left the communicator's set-up collectives") != NULL);
+  EXPECT(MPI_Wtime() - t0 < 1);
+  mpn_bootstrap_destroy(c);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -146,5 +180,6 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(pairs);
   mpn_bootstrap_destroy(b);
   test_late_caller_unjoined(provided);
+  test_rank_leaves();
   return mpi_test_finish(world_rank, "test_bootstrap_mpi: %d ranks, ", world_size);
 }

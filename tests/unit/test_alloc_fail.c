@@ -6,16 +6,21 @@
  * GPU used, also where there is one.
  */
 #include <check.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/param.h"
+#include "core/topo.h"
 #include "local_comm.h"
 #include "mpinccl.h"
 #include "rma/rma.h"
+#include "rma/window.h"
 #include "run_suite.h"
 
 void* __real_malloc(size_t size);
@@ -37,9 +42,15 @@ void* __wrap_malloc(size_t size) {
 
 /* While set, a calloc of one object of this size fails. */
 static size_t fail_calloc_of;
+/* While set, the thread's next calloc of so many objects of so many bytes fails. */
+static __thread size_t thread_fail_n, thread_fail_size;
 
 void* __wrap_calloc(size_t n, size_t size) {
   if (fail_calloc_of && n == 1 && size == fail_calloc_of) return NULL;
+  if (thread_fail_n && n == thread_fail_n && size == thread_fail_size) {
+    thread_fail_n = 0;
+    return NULL;
+  }
   return __real_calloc(n, size);
 }
 
@@ -112,6 +123,119 @@ START_TEST(rendezvous_table_fails) {
 }
 END_TEST
 
+/* One rank of a communicator of two in this process, on a thread of its
+ * own (as processes would): what its call returned, how long it took, its
+ * text.  fail_size: the call's first calloc of two objects of this size
+ * fails (0: none). */
+typedef struct {
+  ncclUniqueId id;
+  int rank;
+  size_t fail_size;
+  ncclComm_t comm;
+  void* buf;
+  ncclWindow_t win;
+  ncclResult_t res;
+  double secs;
+  char text[512];
+} rank_call_t;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void call_begin(rank_call_t* r) {
+  thread_fail_size = r->fail_size;
+  thread_fail_n = r->fail_size ? 2 : 0;
+  r->secs = now_s();
+}
+
+static void call_end(rank_call_t* r, ncclResult_t res) {
+  r->secs = now_s() - r->secs;
+  thread_fail_n = 0;
+  r->res = res;
+  snprintf(r->text, sizeof(r->text), "%s", ncclGetLastError(NULL));
+}
+
+static void* init_rank(void* v) {
+  rank_call_t* r = v;
+  call_begin(r);
+  call_end(r, ncclCommInitRank(&r->comm, 2, r->id, r->rank));
+  return NULL;
+}
+
+static void* register_rank(void* v) {
+  rank_call_t* r = v;
+  call_begin(r);
+  call_end(r, ncclCommWindowRegister(r->comm, r->buf, NCCL_WIN_REQUIRED_ALIGNMENT, &r->win, 0));
+  return NULL;
+}
+
+/* Runs fn for both ranks at once. */
+static void both(rank_call_t r[2], void* (*fn)(void*)) {
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, fn, &r[i]), 0);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+}
+
+/* A rank that fails before a set-up collective its peer joins tells the
+ * peer, which stops at once with ncclRemoteError naming it and why, not at
+ * the bootstrap's deadline (10 s here; the default is 120 s). */
+static void expect_left(const rank_call_t r[2], ncclResult_t peer_res) {
+  ck_assert_msg(r[0].res == ncclSystemError && strstr(r[0].text, "out of memory"), "rank 0: %d \"%s\"", r[0].res,
+                r[0].text);
+  ck_assert_msg(r[1].res == peer_res && strstr(r[1].text, "rank 0") && strstr(r[1].text, "out of memory"),
+                "rank 1: %d \"%s\"", r[1].res, r[1].text);
+  ck_assert_msg(r[1].secs < 5, "rank 1 waited %.2f s", r[1].secs);
+}
+
+START_TEST(init_fails_on_one_rank) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "10");
+  rank_call_t r[2] = {{.rank = 0, .fail_size = sizeof(mpn_rank_info_t)}, {.rank = 1}};
+  ck_assert_int_eq(ncclGetUniqueId(&r[0].id), ncclSuccess);
+  r[1].id = r[0].id;
+  both(r, init_rank);
+  expect_left(r, ncclRemoteError);
+  ck_assert_ptr_null(r[0].comm);
+  ck_assert_ptr_null(r[1].comm);
+  use_local_bootstrap();
+}
+END_TEST
+
+START_TEST(window_register_fails_on_one_rank) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "10");
+  rank_call_t r[2] = {{.rank = 0}, {.rank = 1}};
+  ck_assert_int_eq(ncclGetUniqueId(&r[0].id), ncclSuccess);
+  r[1].id = r[0].id;
+  both(r, init_rank);
+  ck_assert_int_eq(r[0].res, ncclSuccess);
+  ck_assert_int_eq(r[1].res, ncclSuccess);
+  void* page = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(page);
+  r[0].buf = r[1].buf = page;
+  r[0].fail_size = sizeof(mpn_win_part_t);
+  both(r, register_rank);
+  expect_left(r, ncclRemoteError);
+  ck_assert_ptr_null(r[0].win);
+  ck_assert_ptr_null(r[1].win);
+  /* The communicator's set-up collectives are out of step: every later one
+   * fails at once on both ranks, never pairing with a stale message. */
+  r[0].fail_size = 0;
+  both(r, register_rank);
+  ck_assert_msg(r[0].res == ncclInvalidUsage && strstr(r[0].text, "rank 0 left"), "rank 0: %d \"%s\"", r[0].res,
+                r[0].text);
+  ck_assert_msg(r[1].res == ncclRemoteError && strstr(r[1].text, "rank 0 left"), "rank 1: %d \"%s\"", r[1].res,
+                r[1].text);
+  ck_assert(r[0].secs < 1 && r[1].secs < 1);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(r[i].comm), ncclSuccess);
+  free(page);
+  use_local_bootstrap();
+}
+END_TEST
+
 int main(void) {
   /* No GPU, also on a machine that has one: the communicators are then
    * host-only, and no CUDA library allocates through the wrapped calls. */
@@ -121,6 +245,8 @@ int main(void) {
   tcase_add_test(tc, wait_signal_queue_fails);
   tcase_add_test(tc, rma_state_fails_at_launch);
   tcase_add_test(tc, rendezvous_table_fails);
+  tcase_add_test(tc, init_fails_on_one_rank);
+  tcase_add_test(tc, window_register_fails_on_one_rank);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

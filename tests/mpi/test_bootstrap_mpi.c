@@ -121,13 +121,13 @@ static void test_rank_leaves(void) {
     snprintf(want, sizeof(want), "rank %d failed", leaver);
     EXPECT(strstr(mpn_error_last(NULL), want) != NULL);
     EXPECT(strstr(mpn_error_last(NULL), "test: out of memory") != NULL);
-    EXPECT(MPI_Wtime() - t0 < 10);
+    EXPECT(MPI_Wtime() - t0 < 30);
     free(all);
   }
   t0 = MPI_Wtime();
   EXPECT(mpn_bootstrap_barrier(c) == (c->rank == leaver ? ncclInvalidUsage : ncclRemoteError));
   EXPECT(strstr(mpn_error_last(NULL), "left the communicator's set-up collectives") != NULL);
-  EXPECT(MPI_Wtime() - t0 < 1);
+  EXPECT(MPI_Wtime() - t0 < 30);
   mpn_bootstrap_destroy(c);
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -181,18 +181,19 @@ static void both(rank_call_t r[2], void* (*fn)(void*)) {
 
 /* A rank that fails before a set-up collective its peer joins tells the
  * peer, which stops at once with ncclRemoteError naming it and why, not at
- * the bootstrap's deadline (10 s here; the default is 120 s). */
+ * the bootstrap's deadline (20 s here, the default 120 s) with ncclTimeout.
+ * (The bound on the time is loose, for slow machines under valgrind.) */
 static void expect_left(const rank_call_t r[2], ncclResult_t peer_res) {
   ck_assert_msg(r[0].res == ncclSystemError && strstr(r[0].text, "out of memory"), "rank 0: %d \"%s\"", r[0].res,
                 r[0].text);
   ck_assert_msg(r[1].res == peer_res && strstr(r[1].text, "rank 0") && strstr(r[1].text, "out of memory"),
                 "rank 1: %d \"%s\"", r[1].res, r[1].text);
-  ck_assert_msg(r[1].secs < 5, "rank 1 waited %.2f s", r[1].secs);
+  ck_assert_msg(r[1].secs < 15, "rank 1 waited %.2f s", r[1].secs);
 }
 
 START_TEST(init_fails_on_one_rank) {
   use_local_bootstrap();
-  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "10");
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
   rank_call_t r[2] = {{.rank = 0, .fail_size = sizeof(mpn_rank_info_t)}, {.rank = 1}};
   ck_assert_int_eq(ncclGetUniqueId(&r[0].id), ncclSuccess);
   r[1].id = r[0].id;
@@ -206,7 +207,7 @@ END_TEST
 
 START_TEST(window_register_fails_on_one_rank) {
   use_local_bootstrap();
-  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "10");
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
   rank_call_t r[2] = {{.rank = 0}, {.rank = 1}};
   ck_assert_int_eq(ncclGetUniqueId(&r[0].id), ncclSuccess);
   r[1].id = r[0].id;
@@ -229,7 +230,7 @@ START_TEST(window_register_fails_on_one_rank) {
                 r[0].text);
   ck_assert_msg(r[1].res == ncclRemoteError && strstr(r[1].text, "rank 0 left"), "rank 1: %d \"%s\"", r[1].res,
                 r[1].text);
-  ck_assert(r[0].secs < 1 && r[1].secs < 1);
+  ck_assert_msg(r[0].secs < 15 && r[1].secs < 15, "%.2f s, %.2f s", r[0].secs, r[1].secs);
   for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(r[i].comm), ncclSuccess);
   free(page);
   use_local_bootstrap();
@@ -242,6 +243,7 @@ int main(void) {
   setenv("CUDA_VISIBLE_DEVICES", "", 1);
   Suite* s = suite_create("alloc_fail");
   TCase* tc = tcase_create("core");
+  tcase_set_timeout(tc, 60); /* (a rank that waited out the bootstrap's 20 s fails on its result) */
   tcase_add_test(tc, wait_signal_queue_fails);
   tcase_add_test(tc, rma_state_fails_at_launch);
   tcase_add_test(tc, rendezvous_table_fails);

@@ -59,6 +59,15 @@ void mpn_bootstrap_id_create_local(mpn_bootstrap_id_t* id);
 ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank,
                                       const volatile int* abort, mpn_bootstrap_t** out);
 
+/**
+ * Tells the rendezvous named by id that rank of nranks failed before it
+ * could join (res, and the calling thread's error text, say why): the
+ * other callers, waiting or still to come, get ncclRemoteError naming it
+ * instead of waiting until MPINCCL_BOOTSTRAP_TIMEOUT.  Best effort; the
+ * thread's error text is kept.
+ */
+void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res);
+
 /** Bytes of the table a rendezvous of nranks answers its callers with. */
 size_t mpn_bootstrap_table_bytes(int nranks);
 

@@ -25,6 +25,8 @@
 typedef struct {
   int32_t nranks, rank;
   mpn_endpoint_t ep;
+  int32_t status;  /* ncclResult_t: not ncclSuccess when the caller failed and will not join */
+  char error[164]; /* why, then */
 } hello_t;
 
 typedef struct {
@@ -37,6 +39,7 @@ typedef struct record {
   struct record* next;
   uint64_t key;
   int nranks, count, failed;
+  ncclResult_t status; /* the failure's, for the callers answered with it */
   uint32_t round;   /* completed rounds: an id may be reused once done */
   int max_nranks;   /* largest nranks any caller claimed */
   int answered;     /* callers answered since the id failed */
@@ -129,6 +132,24 @@ static ncclResult_t record_check(record_t* r) {
   return res;
 }
 
+/* A caller that failed before it could join (h->status, h->error): the
+ * round fails, and every other caller, waiting or still to come, gets
+ * ncclRemoteError naming it; the failed caller counts as answered. */
+static void record_fail(record_t* r, const hello_t* h) {
+  if (h->nranks > r->max_nranks) r->max_nranks = h->nranks;
+  r->last_ns = mpn_clock_now_ns();
+  r->answered++;
+  if (r->failed) return; /* the first failure is the one the others hear of */
+  snprintf(r->error, sizeof(r->error), "rank %d failed before it could join (%.*s)", h->rank,
+           (int)strnlen(h->error, sizeof(h->error)), h->error);
+  r->failed = 1;
+  r->status = ncclRemoteError;
+  if (r->count) {
+    r->answered += r->count;
+    record_answer(r, r->status);
+  }
+}
+
 void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   hello_t h;
   if (len != sizeof(h)) return;
@@ -142,6 +163,10 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
     r->failed = r->answered = r->max_nranks = 0;
     r->error[0] = '\0';
   }
+  if (h.status != ncclSuccess) { /* a caller that failed: it needs no answer */
+    record_fail(r, &h);
+    return;
+  }
   if (h.nranks > r->max_nranks) r->max_nranks = h.nranks;
   r->last_ns = now;
   if (r->count == 0 && !r->failed) {
@@ -152,6 +177,7 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
     snprintf(r->error, sizeof(r->error),
              "callers of one unique id disagree on nranks (%d and %d)", r->nranks, h.nranks);
     r->failed = 1;
+    r->status = ncclInvalidArgument;
   }
   if (!r->failed && r->hellos == NULL) { /* the round's list could not be made */
     answer_alone(r, key, &h, ncclSystemError, "the process serving the unique id is out of memory");
@@ -160,9 +186,9 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   if (r->failed) { /* this caller, and any still waiting, get the error */
     if (r->count) {
       r->answered += r->count;
-      record_answer(r, ncclInvalidArgument);
+      record_answer(r, r->status);
     }
-    r->answered += answer_alone(r, key, &h, ncclInvalidArgument, r->error);
+    r->answered += answer_alone(r, key, &h, r->status, r->error);
     return;
   }
   r->hellos[r->count++] = h;
@@ -170,6 +196,7 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   ncclResult_t res = record_check(r);
   if (res != ncclSuccess) { /* a caller still to come (a rank given twice) gets the error too */
     r->failed = 1;
+    r->status = res;
     r->answered += r->count;
   }
   record_answer(r, res);
@@ -319,16 +346,8 @@ static void service_linger(uint64_t key) {
   }
 }
 
-/* The context key of one round: distinct when an id is used again. */
-static uint64_t round_key(uint64_t key, uint32_t round) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ull * (round + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank,
-                                      const volatile int* abort, mpn_bootstrap_t** out) {
+/* Reaches the id's serving process: MPI started when the id needs it. */
+static ncclResult_t rendezvous_reach(const mpn_bootstrap_id_t* id) {
   if (id->magic != MPN_BOOTSTRAP_ID_MAGIC)
     return mpn_error_set(NULL, ncclInvalidArgument,
                          "the unique id was not made by ncclGetUniqueId (magic 0x%x)", id->magic);
@@ -339,7 +358,37 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
                          "the unique id was made in another process without MPI: start the "
                          "program with mpirun, or set MPINCCL_BOOTSTRAP=mpi");
   }
-  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self()};
+  return ncclSuccess;
+}
+
+void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res) {
+  char why[sizeof(((hello_t*)0)->error)];
+  snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self(), .status = res};
+  memcpy(h.error, why, sizeof(h.error));
+  if (rendezvous_reach(id) == ncclSuccess &&
+      mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)) == ncclSuccess)
+    (void)mpn_chan_flush(id->key, mpn_clock_now_ns() + 1000000000ull, NULL); /* best effort, briefly */
+  else
+    MPN_WARN(
+        "bootstrap: rank %d could not tell the rendezvous that it failed (%s); the other ranks wait "
+        "until MPINCCL_BOOTSTRAP_TIMEOUT",
+        rank, mpn_error_last(NULL));
+  if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
+}
+
+/* The context key of one round: distinct when an id is used again. */
+static uint64_t round_key(uint64_t key, uint32_t round) {
+  uint64_t z = key + 0x9e3779b97f4a7c15ull * (round + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank, const volatile int* abort,
+                                      mpn_bootstrap_t** out) {
+  MPN_CHECK(rendezvous_reach(id));
+  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self(), .status = ncclSuccess};
   MPN_CHECK(mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)));
   size_t len = mpn_bootstrap_table_bytes(nranks);
   char* msg = malloc(len);

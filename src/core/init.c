@@ -205,7 +205,10 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   MPI_Comm mpi = MPI_COMM_NULL;
   ncclResult_t res = ncclSuccess;
   if (job->device >= 0) {
-    MPN_CHECK_GOTO(mpn_cuda_set_device(job->device), res, fail);
+    res = mpn_cuda_set_device(job->device);
+    if (res != ncclSuccess && job->kind == MPN_INIT_RANK) /* its peers wait for it at the rendezvous */
+      mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
+    if (res != ncclSuccess) goto fail;
     mpn_device_renew(job->device); /* (a program that reset the device: renew.h) */
   }
   MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);
@@ -482,9 +485,13 @@ static ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, ncclUniqueId comm
                       "%s: commId was not made by ncclGetUniqueId (or was not broadcast to this "
                       "rank)", fn);
   mpn_config_t cfg;
-  MPN_CHECK(mpn_config_read(config, NULL, fn, &cfg));
   mpn_init_job_t* job;
-  MPN_CHECK(job_new(MPN_INIT_RANK, &cfg, mpn_cuda_current_device(), newcomm, &job));
+  ncclResult_t res = mpn_config_read(config, NULL, fn, &cfg);
+  if (res == ncclSuccess) res = job_new(MPN_INIT_RANK, &cfg, mpn_cuda_current_device(), newcomm, &job);
+  if (res != ncclSuccess) { /* the other ranks would wait for this one at the rendezvous */
+    mpn_bootstrap_rendezvous_fail(&id, nranks, rank, res);
+    return res;
+  }
   job->id = id;
   job->nranks = job->comm->nranks = nranks;
   job->rank = job->comm->rank = rank;

@@ -4,7 +4,8 @@
  * messages that arrive before they are received, split, contexts from an
  * MPI communicator, many contexts alive at once, (MPI_THREAD_MULTIPLE) a
  * rendezvous served by the helper thread of a process that does not join,
- * and a rank that leaves a context's collectives after a failure.
+ * and a rank that fails: before a rendezvous, or leaving a context's
+ * collectives.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -132,6 +133,33 @@ static void test_rank_leaves(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A rank that fails before it joins a rendezvous tells it
+ * (mpn_bootstrap_rendezvous_fail): the others get ncclRemoteError naming
+ * it and why, not ncclTimeout at the deadline (60 s here). */
+static void test_rendezvous_fail(void) {
+  if (world_size < 2) return;
+  mpn_bootstrap_id_t id;
+  if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int failing = world_size - 1;
+  double t0 = MPI_Wtime();
+  if (world_rank == failing) {
+    mpn_bootstrap_rendezvous_fail(&id, world_size, world_rank,
+                                  mpn_error_set(NULL, ncclInvalidArgument, "test: config refused"));
+    EXPECT(strstr(mpn_error_last(NULL), "test: config refused") != NULL); /* kept */
+  } else {
+    mpn_bootstrap_t* b = NULL;
+    EXPECT(mpn_bootstrap_rendezvous(&id, world_size, world_rank, NULL, &b) == ncclRemoteError);
+    EXPECT(b == NULL);
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d failed before it could join", failing);
+    EXPECT(strstr(mpn_error_last(NULL), want) != NULL);
+    EXPECT(strstr(mpn_error_last(NULL), "test: config refused") != NULL);
+    EXPECT(MPI_Wtime() - t0 < 30);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -181,5 +209,6 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(b);
   test_late_caller_unjoined(provided);
   test_rank_leaves();
+  test_rendezvous_fail();
   return mpi_test_finish(world_rank, "test_bootstrap_mpi: %d ranks, ", world_size);
 }

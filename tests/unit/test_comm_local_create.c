@@ -87,7 +87,8 @@ END_TEST
 typedef struct {
   ncclUniqueId id;
   int nranks, rank;
-  unsigned delay_us; /* before the call */
+  unsigned delay_us;    /* before the call */
+  ncclConfig_t* config; /* given to ncclCommInitRankConfig when not NULL */
   ncclComm_t comm;
   ncclResult_t res;
   char error[256];
@@ -96,7 +97,8 @@ typedef struct {
 static void* init_rank_thread(void* p) {
   rank_arg_t* a = p;
   if (a->delay_us) usleep(a->delay_us);
-  a->res = ncclCommInitRank(&a->comm, a->nranks, a->id, a->rank);
+  a->res = a->config ? ncclCommInitRankConfig(&a->comm, a->nranks, a->id, a->rank, a->config)
+                     : ncclCommInitRank(&a->comm, a->nranks, a->id, a->rank);
   snprintf(a->error, sizeof(a->error), "%s", ncclGetLastError(NULL));
   return NULL;
 }
@@ -145,6 +147,32 @@ START_TEST(rendezvous_disagreements) {
     ck_assert(contains(c[i].error, "rank 0 was given by two callers"));
   }
   unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+}
+END_TEST
+
+/* A rank refused before it joins the rendezvous (a config of the wrong
+ * magic) tells it: the other ranks, one waiting and one coming after the
+ * refusal, get ncclRemoteError naming it and its reason, not ncclTimeout at
+ * the deadline (20 s here). */
+START_TEST(rendezvous_rank_refused) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.magic = 0x1234;
+  rank_arg_t a[3] = {{.nranks = 3, .rank = 0},
+                     {.nranks = 3, .rank = 1, .delay_us = 200000, .config = &bad},
+                     {.nranks = 3, .rank = 2, .delay_us = 400000}};
+  ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
+  a[1].id = a[2].id = a[0].id;
+  run_ranks(a, 3);
+  ck_assert_int_eq(a[1].res, ncclInvalidArgument);
+  ck_assert_msg(contains(a[1].error, "magic"), "rank 1: \"%s\"", a[1].error);
+  for (int i = 0; i < 3; i += 2) {
+    ck_assert_msg(a[i].res == ncclRemoteError && contains(a[i].error, "rank 1 failed before it could join") &&
+                      contains(a[i].error, "magic"),
+                  "rank %d: %d \"%s\"", i, a[i].res, a[i].error);
+    ck_assert_ptr_null(a[i].comm);
+  }
 }
 END_TEST
 
@@ -407,6 +435,7 @@ void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, one_rank_queries);
   tcase_add_test(tc, init_arguments);
   tcase_add_test(tc, rendezvous_disagreements);
+  tcase_add_test(tc, rendezvous_rank_refused);
   tcase_add_test(tc, rendezvous_timeout);
   tcase_add_test(tc, threads_one_rank_each);
   tcase_add_test(tc, group_creates_several_ranks);

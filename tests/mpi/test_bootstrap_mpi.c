@@ -100,6 +100,16 @@ static void test_late_caller_unjoined(int provided) {
   EXPECT_OK(mpn_params_reload());
 }
 
+/* The thread's last error names the failed rank (who, a format of its
+ * rank) and its reason, and came well before the deadline (60 s). */
+static void expect_told(const char* who, int rank, const char* reason, double t0) {
+  char want[96];
+  snprintf(want, sizeof(want), who, rank);
+  EXPECT(strstr(mpn_error_last(NULL), want) != NULL);
+  EXPECT(strstr(mpn_error_last(NULL), reason) != NULL);
+  EXPECT(MPI_Wtime() - t0 < 30);
+}
+
 /* A rank that fails before a collective its peers join leaves the context
  * (mpn_bootstrap_fail): the peers' collective stops at once with
  * ncclRemoteError naming it and why, not at the deadline (60 s here), and
@@ -118,11 +128,7 @@ static void test_rank_leaves(void) {
   } else {
     int* all = calloc((size_t)c->nranks, sizeof(int));
     EXPECT(mpn_bootstrap_allgather(c, all, sizeof(int)) == ncclRemoteError);
-    char want[64];
-    snprintf(want, sizeof(want), "rank %d failed", leaver);
-    EXPECT(strstr(mpn_error_last(NULL), want) != NULL);
-    EXPECT(strstr(mpn_error_last(NULL), "test: out of memory") != NULL);
-    EXPECT(MPI_Wtime() - t0 < 30);
+    expect_told("rank %d failed", leaver, "test: out of memory", t0);
     free(all);
   }
   t0 = MPI_Wtime();
@@ -151,11 +157,7 @@ static void test_rendezvous_fail(void) {
     mpn_bootstrap_t* b = NULL;
     EXPECT(mpn_bootstrap_rendezvous(&id, world_size, world_rank, NULL, &b) == ncclRemoteError);
     EXPECT(b == NULL);
-    char want[64];
-    snprintf(want, sizeof(want), "rank %d failed before it could join", failing);
-    EXPECT(strstr(mpn_error_last(NULL), want) != NULL);
-    EXPECT(strstr(mpn_error_last(NULL), "test: config refused") != NULL);
-    EXPECT(MPI_Wtime() - t0 < 30);
+    expect_told("rank %d failed before it could join", failing, "test: config refused", t0);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

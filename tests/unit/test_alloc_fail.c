@@ -131,7 +131,7 @@ typedef struct {
   ncclUniqueId id;
   int rank;
   size_t fail_size;
-  ncclComm_t comm;
+  ncclComm_t comm, child;
   void* buf;
   ncclWindow_t win;
   ncclResult_t res;
@@ -162,6 +162,13 @@ static void* init_rank(void* v) {
   rank_call_t* r = v;
   call_begin(r);
   call_end(r, ncclCommInitRank(&r->comm, 2, r->id, r->rank));
+  return NULL;
+}
+
+static void* split_rank(void* v) {
+  rank_call_t* r = v;
+  call_begin(r);
+  call_end(r, ncclCommSplit(r->comm, 0, r->rank, &r->child, NULL));
   return NULL;
 }
 
@@ -205,15 +212,44 @@ START_TEST(init_fails_on_one_rank) {
 }
 END_TEST
 
-START_TEST(window_register_fails_on_one_rank) {
+/* Two ranks of one communicator, made by two threads (20 s deadline). */
+static void pair_create(rank_call_t r[2]) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
-  rank_call_t r[2] = {{.rank = 0}, {.rank = 1}};
+  r[0].rank = 0, r[1].rank = 1;
   ck_assert_int_eq(ncclGetUniqueId(&r[0].id), ncclSuccess);
   r[1].id = r[0].id;
   both(r, init_rank);
   ck_assert_int_eq(r[0].res, ncclSuccess);
   ck_assert_int_eq(r[1].res, ncclSuccess);
+}
+
+/* A split whose list of entries (one per rank: 12 bytes) cannot be made on
+ * rank 0: rank 1 is told; the parent's set-up collectives are out of step
+ * then, and its next window registration fails at once on both. */
+START_TEST(split_fails_on_one_rank) {
+  rank_call_t r[2] = {{.fail_size = 3 * sizeof(int)}, {.rank = 1}};
+  pair_create(r);
+  both(r, split_rank);
+  expect_left(r, ncclRemoteError);
+  ck_assert_ptr_null(r[0].child);
+  ck_assert_ptr_null(r[1].child);
+  void* page = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(page);
+  r[0].buf = r[1].buf = page;
+  r[0].fail_size = 0;
+  both(r, register_rank);
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(strstr(r[i].text, "rank 0 left") != NULL, "rank %d: %d \"%s\"", i, r[i].res, r[i].text);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(r[i].comm), ncclSuccess);
+  free(page);
+  use_local_bootstrap();
+}
+END_TEST
+
+START_TEST(window_register_fails_on_one_rank) {
+  rank_call_t r[2] = {{.rank = 0}, {.rank = 1}};
+  pair_create(r);
   void* page = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
   ck_assert_ptr_nonnull(page);
   r[0].buf = r[1].buf = page;
@@ -249,6 +285,7 @@ int main(void) {
   tcase_add_test(tc, rendezvous_table_fails);
   tcase_add_test(tc, init_fails_on_one_rank);
   tcase_add_test(tc, window_register_fails_on_one_rank);
+  tcase_add_test(tc, split_fails_on_one_rank);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);
 }

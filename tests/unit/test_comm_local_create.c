@@ -153,7 +153,7 @@ END_TEST
 /* A rank refused before it joins the rendezvous (a config of the wrong
  * magic) tells it: the other ranks, one waiting and one coming after the
  * refusal, get ncclRemoteError naming it and its reason, not ncclTimeout at
- * the deadline (20 s here). */
+ * the deadline (20 s here); the id serves all of them again later. */
 START_TEST(rendezvous_rank_refused) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
@@ -173,6 +173,13 @@ START_TEST(rendezvous_rank_refused) {
                   "rank %d: %d \"%s\"", i, a[i].res, a[i].error);
     ck_assert_ptr_null(a[i].comm);
   }
+  /* All three again with the same id, once MPINCCL_BOOTSTRAP_LINGER (2 s)
+   * passed since the last caller: a new round, which succeeds. */
+  usleep(2500000);
+  a[1].config = NULL;
+  run_ranks(a, 3);
+  for (int i = 0; i < 3; i++) ck_assert_msg(a[i].res == ncclSuccess, "rank %d: %d \"%s\"", i, a[i].res, a[i].error);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(ncclCommDestroy(a[i].comm), ncclSuccess);
 }
 END_TEST
 

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # session 47, call 3: the session's final state (library source as of 84d760d, tests
-# of split failures and retries added since): build, make check, the unit tests of
-# set-up failures under valgrind.
+# of split failures and retries added since): build and make check.
 out=$1
 mkdir -p $out
 [ -f Makefile ] || (autoreconf -fi && ./configure -q) > $out/configure.log 2>&1

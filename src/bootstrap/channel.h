@@ -29,6 +29,9 @@ typedef struct {
 #define MPN_TAG_TABLE 0x7ffffff1
 /** A failure notice (mpn_chan_recv): negative, apart from every other tag. */
 #define MPN_TAG_FAILED (-2)
+/** How long a sender of a failure waits for its delivery (best effort: a
+ * receiver that does not progress MPI meanwhile takes it in later). */
+#define MPN_CHAN_NOTICE_WAIT_NS 1000000000ull
 
 /** Identity of the calling process (a forked child gets its own). */
 uint64_t mpn_chan_proc_id(void);

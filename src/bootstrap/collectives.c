@@ -57,10 +57,6 @@ typedef struct {
   int color, key, rank;
 } split_entry_t;
 
-/* Waits for a notice's delivery no longer than this: a peer that does not
- * progress MPI meanwhile takes it in later. */
-#define NOTICE_FLUSH_NS 1000000000ull
-
 /* Tells ranks [0, n) but me of context key that me leaves its collectives
  * (res, and the thread's error text, say why); rank i lives at
  * eps[members[i].rank], or at eps[i] without members.  Best effort: the
@@ -80,7 +76,7 @@ static void notices_send(uint64_t key, int me, int n, const mpn_endpoint_t* eps,
         "bootstrap: rank %d could not tell every peer that it left the set-up collectives (%s); those "
         "it missed wait until MPINCCL_BOOTSTRAP_TIMEOUT",
         me, mpn_error_last(NULL));
-  (void)mpn_chan_flush(key, mpn_clock_now_ns() + NOTICE_FLUSH_NS, abort);
+  (void)mpn_chan_flush(key, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, abort);
   if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
 }
 
@@ -93,16 +89,11 @@ ncclResult_t mpn_bootstrap_fail(mpn_bootstrap_t* b, ncclResult_t res) {
   return res;
 }
 
-/* A context some rank left is out of step: its collectives fail at once. */
+/* A context some rank left is out of step: its collectives fail at once,
+ * as a misuse on the rank that left, as a peer's failure on the others. */
 static ncclResult_t usable(const mpn_bootstrap_t* b) {
   if (b->left_by < 0) return ncclSuccess;
-  if (b->left_by == b->rank)
-    return mpn_error_set(NULL, ncclInvalidUsage,
-                         "bootstrap: rank %d left the communicator's set-up collectives after failing in one; "
-                         "no further one (window registration or deregistration, split) can run: destroy the "
-                         "communicator",
-                         b->rank);
-  return mpn_error_set(NULL, ncclRemoteError,
+  return mpn_error_set(NULL, b->left_by == b->rank ? ncclInvalidUsage : ncclRemoteError,
                        "bootstrap: rank %d left the communicator's set-up collectives after failing in one; no "
                        "further one (window registration or deregistration, split) can run: destroy the "
                        "communicator",

@@ -368,7 +368,7 @@ void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int
   memcpy(h.error, why, sizeof(h.error));
   if (rendezvous_reach(id) == ncclSuccess &&
       mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)) == ncclSuccess)
-    (void)mpn_chan_flush(id->key, mpn_clock_now_ns() + 1000000000ull, NULL); /* best effort, briefly */
+    (void)mpn_chan_flush(id->key, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL); /* best effort */
   else
     MPN_WARN(
         "bootstrap: rank %d could not tell the rendezvous that it failed (%s); the other ranks wait "

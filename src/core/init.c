@@ -206,9 +206,11 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   ncclResult_t res = ncclSuccess;
   if (job->device >= 0) {
     res = mpn_cuda_set_device(job->device);
-    if (res != ncclSuccess && job->kind == MPN_INIT_RANK) /* its peers wait for it at the rendezvous */
-      mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
-    if (res != ncclSuccess) goto fail;
+    if (res != ncclSuccess) {
+      if (job->kind == MPN_INIT_RANK) /* its peers wait for it at the rendezvous */
+        mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
+      goto fail;
+    }
     mpn_device_renew(job->device); /* (a program that reset the device: renew.h) */
   }
   MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 47, call 4: the final library source (the review's simplification of the bootstrap notices)
-# : build and make check.
+# session 47, call 4: the final library source (f5e7776, the review's simplification of
+# the bootstrap notices): build and make check.
 out=$1
 mkdir -p $out
 [ -f Makefile ] || (autoreconf -fi && ./configure -q) > $out/configure.log 2>&1

@@ -557,6 +557,8 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
     }
     if (abort && *abort) {
       pthread_mutex_unlock(&chan.lock);
+      if (src == MPN_RANK_SERVICE)
+        return mpn_error_set(NULL, ncclRemoteError, "bootstrap: rank %d aborted while waiting for the rendezvous", dst);
       return mpn_error_set(NULL, ncclRemoteError, "bootstrap: aborted while waiting for rank %d",
                            src);
     }

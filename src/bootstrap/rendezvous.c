@@ -25,8 +25,9 @@
 typedef struct {
   int32_t nranks, rank;
   mpn_endpoint_t ep;
-  int32_t status;  /* ncclResult_t: not ncclSuccess when the caller failed and will not join */
-  char error[164]; /* why, then */
+  int32_t status;   /* ncclResult_t: not ncclSuccess when the caller failed and will not join */
+  int32_t withdraw; /* with a status: its earlier hello stands in this round; take it back */
+  char error[160];  /* why, then */
 } hello_t;
 
 typedef struct {
@@ -150,6 +151,23 @@ static void record_fail(record_t* r, const hello_t* h) {
   }
 }
 
+/* A caller that gave up its wait (abort, timeout) after its hello went in:
+ * if that hello is in the open round, the round fails as with record_fail,
+ * and its own answer goes to the caller with the others'.  If the round is
+ * no longer open, the caller has its answer from it, and deals with it. */
+static void record_withdraw(record_t* r, const hello_t* h) {
+  int i = 0;
+  while (i < r->count && !(r->hellos[i].rank == h->rank && r->hellos[i].ep.proc == h->ep.proc)) i++;
+  if (r->failed || i == r->count) return;
+  r->last_ns = mpn_clock_now_ns();
+  snprintf(r->error, sizeof(r->error), "rank %d left before the rendezvous was complete (%.*s)", h->rank,
+           (int)strnlen(h->error, sizeof(h->error)), h->error);
+  r->failed = 1;
+  r->status = ncclRemoteError;
+  r->answered += r->count;
+  record_answer(r, r->status);
+}
+
 void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   hello_t h;
   if (len != sizeof(h)) return;
@@ -162,6 +180,10 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
   if (r->failed && r->count == 0 && now - r->last_ns > linger_ns()) {
     r->failed = r->answered = r->max_nranks = 0;
     r->error[0] = '\0';
+  }
+  if (h.status != ncclSuccess && h.withdraw) {
+    record_withdraw(r, &h);
+    return;
   }
   if (h.status != ncclSuccess) { /* a caller that failed: it needs no answer */
     record_fail(r, &h);
@@ -361,15 +383,22 @@ static ncclResult_t rendezvous_reach(const mpn_bootstrap_id_t* id) {
   return ncclSuccess;
 }
 
+/* Sends the rendezvous a hello that says this caller failed (res, and the
+ * thread's error text, say why); best effort: 0 when it could not. */
+static int failed_hello_send(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, int withdraw) {
+  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self(), .status = res, .withdraw = withdraw};
+  snprintf(h.error, sizeof(h.error), "%s", mpn_error_last(NULL));
+  if (rendezvous_reach(id) != ncclSuccess ||
+      mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)) != ncclSuccess)
+    return 0;
+  (void)mpn_chan_flush(id->key, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL);
+  return 1;
+}
+
 void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res) {
-  char why[sizeof(((hello_t*)0)->error)];
+  char why[512];
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
-  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self(), .status = res};
-  memcpy(h.error, why, sizeof(h.error));
-  if (rendezvous_reach(id) == ncclSuccess &&
-      mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)) == ncclSuccess)
-    (void)mpn_chan_flush(id->key, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL); /* best effort */
-  else
+  if (!failed_hello_send(id, nranks, rank, res, 0))
     MPN_WARN(
         "bootstrap: rank %d could not tell the rendezvous that it failed (%s); the other ranks wait "
         "until MPINCCL_BOOTSTRAP_TIMEOUT",
@@ -385,6 +414,47 @@ static uint64_t round_key(uint64_t key, uint32_t round) {
   return z ^ (z >> 31);
 }
 
+/* The rendezvous's answer in msg: this caller's context, or the error
+ * (after which the id's own process serves late callers when it lingers). */
+static ncclResult_t table_read(const mpn_bootstrap_id_t* id, int nranks, int rank, const char* msg, int linger,
+                               const volatile int* abort, mpn_bootstrap_t** out) {
+  table_head_t head;
+  memcpy(&head, msg, sizeof(head));
+  if (head.status != ncclSuccess) {
+    if (linger && id->root.proc == mpn_chan_proc_id()) service_linger(id->key);
+    return mpn_error_set(NULL, (ncclResult_t)head.status, "%s", head.error);
+  }
+  return mpn_bootstrap_create(round_key(id->key, head.round), nranks, rank, (const mpn_endpoint_t*)(msg + sizeof(head)),
+                              abort, out);
+}
+
+/*
+ * A caller whose wait for its answer ended (abort, timeout) after its hello
+ * went in takes the hello back, so that its peers need not wait for it until
+ * their own deadline: an open round fails for every caller (record_withdraw);
+ * a round already complete sent this caller its table, and the peers, gone
+ * on to the new context's first collective, get a notice that this rank
+ * left.  Best effort, bounded by MPN_CHAN_NOTICE_WAIT_NS; the thread's error
+ * text stays res's.
+ */
+static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, char* msg,
+                                size_t len) {
+  char why[512];
+  snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+  if (failed_hello_send(id, nranks, rank, res, 1) &&
+      mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len,
+                    mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess) {
+    mpn_bootstrap_t* b = NULL;
+    if (table_read(id, nranks, rank, msg, 0, NULL, &b) == ncclSuccess) {
+      MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "bootstrap: rank %d leaves a rendezvous that completed as it gave up", rank);
+      mpn_error_set(NULL, res, "%s", why); /* the notice's reason */
+      mpn_bootstrap_fail(b, res);
+      mpn_bootstrap_destroy(b);
+    }
+  }
+  if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
+}
+
 ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank, const volatile int* abort,
                                       mpn_bootstrap_t** out) {
   MPN_CHECK(rendezvous_reach(id));
@@ -392,21 +462,17 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
   MPN_CHECK(mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)));
   size_t len = mpn_bootstrap_table_bytes(nranks);
   char* msg = malloc(len);
-  if (msg == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
-  ncclResult_t res =
-      mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len, mpn_chan_deadline(),
-                    abort);
-  if (res == ncclSuccess) {
-    table_head_t head;
-    memcpy(&head, msg, sizeof(head));
-    if (head.status != ncclSuccess) {
-      if (id->root.proc == mpn_chan_proc_id()) service_linger(id->key);
-      res = mpn_error_set(NULL, (ncclResult_t)head.status, "%s", head.error);
-    }
-    else
-      res = mpn_bootstrap_create(round_key(id->key, head.round), nranks, rank,
-                                 (const mpn_endpoint_t*)(msg + sizeof(head)), abort, out);
+  if (msg == NULL) {
+    mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
+    (void)failed_hello_send(id, nranks, rank, ncclSystemError, 1); /* its hello went in */
+    return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
   }
+  ncclResult_t res =
+      mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len, mpn_chan_deadline(), abort);
+  if (res == ncclSuccess)
+    res = table_read(id, nranks, rank, msg, 1, abort, out);
+  else
+    rendezvous_withdraw(id, nranks, rank, res, msg, len);
   free(msg);
   /* The tables this process served go out before it leaves the library. */
   if (res == ncclSuccess) res = mpn_chan_flush(id->key, mpn_chan_deadline(), abort);

@@ -162,6 +162,42 @@ static void test_rendezvous_fail(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A rank that gives up its wait for the rendezvous (an abort) takes its
+ * hello back (rendezvous_withdraw).  Its hello last, so the round completes
+ * with it as it gives up: the others get their tables, and a notice in the
+ * new context's first collective names it.  Its hello first: the open round
+ * fails, and the others get ncclRemoteError from the rendezvous.  Either
+ * way at once, not ncclTimeout at the deadline (60 s here). */
+static void test_rendezvous_withdraw(int hello_last) {
+  if (world_size < 2) return;
+  mpn_bootstrap_id_t id;
+  if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int leaver = world_size - 1;
+  double t0 = MPI_Wtime();
+  mpn_bootstrap_t* b = NULL;
+  if (world_rank == leaver) {
+    static const volatile int aborted = 1;
+    if (hello_last) usleep(300000); /* the others' hellos are in */
+    EXPECT(mpn_bootstrap_rendezvous(&id, world_size, world_rank, &aborted, &b) == ncclRemoteError);
+    EXPECT(b == NULL);
+    EXPECT(strstr(mpn_error_last(NULL), "aborted while waiting for the rendezvous") != NULL); /* kept */
+  } else if (hello_last) {
+    EXPECT_OK(mpn_bootstrap_rendezvous(&id, world_size, world_rank, NULL, &b));
+    int* all = calloc((size_t)world_size, sizeof(int));
+    if (b) EXPECT(mpn_bootstrap_allgather(b, all, sizeof(int)) == ncclRemoteError);
+    expect_told("rank %d failed", leaver, "aborted while waiting for the rendezvous", t0);
+    free(all);
+    mpn_bootstrap_destroy(b);
+  } else {
+    usleep(300000); /* the leaver's hello is in, and taken back */
+    EXPECT(mpn_bootstrap_rendezvous(&id, world_size, world_rank, NULL, &b) == ncclRemoteError);
+    EXPECT(b == NULL);
+    expect_told("rank %d left before the rendezvous was complete", leaver, "aborted", t0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -212,5 +248,7 @@ int main(int argc, char** argv) {
   test_late_caller_unjoined(provided);
   test_rank_leaves();
   test_rendezvous_fail();
+  test_rendezvous_withdraw(1);
+  test_rendezvous_withdraw(0);
   return mpi_test_finish(world_rank, "test_bootstrap_mpi: %d ranks, ", world_size);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -325,6 +326,67 @@ START_TEST(abort_pending_creation) {
 }
 END_TEST
 
+static double seconds_since(const struct timespec* t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* A rank that aborts its pending creation after its hello reached the
+ * rendezvous takes the hello back: its peers, one waiting and one coming
+ * later, get ncclRemoteError naming it at once, not a table that names it
+ * and then ncclTimeout in the first collective (20 s here). */
+START_TEST(abort_pending_creation_tells_peers) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "3600"); /* rank 2 comes to a failed id, however late */
+  rank_arg_t a[2] = {{.nranks = 3, .rank = 0}, {.nranks = 3, .rank = 2, .delay_us = 400000}};
+  ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
+  a[1].id = a[0].id;
+  pthread_t t[2];
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, init_rank_thread, &a[i]);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm;
+  ck_assert_int_eq(ncclCommInitRankConfig(&comm, 3, a[0].id, 1, &cfg), ncclInProgress);
+  usleep(200000); /* its hello is in */
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(a[i].res == ncclRemoteError &&
+                      contains(a[i].error, "rank 1 left before the rendezvous was complete") &&
+                      contains(a[i].error, "aborted"),
+                  "rank %d: %d \"%s\"", a[i].rank, a[i].res, a[i].error);
+    ck_assert_ptr_null(a[i].comm);
+  }
+  ck_assert_double_lt(seconds_since(&t0), 15);
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+}
+END_TEST
+
+/* A rank whose wait for the rendezvous timed out takes its hello back too:
+ * a peer that comes later gets ncclRemoteError naming it, where it used to
+ * complete the round with it and wait for it in the first collective. */
+START_TEST(rendezvous_timeout_withdraws) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "3600");
+  rank_arg_t a[2] = {{.nranks = 2, .rank = 0}, {.nranks = 2, .rank = 1, .delay_us = 1500000}};
+  ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
+  a[1].id = a[0].id;
+  run_ranks(a, 2);
+  ck_assert_msg(a[0].res == ncclTimeout && contains(a[0].error, "MPINCCL_BOOTSTRAP_TIMEOUT"), "rank 0: %d \"%s\"",
+                a[0].res, a[0].error);
+  ck_assert_msg(a[1].res == ncclRemoteError && contains(a[1].error, "rank 0 left before the rendezvous was complete") &&
+                    contains(a[1].error, "MPINCCL_BOOTSTRAP_TIMEOUT"),
+                "rank 1: %d \"%s\"", a[1].res, a[1].error);
+  ck_assert_ptr_null(a[1].comm);
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+}
+END_TEST
+
 /* A destroy waiting for a creation that cannot finish, and an abort of
  * another thread meant to end it: the abort ends the wait and returns, the
  * destroy frees the communicator once (both used to join the creation
@@ -449,6 +511,8 @@ void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, split_in_group);
   tcase_add_test(tc, nonblocking_creation);
   tcase_add_test(tc, abort_pending_creation);
+  tcase_add_test(tc, abort_pending_creation_tells_peers);
+  tcase_add_test(tc, rendezvous_timeout_withdraws);
   tcase_add_test(tc, abort_during_destroy);
   tcase_add_test(tc, destroy_in_group);
   tcase_add_test(tc, destroyed_comm_address_reused);

@@ -56,6 +56,8 @@ typedef struct task {
   int done; /* 1: fn ran; -1: it never will (MPI finalized) */
 } task_t;
 
+#define GONE_MAX 64
+
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -63,6 +65,12 @@ static struct {
   pending_t* sends;   /* MPI sends not yet complete */
   pending_t *unposted, *unposted_tail; /* workers' sends, not yet given to MPI, oldest first */
   task_t *tasks, *tasks_tail;          /* workers' MPI calls, oldest first */
+  struct {
+    uint64_t key;
+    int32_t dst;
+  } gone[GONE_MAX]; /* ranks of contexts that went away here (mpn_chan_forget), the latest: keys are never
+                       used again, so a message to one that comes later (a peer's failure notice) is dropped */
+  unsigned n_gone;  /* forgotten so far; gone[] is a ring */
   uint64_t proc;
   int mpi_ready, mpi_owned, thread_level, world_rank, tag;
   int workers; /* live worker threads (atomic) */
@@ -240,10 +248,25 @@ ncclResult_t mpn_chan_mpi_start(int may_init) {
   return res;
 }
 
-/* Files a message: the service consumes HELLOs, the mailbox keeps the rest. */
+static int gone(uint64_t key, int dst) {
+  unsigned n = chan.n_gone < GONE_MAX ? chan.n_gone : GONE_MAX;
+  for (unsigned i = 0; i < n; i++)
+    if (chan.gone[i].key == key && chan.gone[i].dst == dst) return 1;
+  return 0;
+}
+
+/* Files a message: the service consumes HELLOs, the mailbox keeps the rest
+ * but those to a context rank that went away. */
 static void deposit(const msg_hdr_t* hdr, const void* data) {
   if (hdr->dst == MPN_RANK_SERVICE) {
     mpn_service_deliver(hdr->key, data, hdr->len);
+    return;
+  }
+  if (gone(hdr->key, hdr->dst)) {
+    MPN_TRACE(MPN_SUBSYS_BOOTSTRAP,
+              "bootstrap: dropped a message (tag %d) from rank %d to rank %d of context %llx, "
+              "which went away",
+              hdr->tag, hdr->src, hdr->dst, (unsigned long long)hdr->key);
     return;
   }
   msg_t* m = malloc(sizeof(*m) + hdr->len);
@@ -586,6 +609,9 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
 void mpn_chan_forget(uint64_t key, int dst) {
   chan_init();
   pthread_mutex_lock(&chan.lock);
+  chan.gone[chan.n_gone % GONE_MAX].key = key;
+  chan.gone[chan.n_gone % GONE_MAX].dst = dst;
+  chan.n_gone++;
   msg_t *m = chan.head, *prev = NULL;
   while (m) {
     msg_t* next = m->next;

@@ -105,7 +105,8 @@ ncclResult_t mpn_chan_mpi_wait(MPI_Request* req, uint64_t deadline_ns, const vol
 int mpn_chan_noticed(uint64_t key, int dst);
 
 /** Drops the mailbox's messages to rank dst of context key, which is going
- * away (late ones, failure notices). */
+ * away (late ones, failure notices), and those that come later (for the
+ * latest 64 such ranks; context keys are never used again). */
 void mpn_chan_forget(uint64_t key, int dst);
 
 /*

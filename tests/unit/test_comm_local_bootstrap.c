@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/channel.h"
+#include "core/error.h"
 #include "local_comm.h"
 #include "mpinccl.h"
 #include "test_comm_local.h"
@@ -136,8 +138,45 @@ START_TEST(bootstrap_collectives_threads) {
 }
 END_TEST
 
+/* A message to a context's rank that went away here (a peer's failure
+ * notice that comes after the rank's destroy) is dropped, not kept in the
+ * process's mailbox for good. */
+typedef struct {
+  mpn_bootstrap_id_t id;
+  int rank;
+  mpn_bootstrap_t* b;
+} join_arg_t;
+
+static void* join_thread(void* p) {
+  join_arg_t* a = p;
+  if (mpn_bootstrap_rendezvous(&a->id, 2, a->rank, NULL, &a->b) != ncclSuccess) a->b = NULL;
+  return NULL;
+}
+
+START_TEST(late_notice_dropped) {
+  use_local_bootstrap();
+  join_arg_t a[2];
+  pthread_t t[2];
+  mpn_bootstrap_id_t id;
+  ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+  for (int i = 0; i < 2; i++) {
+    a[i] = (join_arg_t){.id = id, .rank = i};
+    pthread_create(&t[i], NULL, join_thread, &a[i]);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  ck_assert(a[0].b && a[1].b);
+  uint64_t key = a[0].b->key;
+  mpn_bootstrap_destroy(a[1].b);
+  ncclResult_t res = mpn_error_set(NULL, ncclSystemError, "test: rank 0 fails");
+  ck_assert_int_eq(mpn_bootstrap_fail(a[0].b, res), ncclSystemError);
+  ck_assert_int_eq(mpn_chan_noticed(key, 1), -1); /* dropped */
+  mpn_bootstrap_destroy(a[0].b);
+}
+END_TEST
+
 void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
+  tcase_add_test(tc, late_notice_dropped);
 }

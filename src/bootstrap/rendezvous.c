@@ -428,14 +428,26 @@ static ncclResult_t table_read(const mpn_bootstrap_id_t* id, int nranks, int ran
                               abort, out);
 }
 
+/* This caller, which failed (res; why), leaves the round whose answer is
+ * in msg: the members of a round that completed, gone on to the new
+ * context's first collective, get a notice there that it left. */
+static void round_leave(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, const char* why,
+                        const char* msg) {
+  mpn_bootstrap_t* b = NULL;
+  if (table_read(id, nranks, rank, msg, 0, NULL, &b) != ncclSuccess) return;
+  MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "bootstrap: rank %d leaves a rendezvous that completed as it gave up", rank);
+  mpn_error_set(NULL, res, "%s", why); /* the notice's reason */
+  mpn_bootstrap_fail(b, res);
+  mpn_bootstrap_destroy(b);
+}
+
 /*
  * A caller whose wait for its answer ended (abort, timeout) after its hello
  * went in takes the hello back, so that its peers need not wait for it until
  * their own deadline: an open round fails for every caller (record_withdraw);
- * a round already complete sent this caller its table, and the peers, gone
- * on to the new context's first collective, get a notice that this rank
- * left.  Best effort, bounded by MPN_CHAN_NOTICE_WAIT_NS; the thread's error
- * text stays res's.
+ * a round already complete sent this caller its table (round_leave).  Best
+ * effort, bounded by MPN_CHAN_NOTICE_WAIT_NS; the thread's error text stays
+ * res's.
  */
 static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, char* msg,
                                 size_t len) {
@@ -443,15 +455,8 @@ static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int ra
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
   if (failed_hello_send(id, nranks, rank, res, 1) &&
       mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len,
-                    mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess) {
-    mpn_bootstrap_t* b = NULL;
-    if (table_read(id, nranks, rank, msg, 0, NULL, &b) == ncclSuccess) {
-      MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "bootstrap: rank %d leaves a rendezvous that completed as it gave up", rank);
-      mpn_error_set(NULL, res, "%s", why); /* the notice's reason */
-      mpn_bootstrap_fail(b, res);
-      mpn_bootstrap_destroy(b);
-    }
-  }
+                    mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess)
+    round_leave(id, nranks, rank, res, why, msg);
   if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
 }
 
@@ -469,10 +474,17 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
   }
   ncclResult_t res =
       mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len, mpn_chan_deadline(), abort);
-  if (res == ncclSuccess)
+  if (res == ncclSuccess && abort && *abort) { /* the answer came, but the caller was aborted meanwhile */
+    res = mpn_error_set(NULL, ncclRemoteError, "bootstrap: rank %d aborted while waiting for the rendezvous", rank);
+    char why[512];
+    snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+    round_leave(id, nranks, rank, res, why, msg);
+    mpn_error_set(NULL, res, "%s", why);
+  } else if (res == ncclSuccess) {
     res = table_read(id, nranks, rank, msg, 1, abort, out);
-  else
+  } else {
     rendezvous_withdraw(id, nranks, rank, res, msg, len);
+  }
   free(msg);
   /* The tables this process served go out before it leaves the library. */
   if (res == ncclSuccess) res = mpn_chan_flush(id->key, mpn_chan_deadline(), abort);

@@ -89,7 +89,14 @@ static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MP
 static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
   const volatile int* abort = job->comm ? &job->comm->abort_flag : NULL;
   switch (job->kind) {
-    case MPN_INIT_RANK: return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
+    case MPN_INIT_RANK:
+      if (abort && *abort) { /* aborted before it could join (setting the device takes long): its peers are told */
+        ncclResult_t res =
+            mpn_error_set(NULL, ncclRemoteError, "rank %d was aborted before it joined the rendezvous", job->rank);
+        mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
+        return res;
+      }
+      return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
     case MPN_INIT_MPI: {
       *mpi = job->mpi_comm;
       MPN_CHECK(mpn_turn_wait(&job->mpi_turn, abort, "mpincclCommInitMPI"));

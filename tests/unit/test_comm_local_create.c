@@ -332,10 +332,11 @@ static double seconds_since(const struct timespec* t0) {
   return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-/* A rank that aborts its pending creation after its hello reached the
- * rendezvous takes the hello back: its peers, one waiting and one coming
- * later, get ncclRemoteError naming it at once, not a table that names it
- * and then ncclTimeout in the first collective (20 s here). */
+/* A rank that aborts its pending creation takes its hello back, or, where
+ * the abort comes before it (a GPU's first context takes long), never
+ * joins and tells the rendezvous: either way its peers, one waiting and one
+ * coming later, get ncclRemoteError naming it at once, not a table that
+ * names it and then ncclTimeout in the first collective (20 s here). */
 START_TEST(abort_pending_creation_tells_peers) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
@@ -356,7 +357,8 @@ START_TEST(abort_pending_creation_tells_peers) {
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 2; i++) {
     ck_assert_msg(a[i].res == ncclRemoteError &&
-                      contains(a[i].error, "rank 1 left before the rendezvous was complete") &&
+                      (contains(a[i].error, "rank 1 left before the rendezvous was complete") ||
+                       contains(a[i].error, "rank 1 failed before it could join")) &&
                       contains(a[i].error, "aborted"),
                   "rank %d: %d \"%s\"", a[i].rank, a[i].res, a[i].error);
     ck_assert_ptr_null(a[i].comm);

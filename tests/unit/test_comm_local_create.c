@@ -344,15 +344,17 @@ START_TEST(abort_pending_creation_tells_peers) {
   rank_arg_t a[2] = {{.nranks = 3, .rank = 0}, {.nranks = 3, .rank = 2, .delay_us = 400000}};
   ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
   a[1].id = a[0].id;
-  pthread_t t[2];
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, init_rank_thread, &a[i]);
+  /* Rank 1 first: on a GPU machine the call starts CUDA, which takes long
+   * (the others' creation completed meanwhile, before the abort). */
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t comm;
   ck_assert_int_eq(ncclCommInitRankConfig(&comm, 3, a[0].id, 1, &cfg), ncclInProgress);
-  usleep(200000); /* its hello is in */
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, init_rank_thread, &a[i]);
+  usleep(200000); /* rank 1's hello is in (or comes after the abort); rank 2's not yet */
   ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 2; i++) {

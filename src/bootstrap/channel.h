@@ -26,7 +26,10 @@ typedef struct {
 
 /** Message kinds in the tag space. */
 #define MPN_TAG_HELLO 0x7ffffff0
-#define MPN_TAG_TABLE 0x7ffffff1
+/** The rendezvous's answer to one call (attempt: random, per call) has a
+ * tag of its own, so that an answer its caller gave up waiting for is never
+ * taken by a later call of that rank, nor by another caller of the same rank. */
+static inline int mpn_tag_table(uint64_t attempt) { return (int)(attempt & 0x3fffffff); }
 /** A failure notice (mpn_chan_recv): negative, apart from every other tag. */
 #define MPN_TAG_FAILED (-2)
 /** How long a sender of a failure waits for its delivery (best effort: a

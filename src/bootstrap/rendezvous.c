@@ -24,6 +24,7 @@
 
 typedef struct {
   int32_t nranks, rank;
+  uint64_t attempt; /* random, per call: its answer's tag (mpn_tag_table) */
   mpn_endpoint_t ep;
   int32_t status;   /* ncclResult_t: not ncclSuccess when the caller failed and will not join */
   int32_t withdraw; /* with a status: its earlier hello stands in this round; take it back */
@@ -92,7 +93,8 @@ static void table_send(const record_t* r, ncclResult_t status) {
   if (status == ncclSuccess)
     for (int i = 0; i < r->count; i++) eps[r->hellos[i].rank] = r->hellos[i].ep;
   for (int i = 0; i < r->count; i++)
-    mpn_chan_send(r->key, MPN_RANK_SERVICE, r->hellos[i].rank, &r->hellos[i].ep, MPN_TAG_TABLE, msg, len);
+    mpn_chan_send(r->key, MPN_RANK_SERVICE, r->hellos[i].rank, &r->hellos[i].ep, mpn_tag_table(r->hellos[i].attempt),
+                  msg, len);
   free(msg);
 }
 
@@ -157,7 +159,7 @@ static void record_fail(record_t* r, const hello_t* h) {
  * no longer open, the caller has its answer from it, and deals with it. */
 static void record_withdraw(record_t* r, const hello_t* h) {
   int i = 0;
-  while (i < r->count && !(r->hellos[i].rank == h->rank && r->hellos[i].ep.proc == h->ep.proc)) i++;
+  while (i < r->count && r->hellos[i].attempt != h->attempt) i++;
   if (r->failed || i == r->count) return;
   r->last_ns = mpn_clock_now_ns();
   snprintf(r->error, sizeof(r->error), "rank %d left before the rendezvous was complete (%.*s)", h->rank,
@@ -384,9 +386,12 @@ static ncclResult_t rendezvous_reach(const mpn_bootstrap_id_t* id) {
 }
 
 /* Sends the rendezvous a hello that says this caller failed (res, and the
- * thread's error text, say why); best effort: 0 when it could not. */
-static int failed_hello_send(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, int withdraw) {
-  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self(), .status = res, .withdraw = withdraw};
+ * thread's error text, say why), and with withdraw that it takes back its
+ * hello of that attempt; best effort: 0 when it could not. */
+static int failed_hello_send(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, int withdraw,
+                             uint64_t attempt) {
+  hello_t h = {
+      .nranks = nranks, .rank = rank, .attempt = attempt, .ep = mpn_chan_self(), .status = res, .withdraw = withdraw};
   snprintf(h.error, sizeof(h.error), "%s", mpn_error_last(NULL));
   if (rendezvous_reach(id) != ncclSuccess ||
       mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)) != ncclSuccess)
@@ -398,7 +403,7 @@ static int failed_hello_send(const mpn_bootstrap_id_t* id, int nranks, int rank,
 void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res) {
   char why[512];
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
-  if (!failed_hello_send(id, nranks, rank, res, 0))
+  if (!failed_hello_send(id, nranks, rank, res, 0, 0))
     MPN_WARN(
         "bootstrap: rank %d could not tell the rendezvous that it failed (%s); the other ranks wait "
         "until MPINCCL_BOOTSTRAP_TIMEOUT",
@@ -412,6 +417,13 @@ static uint64_t round_key(uint64_t key, uint32_t round) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+/* Receives this call's answer into msg (an answer to an earlier call that
+ * its caller gave up waiting for stays in the mailbox, never taken). */
+static ncclResult_t table_recv(const mpn_bootstrap_id_t* id, int rank, uint64_t attempt, char* msg, size_t len,
+                               uint64_t deadline_ns, const volatile int* abort) {
+  return mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, mpn_tag_table(attempt), msg, len, deadline_ns, abort);
 }
 
 /* The rendezvous's answer in msg: this caller's context, or the error
@@ -449,13 +461,12 @@ static void round_leave(const mpn_bootstrap_id_t* id, int nranks, int rank, nccl
  * effort, bounded by MPN_CHAN_NOTICE_WAIT_NS; the thread's error text stays
  * res's.
  */
-static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, char* msg,
-                                size_t len) {
+static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int rank, uint64_t attempt, ncclResult_t res,
+                                char* msg, size_t len) {
   char why[512];
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
-  if (failed_hello_send(id, nranks, rank, res, 1) &&
-      mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len,
-                    mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess)
+  if (failed_hello_send(id, nranks, rank, res, 1, attempt) &&
+      table_recv(id, rank, attempt, msg, len, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess)
     round_leave(id, nranks, rank, res, why, msg);
   if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
 }
@@ -463,17 +474,16 @@ static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int ra
 ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, int rank, const volatile int* abort,
                                       mpn_bootstrap_t** out) {
   MPN_CHECK(rendezvous_reach(id));
-  hello_t h = {.nranks = nranks, .rank = rank, .ep = mpn_chan_self(), .status = ncclSuccess};
+  hello_t h = {.nranks = nranks, .rank = rank, .attempt = random64(), .ep = mpn_chan_self(), .status = ncclSuccess};
   MPN_CHECK(mpn_chan_send(id->key, rank, MPN_RANK_SERVICE, &id->root, MPN_TAG_HELLO, &h, sizeof(h)));
   size_t len = mpn_bootstrap_table_bytes(nranks);
   char* msg = malloc(len);
   if (msg == NULL) {
     mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
-    (void)failed_hello_send(id, nranks, rank, ncclSystemError, 1); /* its hello went in */
+    (void)failed_hello_send(id, nranks, rank, ncclSystemError, 1, h.attempt); /* its hello went in */
     return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
   }
-  ncclResult_t res =
-      mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, MPN_TAG_TABLE, msg, len, mpn_chan_deadline(), abort);
+  ncclResult_t res = table_recv(id, rank, h.attempt, msg, len, mpn_chan_deadline(), abort);
   if (res == ncclSuccess && abort && *abort) { /* the answer came, but the caller was aborted meanwhile */
     res = mpn_error_set(NULL, ncclRemoteError, "bootstrap: rank %d aborted while waiting for the rendezvous", rank);
     char why[512];
@@ -483,7 +493,7 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
   } else if (res == ncclSuccess) {
     res = table_read(id, nranks, rank, msg, 1, abort, out);
   } else {
-    rendezvous_withdraw(id, nranks, rank, res, msg, len);
+    rendezvous_withdraw(id, nranks, rank, h.attempt, res, msg, len);
   }
   free(msg);
   /* The tables this process served go out before it leaves the library. */

@@ -6,6 +6,8 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -174,9 +176,31 @@ START_TEST(late_notice_dropped) {
 }
 END_TEST
 
+/* An answer of the rendezvous to an earlier call that nobody took (its
+ * caller gave up before it came) is not taken for the answer to the rank's
+ * next call with the id (here one that failed, status -1). */
+START_TEST(stale_answer_dropped) {
+  use_local_bootstrap();
+  mpn_bootstrap_id_t id;
+  ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+  size_t len = mpn_bootstrap_table_bytes(1);
+  char* stale = malloc(len);
+  ck_assert_ptr_nonnull(stale);
+  memset(stale, 0xff, len);
+  mpn_endpoint_t self = mpn_chan_self();
+  ck_assert_int_eq(mpn_chan_send(id.key, MPN_RANK_SERVICE, 0, &self, mpn_tag_table(0x1234), stale, len), ncclSuccess);
+  free(stale);
+  mpn_bootstrap_t* b = NULL;
+  ck_assert_int_eq(mpn_bootstrap_rendezvous(&id, 1, 0, NULL, &b), ncclSuccess);
+  ck_assert_int_eq(b->nranks, 1);
+  mpn_bootstrap_destroy(b);
+}
+END_TEST
+
 void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   tcase_add_test(tc, late_notice_dropped);
+  tcase_add_test(tc, stale_answer_dropped);
 }

@@ -18,7 +18,9 @@
 const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_TRANSPORT] = {"MPINCCL_TRANSPORT", MPN_PARAM_CHOICE, "auto", "auto|ipc|ucx", 0, 0,
                              "Transport between ranks of different processes: auto picks CUDA "
-                             "IPC on the same host and UCX otherwise; ucx forces the network path."},
+                             "IPC on the same host (host name, boot id and /dev/shm alike: "
+                             "containers with a /dev/shm each are hosts apart) and UCX otherwise; "
+                             "ucx forces the network path."},
     [MPN_PARAM_P2P_DISABLE] = {"NCCL_P2P_DISABLE", MPN_PARAM_INT, "0", NULL, 0, 1,
                                "1 forces the network (UCX) path between processes, as "
                                "MPINCCL_TRANSPORT=ucx does."},

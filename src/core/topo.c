@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -42,7 +43,12 @@ static void describe_apart(int device, mpn_rank_info_t* r) {
   }
 }
 
-/* Host identity: name plus boot id, so that containers sharing a name differ. */
+/* Host identity: name plus boot id, so that containers sharing a name
+ * differ, plus the /dev/shm the process shares files through (the pair
+ * files of CUDA IPC peers, p2p/pair.c): containers of one machine with a
+ * /dev/shm each (host network and name, no shared IPC namespace) are hosts
+ * apart for the library, reached over UCX, where they used to take CUDA IPC
+ * and never meet in their pair files. */
 static uint64_t host_hash(const char* host) {
   uint64_t h = fnv1a(FNV1A_START, host);
   FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
@@ -50,6 +56,12 @@ static uint64_t host_hash(const char* host) {
     char boot[64] = "";
     if (fgets(boot, sizeof(boot), f)) h = fnv1a(h, boot);
     fclose(f);
+  }
+  struct stat st;
+  if (stat("/dev/shm", &st) == 0) {
+    char shm[48];
+    snprintf(shm, sizeof(shm), "shm %llx:%llx", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    h = fnv1a(h, shm);
   }
   return h;
 }

@@ -17,7 +17,7 @@ struct ncclComm;
 
 /** One rank's description, exchanged by allgather (fixed size). */
 typedef struct {
-  uint64_t host_hash; /**< host name and boot id */
+  uint64_t host_hash; /**< host name, boot id and the /dev/shm it shares */
   uint64_t proc;      /**< process identity */
   uint64_t pidns;     /**< PID namespace (inode of /proc/self/ns/pid), 0: unknown */
   uint64_t start_time; /**< process start time (mpn_proc_start_time), 0: unknown */

@@ -1,14 +1,18 @@
 /*
  * test_comm_local_peers.c - test_comm_local's tests of how a rank sees its
  * peers, on made-up topologies where needed: the GPUs reached directly, the
- * sends pushed, the ops moved to alias streams, and peers found dead.
+ * sends pushed, the ops moved to alias streams, peers found dead, and a
+ * /dev/shm of the process's own.
  */
+#define _GNU_SOURCE /* unshare */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -272,10 +276,50 @@ START_TEST(watchdog_after_finalize) {
 }
 END_TEST
 
+/* A process with a /dev/shm of its own (a container of the same machine,
+ * with its network and name, but no shared IPC namespace) describes another
+ * host: its peers reach it over UCX, not through pair files in a /dev/shm
+ * it never sees.  Checked in a child in a mount namespace of its own, where
+ * the machine lets the test make one (as root in CI). */
+static void private_shm_child(int fd) {
+  uint64_t h = 0;
+  mpn_rank_info_t r;
+  if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+      mount("none", "/dev/shm", "tmpfs", 0, NULL) == 0 && mpn_topo_describe_self(-1, &r) == ncclSuccess)
+    h = r.host_hash;
+  ssize_t w = write(fd, &h, sizeof(h));
+  _exit(w == (ssize_t)sizeof(h) ? 0 : 1);
+}
+
+START_TEST(private_shm_is_another_host) {
+  mpn_rank_info_t a, b;
+  ck_assert_int_eq(mpn_topo_describe_self(-1, &a), ncclSuccess);
+  ck_assert_int_eq(mpn_topo_describe_self(-1, &b), ncclSuccess);
+  ck_assert_uint_eq(a.host_hash, b.host_hash);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) private_shm_child(fds[1]);
+  close(fds[1]);
+  uint64_t h = 0;
+  ck_assert_int_eq(read(fds[0], &h, sizeof(h)), (ssize_t)sizeof(h));
+  close(fds[0]);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  if (h == 0) {
+    fprintf(stderr, "private_shm_is_another_host: no mount namespace allowed here; only the same-host half ran\n");
+    return;
+  }
+  ck_assert_uint_ne(h, a.host_hash);
+}
+END_TEST
+
 void comm_local_add_peers(TCase* tc) {
   tcase_add_test(tc, watchdog_peer_gone);
   tcase_add_test(tc, watchdog_after_finalize);
   tcase_add_test(tc, peer_gpus_reached);
   tcase_add_test(tc, push_own_sends);
   tcase_add_test(tc, alias_selection);
+  tcase_add_test(tc, private_shm_is_another_host);
 }

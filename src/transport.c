@@ -75,6 +75,11 @@ static ncclResult_t transport_check_ucx(struct ncclComm* comm) {
   int any = 0;
   for (int peer = 0; peer < comm->nranks; peer++) any |= comm->transport[peer] == MPN_TRANSPORT_UCX;
   if (!any) return ncclSuccess;
+  if (comm->nranks > MPN_TRANSPORT_UCX_MAX_RANKS)
+    return mpn_error_set(comm, ncclInvalidUsage,
+                         "rank %d has peers over UCX (on other hosts, or MPINCCL_TRANSPORT=ucx) in a communicator "
+                         "of %d ranks; mpinccl supports at most %d ranks there",
+                         comm->rank, comm->nranks, MPN_TRANSPORT_UCX_MAX_RANKS);
   transport_warn_queues(comm);
 #ifdef HAVE_UCX
   mpn_ucx_caps_t caps;

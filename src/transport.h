@@ -20,6 +20,11 @@ typedef enum {
   MPN_TRANSPORT_COUNT
 } mpn_transport_kind_t;
 
+/** The most ranks a communicator with a peer over UCX may have: the UCX tags
+ * of staged and captured transfers carry so many bits of each rank
+ * (ucx/net.c), and senders that far apart would take each other's data. */
+#define MPN_TRANSPORT_UCX_MAX_RANKS (1 << 13)
+
 /** Short name for logs ("self", "local", "ipc", "ucx"). */
 const char* mpn_transport_name(mpn_transport_kind_t kind);
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "transport.h"
+#include "transport.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
 
@@ -94,8 +95,9 @@ static uint64_t notice_tag(uint64_t key, int dst) { return key | ((uint64_t)dst 
 enum { CHUNK_FIELD = 0x7f, CHUNK_LAST = 0x40, CHUNK_INDEXES = 63, GRAPH_CHUNK = 0x7f };
 
 static uint64_t staged_tag(const struct ncclComm* comm, int src, int dst, uint64_t msg, uint64_t chunk) {
-  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & 0x1fff) << 26 |
-         ((uint64_t)dst & 0x1fff) << 13 | (msg & 0x3f) << 7 | chunk;
+  const uint64_t ranks = MPN_TRANSPORT_UCX_MAX_RANKS - 1; /* 13 bits: larger communicators are refused */
+  return comm_tag(comm) | 1ull << 39 | ((uint64_t)src & ranks) << 26 | ((uint64_t)dst & ranks) << 13 |
+         (msg & 0x3f) << 7 | chunk;
 }
 
 /* Indexes 0 to 62 (wrapping, which order-matching allows), so that no chunk

@@ -315,6 +315,34 @@ START_TEST(private_shm_is_another_host) {
 }
 END_TEST
 
+/* A communicator of more ranks than the UCX tags carry, with peers over
+ * UCX (here ranks of other processes without GPUs), is refused when its
+ * transports are chosen: senders 8192 apart would take each other's data. */
+START_TEST(ucx_rank_limit) {
+  mpn_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  struct ncclComm* comm = NULL;
+  ck_assert_int_eq(mpn_comm_alloc(&cfg, -1, &comm), ncclSuccess);
+  int n = MPN_TRANSPORT_UCX_MAX_RANKS + 1;
+  comm->rank = 0;
+  comm->nranks = n;
+  comm->topo.ranks = calloc((size_t)n, sizeof(*comm->topo.ranks));
+  ck_assert_ptr_nonnull(comm->topo.ranks);
+  for (int i = 0; i < n; i++) {
+    comm->topo.ranks[i].proc = 1000 + (uint64_t)i;
+    comm->topo.ranks[i].cuda_dev = -1;
+  }
+  ck_assert_int_eq(mpn_transport_choose(comm), ncclInvalidUsage);
+  ck_assert_msg(contains(ncclGetLastError(comm), "communicator of 8193 ranks; mpinccl supports at most 8192"), "%s",
+                ncclGetLastError(comm));
+  comm->nranks = n - 1; /* (then UCX is probed, or refused as not built in) */
+  ncclResult_t res = mpn_transport_choose(comm);
+  ck_assert(res == ncclSuccess || !contains(ncclGetLastError(comm), "supports at most"));
+  ck_assert_int_eq(comm->transport[1], MPN_TRANSPORT_UCX);
+  mpn_comm_free(comm);
+}
+END_TEST
+
 void comm_local_add_peers(TCase* tc) {
   tcase_add_test(tc, watchdog_peer_gone);
   tcase_add_test(tc, watchdog_after_finalize);
@@ -322,4 +350,5 @@ void comm_local_add_peers(TCase* tc) {
   tcase_add_test(tc, push_own_sends);
   tcase_add_test(tc, alias_selection);
   tcase_add_test(tc, private_shm_is_another_host);
+  tcase_add_test(tc, ucx_rank_limit);
 }

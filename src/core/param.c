@@ -217,10 +217,12 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                              "Staged chunks in flight per UCX peer and direction (pinned host "
                              "memory: depth x the largest chunk a lane has carried, per peer "
                              "and direction in use)."},
-    [MPN_PARAM_UCX_DIRECT] = {"MPINCCL_UCX_DIRECT", MPN_PARAM_INT, "1", NULL, 0, 1,
-                              "1: buffers UCX can reach itself go to UCX unstaged (pinned host "
-                              "memory always, device memory where UCX reports CUDA support), "
-                              "cut into the same chunks; 0: every buffer is staged."},
+    [MPN_PARAM_UCX_DIRECT] = {"MPINCCL_UCX_DIRECT", MPN_PARAM_INT, "1", NULL, 0, 2,
+                              "1: pinned host memory goes to UCX unstaged, cut into the same "
+                              "chunks; 2: device memory too, as a send's source, where UCX "
+                              "reports CUDA support (never run yet: the proxy thread has no "
+                              "CUDA context, which UCX before its relaxed context handling "
+                              "needs); 0: every buffer is staged."},
     [MPN_PARAM_UCX_CHUNKS] = {"MPINCCL_UCX_CHUNKS", MPN_PARAM_INT, "8", NULL, 1, 64,
                               "Most chunks a message over UCX is cut into (each chunk is three "
                               "stream operations on its lane; a long stream queue blocks the "

@@ -194,16 +194,20 @@ static size_t chunk_of(const lane_t* l, size_t bytes) {
  * puts: the proxy's UCX runs its older protocols (UCX_PROTO_ENABLE=n), whose
  * RMA cannot read CUDA memory; not for receives: data a NIC writes into GPU
  * memory would need a flush (CU_STREAM_WAIT_VALUE_FLUSH) before the stream
- * reads it.  MPINCCL_UCX_DIRECT=0 stages everything. */
+ * reads it.  Device memory only with MPINCCL_UCX_DIRECT=2: that branch has
+ * not run (no UCX here reports CUDA support), and the proxy thread, which
+ * makes no CUDA call, has no current context, which UCX's CUDA transports
+ * before their relaxed context handling need.  0 stages everything. */
 static int op_direct(const mpn_op_t* op) {
-  if (op->bytes == 0 || mpn_param_int(MPN_PARAM_UCX_DIRECT) == 0) return 0;
+  int direct = (int)mpn_param_int(MPN_PARAM_UCX_DIRECT);
+  if (op->bytes == 0 || direct == 0) return 0;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, op->buf) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   if (a.type == cudaMemoryTypeHost) return a.hostPointer == op->buf;
-  if (a.type != cudaMemoryTypeDevice || op->kind != MPN_OP_SEND) return 0;
+  if (a.type != cudaMemoryTypeDevice || op->kind != MPN_OP_SEND || direct < 2) return 0;
   mpn_ucx_caps_t caps; /* probed once per process */
   return mpn_ucx_probe(&caps) == ncclSuccess && caps.cuda_memory;
 }

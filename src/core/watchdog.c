@@ -1,7 +1,9 @@
 /*
  * watchdog.c - one thread per process that checks, every
  * MPINCCL_WATCHDOG_MS, whether the processes of same-host peers are alive
- * (mpn_proc_gone: the pid, its zombie state and its start time).  A peer found gone turns into ncclRemoteError on each
+ * (mpn_proc_gone: the pid, its zombie state and its start time), and
+ * whether UCX found a peer over UCX unreachable (its endpoint failed: how a
+ * peer on another host is found gone).  A peer found gone turns into ncclRemoteError on each
  * communicator that has it, with a message naming it, and every stream
  * flag shared with it is released (over UCX, its operations fail and the
  * waits for its signals are let go) so that no stream waits forever; the
@@ -50,6 +52,18 @@ static void release_again(struct ncclComm* comm, int peer) {
   }
 }
 
+/* Whether UCX found peer unreachable (its endpoint failed): a peer on
+ * another host, whose process this one cannot look up, is known gone so. */
+static int ucx_lost(struct ncclComm* comm, int peer) {
+#ifdef HAVE_UCX
+  return comm->transport[peer] == MPN_TRANSPORT_UCX && mpn_ucx_peer_unreachable(comm, peer);
+#else
+  (void)comm;
+  (void)peer;
+  return 0;
+#endif
+}
+
 int mpn_watchdog_check(struct ncclComm* comm) {
   /* Finalized too: ncclCommFinalize and ncclCommDestroy wait for the streams,
    * which a peer found gone must release (drain.h). */
@@ -60,14 +74,14 @@ int mpn_watchdog_check(struct ncclComm* comm) {
   int found = 0;
   for (int peer = 0; peer < comm->nranks; peer++) {
     const mpn_rank_info_t* p = &t->ranks[peer];
-    if (p->proc == me->proc || !mpn_topo_same_host(t, comm->rank, peer) || p->pidns != me->pidns ||
-        p->pidns == 0)
-      continue;
+    int local = p->proc != me->proc && mpn_topo_same_host(t, comm->rank, peer) && p->pidns == me->pidns &&
+                p->pidns != 0; /* a process this one can look up */
+    if (!local && !comm->peer_gone[peer] && !ucx_lost(comm, peer)) continue;
     if (comm->peer_gone[peer]) {
       release_again(comm, peer);
       continue;
     }
-    if (mpn_p2p_peer_aborted(comm, peer)) { /* alive, but it let go of the flags it shares with this rank */
+    if (local && mpn_p2p_peer_aborted(comm, peer)) { /* alive, but it let go of the flags it shares with this rank */
       if (!__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE)) {
         mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", peer);
         mpn_comm_set_broken(comm, ncclRemoteError);
@@ -75,16 +89,22 @@ int mpn_watchdog_check(struct ncclComm* comm) {
       release_again(comm, peer);
       continue;
     }
-    if (!mpn_proc_gone(p->pid, p->start_time)) continue;
+    int lost = ucx_lost(comm, peer);
+    if (!lost && !mpn_proc_gone(p->pid, p->start_time)) continue;
     comm->peer_gone[peer] = 1;
     found++;
-    mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
+    if (lost)
+      mpn_error_set(comm, ncclRemoteError,
+                    "rank %d (process %d on %s) is unreachable over UCX: gone, or its host or the network failed", peer,
+                    p->pid, p->host);
+    else
+      mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
     MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, mpn_error_last(comm));
     mpn_comm_set_broken(comm, ncclRemoteError);
     mpn_p2p_mark_aborted(comm, peer); /* (no CUDA call: lets this rank's flag kernels go first) */
     mpn_p2p_release_peer(comm, peer);
 #ifdef HAVE_UCX
-    if (comm->transport[peer] == MPN_TRANSPORT_UCX) { /* forced on one host */
+    if (comm->transport[peer] == MPN_TRANSPORT_UCX) {
       mpn_ucx_peer_lost(comm, peer);
       mpn_ucx_rma_release_peer(comm, peer);
     }
@@ -148,9 +168,9 @@ static void watchdog_stop_at_exit(void) { mpn_watchdog_stop(STOP_AT_EXIT_MS); }
 ncclResult_t mpn_watchdog_start(const struct ncclComm* comm) {
   if (mpn_param_int(MPN_PARAM_WATCHDOG) == 0) return ncclSuccess;
   int needed = 0;
-  for (int peer = 0; peer < comm->nranks && !needed; peer++)
+  for (int peer = 0; peer < comm->nranks && !needed; peer++) /* (over UCX: peers UCX finds unreachable) */
     needed = comm->topo.ranks[peer].proc != comm->topo.ranks[comm->rank].proc &&
-             mpn_topo_same_host(&comm->topo, comm->rank, peer);
+             (mpn_topo_same_host(&comm->topo, comm->rank, peer) || comm->transport[peer] == MPN_TRANSPORT_UCX);
   if (!needed) return ncclSuccess;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&watchdog_lock);

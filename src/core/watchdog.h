@@ -15,13 +15,14 @@ struct ncclComm;
 
 /**
  * Makes sure the process's watchdog thread runs (MPINCCL_WATCHDOG_MS > 0)
- * once a communicator has peers in other processes of this host.
+ * once a communicator has peers in other processes of this host, or over UCX.
  */
 ncclResult_t mpn_watchdog_start(const struct ncclComm* comm);
 
 /**
- * Checks comm's same-host peers once (the thread calls it for every live
- * communicator); returns the number of peers found gone for the first time.
+ * Checks comm's same-host peers and its peers over UCX once (the thread
+ * calls it for every live communicator); returns the number of peers found
+ * gone for the first time.
  */
 int mpn_watchdog_check(struct ncclComm* comm);
 

@@ -41,6 +41,7 @@
 #include "transport.h"
 #ifdef HAVE_UCX
 #include "ucx/graph.h"
+#include "ucx/net.h"
 #include "ucx/staged.h"
 #include "ucx/winstage.h"
 #endif
@@ -251,6 +252,7 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
                              unsigned long long sid, int graph, unsigned long long capture) {
   to_sink->escape = 0; /* (over UCX: no pair; within a host, the pair's word below) */
 #ifdef HAVE_UCX
+  if (mpn_rma_over_ucx(comm, d->peer)) mpn_ucx_peer_watch(comm, d->peer); /* (a peer that goes is then found) */
   if (mpn_rma_over_ucx(comm, d->peer) && !graph) { /* the counter the peer's atomic adds reach */
     uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
     *expected += (uint64_t)d->opCnt;

@@ -469,6 +469,17 @@ void mpn_ucx_peer_lost(struct ncclComm* comm, int peer) {
     MPN_WARN("rank %d is gone, and its UCX operations could not be failed: out of memory", peer);
 }
 
+void mpn_ucx_peer_watch(struct ncclComm* comm, int peer) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  if (p && mpn_ucx_proxy_watch(comm->ucx, p) != ncclSuccess)
+    MPN_INFO(MPN_SUBSYS_NET, "rank %d: no endpoint asked for rank %d: out of memory", comm->rank, peer);
+}
+
+int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  return p && __atomic_load_n(&p->unreachable, __ATOMIC_ACQUIRE);
+}
+
 /* Reports a size mismatch, one of this rank's receives (preferred: its own
  * finding) or one of its sends (a peer's notice); 0 when neither is
  * recorded.  Records are written before their claimed flag (release). */

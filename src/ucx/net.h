@@ -95,6 +95,15 @@ uint64_t mpn_ucx_graph_tag(const struct ncclComm* comm, int src, int dst, uint64
  * streams' waits are released) and so do later ones. */
 void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);
 
+/** A peer this rank waits for (its signals): its endpoint is made now if it
+ * has none, so that UCX's keepalive finds the peer if it goes. */
+void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
+
+/** Whether UCX reported peer unreachable (its endpoint failed: the process
+ * is gone, or its host or the network): the watchdog then fails comm as for
+ * a process found gone. */
+int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
+
 /** Folds a failed UCX transfer into the communicator's async error:
  *  ncclInvalidUsage for a message whose receive had another size (the send
  *  differs in count or datatype: the receiving side finds it, the sending

@@ -203,6 +203,7 @@ static void peer_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {
   mpn_ucx_peer_t* peer = arg;
   MPN_WARN("UCX: a peer became unreachable: %s", ucs_status_string(status));
   peer->failed = 1;
+  __atomic_store_n(&peer->unreachable, 1, __ATOMIC_RELEASE); /* the watchdog fails its communicator */
   cancel_matching(NULL, peer, 0);
 }
 
@@ -667,6 +668,21 @@ ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer) {
   static uint64_t done; /* nobody waits for it */
   mpn_ucx_cmd_t cmd = {
       .kind = MPN_UCX_CALL, .owner = owner, .fn = peer_lost, .arg = peer, .flag = &done, .value = 1, .quiet = 1};
+  return mpn_ucx_proxy_post(&cmd);
+}
+
+static void peer_watch(void* arg) {
+  mpn_ucx_peer_t* peer = arg;
+  ucs_status_t st = ep_connect(peer);
+  if (st != UCS_OK)
+    MPN_INFO(MPN_SUBSYS_NET, "UCX: no endpoint to a peer this rank waits for: %s", ucs_status_string(st));
+}
+
+ncclResult_t mpn_ucx_proxy_watch(const void* owner, mpn_ucx_peer_t* peer) {
+  if (__atomic_exchange_n(&peer->watched, 1, __ATOMIC_ACQ_REL)) return ncclSuccess;
+  static uint64_t done; /* nobody waits for it */
+  mpn_ucx_cmd_t cmd = {
+      .kind = MPN_UCX_CALL, .owner = owner, .fn = peer_watch, .arg = peer, .flag = &done, .value = 1, .quiet = 1};
   return mpn_ucx_proxy_post(&cmd);
 }
 

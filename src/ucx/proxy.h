@@ -18,7 +18,9 @@ typedef struct {
   void* address;      /**< the peer worker's address (owned) */
   size_t address_len;
   ucp_ep_h ep;        /**< NULL until the first operation */
-  int failed;         /**< UCX reported the peer unreachable (proxy thread) */
+  int failed;         /**< its operations fail: UCX reported it unreachable, or it is known gone (proxy thread) */
+  int unreachable;    /**< UCX reported it unreachable (its endpoint's error handler; read by the watchdog) */
+  int watched;        /**< its endpoint was asked for (mpn_ucx_proxy_watch; API threads) */
 } mpn_ucx_peer_t;
 
 typedef enum {
@@ -146,6 +148,12 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
  * owner is the communicator state peer belongs to: its close drops the call
  * if it has not run yet. */
 ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer);
+
+/** Has the proxy make peer's endpoint now, if it has none (returns at
+ * once; once per peer): UCX's keepalive then watches it, so that a peer
+ * this rank only waits for, on another host, is found if it goes.  owner
+ * as in mpn_ucx_proxy_peer_lost. */
+ncclResult_t mpn_ucx_proxy_watch(const void* owner, mpn_ucx_peer_t* peer);
 
 /** Proxy thread only (a command's fn): peer's operations in flight fail,
  * and so do those started later. */

@@ -45,7 +45,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                  "change it if the application uses the same tag there."},
     [MPN_PARAM_WATCHDOG] = {"MPINCCL_WATCHDOG_MS", MPN_PARAM_INT, "200", NULL, 0, 60000,
                             "Milliseconds between checks that the processes of peers on this "
-                            "host are alive; a peer found gone sets ncclRemoteError on the "
+                            "host are alive, and that UCX has not found a peer over UCX "
+                            "unreachable; a peer found gone sets ncclRemoteError on the "
                             "communicator and releases the streams waiting for it, again at "
                             "every check (as for a peer that aborted its communicator: queued "
                             "graph replays take one release each). The same "

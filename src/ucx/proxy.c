@@ -44,6 +44,8 @@ static struct {
   mpn_ucx_mismatch_t* found; /* claimed records whose found is due, proxy thread only */
   pid_t pid;                 /* the process whose proxy thread runs (none in a child of fork) */
   int park, parked;          /* the proxy is to stop calling UCX (proxy_park); it has */
+  int flush_fence;           /* UCX has no FENCE_MODE: its fence orders each lane only */
+  mpn_ucx_cmd_t* fenced;     /* puts whose data is done, their signal to go (proxy thread only) */
   uint64_t rounds;           /* of the proxy's loop (for tests) */
 } px = {.once = PTHREAD_ONCE_INIT,
         .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -230,27 +232,64 @@ static ucs_status_t key_of(ucp_ep_h ep, mpn_ucx_remote_t* r) {
   return r->rkey ? UCS_OK : ucp_ep_rkey_unpack(ep, r->packed, &r->rkey);
 }
 
+/* The flush of a put's data ended (fence_done, or at once in execute):
+ * its signal goes in a later round of the proxy (execute counts it again). */
+static void fence_passed(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
+  if (status != UCS_OK) {
+    complete(NULL, status, cmd);
+    return;
+  }
+  cmd->fenced = 1;
+  px.in_flight--;
+  cmd->next = px.fenced;
+  px.fenced = cmd;
+}
+
+static void fence_done(void* request, ucs_status_t status, void* user_data) {
+  mpn_ucx_cmd_t* cmd = user_data;
+  if (cmd->posting) { /* inside the *_nbx call: execute() goes on */
+    cmd->early_done = 1;
+    cmd->early_status = status;
+    return;
+  }
+  if (cmd->request) flying_remove(cmd);
+  cmd->request = NULL;
+  if (request) ucp_request_free(request);
+  fence_passed(cmd, status);
+}
+
 /*
  * Put with signal: the data; then, with a signal, a fence, the descriptor
  * (if any) and a fence, and an atomic add of 1 to the peer's counter, so the
  * peer sees the count change only after the data and the descriptor; then a
  * flush of the endpoint, whose completion (everything remotely done) is the
- * command's.  The peer's keys are unpacked on first use.
+ * command's.  Where UCX's fence orders each lane only (before FENCE_MODE,
+ * UCX 1.14: a put split over several rails could land after the atomic),
+ * the data and the descriptor are flushed instead, and the atomic goes once
+ * that is done (cmd->fenced, fence_passed).  The peer's keys are unpacked
+ * on first use.
  */
 static ucs_status_ptr_t put_signal(mpn_ucx_cmd_t* cmd, const ucp_request_param_t* done) {
   ucp_ep_h ep = cmd->peer->ep;
   ucp_request_param_t plain = {.op_attr_mask = 0};
   ucs_status_t st = UCS_OK;
-  if (cmd->bytes > 0) st = key_of(ep, cmd->dst);
-  if (st == UCS_OK && cmd->bytes > 0)
+  int by_flush = px.flush_fence && cmd->signal;
+  if (cmd->bytes > 0 && !cmd->fenced) st = key_of(ep, cmd->dst);
+  if (st == UCS_OK && cmd->bytes > 0 && !cmd->fenced)
     st = let_go(ucp_put_nbx(ep, cmd->buf, cmd->bytes, cmd->dst->addr + cmd->dst_offset, cmd->dst->rkey, &plain));
-  if (st == UCS_OK && cmd->signal) st = ucp_worker_fence(px.worker);
-  if (st == UCS_OK && cmd->signal && cmd->desc) {
+  if (st == UCS_OK && cmd->signal && !by_flush) st = ucp_worker_fence(px.worker);
+  if (st == UCS_OK && cmd->signal && cmd->desc && !cmd->fenced) {
     st = key_of(ep, cmd->desc);
     if (st == UCS_OK)
       st = let_go(ucp_put_nbx(ep, cmd->desc_bytes, sizeof(cmd->desc_bytes), cmd->desc->addr + cmd->desc_offset,
                               cmd->desc->rkey, &plain));
-    if (st == UCS_OK) st = ucp_worker_fence(px.worker);
+    if (st == UCS_OK && !by_flush) st = ucp_worker_fence(px.worker);
+  }
+  if (st == UCS_OK && by_flush && !cmd->fenced) {
+    ucp_request_param_t fence = *done;
+    fence.cb.send = fence_done;
+    cmd->fencing = 1;
+    return ucp_ep_flush_nbx(ep, &fence);
   }
   ucp_request_param_t amo = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE, .datatype = ucp_dt_make_contig(8)};
   cmd->one = 1;
@@ -307,7 +346,17 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     req = ucp_tag_recv_nbx(px.worker, cmd->buf, cmd->bytes, cmd->tag, ~(ucp_tag_t)cmd->last_bit, &param);
   }
   cmd->posting = 0;
-  if (cmd->early_done) {
+  if (cmd->fencing) { /* the flush before a signal (put_signal) */
+    cmd->fencing = 0;
+    if (cmd->early_done || req == NULL || UCS_PTR_IS_ERR(req)) {
+      ucs_status_t status = cmd->early_done ? (ucs_status_t)cmd->early_status : UCS_PTR_STATUS(req);
+      if (cmd->early_done && req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+      fence_passed(cmd, status);
+    } else {
+      cmd->request = req;
+      flying_add(cmd);
+    }
+  } else if (cmd->early_done) {
     complete(req, (ucs_status_t)cmd->early_status, cmd);
   } else if (req == NULL) { /* sends and puts only (receives: see above) */
     complete(NULL, UCS_OK, cmd);
@@ -409,11 +458,26 @@ static void drain_owner(const void* owner) {
   }
 }
 
+/* Puts of a closing communicator whose signal has not gone: cancelled. */
+static void fenced_drop(const void* owner) {
+  for (mpn_ucx_cmd_t **p = &px.fenced, *c; (c = *p) != NULL;) {
+    if (c->owner != owner) {
+      p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    px.in_flight++;
+    complete(NULL, UCS_ERR_CANCELED, c);
+  }
+}
+
 static void close_endpoints(void) {
+  fenced_drop(px.closing_owner);
   armed_sweep(px.closing_owner);
   cancel_matching(px.closing_owner, NULL, 0);
   for (int i = 0; i < px.n_closing; i++) ep_force_close(&px.closing[i]);
   drain_owner(px.closing_owner);
+  fenced_drop(px.closing_owner); /* (flushes that ended meanwhile) */
 }
 
 static char proxy_near[16]; /* PCI bus of the GPU served, "" for none */
@@ -440,6 +504,14 @@ static void* proxy_main(void* arg) {
     px.head = px.tail = NULL;
     int closing = px.close_gen != px.closed_gen;
     pthread_mutex_unlock(&px.lock);
+    mpn_ucx_cmd_t* fenced = px.fenced; /* signals whose puts are done: before newer commands */
+    px.fenced = NULL;
+    while (fenced) {
+      mpn_ucx_cmd_t* next = fenced->next;
+      fenced->next = NULL;
+      execute(fenced);
+      fenced = next;
+    }
     while (cmds) {
       mpn_ucx_cmd_t* next = cmds->next;
       if (px.armed == NULL && triggered(cmds)) execute(cmds);
@@ -463,7 +535,7 @@ static void* proxy_main(void* arg) {
     unsigned events = ucp_worker_progress(px.worker);
     __atomic_store_n(&px.rounds, px.rounds + 1, __ATOMIC_RELEASE);
     found_run();
-    if (!events && px.in_flight == 0 && px.armed == NULL) usleep(50);
+    if (!events && px.in_flight == 0 && px.armed == NULL && px.fenced == NULL) usleep(50);
   }
   return NULL;
 }
@@ -507,11 +579,14 @@ static void proxy_init(void) {
   /* A weak fence may not order a put before an atomic that travels another
    * way; signals over UCX rely on that order (winstage.c).  Older UCX has no
    * such setting (and takes an unknown one silently, to warn at init). */
-  if (st == UCS_OK && getenv("UCX_FENCE_MODE") == NULL) {
-    if (!config_has(config, "UCX_FENCE_MODE="))
-      MPN_INFO(MPN_SUBSYS_NET, "UCX %u.%u.%u has no FENCE_MODE: its default fence is used", major,
-               minor, release);
-    else if (ucp_config_modify(config, "FENCE_MODE", "strong") != UCS_OK)
+  if (st == UCS_OK) {
+    px.flush_fence = !config_has(config, "UCX_FENCE_MODE=");
+    if (px.flush_fence)
+      MPN_INFO(MPN_SUBSYS_NET,
+               "UCX %u.%u.%u has no FENCE_MODE (its fence orders each lane only): a signal waits for the "
+               "flush of its put",
+               major, minor, release);
+    else if (getenv("UCX_FENCE_MODE") == NULL && ucp_config_modify(config, "FENCE_MODE", "strong") != UCS_OK)
       MPN_INFO(MPN_SUBSYS_NET, "UCX did not take FENCE_MODE=strong");
   }
   if (st == UCS_OK) st = ucp_init(&params, config, &px.context);

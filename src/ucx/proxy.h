@@ -120,6 +120,10 @@ typedef struct mpn_ucx_cmd {
   int user_buffer;
   void* request;        /**< UCX request while in flight (proxy thread) */
   int posting, early_done; /**< completion seen inside the posting call (proxy thread) */
+  /** Put with signal where UCX's fence orders each lane only (no FENCE_MODE):
+   * fencing while the flush of its data is in flight, fenced once that is
+   * done, and the atomic goes next (proxy thread). */
+  int fencing, fenced;
   int early_status;
   struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;

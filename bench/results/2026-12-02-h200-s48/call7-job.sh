@@ -25,3 +25,6 @@ for np in 2 4; do
   done
 done
 echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; pkill -9 -f nvidia-cuda-mps
+# the put+signal ping-pong over UCX at 8 B (the flush before each signal), against UCX's own put latency (--net)
+MPINCCL_TRANSPORT=ucx timeout 90 mpirun -np 2 $flags -x MPINCCL_TRANSPORT ./bench/mpinccl_bench -o putpingpong -b 8 -e 64K -f 8 -n 200 -w 20 --net > $out/putpingpong-ucx.txt 2>&1
+echo "putpingpong over UCX exit $?"; tail -n 8 $out/putpingpong-ucx.txt

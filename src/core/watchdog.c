@@ -52,11 +52,16 @@ static void release_again(struct ncclComm* comm, int peer) {
   }
 }
 
-/* Whether UCX found peer unreachable (its endpoint failed): a peer on
- * another host, whose process this one cannot look up, is known gone so. */
+/* Whether a peer over UCX is known gone: UCX found it unreachable (its
+ * endpoint failed), which is how a peer on another host, whose process this
+ * one cannot look up, is found gone, while this rank still waits for
+ * signals of its.  A peer that closed its communicator after its last
+ * signal fails its endpoint too, and is no failure (its operations in
+ * flight with this rank, if any, fail on their own: mpn_ucx_poll_errors). */
 static int ucx_lost(struct ncclComm* comm, int peer) {
 #ifdef HAVE_UCX
-  return comm->transport[peer] == MPN_TRANSPORT_UCX && mpn_ucx_peer_unreachable(comm, peer);
+  return comm->transport[peer] == MPN_TRANSPORT_UCX && mpn_ucx_peer_unreachable(comm, peer) &&
+         mpn_ucx_rma_waiting_for(comm, peer);
 #else
   (void)comm;
   (void)peer;
@@ -78,7 +83,11 @@ int mpn_watchdog_check(struct ncclComm* comm) {
                 p->pidns != 0; /* a process this one can look up */
     if (!local && !comm->peer_gone[peer] && !ucx_lost(comm, peer)) continue;
     if (comm->peer_gone[peer]) {
-      release_again(comm, peer);
+      if (local) release_again(comm, peer);
+#ifdef HAVE_UCX
+      /* (a captured wait puts its word back after it: each replay takes one) */
+      if (comm->transport[peer] == MPN_TRANSPORT_UCX) mpn_ucx_rma_release_peer(comm, peer);
+#endif
       continue;
     }
     if (local && mpn_p2p_peer_aborted(comm, peer)) { /* alive, but it let go of the flags it shares with this rank */

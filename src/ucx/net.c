@@ -477,7 +477,9 @@ void mpn_ucx_peer_watch(struct ncclComm* comm, int peer) {
 
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
   mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
-  return p && __atomic_load_n(&p->unreachable, __ATOMIC_ACQUIRE);
+  /* (a peer whose abort notice came is reported so: mpn_ucx_poll_errors) */
+  return p && __atomic_load_n(&p->unreachable, __ATOMIC_ACQUIRE) &&
+         __atomic_load_n(&comm->ucx->aborted_by, __ATOMIC_ACQUIRE) != peer;
 }
 
 /* Reports a size mismatch, one of this rank's receives (preferred: its own

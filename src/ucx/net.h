@@ -100,8 +100,8 @@ void mpn_ucx_peer_lost(struct ncclComm* comm, int peer);
 void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
 
 /** Whether UCX reported peer unreachable (its endpoint failed: the process
- * is gone, or its host or the network): the watchdog then fails comm as for
- * a process found gone. */
+ * is gone, or its host or the network, or it closed its communicator) and
+ * no abort notice of its came. */
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
 
 /** Folds a failed UCX transfer into the communicator's async error:

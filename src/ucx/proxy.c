@@ -232,9 +232,16 @@ static ucs_status_t key_of(ucp_ep_h ep, mpn_ucx_remote_t* r) {
   return r->rkey ? UCS_OK : ucp_ep_rkey_unpack(ep, r->packed, &r->rkey);
 }
 
+/* Words a late completion of a closed owner's operation writes instead of
+ * the owner's, which are freed once the close returns (drain_owner). */
+static uint64_t orphan_flag, orphan_release;
+static int orphan_error, orphan_pending;
+
 /* The flush of a put's data ended (fence_done, or at once in execute):
- * its signal goes in a later round of the proxy (execute counts it again). */
+ * its signal goes in a later round of the proxy (execute counts it again),
+ * unless its communicator closed meanwhile (drain_owner). */
 static void fence_passed(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
+  if (status == UCS_OK && cmd->flag == &orphan_flag) status = UCS_ERR_CANCELED;
   if (status != UCS_OK) {
     complete(NULL, status, cmd);
     return;
@@ -428,11 +435,6 @@ static void ep_force_close(mpn_ucx_peer_t* p) {
   if (req && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
   p->ep = NULL;
 }
-
-/* Words a late completion of a closed owner's operation writes instead of
- * the owner's, which are freed once the close returns. */
-static uint64_t orphan_flag, orphan_release;
-static int orphan_error, orphan_pending;
 
 /* Lets the owner's purged operations complete (their callbacks run from the
  * worker's progress), for at most a second; those still in flight then

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "cuda/apply.h"
 #include "cuda/device.h"
+#include "rma/rma.h"
 #include "rma/window.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
@@ -254,6 +255,17 @@ void mpn_ucx_rma_release_peer(struct ncclComm* comm, int peer) {
     __atomic_store_n((uint64_t*)r->area + (size_t)peer * (size_t)r->nctx + (size_t)ctx, UINT64_MAX >> 1,
                      __ATOMIC_RELEASE);
   if (r) release_graph_slots(r, peer);
+}
+
+int mpn_ucx_rma_waiting_for(struct ncclComm* comm, int peer) {
+  struct mpn_ucx_rma* r = __atomic_load_n(&comm->ucx_rma, __ATOMIC_ACQUIRE);
+  struct mpn_rma* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
+  for (int ctx = 0; r && rma && rma->expected && ctx < r->nctx; ctx++) {
+    uint64_t came =
+        __atomic_load_n((uint64_t*)r->area + (size_t)peer * (size_t)r->nctx + (size_t)ctx, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&rma->expected[mpn_rma_pc(comm, peer, ctx)], __ATOMIC_RELAXED) > came) return 1;
+  }
+  return 0;
 }
 
 CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx) {

@@ -59,6 +59,10 @@ ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t 
 /** Device address of the counter of signals from peer on ctx (a stream waits on it). */
 CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx);
 
+/** Whether a wait of this rank (not captured) still expects signals from
+ * peer that have not come: counts waited for above the counter on some ctx. */
+int mpn_ucx_rma_waiting_for(struct ncclComm* comm, int peer);
+
 /**
  * Enqueues on stream, after its waits, the kernel that lands the puts of
  * the signals expected - n + 1 .. expected from peer on ctx, for n[i],

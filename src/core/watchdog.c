@@ -81,7 +81,8 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     const mpn_rank_info_t* p = &t->ranks[peer];
     int local = p->proc != me->proc && mpn_topo_same_host(t, comm->rank, peer) && p->pidns == me->pidns &&
                 p->pidns != 0; /* a process this one can look up */
-    if (!local && !comm->peer_gone[peer] && !ucx_lost(comm, peer)) continue;
+    int lost = ucx_lost(comm, peer);
+    if (!local && !comm->peer_gone[peer] && !lost) continue;
     if (comm->peer_gone[peer]) {
       if (local) release_again(comm, peer);
 #ifdef HAVE_UCX
@@ -98,7 +99,6 @@ int mpn_watchdog_check(struct ncclComm* comm) {
       release_again(comm, peer);
       continue;
     }
-    int lost = ucx_lost(comm, peer);
     if (!lost && !mpn_proc_gone(p->pid, p->start_time)) continue;
     comm->peer_gone[peer] = 1;
     found++;

@@ -20,7 +20,6 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "transport.h"
-#include "transport.h"
 #include "ucx/net_comm.h"
 #include "ucx/proxy.h"
 

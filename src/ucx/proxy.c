@@ -75,13 +75,18 @@ static const char* kind_name(mpn_ucx_cmd_kind_t kind) {
   }
 }
 
+/* A completion inside the *_nbx call that posted cmd is noted for
+ * execute(), which finishes it; 1 then. */
+static int early_noted(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
+  if (!cmd->posting) return 0;
+  cmd->early_done = 1;
+  cmd->early_status = status;
+  return 1;
+}
+
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
-  if (cmd->posting) { /* UCX completed it inside the *_nbx call: execute() finishes it */
-    cmd->early_done = 1;
-    cmd->early_status = status;
-    return;
-  }
+  if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
@@ -254,11 +259,7 @@ static void fence_passed(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
 
 static void fence_done(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
-  if (cmd->posting) { /* inside the *_nbx call: execute() goes on */
-    cmd->early_done = 1;
-    cmd->early_status = status;
-    return;
-  }
+  if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
   cmd->request = NULL;
   if (request) ucp_request_free(request);
@@ -735,17 +736,22 @@ ncclResult_t mpn_ucx_proxy_flush_here(const mpn_ucx_cmd_t* cmd) {
   return start_here(&flush, NULL, 0);
 }
 
-static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }
-
-/* Owned: arriving with its communicator's close while other commands wait
- * for their trigger, it waits behind them, and unowned it would outlive the
- * close and write to the freed peer; owned, the close drops it.  That loses
+/* Posts fn(peer) on the proxy thread, nobody waiting for it.  Owned:
+ * arriving with its communicator's close while other commands wait for
+ * their trigger, it waits behind them, and unowned it would outlive the
+ * close and use the freed peer; owned, the close drops it.  That loses
  * nothing (the close cancels what is left on peer), so it is quiet. */
-ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer) {
+static ncclResult_t peer_call_post(const void* owner, void (*fn)(void*), mpn_ucx_peer_t* peer) {
   static uint64_t done; /* nobody waits for it */
   mpn_ucx_cmd_t cmd = {
-      .kind = MPN_UCX_CALL, .owner = owner, .fn = peer_lost, .arg = peer, .flag = &done, .value = 1, .quiet = 1};
+      .kind = MPN_UCX_CALL, .owner = owner, .fn = fn, .arg = peer, .flag = &done, .value = 1, .quiet = 1};
   return mpn_ucx_proxy_post(&cmd);
+}
+
+static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }
+
+ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer) {
+  return peer_call_post(owner, peer_lost, peer);
 }
 
 static void peer_watch(void* arg) {
@@ -757,10 +763,7 @@ static void peer_watch(void* arg) {
 
 ncclResult_t mpn_ucx_proxy_watch(const void* owner, mpn_ucx_peer_t* peer) {
   if (__atomic_exchange_n(&peer->watched, 1, __ATOMIC_ACQ_REL)) return ncclSuccess;
-  static uint64_t done; /* nobody waits for it */
-  mpn_ucx_cmd_t cmd = {
-      .kind = MPN_UCX_CALL, .owner = owner, .fn = peer_watch, .arg = peer, .flag = &done, .value = 1, .quiet = 1};
-  return mpn_ucx_proxy_post(&cmd);
+  return peer_call_post(owner, peer_watch, peer);
 }
 
 /* Whether this process runs the proxy thread.  Read without px.lock: a

@@ -2,8 +2,9 @@
 # run-device.sh - everything a GPU machine run should produce, in one command
 # (device time is scarce): build, `make check`, then the benchmarks in both
 # regimes (MPS off, then on), each writing JSON, plus examples/halo3d against
-# its flag-only loop, and the plot.  Results go to the folder given (default
-# ./device-results): check.log, *.json, *.txt, perf.png.
+# its flag-only loop, the plot and the summary (bench/summary.py).  Results go
+# to the folder given (default ./device-results): check.log, *.json, *.txt,
+# perf.png, summary.md.
 # On the project's GPU machine: source .device/setup.sh && bench/run-device.sh "$OUT"
 # Options (after the folder): --no-check skips make check, --no-mps the MPS
 # half, --no-variants the runs with non-default options: copy engine only,
@@ -348,6 +349,12 @@ fi
 step plot
 python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "$out/perf.png" >"$out/plot.log" 2>&1 ||
   tail -3 "$out/plot.log"
+step summary
+# The targets' verdicts and a table per operation, from this run's files.
+commit=$(git rev-parse --short HEAD 2>/dev/null || true)
+python3 bench/summary.py "$out" ${commit:+--commit "$commit"} >"$out/summary.md" 2>"$out/summary.log" ||
+  tail -3 "$out/summary.log"
+grep -E '^\| .* \| (met|\*\*not met\*\*|not run) \|$' "$out/summary.md" | sed 's/^/   /'
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ $check = 1 ] && [ -x "$sanitizer" ]; then
   step "compute-sanitizer (memcheck) on the first test_p2p steps, 2 ranks"

@@ -578,7 +578,7 @@ static size_t size_next(const options_t* o, size_t size) {
  * so that every rank has once been the side that posts second, which moves
  * the data and makes the one-time CUDA IPC imports of its peers' buffers.
  * Otherwise those imports land in the first timed loop whose roles differ
- * from its warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE.md,
+ * from its warm-up's (about 1 ms on two GPUs: docs/PERFORMANCE-HISTORY.md,
  * twenty-first session). */
 static void roles_warmup(bench_t* b) {
   size_t largest = b->o->minbytes;

@@ -45,6 +45,7 @@ if [ ! -f Makefile ]; then
   step configure
   (autoreconf -fi && ./configure -q) >"$out/configure.log" 2>&1 || { tail "$out/configure.log"; exit 1; }
 fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>/dev/null || true
 step build
 make -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ $check = 1 ]; then
@@ -155,7 +156,7 @@ regime_runs() { # regime
   halo3d_runs "$r"
 }
 # The small-message figures vary from job to job, floors included
-# (PERFORMANCE.md, sixteenth session: 8 B sendrecv without MPS 1.01-1.67x
+# (PERFORMANCE-HISTORY.md, sixteenth session: 8 B sendrecv without MPS 1.01-1.67x
 # its delegated floor in six jobs).  5 jobs of the first size alone, each
 # ratio against its own job's floor, and their median.
 repeat_ratio() { # regime name np args...
@@ -219,7 +220,7 @@ halo3d_runs() { # regime
 
 # Without MPS, 4 processes sharing the GPU settle, run by run, into one of
 # two schedules one context switch apart, whichever loop they run
-# (PERFORMANCE.md, sixteenth session), so one run of each loop compares two
+# (PERFORMANCE-HISTORY.md, sixteenth session), so one run of each loop compares two
 # draws.  The demo, its --put variant and its flag-only loop, 3 runs each,
 # interleaved, and the ratios of the best of each to the flag-only loop's.
 ring_runs() { # regime: examples/ring, ranks of one process (under MPS ordered by events)

@@ -7,16 +7,21 @@ and one-sided issues with its figure, bound and verdict, and a table per
 operation (both regimes side by side).  Every figure comes from the files;
 a file that is missing gives "not run".
 
-    bench/summary.py RESULTS_DIR [--commit SHA] > summary.md
+    bench/summary.py RESULTS [--commit SHA] > summary.md
+    bench/summary.py RESULTS --row LABEL    # one line of the targets across runs
 
-run-device.sh writes RESULTS_DIR/summary.md this way; docs/PERFORMANCE.md
-carries the reference run's.
+RESULTS is the folder, or an archive of it (.tgz, the folder as res/ inside,
+as bench/results keeps them).  run-device.sh writes RESULTS/summary.md this
+way; docs/PERFORMANCE.md carries the reference run's, and its table of runs
+comes from --row over the archives in bench/results.
 """
 import argparse
 import json
 import os
 import re
 import sys
+import tarfile
+import tempfile
 
 REGIMES = [("mps-off", "without MPS"), ("mps-on", "with MPS")]
 
@@ -219,18 +224,53 @@ def barrier_table(folder):
     return "**signal barrier** (one loop of 1000)\n\n" + "\n".join(out) if any_run else None
 
 
+def ratio_pair(values, form):
+    return " / ".join("—" if v is None else form % v + "x" for v in values)
+
+
+def row(folder, label):
+    """One Markdown row: the 8 B sendrecv medians, halo3d at 4 and 2 ranks, the 8-rank barrier's medians."""
+    regimes = [r for r, _ in REGIMES]
+    med = lambda name: [(repeats(folder, r, name) or (None,))[0] for r in regimes]
+    halo = lambda np: [(lambda b: b and b[0] / b[2])(halo3d_best(folder, r, np)) for r in regimes]
+    return "| %s | %s | %s | %s | %s |" % (label, ratio_pair(med("sendrecv-8B"), "%.3g"), ratio_pair(halo(4), "%.3f"),
+                                           ratio_pair(halo(2), "%.3f"), ratio_pair(med("barrier-np8"), "%.3g"))
+
+
+def open_results(path, scratch):
+    """The results folder of path: itself, or where its archive was unpacked (its res/ if it has one)."""
+    if os.path.isdir(path):
+        return path
+    with tarfile.open(path) as tar:
+        tar.extractall(scratch, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(scratch)
+    inner = os.path.join(scratch, "res")
+    return inner if os.path.isdir(inner) else scratch
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder")
     ap.add_argument("--commit", default=None, help="the source the run built, for the heading")
+    ap.add_argument("--row", metavar="LABEL", default=None, help="print only the run's line of the targets table")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        args.folder = open_results(args.folder, scratch)
+        if args.row is not None:
+            print(row(args.folder, args.row))
+            return 0
+        return report(args)
+
+
+def report(args):
     probe = next((load_json(args.folder, r + "-sendrecv") for r, _ in REGIMES if load_json(args.folder, r + "-sendrecv")),
                  None)
     if probe is None:
         print("summary.py: no sendrecv results in %s" % args.folder, file=sys.stderr)
         return 1
+    smi = (read_text(args.folder, "gpu.txt") or "").strip().splitlines()
+    gpu = "%s (nvidia-smi: %s)" % (probe.get("gpu"), smi[0].strip()) if smi else probe.get("gpu")
     print("Run of `bench/run-device.sh`%s: %s, %s GPU(s), %s.\n" % (
-        " at `%s`" % args.commit if args.commit else "", probe.get("gpu"), probe.get("gpus"), probe.get("library")))
+        " at `%s`" % args.commit if args.commit else "", gpu, probe.get("gpus"), probe.get("library")))
     print("### Floors (plain CUDA, measured at the start of the 2-rank sendrecv run)\n")
     print(floors(args.folder) + "\n")
     print("### Targets\n")

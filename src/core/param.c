@@ -98,7 +98,7 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                    "reaches (its own, or another with peer access) that a rank moves in one group are "
                                    "copied by one kernel launch "
                                    "instead of one copy-engine copy each (the 26-neighbour halo "
-                                   "exchange of docs/PERFORMANCE.md ran 1.9x faster with MPS, 1.2x "
+                                   "exchange of docs/PERFORMANCE-HISTORY.md ran 1.9x faster with MPS, 1.2x "
                                    "without); 0 keeps the copy engine for all."},
     [MPN_PARAM_EAGER_MAX] = {"MPINCCL_EAGER_MAX", MPN_PARAM_INT, "4096", NULL, 0, 4096,
                              "Between processes whose kernels run at the same time (on one GPU under MPS, or on "

@@ -352,7 +352,9 @@ python3 bench/plot.py "$out"/mps-*-sendrecv.json "$out"/mps-*-pingpong.json -o "
   tail -3 "$out/plot.log"
 step summary
 # The targets' verdicts and a table per operation, from this run's files.
-commit=$(git rev-parse --short HEAD 2>/dev/null || true)
+# MPINCCL_RUN_COMMIT names the source where the machine's checkout has no
+# git metadata of its own, or stale metadata (a copied working tree).
+commit=${MPINCCL_RUN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 python3 bench/summary.py "$out" ${commit:+--commit "$commit"} >"$out/summary.md" 2>"$out/summary.log" ||
   tail -3 "$out/summary.log"
 grep -E '^\| .* \| (met|\*\*not met\*\*|not run) \|$' "$out/summary.md" | sed 's/^/   /'

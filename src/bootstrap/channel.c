@@ -57,6 +57,7 @@ typedef struct task {
 } task_t;
 
 #define GONE_MAX 64
+#define ANY_TAG INT32_MIN /* (no message has it) */
 
 static struct {
   pthread_mutex_t lock;
@@ -68,8 +69,10 @@ static struct {
   struct {
     uint64_t key;
     int32_t dst;
+    int32_t tag;    /* ANY_TAG: every message to dst */
   } gone[GONE_MAX]; /* ranks of contexts that went away here (mpn_chan_forget), the latest: keys are never
-                       used again, so a message to one that comes later (a peer's failure notice) is dropped */
+                       used again, so a message to one that comes later (a peer's failure notice) is dropped;
+                       and answers whose callers gave up (mpn_chan_forget_tag) */
   unsigned n_gone;  /* forgotten so far; gone[] is a ring */
   uint64_t proc;
   int mpi_ready, mpi_owned, thread_level, world_rank, tag;
@@ -248,10 +251,11 @@ ncclResult_t mpn_chan_mpi_start(int may_init) {
   return res;
 }
 
-static int gone(uint64_t key, int dst) {
+static int gone(uint64_t key, int dst, int tag) {
   unsigned n = chan.n_gone < GONE_MAX ? chan.n_gone : GONE_MAX;
   for (unsigned i = 0; i < n; i++)
-    if (chan.gone[i].key == key && chan.gone[i].dst == dst) return 1;
+    if (chan.gone[i].key == key && chan.gone[i].dst == dst && (chan.gone[i].tag == ANY_TAG || chan.gone[i].tag == tag))
+      return 1;
   return 0;
 }
 
@@ -262,7 +266,7 @@ static void deposit(const msg_hdr_t* hdr, const void* data) {
     mpn_service_deliver(hdr->key, data, hdr->len);
     return;
   }
-  if (gone(hdr->key, hdr->dst)) {
+  if (gone(hdr->key, hdr->dst, hdr->tag)) {
     MPN_TRACE(MPN_SUBSYS_BOOTSTRAP,
               "bootstrap: dropped a message (tag %d) from rank %d to rank %d of context %llx, "
               "which went away",
@@ -606,16 +610,17 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
   }
 }
 
-void mpn_chan_forget(uint64_t key, int dst) {
-  chan_init();
-  pthread_mutex_lock(&chan.lock);
+/* Under the lock: messages to (key, dst) of tag (ANY_TAG: all) are dropped,
+ * those in the mailbox now and those that come later. */
+static void forget_locked(uint64_t key, int dst, int tag) {
   chan.gone[chan.n_gone % GONE_MAX].key = key;
   chan.gone[chan.n_gone % GONE_MAX].dst = dst;
+  chan.gone[chan.n_gone % GONE_MAX].tag = tag;
   chan.n_gone++;
   msg_t *m = chan.head, *prev = NULL;
   while (m) {
     msg_t* next = m->next;
-    if (m->hdr.key == key && m->hdr.dst == dst) {
+    if (m->hdr.key == key && m->hdr.dst == dst && (tag == ANY_TAG || m->hdr.tag == tag)) {
       if (prev) prev->next = next;
       else chan.head = next;
       if (chan.tail == m) chan.tail = prev;
@@ -625,7 +630,29 @@ void mpn_chan_forget(uint64_t key, int dst) {
     }
     m = next;
   }
+}
+
+void mpn_chan_forget(uint64_t key, int dst) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  forget_locked(key, dst, ANY_TAG);
   pthread_mutex_unlock(&chan.lock);
+}
+
+void mpn_chan_forget_tag(uint64_t key, int dst, int tag) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  forget_locked(key, dst, tag);
+  pthread_mutex_unlock(&chan.lock);
+}
+
+int mpn_chan_held(uint64_t key, int dst) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  int n = 0;
+  for (const msg_t* m = chan.head; m; m = m->next) n += m->hdr.key == key && m->hdr.dst == dst;
+  pthread_mutex_unlock(&chan.lock);
+  return n;
 }
 
 /*

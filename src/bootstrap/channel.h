@@ -112,6 +112,14 @@ int mpn_chan_noticed(uint64_t key, int dst);
  * latest 64 such ranks; context keys are never used again). */
 void mpn_chan_forget(uint64_t key, int dst);
 
+/** As mpn_chan_forget, for the messages of one tag only: the answer to a
+ * call whose caller gave up waiting for it (the rank may call again with
+ * the same context, under another tag). */
+void mpn_chan_forget_tag(uint64_t key, int dst, int tag);
+
+/** Messages the mailbox holds for rank dst of context key (for tests). */
+int mpn_chan_held(uint64_t key, int dst);
+
 /*
  * Rendezvous service hooks (rendezvous.c): the channel hands every HELLO for
  * MPN_RANK_SERVICE to mpn_service_deliver, under the channel lock.

@@ -468,6 +468,8 @@ static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int ra
   if (failed_hello_send(id, nranks, rank, res, 1, attempt) &&
       table_recv(id, rank, attempt, msg, len, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess)
     round_leave(id, nranks, rank, res, why, msg);
+  else /* an answer that comes later is nobody's: dropped, not kept in the mailbox */
+    mpn_chan_forget_tag(id->key, rank, mpn_tag_table(attempt));
   if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
 }
 
@@ -481,6 +483,7 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
   if (msg == NULL) {
     mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
     (void)failed_hello_send(id, nranks, rank, ncclSystemError, 1, h.attempt); /* its hello went in */
+    mpn_chan_forget_tag(id->key, rank, mpn_tag_table(h.attempt));             /* (its answer, if one comes) */
     return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
   }
   ncclResult_t res = table_recv(id, rank, h.attempt, msg, len, mpn_chan_deadline(), abort);

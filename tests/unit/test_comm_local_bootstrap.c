@@ -197,10 +197,40 @@ START_TEST(stale_answer_dropped) {
 }
 END_TEST
 
+/* The answer to a call whose caller gave up waiting for it (rendezvous.c,
+ * rendezvous_withdraw: mpn_chan_forget_tag) is dropped when it comes, and
+ * one already there goes; messages of the rank under other tags stay. */
+START_TEST(late_answer_dropped) {
+  use_local_bootstrap();
+  mpn_bootstrap_id_t id;
+  ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+  mpn_endpoint_t self = mpn_chan_self();
+  char answer[16] = "table";
+  int given_up = mpn_tag_table(0x1234), other = mpn_tag_table(0x5678);
+  ck_assert_int_eq(mpn_chan_send(id.key, MPN_RANK_SERVICE, 0, &self, given_up, answer, sizeof(answer)), ncclSuccess);
+  ck_assert_int_eq(mpn_chan_send(id.key, MPN_RANK_SERVICE, 0, &self, other, answer, sizeof(answer)), ncclSuccess);
+  ck_assert_int_eq(mpn_chan_flush(id.key, mpn_chan_deadline(), NULL), ncclSuccess);
+  mpn_chan_progress();
+  ck_assert_int_eq(mpn_chan_held(id.key, 0), 2);
+  mpn_chan_forget_tag(id.key, 0, given_up); /* the one there goes */
+  ck_assert_int_eq(mpn_chan_held(id.key, 0), 1);
+  ck_assert_int_eq(mpn_chan_send(id.key, MPN_RANK_SERVICE, 0, &self, given_up, answer, sizeof(answer)), ncclSuccess);
+  ck_assert_int_eq(mpn_chan_flush(id.key, mpn_chan_deadline(), NULL), ncclSuccess);
+  mpn_chan_progress();
+  ck_assert_int_eq(mpn_chan_held(id.key, 0), 1); /* a later one is dropped on arrival */
+  char got[16] = "";
+  ck_assert_int_eq(mpn_chan_recv(id.key, 0, MPN_RANK_SERVICE, other, got, sizeof(got), mpn_chan_deadline(), NULL),
+                   ncclSuccess); /* the other tag's is still there */
+  ck_assert_str_eq(got, "table");
+  ck_assert_int_eq(mpn_chan_held(id.key, 0), 0);
+}
+END_TEST
+
 void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   tcase_add_test(tc, late_notice_dropped);
   tcase_add_test(tc, stale_answer_dropped);
+  tcase_add_test(tc, late_answer_dropped);
 }

@@ -75,14 +75,14 @@ def halo3d_best(folder, regime, np):
     return tuple(float(m.group(i)) for i in (1, 2, 3)) if m else None
 
 
-def fmt(v, digits=3):
+def fmt(v):
     if v is None:
         return "—"
     if abs(v) >= 1000:
         return "{:,.0f}".format(v)
     if abs(v) >= 100:
         return "%.1f" % v
-    return ("%%.%dg" % digits) % v
+    return "%.3g" % v
 
 
 def size_name(n):
@@ -262,8 +262,7 @@ def main():
 
 
 def report(args):
-    probe = next((load_json(args.folder, r + "-sendrecv") for r, _ in REGIMES if load_json(args.folder, r + "-sendrecv")),
-                 None)
+    probe = next(filter(None, (load_json(args.folder, r + "-sendrecv") for r, _ in REGIMES)), None)
     if probe is None:
         print("summary.py: no sendrecv results in %s" % args.folder, file=sys.stderr)
         return 1

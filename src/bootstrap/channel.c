@@ -59,6 +59,16 @@ typedef struct task {
 #define GONE_MAX 64
 #define ANY_TAG INT32_MIN /* (no message has it) */
 
+/* The latest GONE_MAX (key, dst, tag) forgotten; n counts them all. */
+typedef struct {
+  struct {
+    uint64_t key;
+    int32_t dst;
+    int32_t tag; /* ANY_TAG: every message to dst */
+  } at[GONE_MAX];
+  unsigned n;
+} gone_ring_t;
+
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -66,14 +76,12 @@ static struct {
   pending_t* sends;   /* MPI sends not yet complete */
   pending_t *unposted, *unposted_tail; /* workers' sends, not yet given to MPI, oldest first */
   task_t *tasks, *tasks_tail;          /* workers' MPI calls, oldest first */
-  struct {
-    uint64_t key;
-    int32_t dst;
-    int32_t tag;    /* ANY_TAG: every message to dst */
-  } gone[GONE_MAX]; /* ranks of contexts that went away here (mpn_chan_forget), the latest: keys are never
-                       used again, so a message to one that comes later (a peer's failure notice) is dropped;
-                       and answers whose callers gave up (mpn_chan_forget_tag) */
-  unsigned n_gone;  /* forgotten so far; gone[] is a ring */
+  /* Ranks of contexts that went away here (mpn_chan_forget), the latest:
+   * keys are never used again, so a message to one that comes later (a
+   * peer's failure notice) is dropped.  Answers whose callers gave up
+   * (mpn_chan_forget_tag) have a ring of their own, so that many abandoned
+   * calls cannot push a context out. */
+  gone_ring_t gone_ranks, gone_answers;
   uint64_t proc;
   int mpi_ready, mpi_owned, thread_level, world_rank, tag;
   int workers; /* live worker threads (atomic) */
@@ -251,12 +259,15 @@ ncclResult_t mpn_chan_mpi_start(int may_init) {
   return res;
 }
 
-static int gone(uint64_t key, int dst, int tag) {
-  unsigned n = chan.n_gone < GONE_MAX ? chan.n_gone : GONE_MAX;
+static int ring_has(const gone_ring_t* r, uint64_t key, int dst, int tag) {
+  unsigned n = r->n < GONE_MAX ? r->n : GONE_MAX;
   for (unsigned i = 0; i < n; i++)
-    if (chan.gone[i].key == key && chan.gone[i].dst == dst && (chan.gone[i].tag == ANY_TAG || chan.gone[i].tag == tag))
-      return 1;
+    if (r->at[i].key == key && r->at[i].dst == dst && (r->at[i].tag == ANY_TAG || r->at[i].tag == tag)) return 1;
   return 0;
+}
+
+static int gone(uint64_t key, int dst, int tag) {
+  return ring_has(&chan.gone_ranks, key, dst, tag) || ring_has(&chan.gone_answers, key, dst, tag);
 }
 
 /* Files a message: the service consumes HELLOs, the mailbox keeps the rest
@@ -613,10 +624,11 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
 /* Under the lock: messages to (key, dst) of tag (ANY_TAG: all) are dropped,
  * those in the mailbox now and those that come later. */
 static void forget_locked(uint64_t key, int dst, int tag) {
-  chan.gone[chan.n_gone % GONE_MAX].key = key;
-  chan.gone[chan.n_gone % GONE_MAX].dst = dst;
-  chan.gone[chan.n_gone % GONE_MAX].tag = tag;
-  chan.n_gone++;
+  gone_ring_t* r = tag == ANY_TAG ? &chan.gone_ranks : &chan.gone_answers;
+  r->at[r->n % GONE_MAX].key = key;
+  r->at[r->n % GONE_MAX].dst = dst;
+  r->at[r->n % GONE_MAX].tag = tag;
+  r->n++;
   msg_t *m = chan.head, *prev = NULL;
   while (m) {
     msg_t* next = m->next;
@@ -632,19 +644,14 @@ static void forget_locked(uint64_t key, int dst, int tag) {
   }
 }
 
-void mpn_chan_forget(uint64_t key, int dst) {
-  chan_init();
-  pthread_mutex_lock(&chan.lock);
-  forget_locked(key, dst, ANY_TAG);
-  pthread_mutex_unlock(&chan.lock);
-}
-
 void mpn_chan_forget_tag(uint64_t key, int dst, int tag) {
   chan_init();
   pthread_mutex_lock(&chan.lock);
   forget_locked(key, dst, tag);
   pthread_mutex_unlock(&chan.lock);
 }
+
+void mpn_chan_forget(uint64_t key, int dst) { mpn_chan_forget_tag(key, dst, ANY_TAG); }
 
 int mpn_chan_held(uint64_t key, int dst) {
   chan_init();

@@ -114,7 +114,9 @@ void mpn_chan_forget(uint64_t key, int dst);
 
 /** As mpn_chan_forget, for the messages of one tag only: the answer to a
  * call whose caller gave up waiting for it (the rank may call again with
- * the same context, under another tag). */
+ * the same context, under another tag).  The latest 64 such answers are
+ * kept apart from the ranks mpn_chan_forget keeps, so that abandoned calls
+ * never push a rank that went away out. */
 void mpn_chan_forget_tag(uint64_t key, int dst, int tag);
 
 /** Messages the mailbox holds for rank dst of context key (for tests). */

@@ -226,6 +226,34 @@ START_TEST(late_answer_dropped) {
 }
 END_TEST
 
+/* A rank that went away (mpn_chan_forget) stays forgotten however many
+ * answers are given up after it (mpn_chan_forget_tag): the two are kept in
+ * rings of their own, each of the latest 64. */
+START_TEST(gone_rank_outlives_given_up_answers) {
+  use_local_bootstrap();
+  mpn_bootstrap_id_t id;
+  ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+  mpn_endpoint_t self = mpn_chan_self();
+  char notice[16] = "notice";
+  mpn_chan_forget(id.key, 1);
+  for (int k = 0; k < 100; k++) mpn_chan_forget_tag(id.key, 0, mpn_tag_table(k));
+  ck_assert_int_eq(mpn_chan_send(id.key, 0, 1, &self, mpn_tag_table(0x77), notice, sizeof(notice)), ncclSuccess);
+  ck_assert_int_eq(mpn_chan_send(id.key, MPN_RANK_SERVICE, 0, &self, mpn_tag_table(99), notice, sizeof(notice)),
+                   ncclSuccess); /* the latest answer given up: dropped too */
+  ck_assert_int_eq(mpn_chan_send(id.key, MPN_RANK_SERVICE, 0, &self, mpn_tag_table(0), notice, sizeof(notice)),
+                   ncclSuccess); /* given up 100 answers ago: out of its ring, so kept */
+  ck_assert_int_eq(mpn_chan_flush(id.key, mpn_chan_deadline(), NULL), ncclSuccess);
+  mpn_chan_progress();
+  ck_assert_int_eq(mpn_chan_held(id.key, 1), 0);
+  ck_assert_int_eq(mpn_chan_held(id.key, 0), 1);
+  char got[16] = "";
+  ck_assert_int_eq(
+      mpn_chan_recv(id.key, 0, MPN_RANK_SERVICE, mpn_tag_table(0), got, sizeof(got), mpn_chan_deadline(), NULL),
+      ncclSuccess);
+  ck_assert_str_eq(got, "notice");
+}
+END_TEST
+
 void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
@@ -233,4 +261,5 @@ void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, late_notice_dropped);
   tcase_add_test(tc, stale_answer_dropped);
   tcase_add_test(tc, late_answer_dropped);
+  tcase_add_test(tc, gone_rank_outlives_given_up_answers);
 }

@@ -136,8 +136,8 @@ static ncclResult_t config_fields(const ncclConfig_t* user, const char* caller, 
   /* As NCCL's: a negative count is refused, 0 leaves the communicator
    * without one-sided operations.  NCCL has no upper bound; a pair here
    * carries signals for at most MPN_CONFIG_RMA_CTX_MAX contexts
-   * (p2p/pair.h, MPN_PAIR_RMA_CTX). */
-  int ctx = FIELD_INT(user, numRmaCtx, 0);
+   * (p2p/pair.h, MPN_PAIR_RMA_CTX).  The field arrived in 2.29. */
+  int ctx = FIELD_INT(user, numRmaCtx, NCCL_VERSION(2, 29, 0));
   if (ctx != NCCL_CONFIG_UNDEF_INT) { /* (above the bound: refused unless NCCL_NUM_RMA_CTX replaces it) */
     if (ctx < 0) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: config->numRmaCtx %d is negative", caller, ctx);
     cfg.num_rma_ctx = ctx;

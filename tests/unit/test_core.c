@@ -242,6 +242,17 @@ START_TEST(config_older_header) {
   d.version = NCCL_VERSION(2, 30, 0);
   ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
   ck_assert_int_eq(cfg.max_p2p_peers, 7);
+  /* numRmaCtx arrived in 2.29: an older version's is not read. */
+  d.numRmaCtx = -7;
+  d.version = NCCL_VERSION(2, 28, 0);
+  ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.num_rma_ctx, 1);
+  d.version = NCCL_VERSION(2, 29, 0);
+  ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclInvalidArgument);
+  d.numRmaCtx = 2;
+  ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
+  ck_assert_int_eq(cfg.num_rma_ctx, 2);
+  d.numRmaCtx = NCCL_CONFIG_UNDEF_INT;
   /* graphStreamOrdering arrived in 2.30.5 (NCCL's parseCommConfig resets it
    * below that version).  A 2.30.0-2.30.4 header's struct ends with
    * maxP2pPeers, and its size is the same (padded to 8 bytes): the last 4

@@ -83,7 +83,7 @@ static struct {
    * calls cannot push a context out. */
   gone_ring_t gone_ranks, gone_answers;
   uint64_t proc;
-  int mpi_ready, mpi_owned, thread_level, world_rank, tag;
+  int mpi_ready, mpi_owned, thread_level, world_rank, world_size, tag;
   int workers; /* live worker threads (atomic) */
 } chan = {.cond = PTHREAD_COND_INITIALIZER};
 
@@ -236,6 +236,7 @@ static ncclResult_t chan_mpi_start_locked(int may_init) {
     MPN_MPI_CHECK(MPI_Query_thread(&chan.thread_level));
   }
   MPN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &chan.world_rank));
+  MPN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &chan.world_size));
   int launcher = mpn_chan_launcher_rank();
   if (launcher >= 0 && launcher != chan.world_rank)
     MPN_WARN("bootstrap: the launcher says world rank %d, MPI says %d; unique ids made before "
@@ -341,6 +342,10 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
                         "bootstrap: rank %d lives in another process but MPI is not available "
                         "to reach it",
                         dst);
+  } else if (to->world >= chan.world_size) { /* MPI_Isend would abort the job */
+    res = mpn_error_set(NULL, ncclInvalidArgument,
+                        "bootstrap: rank %d is said to be MPI_COMM_WORLD rank %d, outside this job's %d ranks", dst,
+                        to->world, chan.world_size);
   } else {
     pending_t* p = malloc(sizeof(*p) + sizeof(hdr) + len);
     if (p == NULL) {
@@ -652,6 +657,14 @@ void mpn_chan_forget_tag(uint64_t key, int dst, int tag) {
 }
 
 void mpn_chan_forget(uint64_t key, int dst) { mpn_chan_forget_tag(key, dst, ANY_TAG); }
+
+int mpn_chan_world_size(void) {
+  chan_init();
+  pthread_mutex_lock(&chan.lock);
+  int n = chan.mpi_ready ? chan.world_size : 0;
+  pthread_mutex_unlock(&chan.lock);
+  return n;
+}
 
 int mpn_chan_held(uint64_t key, int dst) {
   chan_init();

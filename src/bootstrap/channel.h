@@ -119,6 +119,9 @@ void mpn_chan_forget(uint64_t key, int dst);
  * never push a rank that went away out. */
 void mpn_chan_forget_tag(uint64_t key, int dst, int tag);
 
+/** Ranks of MPI_COMM_WORLD, or 0 while MPI is not started here. */
+int mpn_chan_world_size(void);
+
 /** Messages the mailbox holds for rank dst of context key (for tests). */
 int mpn_chan_held(uint64_t key, int dst);
 

@@ -377,6 +377,12 @@ static ncclResult_t rendezvous_reach(const mpn_bootstrap_id_t* id) {
                          "the unique id was not made by ncclGetUniqueId (magic 0x%x)", id->magic);
   if (id->flags & MPN_BOOTSTRAP_ID_MPI) {
     MPN_CHECK(mpn_chan_mpi_start(1));
+    int world = mpn_chan_world_size();
+    if (id->root.world < 0 || id->root.world >= world) /* (an id of another job, or damaged) */
+      return mpn_error_set(NULL, ncclInvalidArgument,
+                           "the unique id names MPI_COMM_WORLD rank %d as its root, outside this job's %d ranks: "
+                           "was it made by this job's ncclGetUniqueId?",
+                           id->root.world, world);
   } else if (id->root.proc != mpn_chan_proc_id()) {
     return mpn_error_set(NULL, ncclInvalidUsage,
                          "the unique id was made in another process without MPI: start the "

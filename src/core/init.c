@@ -477,9 +477,8 @@ MPN_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
   return ncclSuccess;
 }
 
-static ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, ncclUniqueId commId, int rank,
-                              ncclConfig_t* config, const char* fn) {
-  if (newcomm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: newcomm is NULL", fn);
+static ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config,
+                              const char* fn) {
   MPN_CHECK(mpn_params_load());
   if (nranks < 1) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
   if (nranks > MPN_MAX_RANKS) /* the rendezvous's messages would outgrow their 32-bit length */
@@ -495,7 +494,8 @@ static ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, ncclUniqueId comm
                       "rank)", fn);
   mpn_config_t cfg;
   mpn_init_job_t* job;
-  ncclResult_t res = mpn_config_read(config, NULL, fn, &cfg);
+  ncclResult_t res = newcomm == NULL ? MPN_REFUSE(NULL, ncclInvalidArgument, "%s: newcomm is NULL", fn)
+                                     : mpn_config_read(config, NULL, fn, &cfg);
   if (res == ncclSuccess) res = job_new(MPN_INIT_RANK, &cfg, mpn_cuda_current_device(), newcomm, &job);
   if (res != ncclSuccess) { /* the other ranks would wait for this one at the rendezvous */
     mpn_bootstrap_rendezvous_fail(&id, nranks, rank, res);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/param.h"
 #include "mpi_test.h"
@@ -341,6 +342,49 @@ static void test_disagreement(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A unique id whose root is no rank of this job (an id of another, larger
+ * job, or damaged bytes) is refused on every rank with ncclInvalidArgument;
+ * MPI was asked to reach that rank before, which aborted the job. */
+static void test_foreign_id(void) {
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  mpn_bootstrap_id_t inner;
+  memcpy(&inner, id.internal, sizeof(inner));
+  inner.root.world = world_size + 5;
+  memcpy(id.internal, &inner, sizeof(inner));
+  ncclComm_t comm = (ncclComm_t)0x1;
+  EXPECT(ncclCommInitRank(&comm, world_size, id, world_rank) == ncclInvalidArgument);
+  EXPECT(comm == (ncclComm_t)0x1 || comm == NULL);
+  EXPECT(strstr(ncclGetLastError(NULL), "outside this job's") != NULL);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A rank that calls ncclCommInitRank without a place for the communicator
+ * is refused, and tells the others: they get ncclRemoteError at once, not
+ * ncclTimeout at the deadline (60 s here). */
+static void test_null_newcomm(void) {
+  if (world_size < 2) return;
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+  int failing = world_size - 1;
+  ncclComm_t comm = NULL;
+  if (world_rank == failing) {
+    EXPECT(ncclCommInitRank(NULL, world_size, id, world_rank) == ncclInvalidArgument);
+    EXPECT(strstr(ncclGetLastError(NULL), "newcomm is NULL") != NULL);
+  } else {
+    EXPECT(ncclCommInitRank(&comm, world_size, id, world_rank) == ncclRemoteError); /* not ncclTimeout */
+    EXPECT(comm == NULL);
+    EXPECT(strstr(ncclGetLastError(NULL), "newcomm is NULL") != NULL);
+  }
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  EXPECT_OK(mpn_params_reload());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* A window registration refused by one rank's own argument fails on every
  * rank at once, and the collective after it still pairs up (host only:
  * every rank refuses here, for want of a GPU, but rank 0 before the
@@ -420,6 +464,8 @@ int main(int argc, char** argv) {
   test_split_two_mpi();
   test_abort_pending_split();
   test_disagreement();
+  test_foreign_id();
+  test_null_newcomm();
   test_window_refusal();
   test_late_peer();
   return mpi_test_finish(world_rank, "test_comm_mpi: %d ranks, ", world_size);

@@ -85,7 +85,8 @@ struct ncclComm {
   struct mpn_ucx_staged* staged; /**< staging lanes of device data over UCX (ucx/staged.c) */
   struct mpn_ucx_rma* ucx_rma; /**< one-sided operations over UCX (ucx/winstage.c) */
   int ucx_clean; /**< destroy found the UCX work done (abort, failure: 0; ucx/staged.c) */
-  void* ucx_rma_graphs; /**< captured one-sided calls' host-node state left at destroy (ucx/gnodes.c) */
+  struct mpn_ucx_gnode* ucx_rma_graphs; /**< captured one-sided calls' host-node state (ucx/gnodes.c): outlives ucx_rma
+                                          until the communicator's end, where the proxy may still complete its commands */
   MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
   int mpi_comm_owned;
   volatile int abort_flag;

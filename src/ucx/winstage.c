@@ -52,7 +52,6 @@ struct mpn_ucx_rma {
   char* area;                  /* pinned, mapped: counters, rings, graph slots, then the error word */
   CUdeviceptr darea;
   size_t rings_at, gsig_at, gdesc_at, gfree_at, error_at, bytes;
-  mpn_ucx_gnode_t* graphs;     /* captured operations' host-node state (ucx/gnodes.h) */
   mpn_ucx_gslots_t* gslots;    /* which graph slots this side may give out again */
   mpn_ucx_region_t* region;
   mpn_apply_win_t* wins;       /* pinned, mapped: the kernel's window table */
@@ -199,7 +198,6 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
     next = w->next;
     win_free(w, leak);
   }
-  comm->ucx_rma_graphs = r->graphs; /* the proxy may still complete their commands */
   for (int i = 0; i < MPN_APPLY_WINDOWS; i++)
     if (r->slots[i]) win_free(r->slots[i], leak);
   state_free(r, leak);
@@ -208,7 +206,9 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
 
 /* A replay's host node may still be queued: each node is marked dead
  * (its host node checks), the one running is waited for, and the nodes of
- * graphs not yet gone stay (leaked) for late host nodes to read the mark. */
+ * graphs not yet gone stay (leaked) for late host nodes to read the mark.
+ * The list is the communicator's, not the one-sided state's, so that this
+ * finds it before that state goes (and whether it went yet or not). */
 void mpn_ucx_rma_kill_graphs(struct ncclComm* comm) { mpn_ucx_gnode_kill_list(comm->ucx_rma_graphs); }
 
 void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
@@ -218,7 +218,7 @@ void mpn_ucx_rma_free_graphs(struct ncclComm* comm, int leak) {
 
 int mpn_ucx_rma_graph_nodes(const struct ncclComm* comm) {
   const struct mpn_ucx_rma* r = comm->ucx_rma;
-  return r ? mpn_ucx_gnode_count(r->graphs) : 0;
+  return r ? mpn_ucx_gnode_count(comm->ucx_rma_graphs) : 0;
 }
 
 ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t len, int last,
@@ -352,8 +352,10 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
 /* Hands g to comm, which frees it once its graphs are gone and the proxy
  * is done with it (earlier ones at this call), or with itself; g's graph
  * is the one stream s captures. */
+void mpn_ucx_rma_graph_keep(struct ncclComm* comm, mpn_ucx_gnode_t* g) { mpn_ucx_gnode_push(&comm->ucx_rma_graphs, g); }
+
 static void gnode_keep(struct ncclComm* comm, mpn_graph_holds_t** holds, cudaStream_t s, mpn_ucx_gnode_t* g) {
-  mpn_ucx_gnode_push(&comm->ucx_rma->graphs, g);
+  mpn_ucx_rma_graph_keep(comm, g);
   mpn_ucx_gnode_watch(g, holds, s, comm->cuda_dev);
 }
 

@@ -15,6 +15,7 @@
 #include "cuda/driver.h"
 #include "nccl.h"
 #include "p2p/graphs.h"
+#include "ucx/gnodes.h"
 #include "ucx/gslots.h"
 #include "ucx/net.h"
 
@@ -131,7 +132,13 @@ void mpn_ucx_rma_release(struct ncclComm* comm);
  */
 void mpn_ucx_rma_free(struct ncclComm* comm, int leak);
 
-/** Marks comm's captured one-sided calls dead (mpn_ucx_graph_kill_list). */
+/** Hands g, the host-node state of a captured one-sided call, to comm,
+ *  which frees it once its graphs are gone and the proxy is done with it
+ *  (earlier ones at this call), or at its own end. */
+void mpn_ucx_rma_graph_keep(struct ncclComm* comm, mpn_ucx_gnode_t* g);
+
+/** Marks comm's captured one-sided calls dead (mpn_ucx_graph_kill_list),
+ *  whether its one-sided state was freed yet or not. */
 void mpn_ucx_rma_kill_graphs(struct ncclComm* comm);
 
 /** Frees what comm's captured one-sided calls still hold (after its UCX

@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/comm.h"
 #include "p2p/graphs.h"
 #include "ucx/gnodes.h"
+#include "ucx/winstage.h"
 #include "ucx/orphans.h"
 #include "run_suite.h"
 
@@ -120,6 +122,30 @@ START_TEST(outlive_communicator) {
 }
 END_TEST
 
+/* A communicator's end marks its captured one-sided calls dead before its
+ * UCX state goes (core/comm.c, comm_free_ucx), where a replay queued
+ * behind the end may still run their host nodes.  The calls are listed by
+ * the communicator itself: a kill that looked in the one-sided state's
+ * list found nothing there. */
+START_TEST(killed_at_communicator_end) {
+  struct ncclComm* comm = calloc(1, sizeof(*comm));
+  ck_assert_ptr_nonnull(comm);
+  mpn_ucx_gnode_t* g = make_watched(2);
+  int before = mpn_ucx_orphans_count();
+  mpn_ucx_rma_graph_keep(comm, g);
+  ck_assert_int_eq(g->guard.dead, 0);
+  mpn_ucx_rma_kill_graphs(comm);
+  ck_assert_int_eq(g->guard.dead, 1);
+  mpn_ucx_rma_free_graphs(comm, 0);
+  ck_assert_ptr_null(comm->ucx_rma_graphs);
+  ck_assert_int_eq(mpn_ucx_orphans_count(), before + 1); /* kept whole until its graphs are gone */
+  mpn_ucx_gnode_gone(watched[1], 0, 1, 0);
+  ck_assert_int_eq(mpn_ucx_orphans_count(), before);
+  ck_assert_int_eq(watched_gone[0], 1);
+  free(comm);
+}
+END_TEST
+
 /* The same, where a command failed (UCX may still read the stage): not
  * kept whole but stripped, and left for a late host node. */
 START_TEST(outlive_communicator_failed) {
@@ -167,6 +193,7 @@ int main(void) {
   tcase_add_test(tc, failed_kept);
   tcase_add_test(tc, outlive_communicator);
   tcase_add_test(tc, outlive_communicator_failed);
+  tcase_add_test(tc, killed_at_communicator_end);
   tcase_add_test(tc, record_not_hung);
   suite_add_tcase(s, tc);
   return unit_suite_run(s);

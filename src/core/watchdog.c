@@ -69,6 +69,19 @@ static int ucx_lost(struct ncclComm* comm, int peer) {
 #endif
 }
 
+/* Whether a peer over UCX told this rank that it aborted its communicator
+ * (and lives on): it sends no more signals, and no endpoint failure says
+ * so (mpn_ucx_peer_unreachable leaves it out). */
+static int ucx_aborted(struct ncclComm* comm, int peer) {
+#ifdef HAVE_UCX
+  return comm->transport[peer] == MPN_TRANSPORT_UCX && mpn_ucx_peer_aborted(comm, peer);
+#else
+  (void)comm;
+  (void)peer;
+  return 0;
+#endif
+}
+
 int mpn_watchdog_check(struct ncclComm* comm) {
   /* Finalized too: ncclCommFinalize and ncclCommDestroy wait for the streams,
    * which a peer found gone must release (drain.h). */
@@ -81,6 +94,13 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     const mpn_rank_info_t* p = &t->ranks[peer];
     int local = p->proc != me->proc && mpn_topo_same_host(t, comm->rank, peer) && p->pidns == me->pidns &&
                 p->pidns != 0; /* a process this one can look up */
+    if (ucx_aborted(comm, peer)) { /* as a peer of a pair that aborted (below): waits for its signals let go */
+#ifdef HAVE_UCX
+      mpn_ucx_poll_errors(comm); /* (its notice: ncclRemoteError naming it, the communicator broken) */
+      mpn_ucx_rma_release_peer(comm, peer);
+#endif
+      continue;
+    }
     int lost = ucx_lost(comm, peer);
     if (!local && !comm->peer_gone[peer] && !lost) continue;
     if (comm->peer_gone[peer]) {

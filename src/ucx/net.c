@@ -481,6 +481,10 @@ int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
          __atomic_load_n(&comm->ucx->aborted_by, __ATOMIC_ACQUIRE) != peer;
 }
 
+int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer) {
+  return comm->ucx && __atomic_load_n(&comm->ucx->aborted_by, __ATOMIC_ACQUIRE) == peer;
+}
+
 /* Reports a size mismatch, one of this rank's receives (preferred: its own
  * finding) or one of its sends (a peer's notice); 0 when neither is
  * recorded.  Records are written before their claimed flag (release). */

@@ -104,6 +104,10 @@ void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
  * no abort notice of its came. */
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
 
+/** Whether peer's notice that it aborted its communicator came (the
+ * first peer's: one notice is received per communicator). */
+int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer);
+
 /** Folds a failed UCX transfer into the communicator's async error:
  *  ncclInvalidUsage for a message whose receive had another size (the send
  *  differs in count or datatype: the receiving side finds it, the sending

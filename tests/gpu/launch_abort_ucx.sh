@@ -5,4 +5,5 @@
 # (tests/gpu/test_abort.c).
 d=$(dirname "$0")
 "$d/fault_launch.sh" test_abort MPINCCL_TRANSPORT=ucx MPINCCL_NET_TIMEOUT=3 || exit $?
+"$d/fault_launch.sh" test_abort MPINCCL_TRANSPORT=ucx MPINCCL_NET_TIMEOUT=3 TEST_ABORT_WAIT=signals || exit $?
 exec "$d/fault_launch.sh" test_abort MPINCCL_TRANSPORT=ucx MPINCCL_NET_TIMEOUT=3 TEST_ABORT_WAIT=signal

@@ -16,8 +16,12 @@
  * previous replay's message to be copied out): after its abort that stream
  * must be released too, every replay of it.  A captured wait puts its flag
  * back to 0 after it, so a single release let one replay through, and the
- * abort, which frees device memory, waited for the next one for good.  Rank 0 prints one line ending in "ok"
- * or "FAIL".
+ * abort, which frees device memory, waited for the next one for good.  With
+ * TEST_ABORT_WAIT=signals rank 1's stream waits for a signal of rank 0 as
+ * well, and must be released once the abort is known, before rank 1's own
+ * abort (the watchdog lets go of the waits for a peer that aborted; over
+ * UCX it did not, and the stream waited until rank 1 aborted too).  Rank 0
+ * prints one line ending in "ok" or "FAIL".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,9 +61,12 @@ static outcome_t abort_stuck(const fault_gpu_t* f, char* buf, int signal, cudaEr
 
 /* Rank 1: hears of the peer's abort, then aborts; with exec, its stream
  * must be released after that too. */
-static outcome_t abort_told(const fault_gpu_t* f, cudaGraphExec_t exec, char* why, size_t len) {
+static outcome_t abort_told(const fault_gpu_t* f, cudaGraphExec_t exec, int waits, char* why, size_t len) {
   outcome_t o = {.replays_left = -1, .drained = 1};
+  ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
+  if (waits && ncclWaitSignal(1, &desc, f->comm, f->stream) != ncclSuccess) o.drained = 0;
   o.async = fault_wait_async(f->comm, 20, &o.seen_s);
+  if (waits) o.drained = o.drained && fault_stream_drain(f->stream, 10) == cudaSuccess; /* before its own abort */
   if (exec) o.replays_left = cudaStreamQuery(f->stream) == cudaErrorNotReady;
   snprintf(why, len, "%s", ncclGetLastError(f->comm));
   double t0 = fault_now();
@@ -104,7 +111,8 @@ int main(int argc, char** argv) {
   if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
   fault_pair_setup(buf, BYTES, 0, &f); /* the flags in rank 0's memory */
   const char* mode = getenv("TEST_ABORT_WAIT");
-  int signal = mode && strcmp(mode, "signal") == 0, graph = mode && strcmp(mode, "graph") == 0;
+  int signals = mode && strcmp(mode, "signals") == 0, graph = mode && strcmp(mode, "graph") == 0;
+  int signal = signals || (mode && strcmp(mode, "signal") == 0);
   ncclWindow_t win = NULL;
   if (signal && ncclCommWindowRegister(f.comm, buf, 2 * BYTES, &win, NCCL_WIN_DEFAULT) != ncclSuccess) {
     fprintf(stderr, "rank %d: window registration failed: %s\n", f.rank, ncclGetLastError(f.comm));
@@ -114,8 +122,8 @@ int main(int argc, char** argv) {
   int stuck = 0, works = 0;
   char why[256] = "";
   cudaGraphExec_t exec = graph ? graph_left_waiting(&f, buf) : NULL;
-  outcome_t mine =
-      f.rank == 0 ? abort_stuck(&f, buf, signal, &drained, &stuck, &works) : abort_told(&f, exec, why, sizeof(why));
+  outcome_t mine = f.rank == 0 ? abort_stuck(&f, buf, signal, &drained, &stuck, &works)
+                               : abort_told(&f, exec, signals, why, sizeof(why));
   outcome_t told = mine;
   if (f.rank == 1) MPI_Send(&mine, (int)sizeof(mine), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
   if (f.rank == 0) {
@@ -127,12 +135,16 @@ int main(int argc, char** argv) {
     if (graph)
       snprintf(left, sizeof(left), ", its graph's replays %s then and %s after it",
                told.replays_left ? "still waiting" : "done", told.drained ? "released" : "NOT released");
+    else if (signals)
+      snprintf(left, sizeof(left), ", its wait for rank 0's signal %s before its abort",
+               told.drained ? "released" : "NOT released");
     printf(
         "test_abort: %s: rank 0's stream %s, abort took %.2f s, stream %s, context %s; rank 1 saw %s after "
         "%.1f s (%s), abort took %.2f s%s: %s\n",
-        signal  ? "signal wait"
-        : graph ? "receive, rank 1 in a graph"
-                : "receive",
+        signals  ? "signal waits on both ranks"
+        : signal ? "signal wait"
+        : graph  ? "receive, rank 1 in a graph"
+                 : "receive",
         stuck ? "waited" : "did not wait", mine.abort_s,
         drained == cudaSuccess ? "released" : cudaGetErrorString(drained), works ? "works" : "broken",
         ncclGetErrorString((ncclResult_t)told.async), told.seen_s, text, told.abort_s, left, ok ? "ok" : "FAIL");

@@ -192,9 +192,21 @@ static void comm_quiesce(struct ncclComm* comm, int abort) {
     mpn_ucx_abort(comm);
     mpn_ucx_staged_release(comm);
     mpn_ucx_rma_release(comm);
+    /* Replays of captured graphs queued behind the abort post nothing more
+     * (their host nodes would connect and post again after the close):
+     * a send/receive group's replay then finds its words as the last one
+     * left them, and passes; a one-sided wait puts its word back after it,
+     * so the drain releases those again (ucx_release_waits). */
+    mpn_ucx_staged_kill_graphs(comm);
+    mpn_ucx_rma_kill_graphs(comm);
 #endif
   }
 }
+
+#ifdef HAVE_UCX
+/* The abort drain's rounds (p2p.h): the one-sided waits over UCX again. */
+static void ucx_release_waits(struct ncclComm* comm) { mpn_ucx_rma_release(comm); }
+#endif
 
 /* The pairs, windows, drain and aliases of comm's device; gone: its device
  * was reset while it lived. */
@@ -202,7 +214,11 @@ static void comm_free_device(struct ncclComm* comm, int abort, int gone) {
   /* Queued graph replays each take one release (p2p.h): again until the
    * device is idle, or the pairs stay mapped rather than wait. */
   if (!gone) {
-    int idle = abort ? mpn_p2p_abort_drain(comm) : 1;
+    void (*release_more)(struct ncclComm*) = NULL;
+#ifdef HAVE_UCX
+    if (comm->ucx_rma_graphs) release_more = ucx_release_waits; /* captured one-sided calls over UCX */
+#endif
+    int idle = abort ? mpn_p2p_abort_drain(comm, release_more) : 1;
     mpn_rma_free(comm, !idle);
     mpn_p2p_free(comm, !idle);
   } else {

@@ -43,9 +43,9 @@ static void* idle_wait_main(void* arg) {
   return NULL;
 }
 
-int mpn_p2p_abort_drain(struct ncclComm* comm) {
+int mpn_p2p_abort_drain(struct ncclComm* comm, void (*release_more)(struct ncclComm*)) {
   long long limit_ms = mpn_param_int(MPN_PARAM_ABORT_DRAIN);
-  if (comm->p2p == NULL || comm->cuda_dev < 0 || limit_ms == 0) return 1;
+  if ((comm->p2p == NULL && release_more == NULL) || comm->cuda_dev < 0 || limit_ms == 0) return 1;
   idle_wait_t* w = calloc(1, sizeof(*w));
   if (w == NULL) return 1; /* (as before: one release, then the frees) */
   *w = (idle_wait_t){.dev = comm->cuda_dev, .refs = 2};
@@ -57,7 +57,8 @@ int mpn_p2p_abort_drain(struct ncclComm* comm) {
   uint64_t deadline = mpn_clock_now_ns() + (uint64_t)limit_ms * 1000000ull;
   unsigned rounds = 0;
   while (!__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) && mpn_clock_now_ns() < deadline) {
-    for (int peer = 0; peer < comm->nranks; peer++) mpn_p2p_release_peer(comm, peer);
+    for (int peer = 0; comm->p2p && peer < comm->nranks; peer++) mpn_p2p_release_peer(comm, peer);
+    if (release_more) release_more(comm);
     rounds++;
     usleep(500);
   }

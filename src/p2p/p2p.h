@@ -76,9 +76,11 @@ void mpn_p2p_abort(struct ncclComm* comm);
  * most MPINCCL_ABORT_DRAIN_MS.  A graph's captured wait puts its flag back
  * to 0 after it, so each queued replay takes one release, and freeing the
  * pairs (which synchronizes the device) would wait for the next for good.
+ * release_more, unless NULL, runs in each round too (the other transports'
+ * captured waits), and then the rounds run even where comm has no pairs.
  * Returns 0 if the device still had work then: the pairs must not be freed.
  */
-int mpn_p2p_abort_drain(struct ncclComm* comm);
+int mpn_p2p_abort_drain(struct ncclComm* comm, void (*release_more)(struct ncclComm*));
 
 /** Releases the communicator's point-to-point state; abandon: the pairs'
  *  memory stays mapped (mpn_p2p_abort_drain gave up), the rest goes. */

@@ -11,4 +11,5 @@ d=$(dirname "$0")
 "$d/fault_launch.sh" test_abort || exit $?
 "$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=signal || exit $?
 "$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=signals || exit $?
+"$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=graph_signal || exit $?
 exec "$d/fault_launch.sh" test_abort TEST_ABORT_WAIT=graph

@@ -14,7 +14,9 @@
  * times more alone, so that its stream waits for rank 0 (with
  * MPINCCL_EAGER_GRAPH=1 under MPS, through the graph slot's inbox: for the
  * previous replay's message to be copied out): after its abort that stream
- * must be released too, every replay of it.  A captured wait puts its flag
+ * must be released too, every replay of it (TEST_ABORT_WAIT=graph_signal:
+ * the graph holds rank 1's wait for a signal of rank 0, and rank 0's stream
+ * waits for a signal as in signal mode).  A captured wait puts its flag
  * back to 0 after it, so a single release let one replay through, and the
  * abort, which frees device memory, waited for the next one for good.  With
  * TEST_ABORT_WAIT=signals rank 1's stream waits for a signal of rank 0 as
@@ -77,21 +79,28 @@ static outcome_t abort_told(const fault_gpu_t* f, cudaGraphExec_t exec, int wait
   return o;
 }
 
-/* Both ranks: a graph of rank 1's send of BYTES to rank 0, replayed once
- * by both; then rank 1 launches it TEST_ABORT_REPLAYS times more, which
- * rank 0 never matches.
+/* Both ranks: a graph of rank 1's send of BYTES to rank 0 (signals: of
+ * rank 1's wait for a signal of rank 0), replayed once by both; then rank 1
+ * launches it TEST_ABORT_REPLAYS times more, which rank 0 never matches.
  * Returns rank 1's executable graph (NULL on rank 0). */
-static cudaGraphExec_t graph_left_waiting(const fault_gpu_t* f, char* buf) {
+static cudaGraphExec_t graph_left_waiting(const fault_gpu_t* f, char* buf, int signals) {
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
-  int ok = cudaStreamBeginCapture(f->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
-           (f->rank == 1 ? ncclSend(buf, BYTES, ncclInt8, 0, f->comm, f->stream)
-                         : ncclRecv(buf + BYTES, BYTES, ncclInt8, 1, f->comm, f->stream)) == ncclSuccess;
+  ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = 0, .sigIdx = 0, .ctx = 0};
+  ncclResult_t captured = ncclInternalError;
+  int began = cudaStreamBeginCapture(f->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (began && signals)
+    captured = f->rank == 1 ? ncclWaitSignal(1, &desc, f->comm, f->stream) : ncclSignal(1, 0, 0, 0, f->comm, f->stream);
+  else if (began)
+    captured = f->rank == 1 ? ncclSend(buf, BYTES, ncclInt8, 0, f->comm, f->stream)
+                            : ncclRecv(buf + BYTES, BYTES, ncclInt8, 1, f->comm, f->stream);
+  int ok = began && captured == ncclSuccess;
   ok = cudaStreamEndCapture(f->stream, &graph) == cudaSuccess && ok &&
        cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, f->stream) == cudaSuccess &&
        cudaStreamSynchronize(f->stream) == cudaSuccess;
   if (!ok) {
-    fprintf(stderr, "rank %d: the captured send failed: %s\n", f->rank, ncclGetLastError(f->comm));
+    fprintf(stderr, "rank %d: the captured %s failed: %s\n", f->rank, signals ? "signal" : "send",
+            ncclGetLastError(f->comm));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -111,8 +120,9 @@ int main(int argc, char** argv) {
   if (cudaMalloc((void**)&buf, 2 * BYTES) != cudaSuccess) return 1;
   fault_pair_setup(buf, BYTES, 0, &f); /* the flags in rank 0's memory */
   const char* mode = getenv("TEST_ABORT_WAIT");
-  int signals = mode && strcmp(mode, "signals") == 0, graph = mode && strcmp(mode, "graph") == 0;
-  int signal = signals || (mode && strcmp(mode, "signal") == 0);
+  int signals = mode && strcmp(mode, "signals") == 0, graph_signal = mode && strcmp(mode, "graph_signal") == 0;
+  int graph = graph_signal || (mode && strcmp(mode, "graph") == 0);
+  int signal = signals || graph_signal || (mode && strcmp(mode, "signal") == 0);
   ncclWindow_t win = NULL;
   if (signal && ncclCommWindowRegister(f.comm, buf, 2 * BYTES, &win, NCCL_WIN_DEFAULT) != ncclSuccess) {
     fprintf(stderr, "rank %d: window registration failed: %s\n", f.rank, ncclGetLastError(f.comm));
@@ -121,7 +131,7 @@ int main(int argc, char** argv) {
   cudaError_t drained = cudaSuccess;
   int stuck = 0, works = 0;
   char why[256] = "";
-  cudaGraphExec_t exec = graph ? graph_left_waiting(&f, buf) : NULL;
+  cudaGraphExec_t exec = graph ? graph_left_waiting(&f, buf, graph_signal) : NULL;
   outcome_t mine = f.rank == 0 ? abort_stuck(&f, buf, signal, &drained, &stuck, &works)
                                : abort_told(&f, exec, signals, why, sizeof(why));
   outcome_t told = mine;
@@ -141,10 +151,11 @@ int main(int argc, char** argv) {
     printf(
         "test_abort: %s: rank 0's stream %s, abort took %.2f s, stream %s, context %s; rank 1 saw %s after "
         "%.1f s (%s), abort took %.2f s%s: %s\n",
-        signals  ? "signal waits on both ranks"
-        : signal ? "signal wait"
-        : graph  ? "receive, rank 1 in a graph"
-                 : "receive",
+        signals        ? "signal waits on both ranks"
+        : graph_signal ? "signal wait, rank 1 waiting for signals in a graph"
+        : signal       ? "signal wait"
+        : graph        ? "receive, rank 1 in a graph"
+                       : "receive",
         stuck ? "waited" : "did not wait", mine.abort_s,
         drained == cudaSuccess ? "released" : cudaGetErrorString(drained), works ? "works" : "broken",
         ncclGetErrorString((ncclResult_t)told.async), told.seen_s, text, told.abort_s, left, ok ? "ok" : "FAIL");

@@ -108,7 +108,8 @@ START_TEST(group_size_limit_captured) {
 }
 END_TEST
 
-/* Errors inside a group: returned by the call and again by ncclGroupEnd. */
+/* Errors inside a group: returned by the call and again by ncclGroupEnd,
+ * with the text of the first. */
 START_TEST(group_errors) {
   use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
@@ -119,6 +120,16 @@ START_TEST(group_errors) {
   ck_assert_int_eq(ncclRecv(buf, 1, ncclInt8, 3, comm, NULL), ncclInvalidArgument);
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess); /* inner end: nothing runs yet */
   ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(comm), "peer 3"));
+  /* Several refusals: ncclGroupEnd returns the first and says its text
+   * again, not the last refusal's. */
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(buf, 1, ncclInt8, 3, comm, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclSend(buf, 1, (ncclDataType_t)40, 0, comm, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(ncclSend(NULL, 1, ncclInt8, 0, NULL, NULL), ncclInvalidArgument);
+  ck_assert(!contains(ncclGetLastError(NULL), "peer 3"));
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "peer 3"));
   ck_assert(contains(ncclGetLastError(comm), "peer 3"));
   /* The failed group left nothing behind: a group with only a null peer succeeds. */
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);

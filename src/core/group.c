@@ -50,9 +50,16 @@ static void ops_free(mpn_op_t* ops) {
   }
 }
 
-static void jobs_discard(mpn_init_job_t* jobs) {
+/* The jobs of a group that failed.  A rank's creation from a unique id
+ * tells the rendezvous why (the thread's text: the group's error), so
+ * that the other ranks fail at once rather than at their deadline, as
+ * when its own arguments are refused (init.c).  A split and a creation
+ * from an MPI communicator never joined their collective, which the same
+ * call made again later still meets. */
+static void jobs_discard(mpn_init_job_t* jobs, ncclResult_t error) {
   while (jobs) {
     mpn_init_job_t* next = jobs->next;
+    if (jobs->kind == MPN_INIT_RANK) mpn_bootstrap_rendezvous_fail(&jobs->id, jobs->nranks, jobs->rank, error);
     mpn_init_job_release(jobs);
     if (jobs->comm) mpn_comm_free(jobs->comm);
     if (jobs->user_out) *jobs->user_out = NULL;
@@ -233,7 +240,7 @@ static ncclResult_t group_flush(void) {
                        "nothing of the group was done");
   if (error != ncclSuccess) {
     ops_free(ops);
-    jobs_discard(jobs);
+    jobs_discard(jobs, error);
     mpn_win_jobs_refuse(wins, error); /* the peers' calls fail with them, not pair with later ones */
     return error;
   }

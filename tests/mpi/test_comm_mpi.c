@@ -385,6 +385,35 @@ static void test_null_newcomm(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A rank whose group holds its ncclCommInitRank and a refused call:
+ * ncclGroupEnd discards the creation, and the other ranks are told (not
+ * ncclTimeout at the deadline). */
+static void test_failed_group_creation(void) {
+  if (world_size < 2) return;
+  ncclUniqueId id;
+  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+  int failing = world_size - 1;
+  ncclComm_t comm = NULL;
+  char buf[8];
+  if (world_rank == failing) {
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclCommInitRank(&comm, world_size, id, world_rank));
+    EXPECT(ncclSend(buf, 1, (ncclDataType_t)99, 0, NULL, NULL) == ncclInvalidArgument);
+    EXPECT(ncclGroupEnd() == ncclInvalidArgument);
+    EXPECT(comm == NULL);
+  } else {
+    EXPECT(ncclCommInitRank(&comm, world_size, id, world_rank) == ncclRemoteError); /* not ncclTimeout */
+    EXPECT(comm == NULL);
+    EXPECT(strstr(ncclGetLastError(NULL), "comm is NULL") != NULL);
+  }
+  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
+  EXPECT_OK(mpn_params_reload());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* A window registration refused by one rank's own argument fails on every
  * rank at once, and the collective after it still pairs up (host only:
  * every rank refuses here, for want of a GPU, but rank 0 before the
@@ -466,6 +495,7 @@ int main(int argc, char** argv) {
   test_disagreement();
   test_foreign_id();
   test_null_newcomm();
+  test_failed_group_creation();
   test_window_refusal();
   test_late_peer();
   return mpi_test_finish(world_rank, "test_comm_mpi: %d ranks, ", world_size);

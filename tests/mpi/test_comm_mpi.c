@@ -360,58 +360,39 @@ static void test_foreign_id(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* A rank that calls ncclCommInitRank without a place for the communicator
- * is refused, and tells the others: they get ncclRemoteError at once, not
- * ncclTimeout at the deadline (60 s here). */
-static void test_null_newcomm(void) {
+/* The last rank's creation from a fresh id fails at its own call (fail,
+ * which returns its code), and tells the others: they get ncclRemoteError
+ * with its text (why) at once, not ncclTimeout at the deadline (60 s here). */
+static void expect_creation_told(ncclResult_t (*fail)(ncclUniqueId id), ncclResult_t code, const char* why) {
   if (world_size < 2) return;
   ncclUniqueId id;
   if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
   EXPECT_OK(mpn_params_reload());
-  int failing = world_size - 1;
   ncclComm_t comm = NULL;
-  if (world_rank == failing) {
-    EXPECT(ncclCommInitRank(NULL, world_size, id, world_rank) == ncclInvalidArgument);
-    EXPECT(strstr(ncclGetLastError(NULL), "newcomm is NULL") != NULL);
-  } else {
-    EXPECT(ncclCommInitRank(&comm, world_size, id, world_rank) == ncclRemoteError); /* not ncclTimeout */
-    EXPECT(comm == NULL);
-    EXPECT(strstr(ncclGetLastError(NULL), "newcomm is NULL") != NULL);
-  }
+  EXPECT((world_rank == world_size - 1 ? fail(id) : ncclCommInitRank(&comm, world_size, id, world_rank)) ==
+         (world_rank == world_size - 1 ? code : ncclRemoteError));
+  EXPECT(comm == NULL);
+  EXPECT(strstr(ncclGetLastError(NULL), why) != NULL);
   unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
   EXPECT_OK(mpn_params_reload());
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* A rank whose group holds its ncclCommInitRank and a refused call:
- * ncclGroupEnd discards the creation, and the other ranks are told (not
- * ncclTimeout at the deadline). */
-static void test_failed_group_creation(void) {
-  if (world_size < 2) return;
-  ncclUniqueId id;
-  if (world_rank == 0) EXPECT_OK(ncclGetUniqueId(&id));
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
-  EXPECT_OK(mpn_params_reload());
-  int failing = world_size - 1;
+/* Without a place for the communicator. */
+static ncclResult_t init_null_newcomm(ncclUniqueId id) { return ncclCommInitRank(NULL, world_size, id, world_rank); }
+
+/* In a group with a refused call: ncclGroupEnd discards the creation. */
+static ncclResult_t init_in_failed_group(ncclUniqueId id) {
   ncclComm_t comm = NULL;
   char buf[8];
-  if (world_rank == failing) {
-    EXPECT_OK(ncclGroupStart());
-    EXPECT_OK(ncclCommInitRank(&comm, world_size, id, world_rank));
-    EXPECT(ncclSend(buf, 1, (ncclDataType_t)99, 0, NULL, NULL) == ncclInvalidArgument);
-    EXPECT(ncclGroupEnd() == ncclInvalidArgument);
-    EXPECT(comm == NULL);
-  } else {
-    EXPECT(ncclCommInitRank(&comm, world_size, id, world_rank) == ncclRemoteError); /* not ncclTimeout */
-    EXPECT(comm == NULL);
-    EXPECT(strstr(ncclGetLastError(NULL), "comm is NULL") != NULL);
-  }
-  unsetenv("MPINCCL_BOOTSTRAP_TIMEOUT");
-  EXPECT_OK(mpn_params_reload());
-  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclCommInitRank(&comm, world_size, id, world_rank));
+  EXPECT(ncclSend(buf, 1, (ncclDataType_t)99, 0, NULL, NULL) == ncclInvalidArgument);
+  ncclResult_t res = ncclGroupEnd();
+  EXPECT(comm == NULL);
+  return res;
 }
 
 /* A window registration refused by one rank's own argument fails on every
@@ -494,8 +475,8 @@ int main(int argc, char** argv) {
   test_abort_pending_split();
   test_disagreement();
   test_foreign_id();
-  test_null_newcomm();
-  test_failed_group_creation();
+  expect_creation_told(init_null_newcomm, ncclInvalidArgument, "newcomm is NULL");
+  expect_creation_told(init_in_failed_group, ncclInvalidArgument, "comm is NULL");
   test_window_refusal();
   test_late_peer();
   return mpi_test_finish(world_rank, "test_comm_mpi: %d ranks, ", world_size);

@@ -141,6 +141,7 @@ static void notice_arrived(void* arg) {
   int ok = ncclSuccess;
   __atomic_compare_exchange_n(&u->error, &ok, (int)(mismatch ? ncclInvalidUsage : ncclRemoteError), 0, __ATOMIC_RELEASE,
                               __ATOMIC_RELAXED);
+  u->peers[from].notified = 1; /* (its messages still queued are not taken) */
   mpn_ucx_proxy_fail_peer(&u->peers[from]);
   if (mismatch) mpn_ucx_proxy_release_sends(&u->peers[from]);
 }

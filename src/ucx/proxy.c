@@ -37,6 +37,7 @@ static struct {
   mpn_ucx_cmd_t *head, *tail;
   mpn_ucx_cmd_t *armed, *armed_tail; /* waiting for their trigger, proxy thread only */
   long in_flight;  /* proxy thread only */
+  long late;       /* receives of a peer that went, with a time to be cancelled at (proxy thread only) */
   mpn_ucx_cmd_t* flying;   /* operations in flight, proxy thread only */
   const void* closing_owner;
   mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
@@ -88,6 +89,7 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
+  if (cmd->cancel_at_ns) px.late--;
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
   /* A receive of another size than its message is the caller's error (the
@@ -210,8 +212,33 @@ static void peer_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {
   mpn_ucx_peer_t* peer = arg;
   MPN_WARN("UCX: a peer became unreachable: %s", ucs_status_string(status));
   peer->failed = 1;
+  peer->went = 1;
   __atomic_store_n(&peer->unreachable, 1, __ATOMIC_RELEASE); /* the watchdog fails its communicator */
   cancel_matching(NULL, peer, 0);
+}
+
+/* Whether a receive from cmd's peer, which failed by going away, finds its
+ * message come before: UCX holds it among the unexpected ones, and a tag
+ * receive needs no endpoint.  A sender that flushed and closed (it ended
+ * its communicator, or exited) before this rank's stream reached the
+ * receive failed nothing.  Not after a notice or a size mismatch: the
+ * peer's messages are refused from then on. */
+static int came_before_it_went(const mpn_ucx_cmd_t* cmd) {
+  ucp_tag_recv_info_t info;
+  return cmd->kind == MPN_UCX_RECV && cmd->peer->went && !cmd->peer->notified &&
+         ucp_tag_probe_nb(px.worker, cmd->tag, ~(ucp_tag_t)cmd->last_bit, 0, &info) != NULL;
+}
+
+/* Receives of came_before_it_went whose message has not all come by their
+ * time are cancelled (their callback fails them). */
+static void late_sweep(void) {
+  uint64_t now = mpn_clock_now_ns();
+  for (mpn_ucx_cmd_t* c = px.flying; c; c = c->next)
+    if (c->cancel_at_ns && now > c->cancel_at_ns) {
+      c->cancel_at_ns = 0;
+      px.late--;
+      ucp_request_cancel(px.worker, c->request);
+    }
 }
 
 static ucs_status_t ep_connect(mpn_ucx_peer_t* peer) {
@@ -261,6 +288,7 @@ static void fence_done(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
+  if (cmd->cancel_at_ns) px.late--;
   cmd->request = NULL;
   if (request) ucp_request_free(request);
   fence_passed(cmd, status);
@@ -332,7 +360,8 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     return;
   }
   ucs_status_t st = cmd->peer ? ep_connect(cmd->peer) : UCS_OK;
-  if (st != UCS_OK) {
+  int late = st != UCS_OK && came_before_it_went(cmd);
+  if (st != UCS_OK && !late) {
     complete(NULL, st, cmd);
     return;
   }
@@ -373,6 +402,10 @@ static void execute(mpn_ucx_cmd_t* cmd) {
   } else {
     cmd->request = req;
     flying_add(cmd);
+    if (late) {
+      cmd->cancel_at_ns = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
+      px.late++;
+    }
   }
 }
 
@@ -535,6 +568,7 @@ static void* proxy_main(void* arg) {
       pthread_mutex_unlock(&px.lock);
     }
     if (px.armed) armed_sweep(NULL);
+    if (px.late) late_sweep();
     unsigned events = ucp_worker_progress(px.worker);
     __atomic_store_n(&px.rounds, px.rounds + 1, __ATOMIC_RELEASE);
     found_run();
@@ -686,6 +720,7 @@ void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {
 
 void mpn_ucx_proxy_fail_peer_receives(mpn_ucx_peer_t* peer) {
   peer->failed = 1;
+  peer->notified = 1;
   cancel_matching(NULL, peer, 1);
 }
 
@@ -748,7 +783,11 @@ static ncclResult_t peer_call_post(const void* owner, void (*fn)(void*), mpn_ucx
   return mpn_ucx_proxy_post(&cmd);
 }
 
-static void peer_lost(void* arg) { mpn_ucx_proxy_fail_peer(arg); }
+static void peer_lost(void* arg) {
+  mpn_ucx_peer_t* peer = arg;
+  peer->went = 1;
+  mpn_ucx_proxy_fail_peer(peer);
+}
 
 ncclResult_t mpn_ucx_proxy_peer_lost(const void* owner, mpn_ucx_peer_t* peer) {
   return peer_call_post(owner, peer_lost, peer);

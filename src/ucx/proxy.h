@@ -21,6 +21,10 @@ typedef struct {
   int failed;         /**< its operations fail: UCX reported it unreachable, or it is known gone (proxy thread) */
   int unreachable;    /**< UCX reported it unreachable (its endpoint's error handler; read by the watchdog) */
   int watched;        /**< its endpoint was asked for (mpn_ucx_proxy_watch; API threads) */
+  /** How it failed (proxy thread): it went away (UCX found it unreachable,
+   *  or its process is gone), or a notice or a size mismatch failed it.  A
+   *  receive of a message that came before it went still takes it (only). */
+  int went, notified;
 } mpn_ucx_peer_t;
 
 typedef enum {
@@ -125,6 +129,10 @@ typedef struct mpn_ucx_cmd {
    * done, and the atomic goes next (proxy thread). */
   int fencing, fenced;
   int early_status;
+  /** A receive posted from a peer that went away, for the message found
+   * come before it went: cancelled at this time if still in flight (the
+   * rest of the message may never come; proxy thread). */
+  uint64_t cancel_at_ns;
   struct mpn_ucx_cmd *next, *prev;
 } mpn_ucx_cmd_t;
 

@@ -10,6 +10,8 @@
  *  - a peer declared lost (what the watchdog does when a same-host peer's
  *    process is gone): a receive waiting for it and a later send fail
  *    instead of waiting forever, and the communicator reports it;
+ *  - a peer that went away after its message came, before the receive
+ *    started: the receive takes it (one whose message never came fails);
  *  - a peer that aborts its communicator: a receive waiting for it fails,
  *    and the communicator reports ncclRemoteError naming that rank;
  *  - closes of two communicators' endpoints from two threads at once
@@ -114,6 +116,38 @@ static void peer_lost(void) {
     ncclResult_t async = ncclSuccess;
     EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
     EXPECT(async == ncclRemoteError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT((rank == 0 ? ncclCommAbort(comm) : ncclCommDestroy(comm)) == ncclSuccess);
+}
+
+/* A peer that went away (found unreachable or gone) after its message came,
+ * before this rank's receive of it started (a stream behind its host, a
+ * sender that flushed and closed its communicator, then exited): the
+ * receive still takes it, from UCX's unexpected messages, which needs no
+ * endpoint; a receive whose message never came fails as before. */
+static void peer_went_after_message(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  char b[64] = "sent before going", got_b[64] = {0}, none[64] = {0};
+  uint64_t sent = 0, got = 0, never = 0;
+  int serr = 0, rerr = 0, nerr = 0;
+  if (rank == 1) {
+    EXPECT(mpn_ucx_host_send(comm, 0, b, sizeof(b), &sent, 1, &serr) == ncclSuccess);
+    EXPECT(wait_flag(&sent) == 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    usleep(300000); /* the message is among UCX's unexpected ones */
+    mpn_ucx_peer_lost(comm, 1);
+    EXPECT(mpn_ucx_host_recv(comm, 1, got_b, sizeof(got_b), &got, 1, &rerr) == ncclSuccess);
+    EXPECT(wait_flag(&got) == 0);
+    EXPECT(rerr == 0);
+    EXPECT(strcmp(got_b, "sent before going") == 0);
+    EXPECT(mpn_ucx_host_recv(comm, 1, none, sizeof(none), &never, 1, &nerr) == ncclSuccess);
+    EXPECT(wait_flag(&never) == 0);
+    EXPECT(nerr == ncclRemoteError);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT((rank == 0 ? ncclCommAbort(comm) : ncclCommDestroy(comm)) == ncclSuccess);
@@ -281,6 +315,7 @@ int main(int argc, char** argv) {
   late_receive();
   destroy_with_queued_sends();
   peer_lost();
+  peer_went_after_message();
   peer_aborted();
   concurrent_closes();
   lost_call_at_close();

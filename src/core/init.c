@@ -366,8 +366,15 @@ static ncclResult_t jobs_threads(mpn_init_job_t* jobs, int n) {
   return first;
 }
 
-/* Blocking: one job inline, several on threads; failed comms are freed. */
+/* Blocking: one job inline, several on threads; failed comms are freed.
+ * The caller's handle is set from the call on (job_submit), so another
+ * thread may destroy or abort a comm whose creation runs here: each comm
+ * is held while its job runs, so that such a call stops the creation
+ * (abort_flag) and frees the comm only once this is done with it
+ * (launches_wait); a failed comm is then that call's to free. */
 static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
+  for (mpn_init_job_t* job = jobs; job; job = job->next)
+    if (job->comm) (void)mpn_comm_hold(job->comm); /* (live: made by job_new) */
   ncclResult_t first = n == 1 ? mpn_init_job_run(jobs) : jobs_threads(jobs, n);
   int reported = 0;
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
@@ -378,8 +385,12 @@ static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
     if (res != ncclSuccess && !reported++)
       mpn_error_set(NULL, res, "%s", job->comm ? mpn_error_last(job->comm) : job->error);
     if (job->comm && res != ncclSuccess) {
-      mpn_comm_free(job->comm);
+      int ours = !__atomic_exchange_n(&job->comm->closing, 1, __ATOMIC_ACQ_REL);
+      mpn_comm_release(job->comm);
+      if (ours) mpn_comm_free(job->comm); /* else the destroy or abort under way frees it */
       if (job->user_out) *job->user_out = NULL;
+    } else if (job->comm) {
+      mpn_comm_release(job->comm);
     }
     mpn_init_job_release(job); /* a job whose thread did not start never ran */
     free(job);

@@ -326,6 +326,54 @@ START_TEST(abort_pending_creation) {
 }
 END_TEST
 
+/* A blocking creation that waits for absent peers, on a thread of its own;
+ * its handle is set from the call on. */
+typedef struct {
+  ncclUniqueId id;
+  ncclComm_t comm; /* (read by the other thread: atomic) */
+  ncclResult_t res;
+  int ended;
+} blocking_create_t;
+
+static void* blocking_create(void* arg) {
+  blocking_create_t* b = arg;
+  b->res = ncclCommInitRank(&b->comm, 3, b->id, 0);
+  __atomic_store_n(&b->ended, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Another thread's abort or destroy of a comm whose blocking creation
+ * still runs stops the creation and frees the comm once, after it: the
+ * creation fails, its handle goes back to NULL.  The comm was freed under
+ * the running creation and then again by it (a double free, or a creation
+ * thread waiting for good on a freed lock). */
+static void end_blocking_creation(int abort) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "60");
+  blocking_create_t b = {.res = ncclSuccess};
+  ck_assert_int_eq(ncclGetUniqueId(&b.id), ncclSuccess);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, blocking_create, &b), 0);
+  ncclComm_t comm = NULL;
+  while ((comm = __atomic_load_n(&b.comm, __ATOMIC_ACQUIRE)) == NULL && !__atomic_load_n(&b.ended, __ATOMIC_ACQUIRE))
+    usleep(100);
+  ck_assert_ptr_nonnull(comm);
+  usleep(100000); /* the creation waits at the rendezvous */
+  ck_assert_int_eq(abort ? ncclCommAbort(comm) : ncclCommDestroy(comm), ncclSuccess);
+  pthread_join(t, NULL);
+  ck_assert_int_ne(b.res, ncclSuccess);
+  ck_assert_int_ne(b.res, ncclTimeout); /* stopped, not timed out */
+  ck_assert_ptr_null(b.comm);
+  int n;
+  ck_assert_int_eq(ncclCommCount(comm, &n), ncclInvalidArgument);
+}
+
+START_TEST(abort_blocking_creation) { end_blocking_creation(1); }
+END_TEST
+
+START_TEST(destroy_blocking_creation) { end_blocking_creation(0); }
+END_TEST
+
 static double seconds_since(const struct timespec* t0) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -518,6 +566,8 @@ void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, abort_pending_creation_tells_peers);
   tcase_add_test(tc, rendezvous_timeout_withdraws);
   tcase_add_test(tc, abort_during_destroy);
+  tcase_add_test(tc, abort_blocking_creation);
+  tcase_add_test(tc, destroy_blocking_creation);
   tcase_add_test(tc, destroy_in_group);
   tcase_add_test(tc, destroyed_comm_address_reused);
 }

@@ -602,6 +602,34 @@ static ncclResult_t resolve_puts(launch_t* l) {
   return ncclSuccess;
 }
 
+/* A launch that issues nothing (a put's destination could not be mapped):
+ * its peers within the host would wait for its signals, or it for theirs,
+ * unaware.  Each is told through its pair, as for a refused send or
+ * receive, and so is this communicator (ncclCommGetAsyncError): the
+ * signal numbering with them is out of step, and both must abort. */
+static void tell_peers_failed(launch_t* l, ncclResult_t res) {
+  char why[256], text[512];
+  snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+  for (int i = 0; i < l->n; i++) {
+    mpn_op_t* op = l->ops[i];
+    int waits = op->kind == MPN_OP_WAIT_SIGNAL;
+    for (int d = 0; d < (waits ? op->ndesc : 1); d++) {
+      int peer = waits ? op->descs[d].peer : op->peer;
+      mpn_pair_t *to = NULL, *from = NULL;
+      if (peer == op->comm->rank || mpn_rma_over_ucx(op->comm, peer) ||
+          mpn_p2p_pairs(op->comm, peer, &to, &from) != ncclSuccess)
+        continue;
+      snprintf(text, sizeof(text),
+               "rank %d could not issue a group of one-sided calls with rank %d (%s): signals of that group did "
+               "not go, nor its waits; abort the communicator",
+               op->comm->rank, peer, why);
+      mpn_pair_report(waits ? from : to, ncclRemoteError, text);
+    }
+    mpn_comm_set_async(op->comm, res);
+  }
+  mpn_error_set(NULL, res, "%s", why); /* (the text returned is the cause) */
+}
+
 /* The puts and signals over UCX, numbered in program order (none within a
  * host; a captured one uses slots, not counts: issue_signals). */
 static ncclResult_t number_net(launch_t* l, ncclResult_t res) {
@@ -696,7 +724,10 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     mpn_rma_t* rma; /* the ops passed mpn_rma_check */
     res = mpn_rma_state(l.ops[i]->comm, &rma);
   }
-  if (res == ncclSuccess) res = resolve_puts(&l);
+  if (res == ncclSuccess) {
+    res = resolve_puts(&l);
+    if (res != ncclSuccess) tell_peers_failed(&l, res);
+  }
   const mpn_driver_t* drv = NULL;
   if (res == ncclSuccess) res = mpn_driver_get(&drv);
   res = number_net(&l, res);

@@ -179,8 +179,11 @@ static void comm_quiesce(struct ncclComm* comm, int abort) {
   /* A split of comm in progress watches its child's flag, not comm's. */
   mpn_init_split_abort(comm);
   /* A launch of another thread still using comm (waiting for peers, say)
-   * sees abort_flag and ends: only then go. */
+   * sees abort_flag and ends: only then go.  So does a creation whose
+   * handle was set before it started (init.c, job_submit); a non-blocking
+   * one has its thread by then, joined here. */
   launches_wait(comm);
+  comm_join_init(comm, 1);
   /* Streams may wait for peers that will never write (a stuck or failed
    * exchange is why programs abort): released before anything is freed. */
   if (abort) {

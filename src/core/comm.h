@@ -189,6 +189,13 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job);
  *  its call until it ran or was discarded, so that a destroy waits for it. */
 void mpn_init_job_release(mpn_init_job_t* job);
 
+/** Lets go of the job's communicator, which the job holds from its call
+ *  (its handle set then) until its creation is done with it; failed: the
+ *  creation failed, or will not run, and the communicator is freed here,
+ *  unless a destroy or abort of another thread took it, and the caller's
+ *  handle set back to NULL. */
+void mpn_init_job_let_go(mpn_init_job_t* job, int failed);
+
 /** Ends the waits of the split of parent that runs now, if any (parent's
  *  destroy or abort, once parent->abort_flag is set): its child's flag. */
 void mpn_init_split_abort(struct ncclComm* parent);

@@ -61,8 +61,7 @@ static void jobs_discard(mpn_init_job_t* jobs, ncclResult_t error) {
     mpn_init_job_t* next = jobs->next;
     if (jobs->kind == MPN_INIT_RANK) mpn_bootstrap_rendezvous_fail(&jobs->id, jobs->nranks, jobs->rank, error);
     mpn_init_job_release(jobs);
-    if (jobs->comm) mpn_comm_free(jobs->comm);
-    if (jobs->user_out) *jobs->user_out = NULL;
+    mpn_init_job_let_go(jobs, 1);
     free(jobs);
     jobs = next;
   }

@@ -316,6 +316,7 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
         __atomic_store_n(&job->comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
         mpn_comm_set_async(job->comm, res);
       }
+      mpn_init_job_let_go(job, 0); /* (failed, but the caller's: destroy or abort it) */
       mpn_init_job_release(job);
       free(job);
       first = res;
@@ -323,6 +324,7 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
       job->comm->init_thread = t;
       job->comm->init_thread_live = 1;
       job->comm->job = job;
+      mpn_comm_release(job->comm); /* a destroy or abort joins the thread from here on */
     } else {
       pthread_detach(t);
     }
@@ -366,15 +368,22 @@ static ncclResult_t jobs_threads(mpn_init_job_t* jobs, int n) {
   return first;
 }
 
-/* Blocking: one job inline, several on threads; failed comms are freed.
- * The caller's handle is set from the call on (job_submit), so another
- * thread may destroy or abort a comm whose creation runs here: each comm
- * is held while its job runs, so that such a call stops the creation
- * (abort_flag) and frees the comm only once this is done with it
- * (launches_wait); a failed comm is then that call's to free. */
+void mpn_init_job_let_go(mpn_init_job_t* job, int failed) {
+  if (job->comm == NULL) return;
+  if (!failed) {
+    mpn_comm_release(job->comm);
+    return;
+  }
+  int ours = !__atomic_exchange_n(&job->comm->closing, 1, __ATOMIC_ACQ_REL);
+  mpn_comm_release(job->comm);
+  if (ours) mpn_comm_free(job->comm); /* else the destroy or abort under way frees it */
+  if (job->user_out) *job->user_out = NULL;
+}
+
+/* Blocking: one job inline, several on threads; failed comms are freed
+ * (mpn_init_job_let_go: a destroy or abort of another thread may have
+ * taken that). */
 static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
-  for (mpn_init_job_t* job = jobs; job; job = job->next)
-    if (job->comm) (void)mpn_comm_hold(job->comm); /* (live: made by job_new) */
   ncclResult_t first = n == 1 ? mpn_init_job_run(jobs) : jobs_threads(jobs, n);
   int reported = 0;
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
@@ -384,14 +393,7 @@ static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
      * own) before the comm goes away. */
     if (res != ncclSuccess && !reported++)
       mpn_error_set(NULL, res, "%s", job->comm ? mpn_error_last(job->comm) : job->error);
-    if (job->comm && res != ncclSuccess) {
-      int ours = !__atomic_exchange_n(&job->comm->closing, 1, __ATOMIC_ACQ_REL);
-      mpn_comm_release(job->comm);
-      if (ours) mpn_comm_free(job->comm); /* else the destroy or abort under way frees it */
-      if (job->user_out) *job->user_out = NULL;
-    } else if (job->comm) {
-      mpn_comm_release(job->comm);
-    }
+    mpn_init_job_let_go(job, res != ncclSuccess);
     mpn_init_job_release(job); /* a job whose thread did not start never ran */
     free(job);
   }
@@ -472,9 +474,15 @@ static ncclResult_t job_new(mpn_init_kind_t kind, const mpn_config_t* cfg, int d
   return ncclSuccess;
 }
 
-/* Hands a new job to the group machinery and publishes the handle. */
+/* Hands a new job to the group machinery and publishes the handle.  From
+ * here on another thread may destroy or abort the comm: it is held until
+ * its creation is done with it (blocking), or its thread is known to
+ * destroy and abort (non-blocking), so that such a call stops the creation
+ * (abort_flag) and frees the comm only after (launches_wait):
+ * mpn_init_job_let_go. */
 static ncclResult_t job_submit(mpn_init_job_t* job) {
   log_version_once();
+  if (job->comm) (void)mpn_comm_hold(job->comm); /* (live: made by job_new) */
   if (job->user_out) *job->user_out = job->comm;
   return mpn_group_add_job(job);
 }

@@ -342,11 +342,13 @@ static void* blocking_create(void* arg) {
   return NULL;
 }
 
-/* Another thread's abort or destroy of a comm whose blocking creation
- * still runs stops the creation and frees the comm once, after it: the
- * creation fails, its handle goes back to NULL.  The comm was freed under
- * the running creation and then again by it (a double free, or a creation
- * thread waiting for good on a freed lock). */
+/* Another thread's abort (abort 1, 2: without waiting) or destroy (0) of a
+ * comm whose blocking creation still runs stops the creation and frees the
+ * comm once, after it: the creation fails, its handle goes back to NULL.
+ * The comm was freed under the running creation and then again by it (a
+ * double free, or a creation thread waiting for good on a freed lock; on
+ * the GPU machine, an abort that came while the creation started the
+ * device's context, before it held the comm, freed it from under it). */
 static void end_blocking_creation(int abort) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "60");
@@ -358,7 +360,7 @@ static void end_blocking_creation(int abort) {
   while ((comm = __atomic_load_n(&b.comm, __ATOMIC_ACQUIRE)) == NULL && !__atomic_load_n(&b.ended, __ATOMIC_ACQUIRE))
     usleep(100);
   ck_assert_ptr_nonnull(comm);
-  usleep(100000); /* the creation waits at the rendezvous */
+  usleep(abort == 2 ? 0 : 100000); /* the creation waits at the rendezvous (2: it may not have started) */
   ck_assert_int_eq(abort ? ncclCommAbort(comm) : ncclCommDestroy(comm), ncclSuccess);
   pthread_join(t, NULL);
   ck_assert_int_ne(b.res, ncclSuccess);
@@ -372,6 +374,11 @@ START_TEST(abort_blocking_creation) { end_blocking_creation(1); }
 END_TEST
 
 START_TEST(destroy_blocking_creation) { end_blocking_creation(0); }
+END_TEST
+
+/* The abort at once, as the handle is set: with a GPU the creation may
+ * still be starting the device's context, before its job runs. */
+START_TEST(abort_starting_creation) { end_blocking_creation(2); }
 END_TEST
 
 static double seconds_since(const struct timespec* t0) {
@@ -568,6 +575,7 @@ void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, abort_during_destroy);
   tcase_add_test(tc, abort_blocking_creation);
   tcase_add_test(tc, destroy_blocking_creation);
+  tcase_add_test(tc, abort_starting_creation);
   tcase_add_test(tc, destroy_in_group);
   tcase_add_test(tc, destroyed_comm_address_reused);
 }

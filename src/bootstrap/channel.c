@@ -176,6 +176,62 @@ void mpn_chan_locked(void (*fn)(void*), void* arg) {
   pthread_mutex_unlock(&chan.lock);
 }
 
+/*
+ * Split communicators' MPI communicators whose destroy or abort came on a
+ * thread that may not make MPI calls then (mpn_chan_comm_free): freed by
+ * MPI's main thread when it next progresses the channel, or at
+ * MPI_Finalize.  A lock of their own: a driver may hold the channel's
+ * inside MPI_Comm_split, and a destroy must not wait for that.
+ */
+typedef struct comm_free {
+  struct comm_free* next;
+  MPI_Comm comm;
+} comm_free_t;
+static comm_free_t* frees;
+static pthread_mutex_t frees_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether this thread may make the MPI calls of a destroy or abort: under
+ * MPI_THREAD_MULTIPLE any, else MPI's main thread only (the application's
+ * other threads may be in MPI calls of their own meanwhile). */
+static int may_end_here(void) {
+  int main_thread = 0;
+  return __atomic_load_n(&chan.thread_level, __ATOMIC_ACQUIRE) == MPI_THREAD_MULTIPLE ||
+         (MPI_Is_thread_main(&main_thread) == MPI_SUCCESS && main_thread);
+}
+
+/* The frees handed over, if this thread may make them (or finalizing). */
+static void run_frees(int finalizing) {
+  if (__atomic_load_n(&frees, __ATOMIC_ACQUIRE) == NULL || (!finalizing && !may_end_here())) return;
+  pthread_mutex_lock(&frees_lock);
+  comm_free_t* f = frees;
+  frees = NULL;
+  pthread_mutex_unlock(&frees_lock);
+  while (f) {
+    comm_free_t* next = f->next;
+    MPI_Comm_free(&f->comm);
+    free(f);
+    f = next;
+  }
+}
+
+void mpn_chan_comm_free(MPI_Comm* comm) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized || *comm == MPI_COMM_NULL) return; /* (MPI_Finalize freed it) */
+  if (may_end_here()) {
+    MPI_Comm_free(comm);
+    return;
+  }
+  comm_free_t* f = malloc(sizeof(*f));
+  if (f == NULL) return; /* MPI_Finalize frees it */
+  f->comm = *comm;
+  pthread_mutex_lock(&frees_lock);
+  f->next = frees;
+  __atomic_store_n(&frees, f, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&frees_lock);
+  *comm = MPI_COMM_NULL;
+}
+
 /* Completes or abandons outstanding sends; MPI is about to go away. */
 static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* extra) {
   (void)comm, (void)keyval, (void)attr, (void)extra;
@@ -193,6 +249,7 @@ static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* ext
     free(p);
   }
   chan.sends = chan.unposted = chan.unposted_tail = NULL;
+  run_frees(1); /* (MPI works while it deletes MPI_COMM_SELF's attributes) */
   /* Workers' MPI calls not done by now never will be: they fail. */
   for (task_t *t = chan.tasks, *next; t; t = next) {
     next = t->next;
@@ -396,6 +453,7 @@ void mpn_chan_progress(void) {
   }
   post_unposted(); /* before the tasks: one may block (MPI_Comm_split) */
   run_tasks();
+  run_frees(0);
   for (pending_t **pp = &chan.sends; *pp;) {
     int done = 0;
     MPI_Test(&(*pp)->req, &done, MPI_STATUS_IGNORE);

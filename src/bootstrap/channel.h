@@ -119,6 +119,14 @@ void mpn_chan_forget(uint64_t key, int dst);
  * never push a rank that went away out. */
 void mpn_chan_forget_tag(uint64_t key, int dst, int tag);
 
+/**
+ * Frees a communicator's MPI communicator (a split's) at its destroy or
+ * abort, on a thread that may: at once under MPI_THREAD_MULTIPLE or on
+ * MPI's main thread; else the main thread's next progress of the channel
+ * does it, or MPI_Finalize.  Nothing after MPI_Finalize (it freed them).
+ */
+void mpn_chan_comm_free(MPI_Comm* comm);
+
 /** Ranks of MPI_COMM_WORLD, or 0 while MPI is not started here. */
 int mpn_chan_world_size(void);
 

@@ -271,11 +271,7 @@ static void comm_free(struct ncclComm* comm, int abort) {
   mpn_topo_free(&comm->topo);
   free(comm->transport);
   free(comm->peer_gone);
-  if (comm->mpi_comm_owned && comm->mpi_comm != MPI_COMM_NULL) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm->mpi_comm);
-  }
+  if (comm->mpi_comm_owned && comm->mpi_comm != MPI_COMM_NULL) mpn_chan_comm_free(&comm->mpi_comm);
   pthread_mutex_destroy(&comm->error_lock);
   comm->magic = 0;
   free(comm);

@@ -15,7 +15,8 @@
  * earlier one of the main thread (the order of turns kept), the abort, from
  * another thread, of a parent whose splits wait for their MPI turn or for
  * MPI_Comm_split, and for each other, and the destroy of a parent right
- * after non-blocking splits of it.
+ * after non-blocking splits of it, and the destroy of a split of an
+ * MPI-made communicator on another thread (its MPI_Comm_free).
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -501,6 +502,25 @@ static void destroy_parent_of_splits(void) {
   MPI_Comm_free(&d);
 }
 
+static void* destroy_off_main(void* comm) {
+  EXPECT_OK(ncclCommDestroy(*(ncclComm_t*)comm));
+  return NULL;
+}
+
+/* The destroy of a split of an MPI-made communicator on another thread: its
+ * MPI communicator is freed on the main thread (here at the parent's
+ * destroy), not on the destroying one. */
+static void destroy_split_off_main(void) {
+  ncclComm_t parent = NULL, child = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&parent, MPI_COMM_WORLD, NULL));
+  EXPECT_OK(ncclCommSplit(parent, 0, world_rank, &child, NULL));
+  expect_shape(child, world_size, world_rank);
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, destroy_off_main, &child) == 0);
+  pthread_join(t, NULL);
+  EXPECT_OK(ncclCommDestroy(parent));
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("1 2 3 4");
@@ -528,6 +548,7 @@ int main(int argc, char** argv) {
   abort_parent_of_splits(1);
   abort_parent_of_splits(0);
   destroy_parent_of_splits();
+  destroy_split_off_main();
   long lib_calls = calls_main - before, off = __atomic_load_n(&calls_off_main, __ATOMIC_RELAXED);
   if (off)
     fprintf(stderr, "[world %d] %ld MPI calls off the main thread, the first %s\n", world_rank, off, first_off_main);

@@ -572,8 +572,9 @@ void mpn_chan_worker_end(void) {
 
 void mpn_chan_drive(mpn_chan_drive_t how) {
   /* Also with no worker left: one may have left sends behind (an error path). */
-  if (chan_worker || (__atomic_load_n(&chan.workers, __ATOMIC_ACQUIRE) == 0 &&
-                      __atomic_load_n(&chan.unposted, __ATOMIC_RELAXED) == NULL))
+  if (chan_worker ||
+      (__atomic_load_n(&chan.workers, __ATOMIC_ACQUIRE) == 0 &&
+       __atomic_load_n(&chan.unposted, __ATOMIC_RELAXED) == NULL && __atomic_load_n(&frees, __ATOMIC_ACQUIRE) == NULL))
     return;
   chan_init();
   /* (read without the lock, which a driver may hold in MPI_Comm_split: a

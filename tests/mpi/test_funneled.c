@@ -108,8 +108,10 @@ int MPI_Comm_test_inter(MPI_Comm comm, int* flag) {
   seen_on("MPI_Comm_test_inter", comm);
   return PMPI_Comm_test_inter(comm, flag);
 }
+static long comm_frees;
 int MPI_Comm_free(MPI_Comm* comm) {
   seen("MPI_Comm_free");
+  __atomic_add_fetch(&comm_frees, 1, __ATOMIC_RELAXED);
   return PMPI_Comm_free(comm);
 }
 int MPI_Cancel(MPI_Request* req) {
@@ -508,16 +510,22 @@ static void* destroy_off_main(void* comm) {
 }
 
 /* The destroy of a split of an MPI-made communicator on another thread: its
- * MPI communicator is freed on the main thread (here at the parent's
- * destroy), not on the destroying one. */
+ * MPI communicator is freed on the main thread (here at its next poll), not
+ * on the destroying one. */
 static void destroy_split_off_main(void) {
   ncclComm_t parent = NULL, child = NULL;
   EXPECT_OK(mpincclCommInitMPI(&parent, MPI_COMM_WORLD, NULL));
   EXPECT_OK(ncclCommSplit(parent, 0, world_rank, &child, NULL));
   expect_shape(child, world_size, world_rank);
+  long frees = __atomic_load_n(&comm_frees, __ATOMIC_RELAXED);
   pthread_t t;
   EXPECT(pthread_create(&t, NULL, destroy_off_main, &child) == 0);
   pthread_join(t, NULL);
+  EXPECT(__atomic_load_n(&comm_frees, __ATOMIC_RELAXED) == frees); /* not on that thread */
+  ncclResult_t async = ncclInternalError;
+  EXPECT_OK(ncclCommGetAsyncError(parent, &async));
+  EXPECT(async == ncclSuccess);
+  EXPECT(__atomic_load_n(&comm_frees, __ATOMIC_RELAXED) == frees + 1); /* by the poll */
   EXPECT_OK(ncclCommDestroy(parent));
 }
 

@@ -25,18 +25,20 @@
 static __thread struct {
   int depth;
   ncclResult_t error;
-  char error_text[512]; /* error's text, which ncclGroupEnd sets again with it */
   mpn_op_t *ops, *ops_tail;
   mpn_init_job_t *jobs, *jobs_tail;
   mpn_win_job_t *wins, *wins_tail;
 } group;
+/* group.error's text, which ncclGroupEnd sets again with it (apart: the
+ * struct above is cleared at every ncclGroupEnd, this only read then). */
+static __thread char group_error_text[512];
 
 int mpn_group_depth(void) { return group.depth; }
 
 ncclResult_t mpn_group_fail(ncclResult_t res) {
   if (group.depth > 0 && group.error == ncclSuccess && res != ncclSuccess) {
     group.error = res;
-    snprintf(group.error_text, sizeof(group.error_text), "%s", mpn_error_last(NULL));
+    snprintf(group_error_text, sizeof(group_error_text), "%s", mpn_error_last(NULL));
   }
   return res;
 }
@@ -231,7 +233,7 @@ static ncclResult_t group_flush(void) {
   mpn_win_job_t* wins = group.wins;
   ncclResult_t error = group.error;
   /* The text of the error returned, not of a later call's refusal. */
-  if (error != ncclSuccess) mpn_error_set(NULL, error, "%s", group.error_text);
+  if (error != ncclSuccess) mpn_error_set(NULL, error, "%s", group_error_text);
   memset(&group, 0, sizeof(group));
   if (error == ncclSuccess && jobs && mpn_init_jobs_mixed(jobs))
     error = MPN_REFUSE(NULL, ncclInvalidArgument,

@@ -69,12 +69,17 @@ static int ucx_lost(struct ncclComm* comm, int peer) {
 #endif
 }
 
-/* Whether a peer over UCX told this rank that it aborted its communicator
- * (and lives on): it sends no more signals, and no endpoint failure says
- * so (mpn_ucx_peer_unreachable leaves it out). */
-static int ucx_aborted(struct ncclComm* comm, int peer) {
+/* A peer over UCX that told this rank it aborted its communicator (and
+ * lives on) sends no more signals, and no endpoint failure says so
+ * (mpn_ucx_peer_unreachable leaves it out): as a peer of a pair that
+ * aborted (below), the waits for its signals are let go, at each check.
+ * Returns whether peer is such a one. */
+static int ucx_aborted_release(struct ncclComm* comm, int peer) {
 #ifdef HAVE_UCX
-  return comm->transport[peer] == MPN_TRANSPORT_UCX && mpn_ucx_peer_aborted(comm, peer);
+  if (comm->transport[peer] != MPN_TRANSPORT_UCX || !mpn_ucx_peer_aborted(comm, peer)) return 0;
+  mpn_ucx_poll_errors(comm); /* (its notice: ncclRemoteError naming it, the communicator broken) */
+  mpn_ucx_rma_release_peer(comm, peer);
+  return 1;
 #else
   (void)comm;
   (void)peer;
@@ -94,13 +99,7 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     const mpn_rank_info_t* p = &t->ranks[peer];
     int local = p->proc != me->proc && mpn_topo_same_host(t, comm->rank, peer) && p->pidns == me->pidns &&
                 p->pidns != 0; /* a process this one can look up */
-    if (ucx_aborted(comm, peer)) { /* as a peer of a pair that aborted (below): waits for its signals let go */
-#ifdef HAVE_UCX
-      mpn_ucx_poll_errors(comm); /* (its notice: ncclRemoteError naming it, the communicator broken) */
-      mpn_ucx_rma_release_peer(comm, peer);
-#endif
-      continue;
-    }
+    if (ucx_aborted_release(comm, peer)) continue;
     int lost = ucx_lost(comm, peer);
     if (!local && !comm->peer_gone[peer] && !lost) continue;
     if (comm->peer_gone[peer]) {

@@ -65,6 +65,8 @@ static void flying_remove(mpn_ucx_cmd_t* cmd) {
   else if (px.flying == cmd) px.flying = cmd->next;
   if (cmd->next) cmd->next->prev = cmd->prev;
   cmd->next = cmd->prev = NULL;
+  if (cmd->cancel_at_ns) px.late--; /* (late_sweep: counted while in flight) */
+  cmd->cancel_at_ns = 0;
 }
 
 /* Completion of any operation: report, then let the request go. */
@@ -90,7 +92,6 @@ static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
-  if (cmd->cancel_at_ns) px.late--;
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
   /* A receive of another size than its message is the caller's error (the
@@ -289,7 +290,6 @@ static void fence_done(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
-  if (cmd->cancel_at_ns) px.late--;
   cmd->request = NULL;
   if (request) ucp_request_free(request);
   fence_passed(cmd, status);

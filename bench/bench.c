@@ -118,8 +118,9 @@ static void floor_choose(bench_t* b) {
   } else if (op == OP_BARRIER || !sliced) { /* signals only, or nothing switches */
     b->floor_name = "flag-only";
     b->floor_us = b->floors.flag_us;
-  } else if (op == OP_PUTPINGPONG || op == OP_PUT || op == OP_RMAALLTOALL) {
-    /* A put is engine work of the side that puts: both sides do it in turn. */
+  } else if (op == OP_PUTPINGPONG || op == OP_RMAALLTOALL) {
+    /* A put is engine work of the side that puts: here both sides put in turn.
+     * (A one-way put has one side only waiting: the delegated floor's shape.) */
     b->floor_name = "engine";
     b->floor_us = b->floors.engine_us;
   } else {
@@ -247,15 +248,33 @@ static int plan_build(bench_t* b, size_t size) {
 /* ------------------------------------------------------------- iteration -- */
 
 /* Enqueues one iteration; returns the first failure and names its call in
- * *what.  A group once started is always ended. */
+ * *what.  A group once started is always ended, even after a failure inside
+ * it (group_open), so a capture that failed leaves no group open behind it. */
 static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
   ncclResult_t res = ncclSuccess, got;
+  int group_open = 0;
 #define BENCH_TRY(call)                                        \
   do {                                                         \
     if (res == ncclSuccess && (got = (call)) != ncclSuccess) { \
       res = got;                                               \
       *what = #call;                                           \
     }                                                          \
+  } while (0)
+#define BENCH_GROUP_START()          \
+  do {                               \
+    BENCH_TRY(ncclGroupStart());     \
+    group_open = res == ncclSuccess; \
+  } while (0)
+#define BENCH_GROUP_END()                                       \
+  do {                                                          \
+    if (group_open) {                                           \
+      got = ncclGroupEnd(); /* (even after a failure inside) */ \
+      if (res == ncclSuccess && got != ncclSuccess) {           \
+        res = got;                                              \
+        *what = "ncclGroupEnd()";                               \
+      }                                                         \
+      group_open = 0;                                           \
+    }                                                           \
   } while (0)
   ncclComm_t c = b->comm;
   cudaStream_t s = b->stream;
@@ -288,7 +307,7 @@ static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
       BENCH_TRY(ncclPutSignal(b->recvbuf, b->size, ncclInt8, 0, b->win, 0, 0, 0, 0, c, s));
     }
     if (op == OP_BARRIER || op == OP_RMAALLTOALL) {
-      BENCH_TRY(ncclGroupStart());
+      BENCH_GROUP_START();
       for (int i = 0; i < b->nmsgs; i++) { /* all-to-all: our block lands at r * chunk */
         const msg_t* m = &b->msgs[i];
         BENCH_TRY(ncclPutSignal(b->sendbuf + m->send_off, m->bytes, ncclInt8, m->send_peer, b->win,
@@ -296,14 +315,14 @@ static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
       }
       for (int p = 0; op == OP_BARRIER && p < n; p++) BENCH_TRY(ncclSignal(p, 0, 0, 0, c, s));
       BENCH_TRY(ncclWaitSignal(n, b->all_peers, c, s));
-      BENCH_TRY(ncclGroupEnd());
+      BENCH_GROUP_END();
     }
     b->host_s += MPI_Wtime() - t0;
     return res;
   }
 #endif
   double t0 = MPI_Wtime();
-  BENCH_TRY(ncclGroupStart());
+  BENCH_GROUP_START();
   if (res != ncclSuccess) return res;
   for (int i = 0; i < b->nmsgs; i++) {
     const msg_t* m = &b->msgs[i];
@@ -312,8 +331,10 @@ static ncclResult_t iter_enqueue(bench_t* b, const char** what) {
     if (m->recv_peer >= 0)
       BENCH_TRY(ncclRecv(b->recvbuf + m->recv_off, m->bytes, ncclInt8, m->recv_peer, c, s));
   }
-  BENCH_TRY(ncclGroupEnd());
+  BENCH_GROUP_END();
   b->host_s += MPI_Wtime() - t0;
+#undef BENCH_GROUP_END
+#undef BENCH_GROUP_START
 #undef BENCH_TRY
   return res;
 }
@@ -365,7 +386,9 @@ static void data_prepare(bench_t* b) {
   CUDA_CHECK(cudaMemsetAsync(b->recvbuf, 0, b->recvcap, b->stream));
 }
 
-/* Bytes that differ from the pattern, over all ranks. */
+/* Bytes that differ from the pattern, over all ranks, and bytes written
+ * outside the messages: once checked, the messages are cleared, and the
+ * receive buffer (cleared before the iterations) must then be all 0. */
 static long long data_check(bench_t* b) {
   unsigned long long wrong = 0, all = 0;
   CUDA_CHECK(cudaMemsetAsync(b->wrong_dev, 0, sizeof(*b->wrong_dev), b->stream));
@@ -375,6 +398,12 @@ static long long data_check(bench_t* b) {
       CUDA_CHECK(bench_pattern_check(b->recvbuf + m->recv_off, m->bytes, m->recv_key, b->wrong_dev,
                                      b->stream));
   }
+  for (int i = 0; i < b->nmsgs; i++) {
+    const msg_t* m = &b->msgs[i];
+    if (m->recv_peer >= 0 && m->bytes > 0)
+      CUDA_CHECK(cudaMemsetAsync(b->recvbuf + m->recv_off, 0, m->bytes, b->stream));
+  }
+  CUDA_CHECK(bench_nonzero_count(b->recvbuf, b->recvcap, b->wrong_dev, b->stream));
   CUDA_CHECK(
       cudaMemcpyAsync(&wrong, b->wrong_dev, sizeof(wrong), cudaMemcpyDeviceToHost, b->stream));
   CUDA_CHECK(cudaStreamSynchronize(b->stream));
@@ -456,7 +485,7 @@ static int size_run(bench_t* b, result_t* res) {
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (any_failed) return -1;
   double us = ms * 1e3 / o->iters;
-  if (o->op == OP_PINGPONG || o->op == OP_PUTPINGPONG) us /= 2; /* one way: half a round trip */
+  if (bench_op_round_trip(o->op)) us /= 2; /* one way: half a round trip */
   double host_us = b->host_s * 1e6 / o->iters, t[2] = {us, host_us}, tmax[2], host_sum = 0;
   MPI_Allreduce(t, tmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&host_us, &host_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -608,6 +637,12 @@ static int sizes_run(bench_t* b) {
     wrong_sizes += r->wrong > 0;
     bench_report_row(b, r);
   }
+  if (b->nresults == 0) { /* (all-to-all: every size below one byte per rank) */
+    snprintf(b->error, sizeof(b->error), "no size from -b %zu to -e %zu suits -o %s with %d ranks", o->minbytes,
+             o->maxbytes, bench_op_name(o->op), world_size);
+    if (world_rank == 0) fprintf(stderr, "mpinccl_bench: %s\n", b->error);
+    return 1;
+  }
   if (wrong_sizes > 0) {
     snprintf(b->error, sizeof(b->error), "%lld size(s) received wrong bytes", wrong_sizes);
     if (world_rank == 0) fprintf(stderr, "mpinccl_bench: %s\n", b->error);
@@ -623,20 +658,17 @@ static int run(const options_t* o, int ndev) {
   b->rank = world_rank;
   b->nranks = world_size;
   topo_detect(ndev, &b->topo);
-  size_t copy_bytes = (size_t)1 << 30;
-  if (o->maxbytes < copy_bytes) copy_bytes = o->maxbytes;
-  bench_floors_measure(MPI_COMM_WORLD, copy_bytes, b->topo.pair_same_node, &b->floors);
+  /* The copy rate at 1 GiB whatever the sweep (halved only where memory is
+   * short): at a small size the copy's launch, not the rate, would be timed. */
+  bench_floors_measure(MPI_COMM_WORLD, (size_t)1 << 30, b->topo.pair_same_node, &b->floors);
   if (o->op == OP_BARRIER) bench_floors_barrier(MPI_COMM_WORLD, &b->floors);
-  if (o->net) bench_net_measure(MPI_COMM_WORLD, copy_bytes < ((size_t)256 << 20) ? copy_bytes : (size_t)256 << 20, &b->net);
+  if (o->net) bench_net_measure(MPI_COMM_WORLD, (size_t)256 << 20, &b->net);
   floor_choose(b);
   if (o->op == OP_HALO) halo_setup(b);
+  b->floors.barrier_comm_us = -1; /* (measured below, with the communicator) */
   bench_report_header(b);
-  if (o->floors_only) {
-    bench_report_json(b);
-    return 0;
-  }
+  if (o->floors_only) return bench_report_json(b);
   comm_create(b);
-  b->floors.barrier_comm_us = -1;
   if (o->op == OP_BARRIER) { /* the same floor beside the library: does its presence cost? */
     bench_floors_t again = b->floors;
     bench_floors_barrier(MPI_COMM_WORLD, &again);
@@ -645,7 +677,7 @@ static int run(const options_t* o, int ndev) {
   buffers_create(b);
   bench_report_table_header(b);
   int rc = sizes_run(b);
-  bench_report_json(b);
+  if (bench_report_json(b) != 0 && rc == 0) rc = 1;
   buffers_destroy(b);
   if (rc == 3) {
     NCCL_CHECK(b->comm, ncclCommAbort(b->comm));

@@ -116,6 +116,9 @@ const char* bench_op_name(op_t op);
 /** Whether op has one message in flight at a time (pingpong, putpingpong, put). */
 int bench_op_one_way(op_t op);
 
+/** Whether an operation is a ping-pong, whose time is reported one way (half a round trip). */
+int bench_op_round_trip(op_t op);
+
 /** The --net floor the run's bandwidth is compared with: the slowest stage,
  * with UCX measured one way or both ways at once as the operation moves data. */
 double bench_net_floor_gbps(const bench_t* b);
@@ -129,7 +132,8 @@ void bench_report_table_header(const bench_t* b);
 /** Rank 0: one row of the table. */
 void bench_report_row(const bench_t* b, const result_t* r);
 
-/** Rank 0: everything, rows included, to the --json file, if one was given. */
-void bench_report_json(const bench_t* b);
+/** Rank 0: everything, rows included, to the --json file, if one was given;
+ *  1 (after saying why) where the file could not be written, else 0. */
+int bench_report_json(const bench_t* b);
 
 #endif /* BENCH_H_ */

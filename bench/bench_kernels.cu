@@ -34,6 +34,13 @@ static __global__ void check_kernel(const unsigned char* buf, size_t bytes, uint
   if (mine) atomicAdd(wrong, mine);
 }
 
+static __global__ void nonzero_kernel(const unsigned char* buf, size_t bytes, unsigned long long* wrong) {
+  unsigned long long mine = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < bytes; i += (size_t)gridDim.x * blockDim.x)
+    mine += buf[i] != 0;
+  if (mine) atomicAdd(wrong, mine);
+}
+
 /* Enough blocks to fill an H100/H200 a few times over, no more. */
 static unsigned grid_for(size_t bytes) {
   size_t blocks = (bytes + 255) / 256;
@@ -51,5 +58,12 @@ extern "C" cudaError_t bench_pattern_check(const void* buf, size_t bytes, uint64
                                            unsigned long long* wrong, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   check_kernel<<<grid_for(bytes), 256, 0, stream>>>((const unsigned char*)buf, bytes, key, wrong);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t bench_nonzero_count(const void* buf, size_t bytes, unsigned long long* wrong,
+                                           cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  nonzero_kernel<<<grid_for(bytes), 256, 0, stream>>>((const unsigned char*)buf, bytes, wrong);
   return cudaGetLastError();
 }

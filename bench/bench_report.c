@@ -15,6 +15,8 @@ const char* bench_op_name(op_t op) { return op_names[op]; }
 
 int bench_op_one_way(op_t op) { return op == OP_PINGPONG || op == OP_PUTPINGPONG || op == OP_PUT; }
 
+int bench_op_round_trip(op_t op) { return op == OP_PINGPONG || op == OP_PUTPINGPONG; }
+
 double bench_net_floor_gbps(const bench_t* b) {
   return bench_op_one_way(b->o->op) ? b->net.slowest_gbps : b->net.slowest_both_gbps;
 }
@@ -51,7 +53,13 @@ static void library_text(char* buf, size_t len) {
   int v = 0;
   ncclGetVersion(&v);
 #ifdef BENCH_WITH_NVIDIA_NCCL
-  snprintf(buf, len, "NVIDIA NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  /* A header of another version than the library (CUDA ships an nccl.h of
+   * its own) may turn operations off (BENCH_HAVE_RMA): say so. */
+  if (v != NCCL_VERSION_CODE)
+    snprintf(buf, len, "NVIDIA NCCL %d.%d.%d (built with the header of %d.%d.%d)", v / 10000, v / 100 % 100, v % 100,
+             NCCL_VERSION_CODE / 10000, NCCL_VERSION_CODE / 100 % 100, NCCL_VERSION_CODE % 100);
+  else
+    snprintf(buf, len, "NVIDIA NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
 #else
   snprintf(buf, len, "mpinccl %d.%d (NCCL API %d.%d.%d)", MPINCCL_VERSION_MAJOR,
            MPINCCL_VERSION_MINOR, v / 10000, v / 100 % 100, v % 100);
@@ -218,13 +226,13 @@ static void json_results(FILE* f, const bench_t* b) {
   fprintf(f, "\n  ]\n");
 }
 
-void bench_report_json(const bench_t* b) {
+int bench_report_json(const bench_t* b) {
   const options_t* o = b->o;
-  if (b->rank != 0 || o->json == NULL) return;
+  if (b->rank != 0 || o->json == NULL) return 0;
   FILE* f = fopen(o->json, "w");
   if (f == NULL) {
     fprintf(stderr, "mpinccl_bench: cannot write %s: %s\n", o->json, strerror(errno));
-    return;
+    return 1;
   }
   char lib[96];
   library_text(lib, sizeof(lib));
@@ -238,7 +246,7 @@ void bench_report_json(const bench_t* b) {
   fprintf(f, "  \"regime\": \"mps %s\",\n  \"mps\": %s,\n", b->topo.mps ? "on" : "off",
           b->topo.mps ? "true" : "false");
   fprintf(f, "  \"time\": \"%s\",\n",
-          o->op == OP_PINGPONG ? "one-way latency (round trip / 2)" : "per iteration");
+          bench_op_round_trip(o->op) ? "one-way latency (round trip / 2)" : "per iteration");
   fprintf(f,
           "  \"options\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %ld, \"iters\": "
           "%d, \"warmup\": %d, \"graph\": %d, \"check\": %d, \"register\": %d},\n",
@@ -301,5 +309,10 @@ void bench_report_json(const bench_t* b) {
   fprintf(f, ",\n");
   json_results(f, b);
   fprintf(f, "}\n");
-  if (fclose(f) != 0) fprintf(stderr, "mpinccl_bench: writing %s failed\n", o->json);
+  int failed = ferror(f);
+  if (fclose(f) != 0 || failed) {
+    fprintf(stderr, "mpinccl_bench: writing %s failed\n", o->json);
+    return 1;
+  }
+  return 0;
 }

@@ -2,7 +2,7 @@
 """plot.py - draws mpinccl_bench results (--json files) as one PNG.
 
 Left: bus bandwidth against size, log-log, with each run's copy-rate floor as
-a horizontal dashed line.  Right: time (one-way latency for pingpong) against
+a horizontal dashed line.  Right: time (one-way latency for the ping-pongs) against
 size, log-log, with the flag-only (dashed) and delegated (dotted) exchange
 floors as horizontal lines.
 
@@ -69,8 +69,8 @@ def panels(runs):
         if fl.get("delegated_us"):
             lat_floors.append(("delegated %.1f us" % fl["delegated_us"], i, fl["delegated_us"],
                                "dotted"))
-    pingpong = any(r.get("op") == "pingpong" for r in runs)
-    time_label = "time (us)" + (", pingpong: one way" if pingpong else " per iteration")
+    pingpong = any(r.get("op") in ("pingpong", "putpingpong") for r in runs)
+    time_label = "time (us)" + (", ping-pongs: one way" if pingpong else " per iteration")
     return [("bus bandwidth", "size (B)", "busbw (GB/s)", bw, bw_floors),
             ("time", "size (B)", time_label, lat, lat_floors)]
 

@@ -7,7 +7,9 @@
  * (-d names them); with one GPU they share it, which mpinccl allows.
  */
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,20 +91,27 @@ static int parse(int argc, char** argv, options_t* o) {
   int c;
   while ((c = getopt(argc, argv, "r:d:c:i:w:h")) != -1) {
     char* end = NULL;
+    errno = 0;
     long v = optarg ? strtol(optarg, &end, 10) : 0;
-    int bad = optarg && c != 'd' && (*end || v < 0);
+    int bad = optarg && c != 'd' && (end == optarg || *end || v < 0 || errno == ERANGE);
     switch (c) {
       case 'r':
         o->nranks = (int)v;
         bad |= v < 1 || v > MAX_RANKS;
         break;
       case 'd': bad = parse_devs(optarg, o) != 0; break;
-      case 'c': o->count = (size_t)v; break;
+      case 'c': /* (the block's bytes, and the one more cudaMalloc'ed, must not wrap) */
+        o->count = (size_t)v;
+        bad |= (unsigned long)v > (SIZE_MAX - 1) / sizeof(uint32_t);
+        break;
       case 'i':
         o->iters = (int)v;
-        bad |= v < 1;
+        bad |= v < 1 || v > INT_MAX;
         break;
-      case 'w': o->warmup = (int)v; break;
+      case 'w':
+        o->warmup = (int)v;
+        bad |= v > INT_MAX;
+        break;
       case 'h': usage(stdout); exit(0);
       default: usage(stderr); return -1;
     }

@@ -14,8 +14,14 @@ cd "$(dirname "$0")/.."
 
 work=$(mktemp -d /tmp/mpinccl-sanitized.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
-cd "$work"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
+  cd "$work"
+else # (a tree without git metadata: all of it, less what a build left)
+  tar -cf - . | tar -xf - -C "$work"
+  cd "$work"
+  if [ -f Makefile ]; then make distclean >/dev/null 2>&1 || true; fi
+fi
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 autoreconf -fi >/dev/null 2>&1
 ./configure -q CFLAGS="-g -O1 $flags" LDFLAGS="-fsanitize=address,undefined" "$@"

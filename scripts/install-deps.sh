@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(build-essential autoconf automake libtool pkg-config
           libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev
-          check libsubunit-dev valgrind iproute2 util-linux)
+          check libsubunit-dev valgrind iproute2 util-linux git python3)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,13 +9,22 @@
 #define NCCL_H_
 
 #include <cuda_runtime.h>
+/* The CUDA types of ncclFloat16, ncclBfloat16 and the fp8 types, as NCCL's
+ * header brings them: programs use them after including only nccl.h. */
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if defined(__cplusplus) && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 30
-#define NCCL_PATCH 0
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX "mpinccl"
 
 /* Version codes: X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before. */

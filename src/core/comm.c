@@ -317,14 +317,18 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need)
                       caller, (void*)comm);
   if (need == MPN_COMM_NEED_LIVE) return ncclSuccess;
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
+  /* As NCCL answers a communicator not ready: ncclInvalidArgument while it
+   * is being made, its creation's own error once that failed. */
   if (state == MPN_COMM_INITIALIZING)
-    return MPN_REFUSE(comm, ncclInvalidUsage,
+    return MPN_REFUSE(comm, ncclInvalidArgument,
                       "%s: comm %p is still being created; wait until ncclCommGetAsyncError "
                       "returns ncclSuccess",
                       caller, (void*)comm);
-  if (state == MPN_COMM_FAILED)
-    return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p failed during creation (%s)", caller,
-                      (void*)comm, ncclGetErrorString(mpn_comm_async(comm)));
+  if (state == MPN_COMM_FAILED) {
+    ncclResult_t async = mpn_comm_async(comm);
+    return MPN_REFUSE(comm, async == ncclSuccess || async == ncclInProgress ? ncclInvalidUsage : async,
+                      "%s: comm %p failed during creation (%s)", caller, (void*)comm, ncclGetErrorString(async));
+  }
   if (state == MPN_COMM_FINALIZED && need != MPN_COMM_NEED_QUERY)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was finalized", caller, (void*)comm);
   if (comm->abort_flag)

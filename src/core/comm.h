@@ -52,6 +52,8 @@ typedef struct mpn_init_job {
   struct ncclComm* comm;   /**< the communicator being made (NULL: split without color) */
   ncclComm_t* user_out;    /**< where the caller wants the handle */
   int device;              /**< CUDA device of the calling thread, -1 if none */
+  int blocking;            /**< the call's config.blocking (also for a split without color, which
+                                makes no communicator: NCCL takes it from the config it is given) */
   mpn_bootstrap_id_t id;   /**< MPN_INIT_RANK */
   int nranks, rank;        /**< MPN_INIT_RANK */
   MPI_Comm mpi_comm;       /**< MPN_INIT_MPI */

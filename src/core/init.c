@@ -404,19 +404,13 @@ static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int mpn_init_jobs_mixed(const mpn_init_job_t* jobs) {
   int seen[2] = {0, 0};
-  for (const mpn_init_job_t* job = jobs; job; job = job->next) {
-    const mpn_config_t* cfg = job->comm ? &job->comm->config : &job->parent->config;
-    seen[cfg->blocking != 0] = 1;
-  }
+  for (const mpn_init_job_t* job = jobs; job; job = job->next) seen[job->blocking != 0] = 1;
   return seen[0] && seen[1];
 }
 
 ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   int n = 0, background = 0;
-  for (mpn_init_job_t* job = jobs; job; job = job->next, n++) {
-    const mpn_config_t* cfg = job->comm ? &job->comm->config : &job->parent->config;
-    background |= !cfg->blocking;
-  }
+  for (mpn_init_job_t* job = jobs; job; job = job->next, n++) background |= !job->blocking;
   /* Creation threads must not read the environment (see channel.c), nor
    * start what writes it: both here, on the calling thread, before any
    * starts; and one calling thread at a time (threads creating one rank
@@ -461,6 +455,7 @@ static ncclResult_t job_new(mpn_init_kind_t kind, const mpn_config_t* cfg, int d
   if (job == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   job->kind = kind;
   job->device = device;
+  job->blocking = cfg->blocking;
   job->user_out = user_out;
   job->mpi_comm = MPI_COMM_NULL;
   if (user_out) {

@@ -39,7 +39,9 @@ MPN_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_
 MPN_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   const char* fn = "ncclCommDeregister";
   MPN_CHECK(mpn_comm_check(comm, fn, 0));
-  if (handle == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: handle is NULL", fn);
+  /* NCCL returns success for NULL: its ncclCommRegister hands out NULL where
+   * it registers nothing, so portable clean-up passes such handles back. */
+  if (handle == NULL) return ncclSuccess;
   /* Found by address only: a stale handle is never dereferenced. */
   pthread_mutex_lock(&comm->error_lock);
   struct mpn_reg** p = &comm->registrations;

@@ -266,6 +266,24 @@ START_TEST(split_in_group) {
   ck_assert_int_eq(ncclCommSplit(comms[0], -5, 0, &sub[0], NULL), ncclInvalidArgument);
   ck_assert(contains(ncclGetLastError(NULL), "color -5"));
   for (int i = 0; i < 5; i++) ck_assert_int_eq(ncclCommDestroy(sub[i]), ncclSuccess);
+  /* Blocking parents, every split given one non-blocking config, the one
+   * without color too: no mix of modes (its mode is its config's, as in
+   * NCCL, not its parent's), so the group runs in the background. */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(ncclCommSplit(comms[i], i == 5 ? NCCL_SPLIT_NOCOLOR : 0, i, &sub[i], &cfg), ncclSuccess);
+  ck_assert_msg(ncclGroupEnd() == ncclInProgress, "%s", ncclGetLastError(NULL));
+  ck_assert_ptr_null(sub[5]);
+  for (int i = 0; i < 5; i++) {
+    ncclResult_t state;
+    do {
+      ck_assert_int_eq(ncclCommGetAsyncError(sub[i], &state), ncclSuccess);
+    } while (state == ncclInProgress);
+    ck_assert_int_eq(state, ncclSuccess);
+    ck_assert_int_eq(ncclCommDestroy(sub[i]), ncclSuccess);
+  }
   for (int i = 0; i < N; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
 }
 END_TEST
@@ -284,7 +302,7 @@ START_TEST(nonblocking_creation) {
   ck_assert_int_eq(ncclCommGetAsyncError(comms[0], &state), ncclSuccess);
   ck_assert_int_eq(state, ncclInProgress);
   int n;
-  ck_assert_int_eq(ncclCommCount(comms[0], &n), ncclInvalidUsage);
+  ck_assert_int_eq(ncclCommCount(comms[0], &n), ncclInvalidArgument); /* (as NCCL) */
   ck_assert(contains(ncclGetLastError(comms[0]), "still being created"));
   ck_assert_int_eq(ncclCommInitRankConfig(&comms[1], 2, id, 1, &cfg), ncclInProgress);
   for (int i = 0; i < 2; i++) {

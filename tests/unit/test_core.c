@@ -268,6 +268,11 @@ START_TEST(config_older_header) {
   d.graphStreamOrdering = 1;
   ck_assert_int_eq(mpn_config_read(&d, NULL, "t", &cfg), ncclSuccess);
   ck_assert_int_eq(cfg.graph_stream_ordering, 1);
+  /* This header's own config holds the field: it is read and checked. */
+  ncclConfig_t own = NCCL_CONFIG_INITIALIZER;
+  own.graphStreamOrdering = 7;
+  ck_assert_int_eq(mpn_config_read(&own, NULL, "t", &cfg), ncclInvalidArgument);
+  ck_assert(strstr(ncclGetLastError(NULL), "graphStreamOrdering 7") != NULL);
 }
 END_TEST
 

@@ -33,11 +33,13 @@ extern "C" {
  * communicator is the caller's rank in mpicomm, and the CUDA device is the
  * calling thread's current device.  config may be NULL; config->blocking = 0
  * makes the call return ncclInProgress and complete in the background
- * (poll ncclCommGetAsyncError).
+ * (poll ncclCommGetAsyncError).  The call starts an MPI_Comm_idup of mpicomm
+ * (a collective on it, in the program's order); the library's own
+ * collectives (the set-up, later splits) run on that duplicate, so the
+ * program may go on with collectives of its own on mpicomm meanwhile.
  *
  * @param [out] comm     New communicator.
- * @param [in]  mpicomm  Any intra-communicator; it must stay valid until the
- *                       new communicator is destroyed.
+ * @param [in]  mpicomm  Any intra-communicator.
  * @param [in]  config   Options, or NULL for the defaults.
  */
 ncclResult_t mpincclCommInitMPI(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* config);

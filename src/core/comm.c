@@ -128,7 +128,7 @@ ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclC
   comm->config = *config;
   comm->cuda_dev = device;
   comm->rank = comm->nranks = -1;
-  comm->mpi_comm = MPI_COMM_NULL;
+  comm->mpi_comm = comm->mpi_user = MPI_COMM_NULL;
   comm->state = MPN_COMM_INITIALIZING;
   comm->async_error = ncclInProgress;
   pthread_mutex_init(&comm->error_lock, NULL);
@@ -144,13 +144,18 @@ ncclResult_t mpn_comm_alloc(const mpn_config_t* config, int device, struct ncclC
 /* Waits for a background creation to end (after asking it to stop if abort). */
 static void comm_join_init(struct ncclComm* comm, int abort) {
   if (abort) comm->abort_flag = 1;
-  if (comm->init_thread_live) {
+  /* Its thread and job are published before init_thread_live (init.c,
+   * jobs_background), which may be read here while the creating thread
+   * publishes them: nothing of them is touched before it reads 1.  Not yet
+   * published, they are joined by comm_quiesce's second call, which comes
+   * after the creating thread let go of comm. */
+  if (__atomic_load_n(&comm->init_thread_live, __ATOMIC_ACQUIRE)) {
     mpn_init_job_wait(comm->job, 1);
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
+    free(comm->job);
+    comm->job = NULL;
   }
-  free(comm->job);
-  comm->job = NULL;
 }
 
 /* Until no group launch of another thread, nor split of comm, holds comm
@@ -181,7 +186,8 @@ static void comm_quiesce(struct ncclComm* comm, int abort) {
   /* A launch of another thread still using comm (waiting for peers, say)
    * sees abort_flag and ends: only then go.  So does a creation whose
    * handle was set before it started (init.c, job_submit); a non-blocking
-   * one has its thread by then, joined here. */
+   * one has its thread by then (published before it let go of comm),
+   * joined here. */
   launches_wait(comm);
   comm_join_init(comm, 1);
   /* Streams may wait for peers that will never write (a stuck or failed
@@ -222,6 +228,10 @@ static void comm_free_device(struct ncclComm* comm, int abort, int gone) {
     if (comm->ucx_rma_graphs) release_more = ucx_release_waits; /* captured one-sided calls over UCX */
 #endif
     int idle = abort ? mpn_p2p_abort_drain(comm, release_more) : 1;
+    if (!abort) { /* a normal end, its streams done: the peers' watchdogs can tell it from a failure */
+      mpn_rma_mark_left(comm);
+      mpn_p2p_mark_left(comm);
+    }
     mpn_rma_free(comm, !idle);
     mpn_p2p_free(comm, !idle);
   } else {
@@ -271,7 +281,8 @@ static void comm_free(struct ncclComm* comm, int abort) {
   mpn_topo_free(&comm->topo);
   free(comm->transport);
   free(comm->peer_gone);
-  if (comm->mpi_comm_owned && comm->mpi_comm != MPI_COMM_NULL) mpn_chan_comm_free(&comm->mpi_comm);
+  if (comm->mpi_comm != MPI_COMM_NULL) mpn_chan_comm_free(&comm->mpi_comm);
+  if (comm->mpi_user_owned && comm->mpi_user != MPI_COMM_NULL) mpn_chan_comm_free(&comm->mpi_user);
   pthread_mutex_destroy(&comm->error_lock);
   comm->magic = 0;
   free(comm);
@@ -524,7 +535,7 @@ MPN_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) MPN_EXPORT;
 ncclResult_t mpincclCommGetMPIComm(ncclComm_t comm, MPI_Comm* mpicomm) {
   MPN_CHECK(query_hold(comm, "mpincclCommGetMPIComm", MPN_COMM_NEED_QUERY, mpicomm != NULL, "mpicomm"));
-  MPI_Comm mine = comm->mpi_comm;
+  MPI_Comm mine = comm->mpi_user;
   ncclResult_t res = mine != MPI_COMM_NULL ? ncclSuccess
                                            : MPN_REFUSE(comm, ncclInvalidUsage,
                                                         "mpincclCommGetMPIComm: comm %p was made from a unique id, "

@@ -56,7 +56,10 @@ typedef struct mpn_init_job {
                                 makes no communicator: NCCL takes it from the config it is given) */
   mpn_bootstrap_id_t id;   /**< MPN_INIT_RANK */
   int nranks, rank;        /**< MPN_INIT_RANK */
-  MPI_Comm mpi_comm;       /**< MPN_INIT_MPI */
+  MPI_Comm mpi_comm;       /**< MPN_INIT_MPI: the library's duplicate of mpi_user (MPI_Comm_idup at the call), the
+                                job's until its communicator takes it; a split: the library's own communicator */
+  MPI_Comm mpi_user;       /**< MPN_INIT_MPI: the program's MPI_Comm; a split: the one MPI_Comm_split made */
+  MPI_Request mpi_dup;     /**< MPN_INIT_MPI: the duplication, completed before the set-up uses it */
   struct ncclComm* parent; /**< MPN_INIT_SPLIT */
   int color, key;          /**< MPN_INIT_SPLIT */
   mpn_turn_t split_turn;   /**< MPN_INIT_SPLIT: its turn among the parent's splits (init.c) */
@@ -67,6 +70,14 @@ typedef struct mpn_init_job {
   char error[512];         /**< and why it failed, for the calling thread (init.c) */
   struct mpn_init_job* next;
 } mpn_init_job_t;
+
+/** What the watchdog found of a peer's process (ncclComm.peer_gone). */
+enum {
+  MPN_PEER_HERE = 0,
+  MPN_PEER_GONE = 1, /**< gone with work of this rank's still waiting for it, or failed: the communicator failed */
+  MPN_PEER_LEFT = 2  /**< gone after a normal destroy that left nothing of this rank's waiting: later calls naming
+                          it are refused, the communicator goes on */
+};
 
 struct ncclComm {
   uint64_t magic;
@@ -82,15 +93,20 @@ struct ncclComm {
   struct mpn_drain* drain; /**< streams this comm's operations went to, for finalize (drain.c) */
   struct mpn_alias_stream* alias[MPN_ALIAS_HANDLES]; /**< per default stream handle, streams for its use on several GPUs (alias.c) */
   uint64_t finalized_ns;   /**< when ncclCommFinalize was called (a non-blocking one's timeout) */
-  uint8_t* peer_gone;  /**< per peer: its process was found gone (watchdog.c) */
+  uint8_t* peer_gone;      /**< per peer: MPN_PEER_* (watchdog.c; read with atomics) */
   struct mpn_ucx_comm* ucx; /**< UCX peers' addresses and endpoints (ucx/net.c) */
   struct mpn_ucx_staged* staged; /**< staging lanes of device data over UCX (ucx/staged.c) */
   struct mpn_ucx_rma* ucx_rma; /**< one-sided operations over UCX (ucx/winstage.c) */
   int ucx_clean; /**< destroy found the UCX work done (abort, failure: 0; ucx/staged.c) */
   struct mpn_ucx_gnode* ucx_rma_graphs; /**< captured one-sided calls' host-node state (ucx/gnodes.c): outlives ucx_rma
                                           until the communicator's end, where the proxy may still complete its commands */
-  MPI_Comm mpi_comm; /**< MPI_COMM_NULL unless made from (a split of) an MPI_Comm */
-  int mpi_comm_owned;
+  /** MPI_COMM_NULL unless made from (a split of) an MPI_Comm.  The library's
+   *  MPI collectives (a split's) use mpi_comm, its own duplicate, never the
+   *  program's: they may run in the background, in no order with the
+   *  program's own collectives on that communicator. */
+  MPI_Comm mpi_comm;
+  MPI_Comm mpi_user;  /**< what mpincclCommGetMPIComm returns: the program's, or a split's */
+  int mpi_user_owned; /**< a split's: freed with the communicator (mpi_comm always is) */
   volatile int abort_flag;
   int closing;  /**< atomic: a destroy or abort has taken the freeing of this comm (comm.c) */
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */

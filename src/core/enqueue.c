@@ -54,6 +54,14 @@ ncclResult_t mpn_check_peer(struct ncclComm* comm, const char* caller, int peer,
   return ncclSuccess;
 }
 
+/* A peer (in range) that ended its communicator normally and whose process
+ * exited (the watchdog found it: MPN_PEER_LEFT) can answer nothing more. */
+static ncclResult_t peer_here(struct ncclComm* comm, const char* caller, int peer) {
+  if (__atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT) return ncclSuccess;
+  return MPN_REFUSE(comm, ncclRemoteError,
+                    "%s: peer %d ended its communicator (ncclCommDestroy) and its process exited", caller, peer);
+}
+
 /* Checks and queues a send or receive. */
 static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const char* bufname,
                                 void* buf, size_t count, ncclDataType_t dtype, int peer,
@@ -65,6 +73,7 @@ static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const ch
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 1));
   /* As MPI_PROC_NULL: a missing neighbour needs no buffer. */
   if (peer == MPINCCL_PROC_NULL) return ncclSuccess;
+  MPN_CHECK(peer_here(comm, caller, peer));
   if (buf == NULL && count > 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL with count %zu", caller, bufname,
                       count);
@@ -97,7 +106,7 @@ static int rma_args_ok(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned 
 static ncclResult_t rma_check(ncclComm_t comm, const char* caller, int peer, int sigIdx, int ctx,
                               unsigned int flags) {
   MPN_CHECK(mpn_comm_check(comm, caller, MPN_COMM_NEED_HEALTHY));
-  if (rma_args_ok(comm, peer, sigIdx, ctx, flags)) return ncclSuccess;
+  if (rma_args_ok(comm, peer, sigIdx, ctx, flags)) return peer_here(comm, caller, peer);
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 0));
   if (sigIdx != 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: sigIdx %d is not 0", caller, sigIdx);
@@ -107,7 +116,7 @@ static ncclResult_t rma_check(ncclComm_t comm, const char* caller, int peer, int
                       comm->config.num_rma_ctx == 0 ? " 0: the communicator has no one-sided operations" : "");
   if (flags != 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: flags 0x%x is not 0", caller, flags);
-  return ncclSuccess;
+  return peer_here(comm, caller, peer);
 }
 
 static ncclResult_t put_signal(const void* localbuff, size_t count, ncclDataType_t datatype,
@@ -157,9 +166,12 @@ static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm
   if (descs == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: signalDescs is NULL", fn);
   for (int i = 0; i < nDesc; i++) {
     const ncclWaitSignalDesc_t* d = &descs[i];
-    if (d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0))
-      continue; /* the message is formatted for a bad one only: a barrier passes one per rank */
     char what[48];
+    if (d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0)) {
+      if (__atomic_load_n(&comm->peer_gone[d->peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT) continue;
+      snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i); /* (formatted for a refusal only) */
+      return peer_here(comm, what, d->peer);
+    }
     snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i);
     if (descs[i].opCnt <= 0)
       return MPN_REFUSE(comm, ncclInvalidArgument, "%s.opCnt %d is not positive", what,

@@ -98,10 +98,14 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
       }
       return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
     case MPN_INIT_MPI: {
-      *mpi = job->mpi_comm;
       MPN_CHECK(mpn_turn_wait(&job->mpi_turn, abort, "mpincclCommInitMPI"));
-      ncclResult_t res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
+      ncclResult_t res = mpn_chan_mpi_wait(&job->mpi_dup, mpn_chan_deadline(), abort); /* (started at the call) */
+      if (res == ncclSuccess) res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
       mpn_turn_end(&job->mpi_turn);
+      if (res == ncclSuccess) { /* the communicator takes the duplicate */
+        *mpi = job->mpi_comm;
+        job->mpi_comm = MPI_COMM_NULL;
+      }
       return res;
     }
     case MPN_INIT_SPLIT: break;
@@ -115,13 +119,21 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
 typedef struct {
   MPI_Comm parent;
   int color, key;
-  MPI_Comm* out;
+  MPI_Comm *user, *mine; /* the split's, for mpincclCommGetMPIComm; the library's duplicate of it */
   int err;
+  const char* what;
 } mpi_split_t;
 
+/* The duplicate is a collective of the new communicator's members only,
+ * right after its creation: no program can use that communicator yet. */
 static void mpi_split(void* arg) {
   mpi_split_t* s = arg;
-  s->err = MPI_Comm_split(s->parent, s->color, s->key, s->out);
+  s->what = "MPI_Comm_split";
+  s->err = MPI_Comm_split(s->parent, s->color, s->key, s->user);
+  if (s->err != MPI_SUCCESS || *s->user == MPI_COMM_NULL) return;
+  s->what = "MPI_Comm_dup";
+  s->err = MPI_Comm_dup(*s->user, s->mine);
+  if (s->err != MPI_SUCCESS) MPI_Comm_free(s->user);
 }
 
 /* The MPI_Comm_split of a split of an MPI-made communicator, in its turn.
@@ -131,7 +143,8 @@ static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* abort, MP
   const struct ncclComm* parent = job->parent;
   if (abort == NULL) abort = &parent->abort_flag;
   MPN_CHECK(mpn_turn_wait(&job->mpi_turn, abort, "ncclCommSplit"));
-  mpi_split_t sp = {parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, mpi, MPI_SUCCESS};
+  mpi_split_t sp = {
+      parent->mpi_comm, job->color < 0 ? MPI_UNDEFINED : job->color, job->key, &job->mpi_user, mpi, MPI_SUCCESS, NULL};
   int ran = mpn_chan_call(mpi_split, &sp, 1, abort);
   mpn_turn_end(&job->mpi_turn);
   if (ran == MPN_CHAN_NO_MEMORY) return ncclSystemError; /* its text is set */
@@ -139,7 +152,7 @@ static ncclResult_t split_mpi(mpn_init_job_t* job, const volatile int* abort, MP
     return mpn_error_set(NULL, *abort ? ncclRemoteError : ncclInvalidUsage,
                          "ncclCommSplit: %s before MPI_Comm_split of the parent's MPI communicator",
                          *abort ? "aborted" : "MPI was finalized");
-  if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, "MPI_Comm_split");
+  if (sp.err != MPI_SUCCESS) return mpn_error_mpi(sp.err, sp.what);
   return ncclSuccess;
 }
 
@@ -196,6 +209,8 @@ void mpn_init_job_release(mpn_init_job_t* job) {
   mpn_turn_pass(&job->mpi_turn);
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
+  if (job->kind == MPN_INIT_MPI && job->mpi_comm != MPI_COMM_NULL) /* a duplicate no communicator took */
+    mpn_chan_comm_free_made(&job->mpi_comm, &job->mpi_dup);
 }
 
 static ncclResult_t job_run(mpn_init_job_t* job);
@@ -227,7 +242,9 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   comm->rank = b->rank;
   comm->nranks = b->nranks;
   comm->mpi_comm = mpi;
-  comm->mpi_comm_owned = job->kind == MPN_INIT_SPLIT && mpi != MPI_COMM_NULL;
+  comm->mpi_user = job->mpi_user;
+  comm->mpi_user_owned = job->kind == MPN_INIT_SPLIT;
+  job->mpi_user = MPI_COMM_NULL;
   MPN_CHECK_GOTO(comm_setup(comm), res, fail);
   /* The kernels load now, not at their first launch, and only once the
    * communicator is set up (kernels.c); the barrier keeps every rank from
@@ -322,8 +339,9 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
       first = res;
     } else if (job->comm) {
       job->comm->init_thread = t;
-      job->comm->init_thread_live = 1;
       job->comm->job = job;
+      /* last: a destroy or abort on another thread reads it first (comm.c, comm_join_init) */
+      __atomic_store_n(&job->comm->init_thread_live, 1, __ATOMIC_RELEASE);
       mpn_comm_release(job->comm); /* a destroy or abort joins the thread from here on */
     } else {
       pthread_detach(t);
@@ -457,7 +475,8 @@ static ncclResult_t job_new(mpn_init_kind_t kind, const mpn_config_t* cfg, int d
   job->device = device;
   job->blocking = cfg->blocking;
   job->user_out = user_out;
-  job->mpi_comm = MPI_COMM_NULL;
+  job->mpi_comm = job->mpi_user = MPI_COMM_NULL;
+  job->mpi_dup = MPI_REQUEST_NULL;
   if (user_out) {
     ncclResult_t res = mpn_comm_alloc(cfg, device, &job->comm);
     if (res != ncclSuccess) {
@@ -567,6 +586,17 @@ MPN_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* d
   return mpn_group_fail(init_all(comms, ndev, devlist));
 }
 
+typedef struct {
+  MPI_Comm user, *dup;
+  MPI_Request* req;
+  int err;
+} mpi_idup_t;
+
+static void mpi_idup(void* arg) {
+  mpi_idup_t* d = arg;
+  d->err = MPI_Comm_idup(d->user, d->dup, d->req);
+}
+
 static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* config) {
   const char* fn = "mpincclCommInitMPI";
   if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
@@ -579,9 +609,27 @@ static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* c
     return MPN_REFUSE(NULL, ncclInvalidUsage, "%s: MPI is %s", fn, inited ? "finalized" : "not initialized");
   mpn_config_t cfg;
   MPN_CHECK(mpn_config_read(config, NULL, fn, &cfg));
+  MPN_CHECK(mpn_chan_mpi_start(0));
   mpn_init_job_t* job;
   MPN_CHECK(job_new(MPN_INIT_MPI, &cfg, mpn_cuda_current_device(), comm, &job));
-  job->mpi_comm = mpicomm;
+  job->mpi_user = mpicomm;
+  /* The set-up's collectives run on a duplicate, started here, in the
+   * program's order of collectives on mpicomm (the set-up itself may run
+   * later, in the background, where the program's own would interleave). */
+  mpi_idup_t dup = {mpicomm, &job->mpi_comm, &job->mpi_dup, MPI_SUCCESS};
+  ncclResult_t res = ncclSuccess;
+  int ran = mpn_chan_call(mpi_idup, &dup, 0, NULL);
+  if (ran == MPN_CHAN_NO_MEMORY)
+    res = ncclSystemError; /* (its text is set) */
+  else if (ran != 0)
+    res = MPN_REFUSE(NULL, ncclInvalidUsage, "%s: MPI is finalized", fn);
+  else if (dup.err != MPI_SUCCESS)
+    res = mpn_error_mpi(dup.err, "MPI_Comm_idup of mpicomm");
+  if (res != ncclSuccess) {
+    mpn_comm_free(job->comm);
+    free(job);
+    return res;
+  }
   mpn_turn_take(mpi_order(), &job->mpi_turn);
   return job_submit(job);
 }

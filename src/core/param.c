@@ -52,7 +52,14 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "graph replays take one release each). The same "
                             "thread takes in the news of destroyed CUDA graphs, whose graph "
                             "slots then serve again. The checks stop when the process starts "
-                            "to exit (peers that exit first are not reported then). 0 disables."},
+                            "to exit (peers that exit first are not reported then). A peer that "
+                            "ended its communicator normally (ncclCommDestroy) before its process "
+                            "exited, having answered every message and signal this rank waits for "
+                            "through the pairs they share, is no failure: the communicator goes on, "
+                            "and later calls naming that peer are refused with ncclRemoteError. A "
+                            "peer with which this rank shared nothing is still reported gone when "
+                            "its process exits (nothing tells a normal end from a crash there). "
+                            "0 disables."},
     [MPN_PARAM_ABORT_DRAIN] =
         {"MPINCCL_ABORT_DRAIN_MS", MPN_PARAM_INT, "10000", NULL, 0, 600000,
          "ncclCommAbort releases every stream flag the communicator shares with its peers, then "

@@ -29,6 +29,7 @@
 #include "core/proc.h"
 #include "p2p/p2p.h"
 #include "p2p/pair.h"
+#include "rma/rma.h"
 #include "transport.h"
 #ifdef HAVE_UCX
 #include "ucx/net.h"
@@ -87,6 +88,18 @@ static int ucx_aborted_release(struct ncclComm* comm, int peer) {
 #endif
 }
 
+/* A same-host peer whose process is gone after a normal destroy of its
+ * communicator that left nothing of this rank's waiting for it (its record
+ * in the pairs: p2p.h, rma.h) is no failure, as in NCCL: the communicator
+ * goes on, and only later calls that name the peer are refused. */
+static int left_normally(struct ncclComm* comm, int peer) {
+  if (!mpn_p2p_peer_left(comm, peer) || !mpn_rma_peer_left(comm, peer)) return 0;
+  __atomic_store_n(&comm->peer_gone[peer], MPN_PEER_LEFT, __ATOMIC_RELEASE);
+  MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d: rank %d ended its communicator normally and its process exited",
+           (void*)comm, comm->rank, peer);
+  return 1;
+}
+
 int mpn_watchdog_check(struct ncclComm* comm) {
   /* Finalized too: ncclCommFinalize and ncclCommDestroy wait for the streams,
    * which a peer found gone must release (drain.h). */
@@ -100,9 +113,11 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     int local = p->proc != me->proc && mpn_topo_same_host(t, comm->rank, peer) && p->pidns == me->pidns &&
                 p->pidns != 0; /* a process this one can look up */
     if (ucx_aborted_release(comm, peer)) continue;
+    int gone_before = __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE);
+    if (gone_before == MPN_PEER_LEFT) continue; /* (nothing of this rank's waits for it) */
     int lost = ucx_lost(comm, peer);
-    if (!local && !comm->peer_gone[peer] && !lost) continue;
-    if (comm->peer_gone[peer]) {
+    if (!local && !gone_before && !lost) continue;
+    if (gone_before) {
       if (local) release_again(comm, peer);
 #ifdef HAVE_UCX
       /* (a captured wait puts its word back after it: each replay takes one) */
@@ -119,7 +134,8 @@ int mpn_watchdog_check(struct ncclComm* comm) {
       continue;
     }
     if (!lost && !mpn_proc_gone(p->pid, p->start_time)) continue;
-    comm->peer_gone[peer] = 1;
+    if (!lost && left_normally(comm, peer)) continue;
+    __atomic_store_n(&comm->peer_gone[peer], MPN_PEER_GONE, __ATOMIC_RELEASE);
     found++;
     if (lost)
       mpn_error_set(comm, ncclRemoteError,

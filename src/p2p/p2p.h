@@ -48,6 +48,28 @@ ncclResult_t mpn_p2p_connect_local(struct ncclComm* comm);
  */
 void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
 
+/** The pairs of comm with peer made so far ([0] send, [1] receive; NULL where
+ *  none), without making any: for other threads (the watchdog). */
+void mpn_p2p_pairs_made(const struct ncclComm* comm, int peer, struct mpn_pair* pairs[2]);
+
+/**
+ * At a normal destroy of comm, once its streams are done: records in every
+ * pair it shares with a peer how many messages this rank posted there, and
+ * marks its side of the pair left (after mpn_rma_mark_left's counts), so
+ * that the peer's watchdog, finding this process gone, can tell a normal
+ * end from a failure (mpn_p2p_peer_left).
+ */
+void mpn_p2p_mark_left(struct ncclComm* comm);
+
+/**
+ * Whether peer, whose process is gone, left normally as far as send/receive
+ * goes: comm shares pairs with it, and peer marked every one left having
+ * posted at least the messages this rank posted there (none of this rank's
+ * waits for it).  Without a shared pair nothing tells (0).  The one-sided
+ * signals: mpn_rma_peer_left.
+ */
+int mpn_p2p_peer_left(const struct ncclComm* comm, int peer);
+
 /** Whether peer aborted its communicator (it marks the pairs it shares with
  *  this rank, mpn_p2p_mark_aborted): the flags it released may need
  *  releasing again (a captured wait puts its flag back after it). */

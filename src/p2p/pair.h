@@ -105,6 +105,11 @@ typedef struct {
   mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
   uint32_t name_gone;                /**< the second side unlinked the file's name (pair.c) */
   uint32_t aborted;                  /**< a side aborted its communicator and released the flags (p2p.c) */
+  /** What a side left at a normal destroy of its communicator, for the
+   *  other side's watchdog to judge its process's exit (p2p.c, rma.c): */
+  uint32_t left[2];                           /**< [side]: set last, once the side's record is whole */
+  uint64_t left_posted[2][2];                 /**< [side][plain, captured]: the messages that side posted */
+  uint64_t left_signals[2][MPN_PAIR_RMA_CTX]; /**< [plain, captured][ctx]: the sender's one-sided signals */
   mpn_pair_creator_t creator; /**< set by the creator before anything else (pair.c) */
   /** One-sided signals from the pair's sender to its receiver, one per RMA
    * context: the sender's running count, written by its streams, waited

@@ -87,6 +87,20 @@ const char* mpn_rma_op_name(mpn_op_kind_t kind);
  */
 ncclResult_t mpn_rma_launch(mpn_op_t* ops);
 
+/**
+ * At a normal destroy of comm (before mpn_p2p_mark_left, which marks the
+ * pairs left once these counts are in): records in the pair to each peer
+ * the signals this rank sent it per context, plain and captured.
+ */
+void mpn_rma_mark_left(struct ncclComm* comm);
+
+/**
+ * Whether peer, whose process is gone and marked its pairs left
+ * (mpn_p2p_peer_left), sent at least the signals every wait of this rank
+ * counted on, per context: then no wait of this rank is left waiting for it.
+ */
+int mpn_rma_peer_left(const struct ncclComm* comm, int peer);
+
 /** Frees the communicator's one-sided state and windows (not collective);
  *  abandon as for mpn_win_free_all. */
 void mpn_rma_free(struct ncclComm* comm, int abandon);

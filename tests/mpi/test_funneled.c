@@ -48,13 +48,33 @@ static void seen(const char* fn) {
   __atomic_compare_exchange_n(&first_off_main, &none, fn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-/* Library calls on two watched MPI communicators, numbered in the order
- * made: one creation's calls must all come before the next one's. */
+/* Library calls on two watched MPI communicators (or the duplicates the
+ * library made of them, dups: its set-up runs on those), numbered in the
+ * order made: one creation's calls must all come before the next one's. */
 static MPI_Comm watched[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
 static long watch_seq, watch_first[2], watch_last[2];
+enum { DUPS = 64 };
+static MPI_Comm dups[DUPS][2]; /* [original, duplicate] */
+static int ndups;
+
+static void dup_made(MPI_Comm comm, MPI_Comm dup) {
+  int k = __atomic_fetch_add(&ndups, 1, __ATOMIC_RELAXED);
+  if (k < DUPS) {
+    dups[k][0] = comm;
+    dups[k][1] = dup;
+  }
+}
+
+static MPI_Comm original_of(MPI_Comm comm) {
+  int n = __atomic_load_n(&ndups, __ATOMIC_RELAXED);
+  for (int k = 0; k < n && k < DUPS; k++)
+    if (dups[k][1] == comm) return dups[k][0];
+  return comm;
+}
 
 static void seen_on(const char* fn, MPI_Comm comm) {
   seen(fn);
+  comm = original_of(comm);
   for (int i = 0; i < 2; i++) {
     if (comm == MPI_COMM_NULL || comm != watched[i]) continue;
     long n = __atomic_add_fetch(&watch_seq, 1, __ATOMIC_RELAXED);
@@ -107,6 +127,18 @@ int MPI_Comm_size(MPI_Comm comm, int* size) {
 int MPI_Comm_test_inter(MPI_Comm comm, int* flag) {
   seen_on("MPI_Comm_test_inter", comm);
   return PMPI_Comm_test_inter(comm, flag);
+}
+int MPI_Comm_idup(MPI_Comm comm, MPI_Comm* out, MPI_Request* req) {
+  seen("MPI_Comm_idup"); /* (in the call itself, in call order: not a turn's) */
+  int err = PMPI_Comm_idup(comm, out, req);
+  if (err == MPI_SUCCESS) dup_made(comm, *out);
+  return err;
+}
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* out) {
+  seen_on("MPI_Comm_dup", comm);
+  int err = PMPI_Comm_dup(comm, out);
+  if (err == MPI_SUCCESS) dup_made(comm, *out);
+  return err;
 }
 static long comm_frees;
 int MPI_Comm_free(MPI_Comm* comm) {
@@ -384,12 +416,11 @@ static void test_abort_waiting_turn(void) {
   MPI_Comm d[4];
   ncclComm_t c[4] = {NULL, NULL, NULL, NULL};
   ncclConfig_t cfg = nonblocking();
-  for (int i = 0; i < 4; i++) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &d[i]);
-    EXPECT(mpincclCommInitMPI(&c[i], d[i], &cfg) == ncclInProgress);
-  }
+  for (int i = 0; i < 4; i++) MPI_Comm_dup(MPI_COMM_WORLD, &d[i]);
+  /* (before the creations: a later call's duplication drives the first's set-up) */
   watched[0] = d[0];
   watched[1] = d[2];
+  for (int i = 0; i < 4; i++) EXPECT(mpincclCommInitMPI(&c[i], d[i], &cfg) == ncclInProgress);
   abort_waiting((ncclComm_t[2]){c[0], c[2]}, (ncclComm_t[2]){c[1], c[3]}, "mpincclCommInitMPI");
   EXPECT(watch_first[0] > 0 && watch_first[1] > watch_last[0]); /* the third after the first */
   watched[0] = watched[1] = MPI_COMM_NULL;
@@ -525,7 +556,8 @@ static void destroy_split_off_main(void) {
   ncclResult_t async = ncclInternalError;
   EXPECT_OK(ncclCommGetAsyncError(parent, &async));
   EXPECT(async == ncclSuccess);
-  EXPECT(__atomic_load_n(&comm_frees, __ATOMIC_RELAXED) == frees + 1); /* by the poll */
+  /* by the poll: the split's MPI communicator and the library's duplicate of it */
+  EXPECT(__atomic_load_n(&comm_frees, __ATOMIC_RELAXED) == frees + 2);
   EXPECT_OK(ncclCommDestroy(parent));
 }
 

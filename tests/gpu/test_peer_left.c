@@ -1,0 +1,94 @@
+/*
+ * test_peer_left.c - two processes of one host: rank 1 ends its
+ * communicators normally (ncclCommDestroy), finalizes MPI and exits, while
+ * rank 0 keeps its communicators past its own MPI_Finalize (MPI serves the
+ * set-up only).  On the communicator where every message and signal of
+ * rank 0 was matched, the watchdog must take rank 1's exit for a normal end,
+ * as NCCL would: no error through ncclCommGetAsyncError, and only a later
+ * call naming rank 1 is refused (ncclRemoteError).  On a second
+ * communicator rank 0 still waits for a message rank 1 never sent: that
+ * is a failure, reported (ncclRemoteError), and the stream let go.
+ * Prints one line per rank ending in "ok" or "FAIL".
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/proc.h"
+#include "harness.h"
+
+enum { BYTES = 4096, WATCHDOG_MS = 20 };
+
+typedef struct {
+  int pid;
+  uint64_t start_time;
+} proc_t;
+
+/* A send and a receive each way, and a signal each way, on c. */
+static void exchange(ncclComm_t c, cudaStream_t s, char* buf, int peer) {
+  ncclWaitSignalDesc_t one = {1, peer, 0, 0};
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(buf, BYTES, ncclInt8, peer, c, s));
+  EXPECT_OK(ncclRecv(buf + BYTES, BYTES, ncclInt8, peer, c, s));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_OK(ncclSignal(peer, 0, 0, 0, c, s));
+  EXPECT_OK(ncclWaitSignal(1, &one, c, s));
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+}
+
+static ncclResult_t async_of(ncclComm_t c) {
+  ncclResult_t a = ncclInternalError;
+  EXPECT_OK(ncclCommGetAsyncError(c, &a));
+  return a;
+}
+
+int main(int argc, char** argv) {
+  char period[16];
+  snprintf(period, sizeof(period), "%d", WATCHDOG_MS);
+  setenv("MPINCCL_WATCHDOG_MS", period, 1);
+  int rc = harness_start(argc, argv, "test_peer_left", "2", "TEST_PEER_LEFT", 0);
+  if (rc >= 0) return rc;
+  int peer = 1 - rank;
+  proc_t me = {(int)getpid(), 0}, theirs = {0, 0};
+  me.start_time = mpn_proc_start_time(me.pid);
+  MPI_Sendrecv(&me, (int)sizeof(me), MPI_BYTE, peer, 0, &theirs, (int)sizeof(theirs), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+  ncclComm_t waiting = NULL;
+  cudaStream_t s2 = NULL;
+  char* buf = NULL;
+  EXPECT(cudaMalloc((void**)&buf, 3 * BYTES) == cudaSuccess);
+  EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT_OK(mpincclCommInitMPI(&waiting, MPI_COMM_WORLD, NULL));
+  exchange(comm, stream, buf, peer);
+  exchange(waiting, s2, buf, peer);
+  if (rank == 1) {
+    EXPECT_OK(ncclCommDestroy(waiting));
+    EXPECT_OK(ncclCommDestroy(comm));
+    printf("test_peer_left: rank 1 %s\n", failures ? "FAIL" : "ok");
+    MPI_Finalize();
+    return failures ? 1 : 0;
+  }
+  /* A receive rank 1 never answers, on the second communicator only. */
+  EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, waiting, s2));
+  MPI_Finalize(); /* (rank 1 may be gone from here on) */
+  int gone = 0;
+  for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
+  EXPECT(gone);
+  usleep(10 * WATCHDOG_MS * 1000);
+  EXPECT(async_of(comm) == ncclSuccess); /* a normal end: nothing of rank 0's waited for it */
+  EXPECT(ncclSend(buf, BYTES, ncclInt8, peer, comm, stream) == ncclRemoteError);
+  EXPECT(strstr(ncclGetLastError(comm), "ended its communicator") != NULL);
+  EXPECT(ncclSignal(peer, 0, 0, 0, comm, stream) == ncclRemoteError);
+  EXPECT(async_of(comm) == ncclSuccess);        /* (a refused call is the caller's error only) */
+  EXPECT(async_of(waiting) == ncclRemoteError); /* its receive waited for rank 1 */
+  EXPECT(strstr(ncclGetLastError(waiting), "is gone") != NULL);
+  EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
+  EXPECT_OK(ncclCommAbort(waiting));
+  EXPECT_OK(ncclCommDestroy(comm));
+  EXPECT(cudaStreamDestroy(s2) == cudaSuccess);
+  EXPECT(cudaFree(buf) == cudaSuccess);
+  printf("test_peer_left: rank 0 %s\n", failures ? "FAIL" : "ok");
+  return failures ? 1 : 0;
+}

@@ -33,10 +33,13 @@ extern "C" {
  * communicator is the caller's rank in mpicomm, and the CUDA device is the
  * calling thread's current device.  config may be NULL; config->blocking = 0
  * makes the call return ncclInProgress and complete in the background
- * (poll ncclCommGetAsyncError).  The call starts an MPI_Comm_idup of mpicomm
- * (a collective on it, in the program's order); the library's own
- * collectives (the set-up, later splits) run on that duplicate, so the
- * program may go on with collectives of its own on mpicomm meanwhile.
+ * (poll ncclCommGetAsyncError).  The set-up duplicates mpicomm
+ * (MPI_Comm_idup), the only collective the library runs on it: its own
+ * (the rest of the set-up, later splits' MPI_Comm_split) run on that
+ * duplicate, so the program may run collectives of its own on mpicomm
+ * while splits run in the background.  A non-blocking call duplicates in
+ * the background: the program must not start collectives on mpicomm before
+ * the creation is done.
  *
  * @param [out] comm     New communicator.
  * @param [in]  mpicomm  Any intra-communicator.

@@ -186,7 +186,6 @@ void mpn_chan_locked(void (*fn)(void*), void* arg) {
 typedef struct comm_free {
   struct comm_free* next;
   MPI_Comm comm;
-  MPI_Request made; /* MPI_Comm_idup's, until done: the handle is not valid before */
 } comm_free_t;
 static comm_free_t* frees;
 static pthread_mutex_t frees_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -207,54 +206,31 @@ static void run_frees(int finalizing) {
   comm_free_t* f = frees;
   frees = NULL;
   pthread_mutex_unlock(&frees_lock);
-  comm_free_t* later = NULL;
   while (f) {
     comm_free_t* next = f->next;
-    int made = 1;
-    if (f->made != MPI_REQUEST_NULL && MPI_Test(&f->made, &made, MPI_STATUS_IGNORE) != MPI_SUCCESS) made = 0;
-    if (made) {
-      MPI_Comm_free(&f->comm);
-      free(f);
-    } else if (finalizing) { /* a duplication a peer never joined: nothing to free */
-      free(f);
-    } else {
-      f->next = later;
-      later = f;
-    }
+    MPI_Comm_free(&f->comm);
+    free(f);
     f = next;
-  }
-  while (later) { /* (back on the list, for a later drive) */
-    comm_free_t* next = later->next;
-    pthread_mutex_lock(&frees_lock);
-    later->next = frees;
-    __atomic_store_n(&frees, later, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&frees_lock);
-    later = next;
   }
 }
 
-void mpn_chan_comm_free_made(MPI_Comm* comm, MPI_Request* made) {
+void mpn_chan_comm_free(MPI_Comm* comm) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized || *comm == MPI_COMM_NULL) return; /* (MPI_Finalize freed it) */
-  int pending = made && *made != MPI_REQUEST_NULL;
-  if (!pending && may_end_here()) {
+  if (may_end_here()) {
     MPI_Comm_free(comm);
     return;
   }
   comm_free_t* f = malloc(sizeof(*f));
   if (f == NULL) return; /* MPI_Finalize frees it */
   f->comm = *comm;
-  f->made = pending ? *made : MPI_REQUEST_NULL;
   pthread_mutex_lock(&frees_lock);
   f->next = frees;
   __atomic_store_n(&frees, f, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&frees_lock);
   *comm = MPI_COMM_NULL;
-  if (made) *made = MPI_REQUEST_NULL;
 }
-
-void mpn_chan_comm_free(MPI_Comm* comm) { mpn_chan_comm_free_made(comm, NULL); }
 
 /* Completes or abandons outstanding sends; MPI is about to go away. */
 static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* extra) {

@@ -127,14 +127,6 @@ void mpn_chan_forget_tag(uint64_t key, int dst, int tag);
  */
 void mpn_chan_comm_free(MPI_Comm* comm);
 
-/**
- * As mpn_chan_comm_free, for a communicator MPI_Comm_idup is still making
- * (*made not yet complete): it is freed once the request completes, at a
- * later progress of the channel on a thread that may (MPI_Finalize drops it
- * if it never does).  *made is MPI_REQUEST_NULL on return.
- */
-void mpn_chan_comm_free_made(MPI_Comm* comm, MPI_Request* made);
-
 /** Ranks of MPI_COMM_WORLD, or 0 while MPI is not started here. */
 int mpn_chan_world_size(void);
 

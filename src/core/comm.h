@@ -56,10 +56,9 @@ typedef struct mpn_init_job {
                                 makes no communicator: NCCL takes it from the config it is given) */
   mpn_bootstrap_id_t id;   /**< MPN_INIT_RANK */
   int nranks, rank;        /**< MPN_INIT_RANK */
-  MPI_Comm mpi_comm;       /**< MPN_INIT_MPI: the library's duplicate of mpi_user (MPI_Comm_idup at the call), the
-                                job's until its communicator takes it; a split: the library's own communicator */
+  MPI_Comm mpi_comm;       /**< MPN_INIT_MPI: the library's duplicate of mpi_user (made at the call), the job's until
+                                its communicator takes it; a split: the library's own communicator */
   MPI_Comm mpi_user;       /**< MPN_INIT_MPI: the program's MPI_Comm; a split: the one MPI_Comm_split made */
-  MPI_Request mpi_dup;     /**< MPN_INIT_MPI: the duplication, completed before the set-up uses it */
   struct ncclComm* parent; /**< MPN_INIT_SPLIT */
   int color, key;          /**< MPN_INIT_SPLIT */
   mpn_turn_t split_turn;   /**< MPN_INIT_SPLIT: its turn among the parent's splits (init.c) */

@@ -83,6 +83,56 @@ static mpn_order_t* mpi_order(void) {
   return thread_order;
 }
 
+typedef struct {
+  MPI_Comm user, *dup;
+  MPI_Request req;
+  int err;
+} mpi_dup_t;
+
+static void mpi_dup_start(void* arg) {
+  mpi_dup_t* d = arg;
+  d->err = MPI_Comm_idup(d->user, d->dup, &d->req);
+}
+
+/* The library's duplicate of the program's communicator, in the creation's
+ * MPI turn (the thread's creations' collectives in call order: made at the
+ * call itself, before an earlier non-blocking creation's, it met another
+ * process's in a different order and Open MPI hung): the set-up and later
+ * splits use it, never the program's communicator, on which only this
+ * MPI_Comm_idup runs.  Non-blocking, so that a peer that never comes ends
+ * in ncclTimeout as the rest of the set-up does; a duplication given up
+ * stays pending in MPI (which cannot cancel it), and the cell MPI writes
+ * its handle into is kept for good. */
+static ncclResult_t mpi_dup_make(mpn_init_job_t* job, const volatile int* abort) {
+  MPI_Comm* made = malloc(sizeof(*made));
+  if (made == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *made = MPI_COMM_NULL;
+  mpi_dup_t dup = {job->mpi_user, made, MPI_REQUEST_NULL, MPI_SUCCESS};
+  int ran = mpn_chan_call(mpi_dup_start, &dup, 0, abort);
+  ncclResult_t res = ncclSuccess;
+  if (ran == MPN_CHAN_NO_MEMORY)
+    res = ncclSystemError; /* (its text is set) */
+  else if (ran != 0)
+    res = mpn_error_set(NULL, abort && *abort ? ncclRemoteError : ncclInvalidUsage, "mpincclCommInitMPI: %s",
+                        abort && *abort ? "aborted" : "MPI was finalized during the set-up");
+  else if (dup.err != MPI_SUCCESS)
+    res = mpn_error_mpi(dup.err, "MPI_Comm_idup of mpicomm");
+  if (res != ncclSuccess) {
+    free(made);
+    return res;
+  }
+  res = mpn_chan_mpi_wait(&dup.req, mpn_chan_deadline(), abort);
+  if (res != ncclSuccess) { /* (made stays: MPI may still write it) */
+    MPN_WARN(
+        "mpincclCommInitMPI: the duplication of the MPI communicator stays pending after this failure (MPI "
+        "cannot cancel it); the communicator should not be used for further collectives");
+    return res;
+  }
+  job->mpi_comm = *made;
+  free(made);
+  return ncclSuccess;
+}
+
 static ncclResult_t split_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi);
 
 /* Creates the bootstrap context of a job; for a split, also the MPI comm. */
@@ -99,7 +149,7 @@ static ncclResult_t job_bootstrap(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_
       return mpn_bootstrap_rendezvous(&job->id, job->nranks, job->rank, abort, b);
     case MPN_INIT_MPI: {
       MPN_CHECK(mpn_turn_wait(&job->mpi_turn, abort, "mpincclCommInitMPI"));
-      ncclResult_t res = mpn_chan_mpi_wait(&job->mpi_dup, mpn_chan_deadline(), abort); /* (started at the call) */
+      ncclResult_t res = mpi_dup_make(job, abort);
       if (res == ncclSuccess) res = mpn_bootstrap_from_mpi(job->mpi_comm, abort, b);
       mpn_turn_end(&job->mpi_turn);
       if (res == ncclSuccess) { /* the communicator takes the duplicate */
@@ -210,7 +260,7 @@ void mpn_init_job_release(mpn_init_job_t* job) {
   if (job->kind == MPN_INIT_SPLIT && job->parent) mpn_comm_release(job->parent);
   job->parent = NULL;
   if (job->kind == MPN_INIT_MPI && job->mpi_comm != MPI_COMM_NULL) /* a duplicate no communicator took */
-    mpn_chan_comm_free_made(&job->mpi_comm, &job->mpi_dup);
+    mpn_chan_comm_free(&job->mpi_comm);
 }
 
 static ncclResult_t job_run(mpn_init_job_t* job);
@@ -476,7 +526,6 @@ static ncclResult_t job_new(mpn_init_kind_t kind, const mpn_config_t* cfg, int d
   job->blocking = cfg->blocking;
   job->user_out = user_out;
   job->mpi_comm = job->mpi_user = MPI_COMM_NULL;
-  job->mpi_dup = MPI_REQUEST_NULL;
   if (user_out) {
     ncclResult_t res = mpn_comm_alloc(cfg, device, &job->comm);
     if (res != ncclSuccess) {
@@ -586,17 +635,6 @@ MPN_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* d
   return mpn_group_fail(init_all(comms, ndev, devlist));
 }
 
-typedef struct {
-  MPI_Comm user, *dup;
-  MPI_Request* req;
-  int err;
-} mpi_idup_t;
-
-static void mpi_idup(void* arg) {
-  mpi_idup_t* d = arg;
-  d->err = MPI_Comm_idup(d->user, d->dup, d->req);
-}
-
 static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* config) {
   const char* fn = "mpincclCommInitMPI";
   if (comm == NULL) return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm is NULL", fn);
@@ -612,24 +650,7 @@ static ncclResult_t init_mpi(ncclComm_t* comm, MPI_Comm mpicomm, ncclConfig_t* c
   MPN_CHECK(mpn_chan_mpi_start(0));
   mpn_init_job_t* job;
   MPN_CHECK(job_new(MPN_INIT_MPI, &cfg, mpn_cuda_current_device(), comm, &job));
-  job->mpi_user = mpicomm;
-  /* The set-up's collectives run on a duplicate, started here, in the
-   * program's order of collectives on mpicomm (the set-up itself may run
-   * later, in the background, where the program's own would interleave). */
-  mpi_idup_t dup = {mpicomm, &job->mpi_comm, &job->mpi_dup, MPI_SUCCESS};
-  ncclResult_t res = ncclSuccess;
-  int ran = mpn_chan_call(mpi_idup, &dup, 0, NULL);
-  if (ran == MPN_CHAN_NO_MEMORY)
-    res = ncclSystemError; /* (its text is set) */
-  else if (ran != 0)
-    res = MPN_REFUSE(NULL, ncclInvalidUsage, "%s: MPI is finalized", fn);
-  else if (dup.err != MPI_SUCCESS)
-    res = mpn_error_mpi(dup.err, "MPI_Comm_idup of mpicomm");
-  if (res != ncclSuccess) {
-    mpn_comm_free(job->comm);
-    free(job);
-    return res;
-  }
+  job->mpi_user = mpicomm; /* (duplicated in the set-up: mpi_dup_make) */
   mpn_turn_take(mpi_order(), &job->mpi_turn);
   return job_submit(job);
 }

@@ -77,13 +77,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
   EXPECT(gone);
   usleep(10 * WATCHDOG_MS * 1000);
+  EXPECT(async_of(waiting) == ncclRemoteError); /* its receive waited for rank 1 */
+  EXPECT(strstr(ncclGetLastError(waiting), "is gone") != NULL);
   EXPECT(async_of(comm) == ncclSuccess); /* a normal end: nothing of rank 0's waited for it */
   EXPECT(ncclSend(buf, BYTES, ncclInt8, peer, comm, stream) == ncclRemoteError);
   EXPECT(strstr(ncclGetLastError(comm), "ended its communicator") != NULL);
   EXPECT(ncclSignal(peer, 0, 0, 0, comm, stream) == ncclRemoteError);
-  EXPECT(async_of(comm) == ncclSuccess);        /* (a refused call is the caller's error only) */
-  EXPECT(async_of(waiting) == ncclRemoteError); /* its receive waited for rank 1 */
-  EXPECT(strstr(ncclGetLastError(waiting), "is gone") != NULL);
+  EXPECT(async_of(comm) == ncclSuccess);            /* (a refused call is the caller's error only) */
   EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
   EXPECT_OK(ncclCommAbort(waiting));
   EXPECT_OK(ncclCommDestroy(comm));

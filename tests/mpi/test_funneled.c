@@ -53,7 +53,7 @@ static void seen(const char* fn) {
  * order made: one creation's calls must all come before the next one's. */
 static MPI_Comm watched[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
 static long watch_seq, watch_first[2], watch_last[2];
-enum { DUPS = 64 };
+enum { DUPS = 4096 };
 static MPI_Comm dups[DUPS][2]; /* [original, duplicate] */
 static int ndups;
 
@@ -65,9 +65,10 @@ static void dup_made(MPI_Comm comm, MPI_Comm dup) {
   }
 }
 
+/* (newest first: MPI hands a freed communicator's handle out again) */
 static MPI_Comm original_of(MPI_Comm comm) {
   int n = __atomic_load_n(&ndups, __ATOMIC_RELAXED);
-  for (int k = 0; k < n && k < DUPS; k++)
+  for (int k = (n < DUPS ? n : DUPS) - 1; k >= 0; k--)
     if (dups[k][1] == comm) return dups[k][0];
   return comm;
 }
@@ -129,13 +130,13 @@ int MPI_Comm_test_inter(MPI_Comm comm, int* flag) {
   return PMPI_Comm_test_inter(comm, flag);
 }
 int MPI_Comm_idup(MPI_Comm comm, MPI_Comm* out, MPI_Request* req) {
-  seen("MPI_Comm_idup"); /* (in the call itself, in call order: not a turn's) */
+  seen_on("MPI_Comm_idup", comm); /* (the set-up's first collective) */
   int err = PMPI_Comm_idup(comm, out, req);
   if (err == MPI_SUCCESS) dup_made(comm, *out);
   return err;
 }
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* out) {
-  seen_on("MPI_Comm_dup", comm);
+  seen("MPI_Comm_dup");
   int err = PMPI_Comm_dup(comm, out);
   if (err == MPI_SUCCESS) dup_made(comm, *out);
   return err;

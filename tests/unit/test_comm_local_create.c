@@ -450,7 +450,9 @@ START_TEST(rendezvous_timeout_withdraws) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
   set_param("MPINCCL_BOOTSTRAP_LINGER", "3600");
-  rank_arg_t a[2] = {{.nranks = 2, .rank = 0}, {.nranks = 2, .rank = 1, .delay_us = 1500000}};
+  /* (3 s late: rank 0's deadline counts from after its device is set, which
+   * took over 0.5 s on the GPU machine under make check) */
+  rank_arg_t a[2] = {{.nranks = 2, .rank = 0}, {.nranks = 2, .rank = 1, .delay_us = 3000000}};
   ck_assert_int_eq(ncclGetUniqueId(&a[0].id), ncclSuccess);
   a[1].id = a[0].id;
   run_ranks(a, 2);

@@ -265,6 +265,18 @@ static void pair_mem_unmap(mpn_pair_t* p) {
   p->mem = NULL;
 }
 
+/* The side that opened the creator's file could not set it up (its device
+ * flags not mapped, say): the creator, which may have posted messages and
+ * whose streams may wait, is told through the file, as by an abort (its
+ * watchdog releases them: ncclRemoteError), before this side lets go. */
+static void pair_tell_creator(mpn_pair_t* p, ncclResult_t res) {
+  if (p->created || p->mem == NULL) return;
+  char text[256];
+  snprintf(text, sizeof(text), "the peer could not set up %s: %s", p->name, mpn_error_last(NULL));
+  mpn_pair_report(p, res == ncclSuccess ? ncclRemoteError : res, text);
+  __atomic_store_n(&p->mem->aborted, 1, __ATOMIC_RELEASE);
+}
+
 /* Undoes pair_open after a later step failed. */
 static void pair_close(mpn_pair_t* p) {
   pair_abandon(p, p->mem);
@@ -367,6 +379,7 @@ static ncclResult_t pair_setup(mpn_pair_t* p) {
   if (res != ncclSuccess) return res;
   res = p->created ? flags_publish(p) : flags_adopt(p);
   if (res != ncclSuccess) {
+    pair_tell_creator(p, res);
     pair_close(p);
     return res;
   }

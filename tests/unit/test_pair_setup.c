@@ -250,6 +250,32 @@ START_TEST(failed_setup_ends_waiters) {
 }
 END_TEST
 
+/* The side that opens the creator's file and cannot map its device flags
+ * (an import the driver refuses: here a handle of nothing) tells the
+ * creator through the file, as an abort would: an error with the reason,
+ * and the aborted mark its watchdog acts on (its streams may wait for
+ * this side's flags).  Before, the creator learned nothing and waited. */
+START_TEST(failed_adopt_tells_creator) {
+  uint64_t k = test_key(7);
+  mpn_pair_mem_t* peer = peer_create(k);
+  peer->flags_owner = 1; /* (another process's device memory; its handle names nothing) */
+  memset(&peer->flags_desc, 0, sizeof(peer->flags_desc));
+  __atomic_store_n(&peer->flags_where, MPN_FLAGS_DEVICE, __ATOMIC_RELEASE);
+  mapper_t a;
+  mapper_start(&a, k);
+  ck_assert(mapper_wait(&a, 5.0));
+  pthread_join(a.thread, NULL);
+  ck_assert_int_ne(a.res, ncclSuccess);
+  ck_assert_uint_ge(__atomic_load_n(&peer->errors, __ATOMIC_ACQUIRE), 1);
+  ck_assert_uint_eq(__atomic_load_n(&peer->aborted, __ATOMIC_ACQUIRE), 1);
+  ck_assert_msg(strstr(peer->error, "could not set up") != NULL, "%s", peer->error);
+  char name[96];
+  pair_name(name, sizeof(name), k);
+  shm_unlink(name); /* (the peer's) */
+  munmap(peer, sizeof(*peer));
+}
+END_TEST
+
 /* A creator that died after stamping its file and before deciding where
  * the flags live (killed, crashed) ends the peer's wait within a fraction
  * of a second, with ncclRemoteError naming it, not at the bootstrap
@@ -430,6 +456,7 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, wait_holds_up_no_other_pair);
   tcase_add_test(tc, failed_setup_ends_waiters);
+  tcase_add_test(tc, failed_adopt_tells_creator);
   tcase_add_test(tc, dead_creator_ends_wait);
   tcase_add_test(tc, slow_unmap_holds_up_no_mapping);
   tcase_add_test(tc, creator_killed_before_stamp_leaves_nothing);

@@ -101,6 +101,13 @@ static ncclResult_t issue_on_lane(mpn_fork_t* fork, const plan_t* p) {
 
 /* The copies of stream s's plans of one step (of one chain's, chain >= 0:
  * issue_chains), issued on stream on. */
+/* Whether this side moves p in the given step of stream s (eager or not; in
+ * chain, or any when chain < 0). */
+static int moved_in(const plan_t* p, cudaStream_t s, int eager, int step, int chain) {
+  return p->posted && p->move && p->op->stream == s && (p->eager != 0) == eager && p->step == step &&
+         (chain < 0 || p->chain == chain);
+}
+
 static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStream_t on, int eager, int step,
                                  int chain) {
   ncclResult_t first = ncclSuccess;
@@ -110,8 +117,7 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStrea
   int forking = 0;
   for (int i = 0; i < n; i++) {
     plan_t* p = &plans[i];
-    if (!p->posted || !p->move || p->op->stream != s || (p->eager != 0) != eager || p->step != step) continue;
-    if (chain >= 0 && p->chain != chain) continue;
+    if (!moved_in(p, s, eager, step, chain)) continue;
     mpn_copy_t c;
     if (p->eager) { /* receives copy out in the second half */
       if (p->op->kind == MPN_OP_SEND && plan_eager_copy(p, &c)) mpn_keep(&first, mpn_copies_add_kernel(&copies, &c));
@@ -131,6 +137,26 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStrea
   mpn_keep(&first, mpn_copies_flush(&copies));
   if (forking) mpn_keep(&first, mpn_fork_join(&fork));
   return first;
+}
+
+/* A step's copies that could not all be enqueued (a launch or copy CUDA
+ * refused): the "done" writes still come, so that nobody hangs, and both
+ * sides of every message the step moves learn that its data may be missing
+ * (ncclCommGetAsyncError), not only this side's ncclGroupEnd: the peer
+ * would otherwise read its buffer as if it had arrived. */
+static void copies_lost(plan_t* plans, int n, cudaStream_t s, int step, int chain, ncclResult_t res) {
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    if (!moved_in(p, s, 0, step, chain)) continue;
+    int send = p->op->kind == MPN_OP_SEND;
+    char text[256];
+    snprintf(text, sizeof(text),
+             "message %llu from rank %d to rank %d: rank %d could not enqueue its copy (%s); its data may be "
+             "missing",
+             (unsigned long long)p->seq, send ? p->op->comm->rank : p->op->peer, send ? p->op->peer : p->op->comm->rank,
+             p->op->comm->rank, ncclGetErrorString(res));
+    mpn_plan_report_both(p, ncclRemoteError, text);
+  }
 }
 
 /* Whether p is a posted eager message of kind (send or receive) on stream s. */
@@ -283,7 +309,9 @@ static ncclResult_t issue_steps(plan_t* plans, int n, cudaStream_t s, cudaStream
       }
     }
     mpn_keep(&first, mpn_memops_flush(b));
-    mpn_keep(&first, issue_copies(plans, n, s, on, 0, step, chain));
+    ncclResult_t copied = issue_copies(plans, n, s, on, 0, step, chain);
+    if (copied != ncclSuccess) copies_lost(plans, n, s, step, chain, copied);
+    mpn_keep(&first, copied);
     for (int i = 0; i < n; i++) { /* done writes (and events), in the batch of the next step's waits */
       plan_t* p = &plans[i];
       if (!in_step(p, s, step, chain)) continue;

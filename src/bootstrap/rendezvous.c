@@ -229,9 +229,19 @@ void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
 /* ---- helper thread serving open ids under MPI_THREAD_MULTIPLE ---- */
 
 typedef struct {
-  uint64_t key, deadline;
-  uint32_t round; /* round at creation: served once it moves on */
+  uint64_t key, deadline; /* deadline: after it the id is still served, only polled less often */
+  uint32_t round;         /* round at creation: served once it moves on */
 } open_id_t;
+
+/* How often the helper thread polls: while some id is younger than
+ * MPINCCL_BOOTSTRAP_TIMEOUT, and once all are older (callers may come any
+ * time later, after loading their data say: NCCL's root serves until
+ * they do). */
+enum { SERVICE_POLL_US = 200, SERVICE_IDLE_POLL_US = 2000 };
+
+typedef struct {
+  int remaining, young;
+} service_state_t;
 
 static open_id_t* open_ids;
 static int n_open, service_running;
@@ -243,29 +253,34 @@ static int record_lingers(const record_t* r) {
   return r->failed && r->answered < r->max_nranks && mpn_clock_now_ns() - r->last_ns <= linger_ns();
 }
 
+/* Keeps the ids not served yet, while MPI lasts (an id is served until its
+ * round is, or MPI is finalized, however late its callers come). */
 static void service_sweep(void* arg) {
-  int* remaining = arg;
+  service_state_t* st = arg;
   uint64_t now = mpn_clock_now_ns();
-  int j = 0;
+  int j = 0, young = 0;
   for (int i = 0; i < n_open; i++) {
     record_t* r = record_find(open_ids[i].key, 0);
     int served = r && r->round != open_ids[i].round && !record_lingers(r);
-    if (!served && now < open_ids[i].deadline && mpn_chan_mpi_ready()) open_ids[j++] = open_ids[i];
+    if (served || !mpn_chan_mpi_ready()) continue;
+    young |= now < open_ids[i].deadline || (r && now - r->last_ns < SERVICE_IDLE_POLL_US * 1000ull);
+    open_ids[j++] = open_ids[i];
   }
   n_open = j;
   if (n_open == 0) service_running = 0;
-  *remaining = n_open;
+  st->remaining = n_open;
+  st->young = young;
 }
 
 static void* service_main(void* arg) {
   (void)arg;
   for (;;) {
     mpn_chan_progress();
-    int remaining = 0;
-    mpn_chan_locked(service_sweep, &remaining);
+    service_state_t st = {0, 0};
+    mpn_chan_locked(service_sweep, &st);
     /* Served tables may still be on their way: deliver them before leaving. */
-    if (remaining == 0 && !mpn_chan_sending()) return NULL;
-    usleep(200);
+    if (st.remaining == 0 && !mpn_chan_sending()) return NULL;
+    usleep(st.young ? SERVICE_POLL_US : SERVICE_IDLE_POLL_US);
   }
 }
 
@@ -291,8 +306,8 @@ static ncclResult_t service_watch(uint64_t key) {
   if (!req.start) return ncclSuccess;
   int err = mpn_proc_thread_detached(service_main, NULL);
   if (err != 0) {
-    int remaining;
-    mpn_chan_locked(service_sweep, &remaining);
+    service_state_t st;
+    mpn_chan_locked(service_sweep, &st);
     return mpn_error_set(NULL, ncclSystemError, "cannot start the rendezvous thread: %s",
                          strerror(err));
   }

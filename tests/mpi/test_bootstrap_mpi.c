@@ -100,6 +100,33 @@ static void test_late_caller_unjoined(int provided) {
   EXPECT_OK(mpn_params_reload());
 }
 
+/* An id whose creator does not join is served however late its callers
+ * come: here after twice MPINCCL_BOOTSTRAP_TIMEOUT (2 s).  Each caller's
+ * own wait is bounded from its own call.  The helper thread used to drop
+ * the id at the creator's deadline, and the callers then timed out. */
+static void test_unjoined_served_late(int provided) {
+  if (world_size < 2 || provided != MPI_THREAD_MULTIPLE) return;
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "2", 1);
+  EXPECT_OK(mpn_params_reload());
+  mpn_bootstrap_id_t id;
+  if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (world_rank > 0) {
+    sleep(4);
+    mpn_bootstrap_t* b = NULL;
+    ncclResult_t res = mpn_bootstrap_rendezvous(&id, world_size - 1, world_rank - 1, NULL, &b);
+    EXPECT(res == ncclSuccess);
+    if (res != ncclSuccess) fprintf(stderr, "[world %d] the late rendezvous: %s\n", world_rank, mpn_error_last(NULL));
+    if (b) {
+      EXPECT(b->rank == world_rank - 1 && b->nranks == world_size - 1);
+      mpn_bootstrap_destroy(b);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+}
+
 /* The thread's last error names the failed rank (who, a format of its
  * rank) and its reason, and came well before the deadline (60 s). */
 static void expect_told(const char* who, int rank, const char* reason, double t0) {
@@ -246,6 +273,7 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(pairs);
   mpn_bootstrap_destroy(b);
   test_late_caller_unjoined(provided);
+  test_unjoined_served_late(provided);
   test_rank_leaves();
   test_rendezvous_fail();
   test_rendezvous_withdraw(1);

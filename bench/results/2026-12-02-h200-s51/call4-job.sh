@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 51, call 4: the final library source (after the copies-lost report): make check; test_comm_mpi at 3
+# session 51, call 4: the final library source (after the copies-lost report and the late-served id): make check; test_comm_mpi at 3
 # five times; the floors of a small sweep; test_p2p, test_rma under MPS at 2 and 4, test_peer_left under MPS.
 out=$1
 mkdir -p $out

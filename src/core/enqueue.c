@@ -54,10 +54,14 @@ ncclResult_t mpn_check_peer(struct ncclComm* comm, const char* caller, int peer,
   return ncclSuccess;
 }
 
-/* A peer (in range) that ended its communicator normally and whose process
- * exited (the watchdog found it: MPN_PEER_LEFT) can answer nothing more. */
+/* Whether a peer (in range) ended its communicator normally and its process
+ * exited (the watchdog found it: MPN_PEER_LEFT): it can answer nothing more. */
+static int peer_left(const struct ncclComm* comm, int peer) {
+  return __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT;
+}
+
 static ncclResult_t peer_here(struct ncclComm* comm, const char* caller, int peer) {
-  if (__atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT) return ncclSuccess;
+  if (!peer_left(comm, peer)) return ncclSuccess;
   return MPN_REFUSE(comm, ncclRemoteError,
                     "%s: peer %d ended its communicator (ncclCommDestroy) and its process exited", caller, peer);
 }
@@ -166,12 +170,9 @@ static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm
   if (descs == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: signalDescs is NULL", fn);
   for (int i = 0; i < nDesc; i++) {
     const ncclWaitSignalDesc_t* d = &descs[i];
+    if (d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0) && !peer_left(comm, d->peer))
+      continue; /* the message is formatted for a refused one only: a barrier passes one per rank */
     char what[48];
-    if (d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0)) {
-      if (__atomic_load_n(&comm->peer_gone[d->peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT) continue;
-      snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i); /* (formatted for a refusal only) */
-      return peer_here(comm, what, d->peer);
-    }
     snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i);
     if (descs[i].opCnt <= 0)
       return MPN_REFUSE(comm, ncclInvalidArgument, "%s.opCnt %d is not positive", what,

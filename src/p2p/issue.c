@@ -99,8 +99,6 @@ static ncclResult_t issue_on_lane(mpn_fork_t* fork, const plan_t* p) {
   return ncclSuccess;
 }
 
-/* The copies of stream s's plans of one step (of one chain's, chain >= 0:
- * issue_chains), issued on stream on. */
 /* Whether this side moves p in the given step of stream s (eager or not; in
  * chain, or any when chain < 0). */
 static int moved_in(const plan_t* p, cudaStream_t s, int eager, int step, int chain) {
@@ -108,6 +106,8 @@ static int moved_in(const plan_t* p, cudaStream_t s, int eager, int step, int ch
          (chain < 0 || p->chain == chain);
 }
 
+/* The copies of stream s's plans of one step (of one chain's, chain >= 0:
+ * issue_chains), issued on stream on. */
 static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStream_t on, int eager, int step,
                                  int chain) {
   ncclResult_t first = ncclSuccess;

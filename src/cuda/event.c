@@ -15,6 +15,7 @@
 static struct {
   cudaEvent_t* free;
   int n, cap;
+  int live; /* made by mpn_event_get and not destroyed: in the pool or handed out */
 } pools[MPN_EVENT_DEVICES];
 static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -27,7 +28,20 @@ ncclResult_t mpn_event_get(int dev, cudaEvent_t* out) {
     if (have) return ncclSuccess;
   }
   MPN_CUDA_CHECK(cudaEventCreateWithFlags(out, cudaEventDisableTiming));
+  if (dev >= 0 && dev < MPN_EVENT_DEVICES) {
+    pthread_mutex_lock(&event_lock);
+    pools[dev].live++;
+    pthread_mutex_unlock(&event_lock);
+  }
   return ncclSuccess;
+}
+
+int mpn_event_out(int dev) {
+  if (dev < 0 || dev >= MPN_EVENT_DEVICES) return 0;
+  pthread_mutex_lock(&event_lock);
+  int out = pools[dev].live - pools[dev].n;
+  pthread_mutex_unlock(&event_lock);
+  return out;
 }
 
 void mpn_event_put(int dev, cudaEvent_t ev) {
@@ -41,6 +55,7 @@ void mpn_event_put(int dev, cudaEvent_t ev) {
     int cap = pools[dev].cap ? 2 * pools[dev].cap : 64;
     cudaEvent_t* grown = realloc(pools[dev].free, (size_t)cap * sizeof(*grown));
     if (grown == NULL) {
+      pools[dev].live--;
       pthread_mutex_unlock(&event_lock);
       cudaEventDestroy(ev);
       return;
@@ -107,7 +122,7 @@ ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out) {
 
 void mpn_event_forget(int dev) {
   pthread_mutex_lock(&event_lock);
-  if (dev >= 0 && dev < MPN_EVENT_DEVICES) pools[dev].n = 0;
+  if (dev >= 0 && dev < MPN_EVENT_DEVICES) pools[dev].n = pools[dev].live = 0;
   for (int i = 0; i < n_stream_events;)
     if (stream_events[i].dev == dev)
       stream_events[i] = stream_events[--n_stream_events];

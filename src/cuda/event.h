@@ -17,6 +17,11 @@ ncclResult_t mpn_event_get(int dev, cudaEvent_t* out);
 /** Gives an event of device dev back to the pool. */
 void mpn_event_put(int dev, cudaEvent_t ev);
 
+/** How many of device dev's pooled events are handed out (made by
+ *  mpn_event_get and not given back): 0 once every rank of the process is
+ *  idle, whatever it exchanged (tests). */
+int mpn_event_out(int dev);
+
 /**
  * The event that stands for "stream s got this far", one per stream of
  * device dev (the current device) for the life of the process (one per

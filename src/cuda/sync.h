@@ -107,6 +107,8 @@ typedef struct {
                                             core/drain.h), or 0 */
   uint64_t mark_value;
   int captured; /* the stream is capturing a CUDA graph: an ordinary launch, never an early one */
+  int copies_lost; /* set by mpn_sync_issue: the kernel could not be launched, nor some of its copies
+                      enqueued on their own (their flags were still written) */
   int nescape;
   uint64_t escape[MPN_SYNC_ESCAPES]; /* device addresses of the (32-bit) escape words the waits name */
 } mpn_sync_t;
@@ -121,6 +123,7 @@ static inline void mpn_sync_init(mpn_sync_t* k) {
   k->grid.dev = 0;
   k->mark = k->mark_value = 0;
   k->captured = 0;
+  k->copies_lost = 0;
   k->nescape = 0;
 }
 

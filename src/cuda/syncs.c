@@ -56,7 +56,8 @@ static ncclResult_t copies_as_launches(const mpn_sync_t* k, int from, int to, cu
 
 /* Copies [from, to) could not be enqueued: the size words they would have
  * stored (eager sends into an inbox) become 0, so that a receiver copies
- * nothing rather than the slot's previous message. */
+ * nothing rather than the slot's previous message (k->copies_lost tells the
+ * caller, which says so on both sides). */
 static ncclResult_t size_words_cleared(const mpn_driver_t* drv, const mpn_sync_t* k, int from, int to, cudaStream_t s) {
   mpn_memops_t b;
   mpn_memops_init(&b, drv, s);
@@ -86,7 +87,10 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, mpn_sync_t* k, cudaStream_t
     mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, WAIT_ONLY, s));
     ncclResult_t copied = copies_as_launches(k, copy, copy + k->ncopy[r], s);
     mpn_keep(&first, copied);
-    if (copied != ncclSuccess) mpn_keep(&first, size_words_cleared(drv, k, copy, copy + k->ncopy[r], s));
+    if (copied != ncclSuccess) {
+      k->copies_lost = 1; /* the caller tells both sides of the messages */
+      mpn_keep(&first, size_words_cleared(drv, k, copy, copy + k->ncopy[r], s));
+    }
     copy += k->ncopy[r];
     mpn_keep(&first, flags_as_memops(drv, k, flag, flag + waits, CLEARS_ONLY, s));
     flag += waits;

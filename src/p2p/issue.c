@@ -26,6 +26,7 @@
 #include "p2p/graphs.h"
 #include "p2p/p2p.h"
 #include "p2p/plan.h"
+#include "p2p/report.h"
 #include "p2p/sync_plan.h"
 
 /*
@@ -145,18 +146,8 @@ static ncclResult_t issue_copies(plan_t* plans, int n, cudaStream_t s, cudaStrea
  * (ncclCommGetAsyncError), not only this side's ncclGroupEnd: the peer
  * would otherwise read its buffer as if it had arrived. */
 static void copies_lost(plan_t* plans, int n, cudaStream_t s, int step, int chain, ncclResult_t res) {
-  for (int i = 0; i < n; i++) {
-    plan_t* p = &plans[i];
-    if (!moved_in(p, s, 0, step, chain)) continue;
-    int send = p->op->kind == MPN_OP_SEND;
-    char text[256];
-    snprintf(text, sizeof(text),
-             "message %llu from rank %d to rank %d: rank %d could not enqueue its copy (%s); its data may be "
-             "missing",
-             (unsigned long long)p->seq, send ? p->op->comm->rank : p->op->peer, send ? p->op->peer : p->op->comm->rank,
-             p->op->comm->rank, ncclGetErrorString(res));
-    mpn_plan_report_both(p, ncclRemoteError, text);
-  }
+  for (int i = 0; i < n; i++)
+    if (moved_in(&plans[i], s, 0, step, chain)) mpn_plan_report_copy_lost(&plans[i], res);
 }
 
 /* Whether p is a posted eager message of kind (send or receive) on stream s. */
@@ -175,10 +166,18 @@ static int eager_on(const plan_t* p, cudaStream_t s, mpn_op_kind_t kind) {
  * the slot; the first side, on the host, waits for that publication (the
  * other rank is inside its own launch) and makes its stream wait for it.
  * The memory flags are still written, so a first side that waits longer than
- * MPINCCL_LOCAL_WAIT_US falls back to waiting for the flag.  A launch issues
- * every stream's first half before any stream's second half, so one thread
+ * MPINCCL_LOCAL_WAIT_US falls back to waiting for the flag, and marks the
+ * slot so (DONE_GIVEN_UP): the second side, publishing late, then gives its
+ * event back to the pool itself, as nobody will.  A launch issues every
+ * stream's first half before any stream's second half, so one thread
  * driving several ranks never waits for itself.
  */
+#define DONE_GIVEN_UP (1ull << 63) /* done_seq: the first side of that message stopped waiting */
+
+static uint64_t done_given_up; /* how many first sides did so, in this process */
+
+uint64_t mpn_p2p_done_given_up(void) { return __atomic_load_n(&done_given_up, __ATOMIC_RELAXED); }
+
 static void publish_done(plan_t* p, cudaStream_t s) {
   cudaEvent_t ev = NULL;
   int dev = p->op->comm->cuda_dev;
@@ -190,20 +189,24 @@ static void publish_done(plan_t* p, cudaStream_t s) {
   mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
   slot->done_event = (uint64_t)(uintptr_t)ev;
   slot->done_dev = dev;
-  __atomic_store_n(&slot->done_seq, p->seq, __ATOMIC_RELEASE);
+  uint64_t was = __atomic_exchange_n(&slot->done_seq, p->seq, __ATOMIC_ACQ_REL);
+  if (was == (p->seq | DONE_GIVEN_UP)) mpn_event_put(dev, ev); /* nobody will take it */
 }
 
 /* First side: the second side's "done" event, once published, or NULL. */
 static cudaEvent_t await_done(const plan_t* p, int* dev) {
   mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
   uint64_t deadline = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_LOCAL_WAIT) * 1000;
-  while (__atomic_load_n(&slot->done_seq, __ATOMIC_ACQUIRE) != p->seq)
-    if (mpn_clock_now_ns() > deadline) {
+  uint64_t seen;
+  while ((seen = __atomic_load_n(&slot->done_seq, __ATOMIC_ACQUIRE)) != p->seq)
+    if (mpn_clock_now_ns() > deadline && __atomic_compare_exchange_n(&slot->done_seq, &seen, p->seq | DONE_GIVEN_UP, 0,
+                                                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      __atomic_add_fetch(&done_given_up, 1, __ATOMIC_RELAXED);
       MPN_INFO(MPN_SUBSYS_P2P, "message %llu with rank %d: no done event after %lld us; waiting "
                "for the flag", (unsigned long long)p->seq, p->op->peer,
                (long long)mpn_param_int(MPN_PARAM_LOCAL_WAIT));
       return NULL;
-    }
+    } /* (else published meanwhile: seen is p->seq now) */
   *dev = slot->done_dev;
   return (cudaEvent_t)(uintptr_t)slot->done_event;
 }
@@ -419,12 +422,12 @@ static ncclResult_t issue_front(plan_t* plans, int n, cudaStream_t s, mpn_memops
     plan_t* p = &plans[i];
     /* (a receive buffer too: a message that moves nothing, refused by the
      * peer, gives it back as it was from the stage, not the stage's last data) */
-    if (p->stage && p->posted && p->op->stream == s)
-      mpn_keep(&first, mpn_cuda_result(NULL,
-                                       cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes,
-                                                       cudaMemcpyDeviceToDevice, s),
-                                       p->op->kind == MPN_OP_SEND ? "copying a send buffer to its stage"
-                                                                  : "copying a receive buffer to its stage"));
+    if (!p->stage || !p->posted || p->op->stream != s) continue;
+    ncclResult_t staged = mpn_cuda_result(
+        NULL, cudaMemcpyAsync(mpn_stage_ptr(p->stage), p->op->buf, p->op->bytes, cudaMemcpyDeviceToDevice, s),
+        p->op->kind == MPN_OP_SEND ? "copying a send buffer to its stage" : "copying a receive buffer to its stage");
+    if (staged != ncclSuccess) mpn_plan_report_copy_lost(p, staged); /* its "ready" still comes */
+    mpn_keep(&first, staged);
   }
   for (int pass = 0; pass < 2; pass++) { /* the ungated "ready" writes, then the gates and the gated ones */
     for (int i = 0; pass == 1 && i < n; i++) {

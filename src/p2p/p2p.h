@@ -117,6 +117,11 @@ mpn_lanes_t* mpn_p2p_lanes(struct ncclComm* comm);
  * time-sliced GPU; may be NULL).  For tests and the destroy log. */
 void mpn_p2p_stats(const struct ncclComm* comm, uint64_t eager[2], uint64_t* no_slot, uint64_t* slot_waits);
 
+/** How many first sides of messages between ranks of this process stopped
+ *  waiting for their second side's "done" event (MPINCCL_LOCAL_WAIT_US) and
+ *  took the flag instead, since the process started.  For tests. */
+uint64_t mpn_p2p_done_given_up(void);
+
 /** Sends of comm that waited for their peer's receive and moved their own
  * data (pushed; push.h), and those whose wait ran out (timeouts).  For
  * tests and the destroy log. */

@@ -33,6 +33,17 @@ void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_
   mpn_plan_report_both(p, ncclInvalidUsage, text);
 }
 
+void mpn_plan_report_copy_lost(plan_t* p, ncclResult_t res) {
+  const mpn_op_t* op = p->op;
+  int send = op->kind == MPN_OP_SEND;
+  char text[256];
+  snprintf(text, sizeof(text),
+           "message %llu from rank %d to rank %d: rank %d could not enqueue its copy (%s); its data may be missing",
+           (unsigned long long)p->seq, send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank,
+           op->comm->rank, ncclGetErrorString(res));
+  mpn_plan_report_both(p, ncclRemoteError, text);
+}
+
 /* Tells the message's other side that this side failed and moved nothing:
  * its "done" still comes (nobody hangs), and ncclCommGetAsyncError says why. */
 void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {

@@ -25,6 +25,11 @@ void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_
  *  ncclCommGetAsyncError says why. */
 void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res);
 
+/** Fails both sides of p (ncclRemoteError): this side could not enqueue its
+ *  copy of the message's data (res), whose flags still come, so the data
+ *  may be missing where the other side reads it. */
+void mpn_plan_report_copy_lost(plan_t* p, ncclResult_t res);
+
 /** Whether either side refused its buffer (bad: this side's refusal; other:
  *  the peer's side), so that nothing moves; says so on both sides. */
 int mpn_plan_buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other);

@@ -12,6 +12,7 @@
 #include "cuda/sync.h"
 #include "p2p/eager.h"
 #include "p2p/graphs.h"
+#include "p2p/report.h"
 #include "p2p/sync_plan.h"
 #include "transport.h"
 
@@ -213,6 +214,22 @@ static void grid_hold(const mpn_sync_t* k, const struct ncclComm* comm, cudaStre
   mpn_graph_holds_attach(h, comm->rank, &current);
 }
 
+/* The kernel's copies could not all be enqueued (cuda/syncs.c): both sides
+ * of every message of stream s whose data the table moved in phases
+ * [first, last] learn that it may be missing. */
+static void copies_lost(plan_t* plans, int n, cudaStream_t s, int first, int last, ncclResult_t res) {
+  for (int i = 0; i < n; i++) {
+    plan_t* p = &plans[i];
+    mpn_copy_t c;
+    if (!p->posted || p->op->stream != s) continue;
+    for (int phase = first; phase <= last; phase++)
+      if (plan_copy(p, phase, &c)) {
+        mpn_plan_report_copy_lost(p, res);
+        break;
+      }
+  }
+}
+
 ncclResult_t mpn_p2p_sync_issue(const mpn_driver_t* drv, plan_t* plans, int n, cudaStream_t s, int half0, int half1,
                                 int grid, int ends, int* issued) {
   mpn_sync_t k;
@@ -238,6 +255,7 @@ ncclResult_t mpn_p2p_sync_issue(const mpn_driver_t* drv, plan_t* plans, int n, c
     return ncclSuccess;
   }
   ncclResult_t res = mpn_drain_sync_issue(drv, &k, s, 0, ends);
+  if (k.copies_lost) copies_lost(plans, n, s, first, half_phases[half1][1], res);
   if (k.captured && k.grid.blocks > 1) grid_hold(&k, comm, s);
   if (half0 == 0) mpn_plan_imports_used(plans, n, s); /* an event record only: no memory of the comm */
   return res;

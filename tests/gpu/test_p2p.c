@@ -368,6 +368,7 @@ int main(int argc, char** argv) {
   STEP(init_all_ring());
   STEP(init_all_devices());
   STEP(threads_ring());
+  STEP(threads_late_second_side());
   STEP(halo26(0, 65536));
   STEP(halo26_wide());
   STEP(graph_replay());

@@ -109,6 +109,8 @@ void init_all_ring(void);
 void init_all_devices(void);
 /** Ranks of one process driven by one thread each. */
 void threads_ring(void);
+/** Ranks of one process, the second side always late: its "done" events go back to the pool. */
+void threads_late_second_side(void);
 /** A sender that destroys its communicator before its receiver posted. */
 void sender_gone_first(void);
 /** A rank's pair with itself goes with its communicator. */

@@ -9,13 +9,18 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/param.h"
+#include "cuda/event.h"
 #include "harness.h"
 #include "mpinccl.h"
+#include "p2p/p2p.h"
 #include "p2p/pair.h"
 #include "pattern.h"
+#include "transport.h"
 #include "test_p2p.h"
 
 /* Two communicators, two streams, opposite directions, in flight together. */
@@ -317,4 +322,84 @@ void threads_ring(void) {
     EXPECT_OK(ncclCommDestroy(comms[i]));
   }
   pthread_barrier_destroy(&sync);
+}
+
+/* Two ranks of this process, a thread each; rank 1 posts every round late,
+ * and rank 0 gives up waiting for rank 1's "done" events at once
+ * (MPINCCL_LOCAL_WAIT_US=0; they are used under MPS).  Rank 1's events,
+ * published after that, must go back to the pool: none is handed out once
+ * both are idle. */
+typedef struct {
+  ncclComm_t comm;
+  int me, dev, bad;
+  pthread_barrier_t* sync;
+} late_arg_t;
+
+static void* late_side(void* p) {
+  late_arg_t* a = p;
+  enum { ROUNDS = 10 };
+  size_t bytes = 1 << 20; /* above every inbox: the data moves by the two-hop handshake */
+  cudaSetDevice(a->dev);
+  cudaStream_t st;
+  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  char *s, *r;
+  cudaMalloc((void**)&s, bytes);
+  cudaMalloc((void**)&r, bytes);
+  pattern_check(r, 0, 0, st); /* allocates this thread's counter */
+  int peer = 1 - a->me;
+  for (int k = 0; k < ROUNDS; k++) {
+    pattern_fill(s, bytes, seed_of(a->me, peer, 950 + k), st);
+    cudaStreamSynchronize(st);
+    pthread_barrier_wait(a->sync);
+    if (a->me == 1) usleep(5000); /* rank 0 posts first and stops waiting at once */
+    ncclGroupStart();
+    ncclSend(s, bytes, ncclInt8, peer, a->comm, st);
+    ncclRecv(r, bytes, ncclInt8, peer, a->comm, st);
+    a->bad += ncclGroupEnd() != ncclSuccess;
+    a->bad += pattern_check(r, bytes, seed_of(peer, a->me, 950 + k), st) != 0;
+    cudaStreamSynchronize(st);
+    pthread_barrier_wait(a->sync); /* neither frees or refills s while the other reads it */
+  }
+  cudaFree(s);
+  cudaFree(r);
+  cudaStreamDestroy(st);
+  return NULL;
+}
+
+void threads_late_second_side(void) {
+  int dev;
+  cudaGetDevice(&dev);
+  setenv("MPINCCL_LOCAL_WAIT_US", "0", 1);
+  EXPECT_OK(mpn_params_reload());
+  ncclComm_t comms[2];
+  harness_init_all_here(comms, 2);
+  int by_events = mpn_transport_by_events(comms[0], 1);
+  cudaDeviceSynchronize();
+  int out_before = mpn_event_out(dev);
+  uint64_t given_up_before = mpn_p2p_done_given_up();
+  pthread_barrier_t sync;
+  pthread_barrier_init(&sync, NULL, 2);
+  pthread_t t[2];
+  late_arg_t args[2];
+  for (int i = 0; i < 2; i++) {
+    args[i] = (late_arg_t){comms[i], i, dev, 0, &sync};
+    pthread_create(&t[i], NULL, late_side, &args[i]);
+  }
+  for (int i = 0; i < 2; i++) {
+    pthread_join(t[i], NULL);
+    EXPECT(args[i].bad == 0);
+  }
+  pthread_barrier_destroy(&sync);
+  cudaDeviceSynchronize();
+  uint64_t given_up = mpn_p2p_done_given_up() - given_up_before;
+  int out = mpn_event_out(dev) - out_before;
+  if (by_events) EXPECT(given_up > 0); /* (else the step tests nothing) */
+  EXPECT(out == 0);
+  printf(
+      "[rank %d] threads_late_second_side: ranks of one process order by %s; first sides that gave up %llu, "
+      "events handed out after %d\n",
+      rank, by_events ? "events (MPS)" : "flags (no MPS: no event is used)", (unsigned long long)given_up, out);
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+  unsetenv("MPINCCL_LOCAL_WAIT_US");
+  EXPECT_OK(mpn_params_reload());
 }

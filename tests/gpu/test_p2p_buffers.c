@@ -67,7 +67,8 @@ static void short_case(MPI_Comm two, int short_side, size_t short_bytes, size_t 
   MPI_Barrier(two);
   ncclResult_t async = ncclSuccess; /* (the short side had its ncclGroupEnd's code) */
   EXPECT_OK(ncclCommGetAsyncError(pair, &async));
-  EXPECT(me_short || (async != ncclSuccess && async != ncclInProgress));
+  /* the peer's refusal, whichever side posted first */
+  EXPECT(me_short || async == ncclRemoteError);
   if (rank == 1) expect_untouched(buf, me_short ? short_bytes : bytes, "short_buffer"); /* nothing moved */
   MPI_Barrier(two);
   after_refusal(pair, rank, bytes, 9101);
@@ -148,6 +149,7 @@ static void short_here_case(int local, int short_side) {
   ncclResult_t async = ncclSuccess;
   EXPECT_OK(ncclCommGetAsyncError(short_side == 0 ? to : from, &async)); /* the other side heard */
   EXPECT(async != ncclSuccess && async != ncclInProgress);
+  EXPECT(!local || async == ncclRemoteError); /* (of one rank, the comm refused its own buffer too) */
   expect_untouched(r, short_side == 1 ? SHORT : BYTES, "short_here");
   here_close(local, c);
   cudaFree(s);

@@ -195,19 +195,20 @@ static void comm_quiesce(struct ncclComm* comm, int abort) {
   if (abort) {
     mpn_p2p_abort(comm);
 #ifdef HAVE_UCX
+    /* Replays of captured graphs queued behind the abort post nothing more
+     * (their host nodes would connect and post again after the close), from
+     * before the close on: a send/receive group's replay then finds its
+     * words as the last one left them, and passes; a one-sided wait puts
+     * its word back after it, so the drain releases those again
+     * (ucx_release_waits). */
+    mpn_ucx_staged_kill_graphs(comm);
+    mpn_ucx_rma_kill_graphs(comm);
     /* Before anything that synchronizes the device (freeing device memory):
      * tells the UCX peers and drops what the proxy holds of comm, which
      * lets the lanes go; the counters of one-sided signals too. */
     mpn_ucx_abort(comm);
     mpn_ucx_staged_release(comm);
     mpn_ucx_rma_release(comm);
-    /* Replays of captured graphs queued behind the abort post nothing more
-     * (their host nodes would connect and post again after the close):
-     * a send/receive group's replay then finds its words as the last one
-     * left them, and passes; a one-sided wait puts its word back after it,
-     * so the drain releases those again (ucx_release_waits). */
-    mpn_ucx_staged_kill_graphs(comm);
-    mpn_ucx_rma_kill_graphs(comm);
 #endif
   }
 }

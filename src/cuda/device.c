@@ -65,8 +65,9 @@ cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev) {
 
 void mpn_cuda_context_start(int dev) {
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == dev) cudaFree(NULL);
-  cudaGetLastError(); /* a device that fails here fails again, reported, in its creation */
+  cudaError_t err = cudaGetDevice(&current);
+  if (err == cudaSuccess && current == dev) err = cudaFree(NULL);
+  mpn_cuda_forget(err); /* a device that fails here fails again, reported, in its creation */
 }
 
 unsigned long long mpn_cuda_context_id(void) {
@@ -74,10 +75,11 @@ unsigned long long mpn_cuda_context_id(void) {
   CUcontext ctx = NULL;
   unsigned long long id = 0;
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* (another thread may be capturing) */
-  if (cudaFree(NULL) != cudaSuccess || mpn_driver_get(&drv) != ncclSuccess ||
-      drv->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == NULL || drv->ctx_get_id(ctx, &id) != CUDA_SUCCESS)
+  cudaError_t err = cudaFree(NULL);
+  if (err != cudaSuccess || mpn_driver_get(&drv) != ncclSuccess || drv->ctx_get_current(&ctx) != CUDA_SUCCESS ||
+      ctx == NULL || drv->ctx_get_id(ctx, &id) != CUDA_SUCCESS)
     id = 0;
-  cudaGetLastError();
+  mpn_cuda_forget(err);
   mpn_cuda_relaxed_leave(mode);
   return id;
 }

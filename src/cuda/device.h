@@ -49,6 +49,14 @@ unsigned long long mpn_cuda_context_id(void);
  * and CUDA's last error is cleared. */
 ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char* what);
 
+/** After a call of the library's that returned err, clears the runtime's
+ *  last error if that call set it (not for a success, nor for a query's
+ *  cudaErrorNotReady, which the runtime does not record): an error of the
+ *  program's own that it has not read yet stays for its cudaGetLastError. */
+static inline void mpn_cuda_forget(cudaError_t err) {
+  if (err != cudaSuccess && err != cudaErrorNotReady) cudaGetLastError();
+}
+
 /** Pinned host memory mapped for the GPU, zeroed: *host and its device
  * address *dev; on failure nothing is held (*host NULL). */
 cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev);

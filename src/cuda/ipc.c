@@ -64,7 +64,7 @@ static int events_busy(const ipc_entry_t* e) {
     if (e->used[k] == NULL) continue;
     cudaError_t err = cudaEventQuery(e->used[k]);
     if (err == cudaSuccess) continue;
-    cudaGetLastError();
+    mpn_cuda_forget(err);
     return 1;
   }
   return 0;
@@ -521,7 +521,7 @@ static int note_used(ipc_entry_t* e, cudaEvent_t used) {
     if (e->used[k] != NULL) {
       cudaError_t err = cudaEventQuery(e->used[k]);
       if (err != cudaSuccess) {
-        cudaGetLastError();
+        mpn_cuda_forget(err);
         continue;
       }
       e->used[k] = NULL; /* that stream's copies are done */

@@ -159,6 +159,13 @@ static void* closer_main(void* arg) {
       break;
     }
     pthread_mutex_lock(&closer.lock);
+    if (closer.stop) { /* came while close_slot waited: mpn_ipc_closer_stop said none runs, so none starts */
+      if (gated) {
+        __atomic_store_n(&close_since_ns, 0, __ATOMIC_RELEASE);
+        pthread_rwlock_unlock(&gate);
+      }
+      break;
+    }
     int skip = closer.items[0].skip; /* (dropped meanwhile: the device was reset) */
     closer.running = !skip;
     pthread_mutex_unlock(&closer.lock);

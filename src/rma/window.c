@@ -150,8 +150,8 @@ static ncclResult_t win_call_enter(struct ncclComm* comm, mpn_turn_t** turn, mpn
 ncclResult_t mpn_win_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags,
                               ncclResult_t forced, mpn_turn_t* turn) {
   const char* fn = "ncclCommWindowRegister";
+  if (win) *win = NULL; /* on every failure, the comm's own too (RMA.md) */
   MPN_CHECK(mpn_comm_check(comm, fn, 1));
-  if (win) *win = NULL;
   mpn_turn_t own;
   ncclResult_t res = win_call_enter(comm, &turn, &own, fn);
   if (res != ncclSuccess) return res;

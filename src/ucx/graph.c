@@ -187,8 +187,9 @@ static ncclResult_t group_issue(const mpn_driver_t* drv, mpn_ucx_ggroup_t* g) {
   return first;
 }
 
-/* The group of ops[i]'s stream: its captured messages in program order. */
-static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** out) {
+/* The group of ops[i]'s stream and communicator: its captured messages in
+ * program order, numbered (numbers[j] for ops[j]) in the launch's order. */
+static ncclResult_t group_make(mpn_op_t** ops, const uint64_t* numbers, int n, int i, mpn_ucx_ggroup_t** out) {
   mpn_ucx_ggroup_t* g = calloc(1, sizeof(*g));
   gpost_t* posts = calloc((size_t)n, sizeof(*posts));
   if (g == NULL || posts == NULL) {
@@ -199,9 +200,9 @@ static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** 
   g->posts = posts;
   for (int j = i; j < n; j++) {
     mpn_op_t* op = ops[j];
-    if (op->stream != g->user || op->comm->cuda_dev != ops[i]->comm->cuda_dev) continue;
+    if (op->stream != g->user || op->comm != ops[i]->comm) continue;
     int send = op->kind == MPN_OP_SEND;
-    uint64_t k = mpn_ucx_graph_count(op->comm, op->peer, send);
+    uint64_t k = numbers[j];
     int src = send ? op->comm->rank : op->peer, dst = send ? op->peer : op->comm->rank;
     posts[g->n++] = (gpost_t){.comm = op->comm, .op = op, .send = send, .peer = op->peer,
                               .bytes = op->bytes, .tag = mpn_ucx_graph_tag(op->comm, src, dst, k)};
@@ -211,17 +212,28 @@ static ncclResult_t group_make(mpn_op_t** ops, int n, int i, mpn_ucx_ggroup_t** 
   return ncclSuccess;
 }
 
+/*
+ * One group per capturing stream and communicator (each communicator's
+ * destroy finds its groups: mpn_ucx_graph_keep).  The messages are numbered
+ * in the launch's order first, whichever stream each is on: the n-th
+ * capture of a pair must match the peer's n-th, as it would with the
+ * messages on several streams of one group.
+ */
 ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) {
+  uint64_t* numbers = calloc((size_t)(n ? n : 1), sizeof(*numbers));
+  if (numbers == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  for (int i = 0; i < n; i++)
+    if (ops[i]->capturing) numbers[i] = mpn_ucx_graph_count(ops[i]->comm, ops[i]->peer, ops[i]->kind == MPN_OP_SEND);
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n; i++) {
     if (!ops[i]->capturing) continue;
     int seen = 0;
     for (int j = 0; j < i && !seen; j++)
-      seen = ops[j]->stream == ops[i]->stream && ops[j]->comm->cuda_dev == ops[i]->comm->cuda_dev;
+      seen = ops[j]->capturing && ops[j]->stream == ops[i]->stream && ops[j]->comm == ops[i]->comm;
     if (seen) continue;
     cudaSetDevice(ops[i]->comm->cuda_dev);
     mpn_ucx_ggroup_t* g = NULL;
-    ncclResult_t res = group_make(ops, n, i, &g);
+    ncclResult_t res = group_make(ops, numbers, n, i, &g);
     if (res == ncclSuccess) res = group_alloc(g);
     if (res == ncclSuccess) {
       res = group_issue(drv, g); /* on failure the side stream may be in the capture: join it */
@@ -234,6 +246,7 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
     g->next = pending;
     pending = g;
   }
+  free(numbers);
   return first;
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/debug.h"
 #include "core/param.h"
@@ -55,7 +56,19 @@ ucs_status_t mpn_ucx_config_read(ucp_config_t** config, int* flush_fence) {
              "UCX %u.%u.%u has no FENCE_MODE (its fence orders each lane only): a signal waits for the "
              "flush of its put",
              major, minor, release);
-  else if (getenv("UCX_FENCE_MODE") == NULL && ucp_config_modify(*config, "FENCE_MODE", "strong") != UCS_OK)
-    MPN_INFO(MPN_SUBSYS_NET, "UCX did not take FENCE_MODE=strong");
+  if (*flush_fence) return UCS_OK;
+  /* A mode the program set other than strong (weak, auto) may not order
+   * them either: the flush then too. */
+  const char* mode = getenv("UCX_FENCE_MODE");
+  if (mode != NULL && strcasecmp(mode, "strong") != 0) {
+    MPN_INFO(MPN_SUBSYS_NET,
+             "UCX_FENCE_MODE=%s may not order a put before its signal: a signal waits for the flush "
+             "of its put",
+             mode);
+    *flush_fence = 1;
+  } else if (mode == NULL && ucp_config_modify(*config, "FENCE_MODE", "strong") != UCS_OK) {
+    MPN_INFO(MPN_SUBSYS_NET, "UCX did not take FENCE_MODE=strong: a signal waits for the flush of its put");
+    *flush_fence = 1;
+  }
   return UCS_OK;
 }

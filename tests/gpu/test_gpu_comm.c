@@ -4,7 +4,8 @@
  * id, ncclCommInitAll with a repeated device, split, the MPI_Comm extension
  * and non-blocking creation, checking devices, the ranks found sharing the
  * GPU, MPS detection and the transport chosen per peer, and that finalize
- * and destroy wait for the communicator's work.  Exits 77 without a GPU.
+ * and destroy wait for the communicator's work, and that the program's own
+ * CUDA error stays unread across the library's calls.  Exits 77 without a GPU.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -103,6 +104,56 @@ static void test_init_all_repeated(void) {
   int cur;
   cudaGetDevice(&cur);
   EXPECT(cur == dev); /* InitAll restores the caller's device */
+}
+
+static void CUDART_CB sleep_20ms(void* arg) {
+  (void)arg;
+  usleep(20000);
+}
+
+/* A CUDA error of the program's own that it has not read yet stays for its
+ * cudaGetLastError whatever the library's calls in between: ncclMemAlloc,
+ * ncclMemFree, and a group of two ranks of this process.  First the
+ * premise the library relies on: a query's cudaErrorNotReady is not
+ * recorded as the last error. */
+static void test_program_error_kept(void) {
+  cudaStream_t s;
+  EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t ev;
+  EXPECT(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess);
+  EXPECT(cudaLaunchHostFunc(s, sleep_20ms, NULL) == cudaSuccess);
+  EXPECT(cudaEventRecord(ev, s) == cudaSuccess);
+  EXPECT(cudaEventQuery(ev) == cudaErrorNotReady);
+  EXPECT(cudaPeekAtLastError() == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+  int dev = local_rank % ndev, devs[2] = {dev, dev};
+  ncclComm_t c[2];
+  EXPECT_OK(ncclCommInitAll(c, 2, devs));
+  char* buf = NULL;
+  EXPECT(cudaMalloc((void**)&buf, 2 << 20) == cudaSuccess);
+  for (int step = 0; step < 3; step++) {
+    EXPECT(cudaSetDevice(ndev + 7) == cudaErrorInvalidDevice); /* the program's error, unread */
+    void* p = NULL;
+    if (step == 0) {
+      EXPECT_OK(ncclMemAlloc(&p, 1 << 20));
+      EXPECT_OK(ncclMemFree(p));
+    } else { /* two-hop (1 MiB), then through the inbox (4 KiB) */
+      size_t bytes = step == 1 ? 1 << 20 : 4096;
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(buf, bytes, ncclInt8, 1, c[0], s));
+      EXPECT_OK(ncclRecv(buf + (1 << 20), bytes, ncclInt8, 0, c[1], s));
+      EXPECT_OK(ncclGroupEnd());
+      EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+    }
+    cudaError_t kept = cudaGetLastError();
+    if (kept != cudaErrorInvalidDevice)
+      fprintf(stderr, "[world %d] step %d: the program's error became %s\n", world_rank, step, cudaGetErrorName(kept));
+    EXPECT(kept == cudaErrorInvalidDevice);
+  }
+  cudaFree(buf);
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(c[i]));
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(s);
 }
 
 static void test_mpi_comm_nonblocking(void) {
@@ -244,6 +295,7 @@ int main(int argc, char** argv) {
   test_unique_id();
   test_init_all_repeated();
   test_mpi_comm_nonblocking();
+  test_program_error_kept();
   for (int how = END_DESTROY; how <= END_STREAM_GONE; how++) {
     test_end_waits(how, 8u << 20);
     test_end_waits(how, 4096);

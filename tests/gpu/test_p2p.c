@@ -378,6 +378,7 @@ int main(int argc, char** argv) {
   STEP(graph_new_buffers());
   STEP(graph_outlives_comm());
   STEP(graph_pool_stage());
+  STEP(graph_two_streams());
   STEP(graph_same_capture());
   STEP(graph_group_limit());
   STEP(sender_gone_first());

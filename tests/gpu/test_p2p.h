@@ -99,6 +99,8 @@ void graph_same_capture(void);
 void graph_group_limit(void);
 /** A pool buffer's stage held by a graph serves again once the graph is destroyed. */
 void graph_pool_stage(void);
+/** A captured group on two streams and two communicators: messages match in program order. */
+void graph_two_streams(void);
 
 /* test_p2p_comms.c */
 /** Two communicators, two streams, opposite directions, in flight together. */

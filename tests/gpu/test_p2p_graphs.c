@@ -380,3 +380,67 @@ void graph_pool_stage(void) {
   if (rank < 2) buf_free(rank == 0 ? BUF_POOL : BUF_DEVICE, buf);
   cudaStreamSynchronize(stream);
 }
+
+/* One captured group whose sends to one peer are on two streams (the
+ * second forked from the first inside the capture) and whose receives are
+ * on the first, plus a message each way on a second communicator: the
+ * n-th send of a pair matches the peer's n-th receive whichever stream it
+ * is on, replay after replay.  Over UCX the second communicator keeps its
+ * own captured group (its destroy waits for it: ucx/graph.c). */
+void graph_two_streams(void) {
+  if (nranks < 2) return;
+  enum { N = 3 };
+  size_t bytes = 3 * 65536 + 5;
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  ncclComm_t other;
+  EXPECT_OK(ncclCommSplit(comm, 0, rank, &other, NULL));
+  cudaStream_t s2;
+  cudaEvent_t fork, join;
+  EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+  EXPECT(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
+  char *s = dev_alloc(N * bytes), *r = dev_alloc(N * bytes), *so = dev_alloc(bytes), *ro = dev_alloc(bytes);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  EXPECT(cudaEventRecord(fork, stream) == cudaSuccess);
+  EXPECT(cudaStreamWaitEvent(s2, fork, 0) == cudaSuccess);
+  EXPECT_OK(ncclGroupStart());
+  for (int k = 0; k < N; k++) EXPECT_OK(ncclSend(s + k * bytes, bytes, ncclInt8, to, comm, k == 1 ? s2 : stream));
+  for (int k = 0; k < N; k++) EXPECT_OK(ncclRecv(r + k * bytes, bytes, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclSend(so, bytes, ncclInt8, to, other, stream));
+  EXPECT_OK(ncclRecv(ro, bytes, ncclInt8, from, other, stream));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaEventRecord(join, s2) == cudaSuccess);
+  EXPECT(cudaStreamWaitEvent(stream, join, 0) == cudaSuccess);
+  int captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  EXPECT(captured);
+  int ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  EXPECT(!captured || ready);
+#ifdef HAVE_UCX
+  if (ready && harness_over_ucx()) EXPECT(mpn_ucx_graph_groups(other) >= 1);
+#endif
+  int bad = 0;
+  for (int it = 0; ready && it < 10; it++) {
+    for (int k = 0; k < N; k++) pattern_fill(s + k * bytes, bytes, seed_of(rank, to, 1300 + 10 * it + k), stream);
+    pattern_fill(so, bytes, seed_of(rank, to, 1400 + it), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    for (int k = 0; k < N; k++)
+      bad += pattern_check(r + k * bytes, bytes, seed_of(from, rank, 1300 + 10 * it + k), stream) != 0;
+    bad += pattern_check(ro, bytes, seed_of(from, rank, 1400 + it), stream) != 0;
+    MPI_Barrier(MPI_COMM_WORLD); /* nobody refills its send buffers before its peer read them */
+  }
+  EXPECT(bad == 0);
+  if (!ready) cudaGetLastError();
+  if (ready) cudaGraphExecDestroy(exec);
+  if (captured) cudaGraphDestroy(graph);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_OK(ncclCommDestroy(other));
+  cudaFree(s);
+  cudaFree(r);
+  cudaFree(so);
+  cudaFree(ro);
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(s2);
+}

@@ -161,7 +161,9 @@ START_TEST(registration_arguments) {
   REFUSED(comm, ncclCommDeregister(NULL, buf), ARG, "comm is NULL");
   /* NULL: success, as NCCL (whose ncclCommRegister may hand out NULL) */
   ck_assert_int_eq(ncclCommDeregister(comm, NULL), ncclSuccess);
+  win = (ncclWindow_t)buf; /* every refusal leaves NULL there, the comm's own too */
   REFUSED(comm, ncclCommWindowRegister(NULL, aligned, 4096, &win, 0), ARG, "comm is NULL");
+  ck_assert_ptr_null(win);
   REFUSED(comm, ncclCommWindowRegister(comm, aligned, 4096, NULL, 0), ARG, "win is NULL");
   REFUSED(comm, ncclCommWindowRegister(comm, aligned, 0, &win, 0), ARG, "size is 0");
   REFUSED(comm, ncclCommWindowRegister(comm, aligned, 4096, &win, 0x10), ARG, "winFlags 0x10 has unknown bits");

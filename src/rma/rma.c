@@ -602,9 +602,28 @@ static ncclResult_t resolve_puts(launch_t* l) {
   return ncclSuccess;
 }
 
-/* A launch that issues nothing (a put's destination could not be mapped):
- * its peers within the host would wait for its signals, or it for theirs,
- * unaware.  Each is told through its pair, as for a refused send or
+/* The pair of every peer within the host the launch signals or waits for,
+ * mapped before anything is issued (a first mapping opens a file and may
+ * import device memory, and can fail): a failure then leaves no signal of
+ * the launch issued and others not, and its peers are told. */
+static ncclResult_t resolve_pairs(launch_t* l) {
+  for (int i = 0; i < l->n; i++) {
+    mpn_op_t* op = l->ops[i];
+    int waits = op->kind == MPN_OP_WAIT_SIGNAL;
+    for (int d = 0; d < (waits ? op->ndesc : 1); d++) {
+      int peer = waits ? op->descs[d].peer : op->peer;
+      if (mpn_rma_over_ucx(op->comm, peer)) continue;
+      mpn_cuda_switch_device(&l->current, op->comm->cuda_dev);
+      mpn_pair_t *to, *from;
+      MPN_CHECK(mpn_p2p_pairs(op->comm, peer, &to, &from));
+    }
+  }
+  return ncclSuccess;
+}
+
+/* A launch that issued nothing (a pair or a put's destination could not be
+ * mapped) or not all (CUDA refused an operation): its peers within the host
+ * would wait for its signals, or it for theirs, unaware.  Each is told through its pair, as for a refused send or
  * receive, and so is this communicator (ncclCommGetAsyncError): the
  * signal numbering with them is out of step, and both must abort. */
 static void tell_peers_failed(launch_t* l, ncclResult_t res) {
@@ -620,8 +639,8 @@ static void tell_peers_failed(launch_t* l, ncclResult_t res) {
           mpn_p2p_pairs(op->comm, peer, &to, &from) != ncclSuccess)
         continue;
       snprintf(text, sizeof(text),
-               "rank %d could not issue a group of one-sided calls with rank %d (%s): signals of that group did "
-               "not go, nor its waits; abort the communicator",
+               "rank %d could not issue a group of one-sided calls with rank %d (%s): not every signal of that "
+               "group went, nor every wait; abort the communicator",
                op->comm->rank, peer, why);
       mpn_pair_report(waits ? from : to, ncclRemoteError, text);
     }
@@ -725,7 +744,8 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     res = mpn_rma_state(l.ops[i]->comm, &rma);
   }
   if (res == ncclSuccess) {
-    res = resolve_puts(&l);
+    res = resolve_pairs(&l);
+    if (res == ncclSuccess) res = resolve_puts(&l);
     if (res != ncclSuccess) tell_peers_failed(&l, res);
   }
   const mpn_driver_t* drv = NULL;
@@ -740,7 +760,10 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
   if (res == ncclSuccess) mark_streams(&l);
-  if (res == ncclSuccess) res = issue_streams(&l, drv);
+  if (res == ncclSuccess) {
+    res = issue_streams(&l, drv);
+    if (res != ncclSuccess) tell_peers_failed(&l, res); /* some of its signals or waits went, some not */
+  }
 #ifdef HAVE_UCX
   if (l.nnet) mpn_keep(&staged, mpn_ucx_staged_join(l.net, l.nnet));
 #endif

@@ -328,7 +328,8 @@ void threads_ring(void) {
  * and rank 0 gives up waiting for rank 1's "done" events at once
  * (MPINCCL_LOCAL_WAIT_US=0; they are used under MPS).  Rank 1's events,
  * published after that, must go back to the pool: none is handed out once
- * both are idle. */
+ * both are destroyed (the finalize marks of their streams, pooled events
+ * too, go back with them). */
 typedef struct {
   ncclComm_t comm;
   int me, dev, bad;
@@ -371,11 +372,11 @@ void threads_late_second_side(void) {
   cudaGetDevice(&dev);
   setenv("MPINCCL_LOCAL_WAIT_US", "0", 1);
   EXPECT_OK(mpn_params_reload());
+  cudaDeviceSynchronize();
+  int out_before = mpn_event_out(dev);
   ncclComm_t comms[2];
   harness_init_all_here(comms, 2);
   int by_events = mpn_transport_by_events(comms[0], 1);
-  cudaDeviceSynchronize();
-  int out_before = mpn_event_out(dev);
   uint64_t given_up_before = mpn_p2p_done_given_up();
   pthread_barrier_t sync;
   pthread_barrier_init(&sync, NULL, 2);
@@ -391,6 +392,7 @@ void threads_late_second_side(void) {
   }
   pthread_barrier_destroy(&sync);
   cudaDeviceSynchronize();
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i])); /* (with them their streams' finalize marks) */
   uint64_t given_up = mpn_p2p_done_given_up() - given_up_before;
   int out = mpn_event_out(dev) - out_before;
   if (by_events) EXPECT(given_up > 0); /* (else the step tests nothing) */
@@ -399,7 +401,6 @@ void threads_late_second_side(void) {
       "[rank %d] threads_late_second_side: ranks of one process order by %s; first sides that gave up %llu, "
       "events handed out after %d\n",
       rank, by_events ? "events (MPS)" : "flags (no MPS: no event is used)", (unsigned long long)given_up, out);
-  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
   unsetenv("MPINCCL_LOCAL_WAIT_US");
   EXPECT_OK(mpn_params_reload());
 }

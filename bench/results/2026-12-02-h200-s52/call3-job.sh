@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# session 52, call 3 (after call 2 on the same machine): under MPS, test_p2p
+# session 52, call 3 (after call 2 on the same machine): the fixed threads_late_second_side without MPS; under MPS, test_p2p
 # and test_rma at 2 and 4, test_p2p's thread steps at 1 and 2 (with
 # threads_late_second_side); that step again with the event hand-back of
 # issue.c turned off (it must fail); ten jobs of the 8 B sendrecv.
 out=$1
 mkdir -p $out
+echo "source: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git here')"
 flags=$(tests/run-test --mpirun-flags)
+make -j16 check TESTS= > $out/rebuild.log 2>&1 || tail -5 $out/rebuild.log
+echo "warnings: $(grep -c 'warning:' $out/rebuild.log)"
+# the step call 2 failed (it counted before the destroy), without MPS first
+TEST_P2P_ONLY=threads_late MPINCCL_TEST_NP="1 2" MPINCCL_TEST_TIMEOUT=120 MPINCCL_MPIRUN_FLAGS="$flags -x TEST_P2P_ONLY" tests/run-test tests/gpu/test_p2p > $out/nomps-late.log 2>&1
+echo "no MPS threads_late rc=$?"; grep -h 'threads_late_second_side:\|failures$' $out/nomps-late.log | sort | uniq -c
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mpinccl-mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpinccl-mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d; sleep 1
 mf="$flags -x CUDA_MPS_PIPE_DIRECTORY"
@@ -31,4 +37,4 @@ for k in 1 2 3 4 5 6 7 8 9 10; do
 done | tee $out/mps-8B-ten.txt
 echo quit | timeout 10 nvidia-cuda-mps-control; sleep 1; pkill -9 -f nvidia-cuda-mps
 for f in $out/mps-test_*.log $out/mps-threads.log; do grep -hE 'expected|FAIL' "$f" | head -5; done
-rm -f $out/mps-test_*.log $out/*build.log
+rm -f $out/mps-test_*.log $out/*build.log $out/nomps-late.log

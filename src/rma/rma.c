@@ -623,9 +623,10 @@ static ncclResult_t resolve_pairs(launch_t* l) {
 
 /* A launch that issued nothing (a pair or a put's destination could not be
  * mapped) or not all (CUDA refused an operation): its peers within the host
- * would wait for its signals, or it for theirs, unaware.  Each is told through its pair, as for a refused send or
- * receive, and so is this communicator (ncclCommGetAsyncError): the
- * signal numbering with them is out of step, and both must abort. */
+ * would wait for its signals, or it for theirs, unaware.  Each is told
+ * through its pair, as for a refused send or receive, and so is this
+ * communicator (ncclCommGetAsyncError): the signal numbering with them is
+ * out of step, and both must abort. */
 static void tell_peers_failed(launch_t* l, ncclResult_t res) {
   char why[256], text[512];
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));

@@ -24,7 +24,7 @@ struct put_t {
 };
 
 // A plain store: the word is host memory, where atomics may not reach.
-__device__ void fail(const args_t& a) { *(volatile int*)(uintptr_t)a.error = 1; }
+__device__ void fail(const args_t& a, int code) { *(volatile int*)(uintptr_t)a.error = code; }
 
 // The index-th put of the launch (in range order), or one of no bytes.
 __device__ put_t load(const args_t& a, uint64_t index) {
@@ -38,20 +38,24 @@ __device__ put_t load(const args_t& a, uint64_t index) {
     const uint64_t len = a.r[i].len ? a.r[i].len : MPN_APPLY_RING;
     const mpn_apply_desc_t* d = (const mpn_apply_desc_t*)a.r[i].ring + (count - 1) % len;
     const uint64_t seen = __ldcv(&d->count), bytes = __ldcv(&d->bytes), offset = __ldcv(&d->offset);
-    const uint32_t slot = __ldcv(&d->slot);
+    const uint32_t slot = __ldcv(&d->slot), lost = __ldcv(&d->lost);
     if (seen != count) {
-      fail(a);
+      fail(a, MPN_APPLY_OVERRUN);
+      return p;
+    }
+    if (lost) {
+      fail(a, MPN_APPLY_LOST);
       return p;
     }
     if (slot == MPN_APPLY_NO_WINDOW || bytes == 0) return p;
     if (slot >= MPN_APPLY_WINDOWS) {
-      fail(a);
+      fail(a, MPN_APPLY_OVERRUN);
       return p;
     }
     const mpn_apply_win_t* w = (const mpn_apply_win_t*)a.wins + slot;
     const uint64_t size = __ldcv(&w->bytes);
     if (offset > size || bytes > size - offset) {
-      fail(a);
+      fail(a, MPN_APPLY_OVERRUN);
       return p;
     }
     p.src = (const unsigned char*)(uintptr_t)(__ldcv(&w->mirror) + offset);

@@ -23,12 +23,16 @@ extern "C" {
 typedef struct {
   uint64_t count;  /**< the signal's number (1, 2, ...) from that peer on that context */
   uint32_t slot;   /**< the window (mpn_apply_win_t index); MPN_APPLY_NO_WINDOW for a signal alone */
-  uint32_t pad;
+  uint32_t lost;   /**< nonzero: the put's data did not all go (the sender's failure); nothing to land */
   uint64_t offset; /**< where in the window */
   uint64_t bytes;
 } mpn_apply_desc_t;
 
 #define MPN_APPLY_NO_WINDOW 0xffffffffu
+
+/** What the kernel writes into its error word (mpn_apply_launch). */
+#define MPN_APPLY_OVERRUN 1 /**< a descriptor overwritten, or naming a bad window */
+#define MPN_APPLY_LOST 2    /**< a put its sender marked lost */
 #define MPN_APPLY_WINDOWS 64
 
 /** A window as the kernel sees it: its mirror (host memory mapped for the GPU) and its buffer. */
@@ -58,7 +62,8 @@ int mpn_apply_kernels(const void** out);
  * ranges from the mirrors into the windows of wins (device address of
  * MPN_APPLY_WINDOWS entries).  A descriptor whose count is not the
  * expected one (overwritten: more than MPN_APPLY_RING signals outstanding)
- * or that names a bad window sets *error (a device address) to 1.
+ * or that names a bad window sets *error (a device address) to
+ * MPN_APPLY_OVERRUN; one marked lost lands nothing and sets MPN_APPLY_LOST.
  */
 cudaError_t mpn_apply_launch(uint64_t wins, const mpn_apply_range_t* ranges, int n, uint64_t error,
                              cudaStream_t stream);

@@ -88,20 +88,24 @@ static int early_noted(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   return 1;
 }
 
+/* A failed command's error words, and a warning. */
+static void failure_note(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
+  /* A receive of another size than its message is the caller's error (the
+   * matching send differs in count or datatype), as within a host. */
+  int code = status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch ? ncclInvalidUsage : ncclRemoteError;
+  if (cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
+  int ok = ncclSuccess; /* the communicator keeps its first error */
+  if (cmd->owner_error) __atomic_compare_exchange_n(cmd->owner_error, &ok, code, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+  if (!cmd->quiet) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
+}
+
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
-  /* A receive of another size than its message is the caller's error (the
-   * matching send differs in count or datatype), as within a host. */
-  int code = status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch ? ncclInvalidUsage : ncclRemoteError;
-  if (status != UCS_OK && cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
-  int ok = ncclSuccess; /* the communicator keeps its first error */
-  if (status != UCS_OK && cmd->owner_error)
-    __atomic_compare_exchange_n(cmd->owner_error, &ok, code, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-  if (status != UCS_OK && !cmd->quiet) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
+  if (status != UCS_OK) failure_note(cmd, status);
   if (status == UCS_OK && cmd->kind == MPN_UCX_RECV && cmd->fn) cmd->fn(cmd->arg);
   if (cmd->release == NULL) {
     __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
@@ -295,6 +299,33 @@ static void fence_done(void* request, ucs_status_t status, void* user_data) {
   fence_passed(cmd, status);
 }
 
+/* Whether a command of a message comes after a failure it must not hide:
+ * an earlier chunk of the message failed (its pipeline's *error) or, for
+ * one on the caller's buffer, the communicator failed (its stream may have
+ * been let go past released waits, and the buffer reused since). */
+static int failed_before(const mpn_ucx_cmd_t* cmd) {
+  return (cmd->error && __atomic_load_n(cmd->error, __ATOMIC_ACQUIRE)) ||
+         (cmd->user_buffer && cmd->owner_error && __atomic_load_n(cmd->owner_error, __ATOMIC_ACQUIRE));
+}
+
+/* A put whose signal can tell its peer that the data did not all go. */
+static int signals_loss(const mpn_ucx_cmd_t* cmd) {
+  return cmd->kind == MPN_UCX_PUT_SIGNAL && cmd->signal && cmd->desc && cmd->desc_lost;
+}
+
+/* The put's data is left out and its descriptor says so; the signal still
+ * goes, so that the peer's wait ends and its communicator reports the loss
+ * (cuda/apply.h) instead of landing stale bytes, or waiting for good for a
+ * signal that never comes.  status: the data's own failure (UCS_OK: an
+ * earlier one's, already noted).  Returns UCS_OK: the command goes on. */
+static ucs_status_t put_lost(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
+  if (status != UCS_OK) failure_note(cmd, status);
+  uint32_t lost = 1;
+  memcpy((char*)cmd->desc_bytes + (cmd->desc_lost - 1) * sizeof(lost), &lost, sizeof(lost));
+  cmd->bytes = 0;
+  return UCS_OK;
+}
+
 /*
  * Put with signal: the data; then, with a signal, a fence, the descriptor
  * (if any) and a fence, and an atomic add of 1 to the peer's counter, so the
@@ -311,9 +342,11 @@ static ucs_status_ptr_t put_signal(mpn_ucx_cmd_t* cmd, const ucp_request_param_t
   ucp_request_param_t plain = {.op_attr_mask = 0};
   ucs_status_t st = UCS_OK;
   int by_flush = px.flush_fence && cmd->signal;
+  if (!cmd->fenced && signals_loss(cmd) && failed_before(cmd)) put_lost(cmd, UCS_OK);
   if (cmd->bytes > 0 && !cmd->fenced) st = key_of(ep, cmd->dst);
   if (st == UCS_OK && cmd->bytes > 0 && !cmd->fenced)
     st = let_go(ucp_put_nbx(ep, cmd->buf, cmd->bytes, cmd->dst->addr + cmd->dst_offset, cmd->dst->rkey, &plain));
+  if (st != UCS_OK && !cmd->fenced && signals_loss(cmd)) st = put_lost(cmd, st);
   if (st == UCS_OK && cmd->signal && !by_flush) st = ucp_worker_fence(px.worker);
   if (st == UCS_OK && cmd->signal && cmd->desc && !cmd->fenced) {
     st = key_of(ep, cmd->desc);
@@ -353,10 +386,7 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     complete(NULL, UCS_OK, cmd);
     return;
   }
-  if (cmd->user_buffer && ((cmd->error && __atomic_load_n(cmd->error, __ATOMIC_ACQUIRE)) ||
-                           (cmd->owner_error && __atomic_load_n(cmd->owner_error, __ATOMIC_ACQUIRE)))) {
-    /* Its stream may have been let go past released waits: the caller may
-     * reuse or free the buffer by now. */
+  if (cmd->user_buffer && failed_before(cmd) && !signals_loss(cmd)) {
     complete(NULL, UCS_ERR_CANCELED, cmd);
     return;
   }

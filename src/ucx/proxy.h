@@ -100,6 +100,11 @@ typedef struct mpn_ucx_cmd {
   size_t desc_offset;
   uint64_t desc_bytes[4];   /**< put: a descriptor of the put for the peer (inline); a send of
                                  mpn_ucx_proxy_send_here: its payload */
+  /** Put with a descriptor: 1 + the index of the 32-bit word of desc_bytes
+   * that is set to 1 when the put's data did not go (an earlier chunk of
+   * its message failed, *error, or its own put could not start), so that
+   * the signal still goes and tells the peer (0: no such word). */
+  unsigned desc_lost;
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call; receive: run after it completed well (may be NULL) */
   /** Receive: where a message of another size than bytes is described, and
@@ -120,7 +125,8 @@ typedef struct mpn_ucx_cmd {
   uint64_t* release;
   int nrelease;
   /** The operation uses the caller's buffer (mpn_ucx_trigger_t): cancelled,
-   * not started, once *error or *owner_error is set. */
+   * not started, once *error or *owner_error is set (a put with desc_lost
+   * sends its signal without the data instead). */
   int user_buffer;
   void* request;        /**< UCX request while in flight (proxy thread) */
   int posting, early_done; /**< completion seen inside the posting call (proxy thread) */

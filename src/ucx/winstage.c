@@ -22,6 +22,7 @@
 #include "ucx/gnodes.h"
 #include "ucx/gslots.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,6 +222,9 @@ int mpn_ucx_rma_graph_nodes(const struct ncclComm* comm) {
   return r ? mpn_ucx_gnode_count(comm->ucx_rma_graphs) : 0;
 }
 
+/* The descriptor's "lost" word, as mpn_ucx_cmd_t's desc_lost names it. */
+static unsigned desc_lost_word(void) { return 1 + (unsigned)(offsetof(mpn_apply_desc_t, lost) / sizeof(uint32_t)); }
+
 ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t len, int last,
                               const mpn_ucx_trigger_t* when, uint64_t* flag, uint64_t value,
                               int* error, uint64_t* release, int nrelease) {
@@ -242,6 +246,7 @@ ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t 
     mpn_apply_desc_t d = {.count = op->seq, .slot = w ? (uint32_t)w->slot : MPN_APPLY_NO_WINDOW,
                           .offset = op->offset, .bytes = w ? op->bytes : 0};
     cmd.signal = cmd.desc = mpn_ucx_region_remote(r->region, op->peer);
+    cmd.desc_lost = desc_lost_word();
     cmd.signal_offset = pair * sizeof(uint64_t);
     cmd.desc_offset = r->rings_at + (pair * MPN_APPLY_RING + (op->seq - 1) % MPN_APPLY_RING) * sizeof(d);
     memcpy(cmd.desc_bytes, &d, sizeof(d));
@@ -311,17 +316,23 @@ ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int
 
 void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
-  if (r == NULL || r->reported || __atomic_load_n((int*)(r->area + r->error_at), __ATOMIC_ACQUIRE) == 0)
-    return;
+  int word = r ? __atomic_load_n((int*)(r->area + r->error_at), __ATOMIC_ACQUIRE) : 0;
+  if (word == 0 || r->reported) return;
   r->reported = 1;
   /* Waits let go for a peer found gone land nothing and set the word too:
    * the communicator keeps the error that explains it. */
   if (mpn_comm_async(comm) != ncclSuccess) return;
-  mpn_error_set(comm, ncclInvalidUsage,
-                "a one-sided put over UCX was lost: more than %d signals between two ranks on one "
-                "context were outstanding (signalled, not yet waited for)",
-                MPN_APPLY_RING);
-  mpn_comm_set_async(comm, ncclInvalidUsage);
+  ncclResult_t code = word == MPN_APPLY_LOST ? ncclRemoteError : ncclInvalidUsage;
+  if (word == MPN_APPLY_LOST)
+    mpn_error_set(comm, code,
+                  "a one-sided put from a peer over UCX failed on its way (the peer's communicator says why): "
+                  "its signal came, its data is not in the window");
+  else
+    mpn_error_set(comm, code,
+                  "a one-sided put over UCX was lost: more than %d signals between two ranks on one "
+                  "context were outstanding (signalled, not yet waited for)",
+                  MPN_APPLY_RING);
+  mpn_comm_set_async(comm, code);
 }
 
 /* ---- one-sided calls captured in CUDA graphs ----
@@ -398,6 +409,7 @@ ncclResult_t mpn_ucx_rma_graph_signal(const mpn_driver_t* drv, mpn_graph_holds_t
   c->dst = w ? mpn_ucx_region_remote(w->region, op->peer) : NULL;
   c->dst_offset = op->offset;
   c->signal = c->desc = area;
+  c->desc_lost = desc_lost_word();
   c->signal_offset = r->gsig_at + gslot_index((int)me, slot) * 8;
   c->desc_offset = r->gdesc_at + gslot_index((int)me, slot) * sizeof(d);
   memcpy(c->desc_bytes, &d, sizeof(d));

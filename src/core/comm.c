@@ -257,7 +257,8 @@ static void comm_free_ucx(struct ncclComm* comm, int gone) {
   /* Done cleanly: the one-sided keys go while their endpoints live.  Else
    * the proxy first cancels what it still holds of comm, and what peers or
    * streams may still use is leaked. */
-  int leak = !comm->ucx_clean || gone; /* (a reset device's pinned memory went with it) */
+  int leak = !comm->ucx_clean || gone || /* (a reset device's pinned memory went with it) */
+             !mpn_ucx_rma_quiesce(comm);
   if (!leak) mpn_ucx_rma_free(comm, 0);
   mpn_ucx_comm_free(comm);
   if (leak) mpn_ucx_rma_free(comm, 1);

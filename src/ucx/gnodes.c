@@ -156,6 +156,13 @@ int mpn_ucx_gnode_count(const mpn_ucx_gnode_t* list) {
   return n;
 }
 
+int mpn_ucx_gnode_list_idle(const mpn_ucx_gnode_t* list) {
+  for (const mpn_ucx_gnode_t* g = list; g; g = g->next)
+    if (__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&g->error, __ATOMIC_ACQUIRE) != 0)
+      return 0;
+  return 1;
+}
+
 void mpn_ucx_gnode_kill_list(mpn_ucx_gnode_t* list) {
   for (mpn_ucx_gnode_t* g = list; g; g = g->next) mpn_ucx_node_kill(&g->guard);
 }

@@ -72,6 +72,10 @@ void mpn_ucx_gnode_reclaim(mpn_ucx_gnode_t** list);
 /** How many gnodes list holds (tests). */
 int mpn_ucx_gnode_count(const mpn_ucx_gnode_t* list);
 
+/** Whether the proxy holds none of list's commands and none failed (after
+ *  mpn_ucx_gnode_kill_list, no replay posts more). */
+int mpn_ucx_gnode_list_idle(const mpn_ucx_gnode_t* list);
+
 /** Marks list's gnodes dead, waiting for a host node running now: later
  *  replays post nothing (before the communicator's UCX state goes). */
 void mpn_ucx_gnode_kill_list(mpn_ucx_gnode_t* list);

@@ -27,7 +27,10 @@
 #include <string.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/clock.h"
 #include "core/comm.h"
+#include "core/debug.h"
+#include "core/param.h"
 #include "core/error.h"
 #include "cuda/apply.h"
 #include "cuda/device.h"
@@ -203,6 +206,34 @@ void mpn_ucx_rma_free(struct ncclComm* comm, int leak) {
     if (r->slots[i]) win_free(r->slots[i], leak);
   state_free(r, leak);
   comm->ucx_rma = NULL;
+}
+
+/* Whether every graph slot of this rank is free again or let go: no peer
+ * still owes the acknowledgement of a replayed captured signal. */
+static int acks_in(const struct mpn_ucx_rma* r, int nranks) {
+  const uint64_t* gfree = (const uint64_t*)(r->area + r->gfree_at);
+  for (size_t i = 0; i < (size_t)nranks * MPN_UCX_GRAPH_SLOTS; i++)
+    if (__atomic_load_n(&gfree[i], __ATOMIC_ACQUIRE) == 0) return 0;
+  return 1;
+}
+
+int mpn_ucx_rma_quiesce(struct ncclComm* comm) {
+  struct mpn_ucx_rma* r = comm->ucx_rma;
+  if (r == NULL) return 1;
+  uint64_t start = mpn_clock_now_ns(), net = (uint64_t)mpn_param_int(MPN_PARAM_NET_TIMEOUT) * 1000000000ull;
+  int idle = 0, acked = 0;
+  for (;;) {
+    if (comm->ucx && __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE) != ncclSuccess) return 0;
+    uint64_t waited = mpn_clock_now_ns() - start;
+    idle = idle || mpn_ucx_gnode_list_idle(comm->ucx_rma_graphs);
+    acked = acked || acks_in(r, comm->nranks);
+    if (idle && acked) return 1;
+    if ((!idle && waited > net) || (!acked && waited > MPN_UCX_ACK_WAIT_MS * 1000000ull)) break;
+    usleep(50);
+  }
+  MPN_INFO(MPN_SUBSYS_RMA, "rank %d: %s; its one-sided state over UCX is left, not freed", comm->rank,
+           idle ? "a peer did not take this rank's last captured signal" : "captured puts over UCX did not end");
+  return 0;
 }
 
 /* A replay's host node may still be queued: each node is marked dead

@@ -132,6 +132,22 @@ void mpn_ucx_rma_release(struct ncclComm* comm);
  */
 void mpn_ucx_rma_free(struct ncclComm* comm, int leak);
 
+/**
+ * Before a clean destroy frees comm's one-sided state (after
+ * mpn_ucx_rma_kill_graphs): waits until the proxy holds none of the
+ * captured calls' commands, which name the peers' keys and this rank's
+ * stage (within MPINCCL_NET_TIMEOUT), and until each peer took the last
+ * replayed captured signal of this rank, whose acknowledgement it puts
+ * into this rank's signal area (within MPN_UCX_ACK_WAIT_MS).  Returns 0 if
+ * either did not happen or the communicator failed: the state must then
+ * be leaked (mpn_ucx_rma_free with leak), not freed under them.
+ */
+int mpn_ucx_rma_quiesce(struct ncclComm* comm);
+
+/** How long a destroy waits for the peers' acknowledgements of captured
+ * signals (mpn_ucx_rma_quiesce) before it leaks the signal area instead. */
+#define MPN_UCX_ACK_WAIT_MS 2000
+
 /** Hands g, the host-node state of a captured one-sided call, to comm,
  *  which frees it once its graphs are gone and the proxy is done with it
  *  (earlier ones at this call), or at its own end. */

@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
   STEP(graph_recapture());
   STEP(graph_recapture_many());
   STEP(graph_slot_wait());
+  STEP(graph_destroy_early());
   STEP(threads_ring());
   STEP(windows_in_group());
   STEP(free_before_deregister());

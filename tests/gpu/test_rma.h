@@ -57,6 +57,8 @@ void graph_recapture(void);
 void graph_recapture_many(void);
 /** A capture waits until a graph holding its context's slot is destroyed. */
 void graph_slot_wait(void);
+/** A destroy right after a replayed captured put, before the peer's wait replays. */
+void graph_destroy_early(void);
 
 /* test_rma_one_process.c */
 /** Three ranks of one process, one thread each: a ring of puts. */

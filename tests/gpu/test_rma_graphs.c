@@ -2,9 +2,9 @@
  * test_rma_graphs.c - test_rma's steps for one-sided operations captured
  * in CUDA graphs: a ring replayed 100 times, captured signals past a
  * context's slots, re-captures beyond a context's graph slots (20 through
- * a context's 4, 300 through the 256 of one context) and a capture that
- * waits until a graph holding its slot is destroyed.  Every byte put is
- * checked.
+ * a context's 4, 300 through the 256 of one context), a capture that
+ * waits until a graph holding its slot is destroyed, and a destroy right
+ * after a replayed put.  Every byte put is checked.
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -293,4 +293,60 @@ void graph_limits(void) {
   if (w) EXPECT_OK(ncclCommWindowDeregister(c, w));
   EXPECT_OK(ncclMemFree(wbuf));
   EXPECT_OK(ncclCommDestroy(c));
+}
+
+/*
+ * A clean destroy right after a replayed captured put of rank 0 to rank 1,
+ * before rank 1's captured wait replays.  Over UCX rank 1's landing then
+ * puts its acknowledgement into rank 0's signal area, which rank 0's
+ * destroy must not have freed: it waits for it (mpn_ucx_rma_quiesce; until
+ * the fifty-third session the area and keys went at once, and the late
+ * acknowledgement went into memory no longer mapped).  Rank 1's data and
+ * its communicator's health are checked once the acknowledgement went.
+ */
+void graph_destroy_early(void) {
+  if (nranks < 2) return;
+  size_t bytes = 65536;
+  ncclComm_t c = NULL;
+  void* buf = dev_alloc(bytes);
+  char* src = dev_alloc(bytes);
+  ncclWindow_t w = NULL;
+  EXPECT(cudaMemset(buf, 0, bytes) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
+  EXPECT_OK(mpincclCommInitMPI(&c, MPI_COMM_WORLD, NULL));
+  EXPECT_OK(ncclCommWindowRegister(c, buf, bytes, &w, NCCL_WIN_DEFAULT));
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+  if (rank < 2) {
+    EXPECT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    if (rank == 0)
+      EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, 1, w, 0, 0, 0, 0, c, stream));
+    else
+      EXPECT_OK(ncclWaitSignal(1, &d, c, stream));
+    EXPECT(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    EXPECT(graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  }
+  if (rank == 0 && exec) {
+    pattern_fill(src, bytes, seed_of(0, 1, 900), stream);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) EXPECT_OK(ncclCommDestroy(c)); /* its signal not yet taken */
+  if (rank == 1 && exec) {
+    usleep(300000);
+    EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    EXPECT(pattern_check(buf, bytes, seed_of(0, 1, 900), stream) == 0);
+    usleep(200000); /* the acknowledgement on its way */
+    ncclResult_t async = ncclInProgress;
+    EXPECT_OK(ncclCommGetAsyncError(c, &async));
+    EXPECT(async == ncclSuccess);
+  }
+  cudaGetLastError();
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank != 0) EXPECT_OK(ncclCommDestroy(c));
+  ncclMemFree(buf);
+  ncclMemFree(src);
 }

@@ -71,6 +71,7 @@ static int one_case(const char* name, size_t bytes, char* src, const fault_gpu_t
   printf("test_put_lost: rank %d: %s: wait %s, async %s after %.2f s: %s\n", f->rank, name,
          drained == cudaSuccess ? "ended" : cudaGetErrorString(drained), ncclGetErrorString(async), seen, text);
   ok &= drained == cudaSuccess && async == ncclRemoteError && told && fail_next == 0;
+  MPI_Barrier(MPI_COMM_WORLD); /* (an abort tells the peer: only once both looked) */
   ncclCommAbort(comm);
   ncclMemFree(wbuf);
   return ok;

@@ -7,6 +7,7 @@
  * after a replayed put.  Every byte put is checked.
  */
 #include <cuda_runtime.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -301,12 +302,18 @@ void graph_limits(void) {
  * puts its acknowledgement into rank 0's signal area, which rank 0's
  * destroy must not have freed: it waits for it (mpn_ucx_rma_quiesce; until
  * the fifty-third session the area and keys went at once, and the late
- * acknowledgement went into memory no longer mapped).  Rank 1's data and
- * its communicator's health are checked once the acknowledgement went.
+ * acknowledgement went into memory no longer mapped, or mapped again for
+ * something else).  That the destroy waited is seen through a file rank 1
+ * makes before it replays: rank 0 finds it once its destroy returns.  Rank
+ * 1's data and its communicator's health are checked too.
  */
 void graph_destroy_early(void) {
   if (nranks < 2) return;
   size_t bytes = 65536;
+  int pid = (int)getpid();
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  char mark[64]; /* made by rank 1 before its replay */
+  snprintf(mark, sizeof(mark), "/dev/shm/mpinccl-test-destroy-early-%d", pid);
   ncclComm_t c = NULL;
   void* buf = dev_alloc(bytes);
   char* src = dev_alloc(bytes);
@@ -332,9 +339,18 @@ void graph_destroy_early(void) {
     EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) EXPECT_OK(ncclCommDestroy(c)); /* its signal not yet taken */
+  if (rank == 0) {
+    EXPECT_OK(ncclCommDestroy(c)); /* its signal not yet taken */
+    int replayed = access(mark, F_OK) == 0;
+    printf("test_rma: [rank 0] graph_destroy_early: the peer had replayed its wait when the destroy returned: %s\n",
+           replayed ? "yes" : "no");
+    EXPECT(!harness_over_ucx() || replayed);
+  }
   if (rank == 1 && exec) {
     usleep(300000);
+    int fd = open(mark, O_CREAT | O_WRONLY, 0600);
+    EXPECT(fd >= 0);
+    if (fd >= 0) close(fd);
     EXPECT(cudaGraphLaunch(exec, stream) == cudaSuccess);
     EXPECT(pattern_check(buf, bytes, seed_of(0, 1, 900), stream) == 0);
     usleep(200000); /* the acknowledgement on its way */
@@ -347,6 +363,7 @@ void graph_destroy_early(void) {
   if (graph) cudaGraphDestroy(graph);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank != 0) EXPECT_OK(ncclCommDestroy(c));
+  if (rank == 1) unlink(mark);
   ncclMemFree(buf);
   ncclMemFree(src);
 }

@@ -59,6 +59,8 @@ mpn_ucx_cmd_t mpn_ucx_gnode_cmd(mpn_ucx_gnode_t* g, int peer) {
                          .value = 1,
                          .error = &g->error,
                          .owner_error = mpn_ucx_comm_error(comm),
+                         .failure = mpn_ucx_comm_failure(comm),
+                         .from = peer,
                          .pending = &g->pending};
 }
 

@@ -47,6 +47,7 @@ struct mpn_ucx_comm {
   int nranks, rank;
   uint64_t key;           /* comm_tag of the communicator */
   int error;              /* an ncclResult_t set by the proxy when a transfer fails */
+  mpn_ucx_failure_t failure; /* the first transfer that failed */
   int reported;           /* error already folded into the async error */
   notice_t notice_in;     /* the notice receive's payload */
   notice_t notice_out;    /* what an abort sends */
@@ -273,6 +274,8 @@ mpn_ucx_peer_t* mpn_ucx_comm_peer(struct ncclComm* comm, int peer) {
 
 int* mpn_ucx_comm_error(struct ncclComm* comm) { return &comm->ucx->error; }
 
+mpn_ucx_failure_t* mpn_ucx_comm_failure(struct ncclComm* comm) { return &comm->ucx->failure; }
+
 static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf, size_t bytes,
                               uint64_t tag, const mpn_ucx_part_t* part, const mpn_ucx_trigger_t* when, uint64_t* flag,
                               uint64_t value, int* error, uint64_t* release, int nrelease) {
@@ -290,6 +293,7 @@ static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, in
                        .value = value,
                        .error = error,
                        .owner_error = &u->error,
+                       .failure = &u->failure,
                        .trigger = when ? when->word : NULL,
                        .trigger_value = when ? when->value : 0,
                        .release = release,
@@ -508,6 +512,34 @@ static int mismatch_report(struct ncclComm* comm) {
   return 1;
 }
 
+/* Whether a UCX status tells of the peer (gone, unreachable; or a transfer
+ * cancelled for that) rather than of this rank's side. */
+static int status_of_peer(ucs_status_t status) {
+  switch (status) {
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_CANCELED: return 1;
+    default: return 0;
+  }
+}
+
+/* The communicator's first failed transfer, as the proxy told it. */
+static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u) {
+  const mpn_ucx_failure_t* f = &u->failure;
+  if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
+    mpn_error_set(comm, ncclRemoteError, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
+    return;
+  }
+  ucs_status_t status = (ucs_status_t)f->status;
+  mpn_error_set(comm, ncclRemoteError, "a UCX %s with rank %d failed: %s (%s)", mpn_ucx_cmd_kind_name(f->kind), f->peer,
+                ucs_status_string(status),
+                status_of_peer(status) ? "the peer is gone or unreachable" : "on this rank's side");
+}
+
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
@@ -516,11 +548,17 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   if (u == NULL || error == ncclSuccess || __atomic_exchange_n(&u->reported, 1, __ATOMIC_ACQ_REL)) return;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
-  if (from >= 0)
-    mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", from);
-  else
-    mpn_error_set(comm, ncclRemoteError, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
-  mpn_comm_set_broken(comm, ncclRemoteError);
+  ncclResult_t code = ncclRemoteError;
+  if (from >= 0) {
+    mpn_error_set(comm, code, "rank %d aborted its communicator; abort this one too", from);
+  } else if (error != ncclRemoteError && error != ncclInvalidUsage) {
+    code = (ncclResult_t)error; /* this rank's own (a copy CUDA refused, out of memory: staged.c) */
+    mpn_error_set(comm, code, "a transfer over UCX could not be issued on this rank: %s (see the warning logged then)",
+                  ncclGetErrorString(code));
+  } else {
+    failure_report(comm, u);
+  }
+  mpn_comm_set_broken(comm, code);
 }
 
 void mpn_ucx_abort(struct ncclComm* comm) {

@@ -18,4 +18,7 @@ mpn_ucx_peer_t* mpn_ucx_comm_peer(struct ncclComm* comm, int peer);
 /** Where the proxy records a failed transfer of comm (see mpn_ucx_poll_errors). */
 int* mpn_ucx_comm_error(struct ncclComm* comm);
 
+/** Where the proxy tells comm's first failed transfer (mpn_ucx_cmd_t failure). */
+mpn_ucx_failure_t* mpn_ucx_comm_failure(struct ncclComm* comm);
+
 #endif /* MPN_UCX_NET_COMM_H_ */

@@ -69,8 +69,7 @@ static void flying_remove(mpn_ucx_cmd_t* cmd) {
   cmd->cancel_at_ns = 0;
 }
 
-/* Completion of any operation: report, then let the request go. */
-static const char* kind_name(mpn_ucx_cmd_kind_t kind) {
+const char* mpn_ucx_cmd_kind_name(mpn_ucx_cmd_kind_t kind) {
   switch (kind) {
     case MPN_UCX_SEND: return "send";
     case MPN_UCX_RECV: return "receive";
@@ -88,22 +87,30 @@ static int early_noted(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   return 1;
 }
 
-/* A failed command's error words, and a warning. */
+/* A failed command's error words, the owner's first failure told, and a
+ * warning. */
 static void failure_note(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   /* A receive of another size than its message is the caller's error (the
    * matching send differs in count or datatype), as within a host. */
   int code = status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch ? ncclInvalidUsage : ncclRemoteError;
   if (cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
+  mpn_ucx_failure_t* f = cmd->failure; /* (before the owner's word, which its reader checks first) */
+  if (f && !__atomic_exchange_n(&f->taken, 1, __ATOMIC_ACQ_REL)) {
+    f->status = (int)status;
+    f->kind = cmd->kind;
+    f->peer = cmd->from;
+    __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
+  }
   int ok = ncclSuccess; /* the communicator keeps its first error */
   if (cmd->owner_error) __atomic_compare_exchange_n(cmd->owner_error, &ok, code, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-  if (!cmd->quiet) MPN_WARN("UCX %s failed: %s", kind_name(cmd->kind), ucs_status_string(status));
+  if (!cmd->quiet) MPN_WARN("UCX %s failed: %s", mpn_ucx_cmd_kind_name(cmd->kind), ucs_status_string(status));
 }
 
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
-  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", kind_name(cmd->kind),
+  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", mpn_ucx_cmd_kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
   if (status != UCS_OK) failure_note(cmd, status);
   if (status == UCS_OK && cmd->kind == MPN_UCX_RECV && cmd->fn) cmd->fn(cmd->arg);
@@ -374,7 +381,7 @@ static ucs_status_ptr_t put_signal(mpn_ucx_cmd_t* cmd, const ucp_request_param_t
 /* Posts one command.  Receives also connect to their peer, so that a peer
  * that dies while we wait for it is noticed through its endpoint. */
 static void execute(mpn_ucx_cmd_t* cmd) {
-  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s of %zu bytes, tag %016llx", kind_name(cmd->kind), cmd->bytes,
+  MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s of %zu bytes, tag %016llx", mpn_ucx_cmd_kind_name(cmd->kind), cmd->bytes,
             (unsigned long long)cmd->tag);
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
                                .user_data = cmd};
@@ -516,6 +523,7 @@ static void drain_owner(const void* owner) {
     if (c->owner != owner) continue;
     c->flag = &orphan_flag;
     c->error = c->owner_error = &orphan_error;
+    c->failure = NULL;
     c->pending = c->pending ? &orphan_pending : NULL;
     c->release = c->release ? &orphan_release : NULL;
     c->nrelease = c->release ? 1 : 0;

@@ -66,6 +66,15 @@ typedef struct {
   ucp_rkey_h rkey;    /**< unpacked on the proxy thread with the peer's endpoint */
 } mpn_ucx_remote_t;
 
+/** The first failed operation of a communicator, for its report (net.c). */
+typedef struct {
+  int taken;  /**< claimed by the first failure, which writes the fields below */
+  int ready;  /**< the fields are written */
+  int status; /**< its ucs_status_t */
+  mpn_ucx_cmd_kind_t kind;
+  int peer; /**< the rank it was with (mpn_ucx_cmd_t from) */
+} mpn_ucx_failure_t;
+
 /** One operation for the proxy. */
 typedef struct mpn_ucx_cmd {
   mpn_ucx_cmd_kind_t kind;
@@ -86,6 +95,7 @@ typedef struct mpn_ucx_cmd {
   uint64_t value;
   int* error;           /**< set to an ncclResult_t when the operation fails */
   int* owner_error;     /**< the same, for the communicator */
+  mpn_ucx_failure_t* failure; /**< where the communicator's first failure is told (may be NULL) */
   /** When set, decremented (atomic, release) once the proxy is done with
    * the command, after its last write to flag and error: a caller that
    * counts its commands in flight here (ucx/gnodes.c, which adds 1 before
@@ -107,11 +117,11 @@ typedef struct mpn_ucx_cmd {
   unsigned desc_lost;
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call; receive: run after it completed well (may be NULL) */
-  /** Receive: where a message of another size than bytes is described, and
-   * the sender's rank for it (NULL: a size mismatch fails it as any error).
-   * Such a receive fails with ncclInvalidUsage, not ncclRemoteError. */
+  /** Receive: where a message of another size than bytes is described
+   * (NULL: a size mismatch fails it as any error).  Such a receive fails
+   * with ncclInvalidUsage, not ncclRemoteError. */
   mpn_ucx_mismatch_t* mismatch;
-  int from;
+  int from; /**< the peer's rank (a receive's sender), for reports */
   void* arg;
   int quiet; /**< its failure is expected (a receive cancelled at close): no warning */
   /** When set, the proxy starts the operation only once *trigger >= trigger_value
@@ -151,6 +161,9 @@ ncclResult_t mpn_ucx_proxy_start(const char* near_pci, const void** address, siz
 
 /** The process's UCX context (for mapping memory; use it on the proxy thread, see MPN_UCX_CALL). */
 ucp_context_h mpn_ucx_proxy_context(void);
+
+/** What a command kind does, in words ("send", "put with signal"...). */
+const char* mpn_ucx_cmd_kind_name(mpn_ucx_cmd_kind_t kind);
 
 /** Queues a command (copied); returns at once. */
 ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);

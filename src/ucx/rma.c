@@ -169,11 +169,22 @@ ncclResult_t mpn_ucx_host_put_signal_on(struct ncclComm* comm, int peer, const v
                          "signal offset %zu is not an aligned counter inside rank %d's region "
                          "(%llu bytes)",
                          signal_offset, peer, (unsigned long long)signal->remote_bytes[peer]);
-  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx, .peer = p, .buf = (void*)buf,
-                       .bytes = bytes, .flag = flag, .value = value, .error = error,
-                       .owner_error = mpn_ucx_comm_error(comm), .dst = &dst->remote[peer],
-                       .dst_offset = dst_offset, .signal = &signal->remote[peer],
-                       .signal_offset = signal_offset, .trigger = when ? when->word : NULL,
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_PUT_SIGNAL,
+                       .owner = comm->ucx,
+                       .peer = p,
+                       .buf = (void*)buf,
+                       .bytes = bytes,
+                       .flag = flag,
+                       .value = value,
+                       .error = error,
+                       .owner_error = mpn_ucx_comm_error(comm),
+                       .failure = mpn_ucx_comm_failure(comm),
+                       .from = peer,
+                       .dst = &dst->remote[peer],
+                       .dst_offset = dst_offset,
+                       .signal = &signal->remote[peer],
+                       .signal_offset = signal_offset,
+                       .trigger = when ? when->word : NULL,
                        .trigger_value = when ? when->value : 0};
   return mpn_ucx_proxy_post(&cmd);
 }

@@ -261,12 +261,22 @@ ncclResult_t mpn_ucx_rma_post(const mpn_op_t* op, void* buf, size_t off, size_t 
                               int* error, uint64_t* release, int nrelease) {
   struct ncclComm* comm = op->comm;
   struct mpn_ucx_rma* r = comm->ucx_rma;
-  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_PUT_SIGNAL, .owner = comm->ucx,
-                       .peer = mpn_ucx_comm_peer(comm, op->peer), .buf = buf, .bytes = len,
-                       .flag = flag, .value = value, .error = error,
-                       .owner_error = mpn_ucx_comm_error(comm), .trigger = when ? when->word : NULL,
-                       .trigger_value = when ? when->value : 0, .release = release,
-                       .nrelease = nrelease, .user_buffer = when ? when->user_buffer : 0};
+  mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_PUT_SIGNAL,
+                       .owner = comm->ucx,
+                       .peer = mpn_ucx_comm_peer(comm, op->peer),
+                       .buf = buf,
+                       .bytes = len,
+                       .flag = flag,
+                       .value = value,
+                       .error = error,
+                       .owner_error = mpn_ucx_comm_error(comm),
+                       .failure = mpn_ucx_comm_failure(comm),
+                       .from = op->peer,
+                       .trigger = when ? when->word : NULL,
+                       .trigger_value = when ? when->value : 0,
+                       .release = release,
+                       .nrelease = nrelease,
+                       .user_buffer = when ? when->user_buffer : 0};
   const mpn_ucx_win_t* w = op->kind == MPN_OP_PUT_SIGNAL && op->bytes ? op->win->ucx : NULL;
   if (len > 0) {
     cmd.dst = mpn_ucx_region_remote(w->region, op->peer);

@@ -1,11 +1,12 @@
 /*
  * net.c - per-communicator UCX state and tagged transfers of host memory.
- * Tags (see comm_tag below) carry the communicator (24 bits of its key) and
- * the sender, so messages of different communicators and senders never
- * match each other and those of one pair match in order.  The host-memory
- * tags do not carry the receiver: two ranks of one process (one worker)
- * receiving from one sender on one communicator could take each other's
- * messages; the staged tags of device data carry it.
+ * Tags (see comm_tag below) carry the communicator (a 24-bit prefix that no
+ * other live communicator of the process holds) and the sender, so messages
+ * of different communicators and senders never match each other and those
+ * of one pair match in order.  The host-memory tags do not carry the
+ * receiver: two ranks of one process (one worker) receiving from one sender
+ * on one communicator could take each other's messages; the staged tags of
+ * device data carry it.
  */
 #include "ucx/net.h"
 
@@ -21,6 +22,7 @@
 #include "core/param.h"
 #include "transport.h"
 #include "ucx/net_comm.h"
+#include "ucx/prefix.h"
 #include "ucx/proxy.h"
 
 #define MPN_UCX_ADDR_MAX 4096
@@ -46,6 +48,7 @@ struct mpn_ucx_comm {
   uint64_t *send_seq, *recv_seq;
   int nranks, rank;
   uint64_t key;           /* comm_tag of the communicator */
+  uint64_t holder;        /* the bootstrap key that holds key's prefix in this process (prefix_agree) */
   int error;              /* an ncclResult_t set by the proxy when a transfer fails */
   mpn_ucx_failure_t failure; /* the first transfer that failed */
   int reported;           /* error already folded into the async error */
@@ -60,27 +63,30 @@ struct mpn_ucx_comm {
   mpn_ucx_mismatch_t told;     /* a peer's mismatch notice: a send of this rank did not fit */
 };
 
-/* Tags: 24 bits of the communicator, then either (bit 39 clear) 19 bits of
- * the source rank and 20 of a message number, or (bit 39 set, staged device
- * data, ucx/staged.c) 13 bits of the source, 13 of the destination (more
- * than 8192 ranks alias), 6 of the message and 7 of the chunk.  The chunk
- * field is a "last chunk of its message" bit (CHUNK_LAST) and a 6-bit index
- * that wraps modulo 63 (CHUNK_INDEXES); the field's value 127 (last bit and
- * index 63, which no chunk has) marks a message captured in a CUDA graph
- * (ucx/graph.c, numbered by the message field).  A chunk's receive ignores
- * the last bit in matching and compares it once matched (proxy.c,
+/* Tags: the communicator's 24-bit prefix, then either (bit 39 clear) 19 bits
+ * of the source rank and 20 of a message number, or (bit 39 set, staged
+ * device data, ucx/staged.c) 13 bits of the source, 13 of the destination
+ * (more than 8192 ranks alias), 6 of the message and 7 of the chunk.  The
+ * chunk field is a "last chunk of its message" bit (CHUNK_LAST) and a 6-bit
+ * index that wraps modulo 63 (CHUNK_INDEXES); the field's value 127 (last
+ * bit and index 63, which no chunk has) marks a message captured in a CUDA
+ * graph (ucx/graph.c, numbered by the message field).  A chunk's receive
+ * ignores the last bit in matching and compares it once matched (proxy.c,
  * recv_came): a sender that cut more or fewer chunks than the receiver,
  * every one full-size, is a size mismatch, not a chunk left for a later
- * message 64 further on, or one waited for forever.  A lane posts at most
- * 32 receives at once (MPINCCL_UCX_DEPTH), whose tags differ without the
- * last bit too (fewer than either the message number or the index wraps
- * at); a sender may run ahead (eager sends complete locally) so equal tags
- * can wait together among the unexpected messages, and they still pair
- * correctly because UCX matches the messages of one endpoint in order and
- * both sides post in the same order. */
-static uint64_t comm_tag(const struct ncclComm* comm) {
-  return ((comm->bootstrap->key ^ (comm->bootstrap->key >> 24)) & 0xffffff) << 40;
-}
+ * message 64 further on, or one waited for forever.  A lane posts at most 32
+ * receives at once (MPINCCL_UCX_DEPTH), whose tags differ without the last
+ * bit too (fewer than either the message number or the index wraps at); a
+ * sender may run ahead (eager sends complete locally) so equal tags can wait
+ * together among the unexpected messages, and they still pair correctly
+ * because UCX matches the messages of one endpoint in order and both sides
+ * post in the same order.  The prefix is agreed on by all ranks when the
+ * communicator is set up (prefix_agree) and is held by no other live
+ * communicator in any of their processes, whose ranks share the process's
+ * one worker: folded from the random key alone, two of k live communicators
+ * met with a chance of about k^2 / 2^25 and could take each other's
+ * messages. */
+static uint64_t comm_tag(const struct ncclComm* comm) { return comm->ucx->key; }
 
 /* Message numbers start at 1 and wrap past 0: number 0 is the notices'
  * (notice_tag). */
@@ -206,6 +212,59 @@ typedef struct {
   char bytes[MPN_UCX_ADDR_MAX];
 } addr_slot_t;
 
+enum { PREFIX_ATTEMPTS = 64 };
+/* A rank's answer in an attempt of prefix_agree; the worst one counts. */
+enum { PREFIX_FREE, PREFIX_TAKEN, PREFIX_FAILED };
+
+/* The first rank whose answer is worst in all (nranks); *worst is it. */
+static int prefix_worst(const int* all, int nranks, int* worst) {
+  int who = 0;
+  for (int p = 1; p < nranks; p++)
+    if (all[p] > all[who]) who = p;
+  *worst = all[who];
+  return who;
+}
+
+/*
+ * Collective: a tag prefix that every rank could take in its process's
+ * registry (held once by this rank on success).  Each attempt tries the
+ * next candidate of the key; a rank whose process has it under another
+ * key makes everyone let it go and try the next one.  Every rank joins
+ * every allgather, even after a local failure, so nobody waits.
+ */
+static ncclResult_t prefix_agree(struct ncclComm* comm, uint32_t* out) {
+  uint64_t key = comm->bootstrap->key;
+  int* all = calloc((size_t)comm->nranks, sizeof(int));
+  if (all == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < PREFIX_ATTEMPTS && res == ncclSuccess; i++) {
+    uint32_t c = mpn_ucx_prefix_candidate(key, i);
+    int taken = 0, worst = PREFIX_FAILED;
+    ncclResult_t mine = mpn_ucx_prefix_reserve(c, key, &taken);
+    int answer = mine != ncclSuccess ? PREFIX_FAILED : taken ? PREFIX_TAKEN : PREFIX_FREE;
+    all[comm->rank] = answer;
+    res = mpn_bootstrap_allgather(comm->bootstrap, all, sizeof(int));
+    int who = res == ncclSuccess ? prefix_worst(all, comm->nranks, &worst) : comm->rank;
+    if (worst == PREFIX_FREE) {
+      free(all);
+      *out = c;
+      return ncclSuccess;
+    }
+    if (answer == PREFIX_FREE) mpn_ucx_prefix_release(c, key);
+    if (res == ncclSuccess && worst == PREFIX_FAILED)
+      res = answer == PREFIX_FAILED
+                ? mine
+                : mpn_error_set(comm, ncclRemoteError, "rank %d could not reserve a UCX tag prefix", who);
+  }
+  free(all);
+  if (res == ncclSuccess)
+    res = mpn_error_set(comm, ncclInternalError,
+                        "UCX: no tag prefix was free in every process of the communicator after %d attempts "
+                        "(rank %d of %d)",
+                        PREFIX_ATTEMPTS, comm->rank, comm->nranks);
+  return res;
+}
+
 ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   int any = 0;
   for (int p = 0; p < comm->nranks; p++) any |= comm->transport[p] == MPN_TRANSPORT_UCX;
@@ -219,18 +278,22 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) someone |= all[p];
   free(all);
   if (res != ncclSuccess || !someone) return res;
+  uint32_t prefix = 0;
+  MPN_CHECK(prefix_agree(comm, &prefix));
   addr_slot_t* slots = calloc((size_t)comm->nranks, sizeof(*slots));
   struct mpn_ucx_comm* u = calloc(1, sizeof(*u));
   if (slots == NULL || u == NULL) {
     free(slots);
     free(u);
+    mpn_ucx_prefix_release(prefix, comm->bootstrap->key);
     return mpn_error_set(comm, ncclSystemError, "out of memory");
   }
   comm->ucx = u;
   u->nranks = comm->nranks;
   u->rank = comm->rank;
   u->aborted_by = -1;
-  u->key = comm_tag(comm);
+  u->key = (uint64_t)prefix << (64 - MPN_UCX_PREFIX_BITS);
+  u->holder = comm->bootstrap->key;
   u->mismatch.found = mismatch_found;
   const void* addr = NULL;
   size_t len = 0;
@@ -460,6 +523,8 @@ void mpn_ucx_comm_free(struct ncclComm* comm) {
     flush_set_free(flushes);
     for (int p = 0; p < comm->nranks; p++) free(u->peers[p].address);
   }
+  /* After the close: no receive of comm is still posted under the prefix. */
+  mpn_ucx_prefix_release((uint32_t)(u->key >> (64 - MPN_UCX_PREFIX_BITS)), u->holder);
   free(u->peers);
   free(u->send_seq);
   free(u->recv_seq);

@@ -9,8 +9,10 @@
  * sides report, even when the receiving side closes at once), a message
  * that must still arrive when its sender destroys its communicator at
  * once, an abort with a send in flight, the destroy of a rank that has
- * no UCX peer of its own, and the proxy's stop at the process's exit.  Completion flags are polled with a deadline, so
- * a lost message fails the test instead of hanging it.
+ * no UCX peer of its own, two live communicators whose keys fold to one
+ * tag prefix (each must get its own), and the proxy's stop at the
+ * process's exit.  Completion flags are polled with a deadline, so a lost
+ * message fails the test instead of hanging it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -556,46 +558,126 @@ static void abort_in_flight(void) {
 }
 
 /*
- * A rank with no UCX peer of its own, in a communicator whose other ranks
- * use UCX between them: on a GPU machine, rank 0's GPU reaches the others'
- * through CUDA IPC, and theirs do not reach each other.  Rank 0 has the
- * communicator's UCX state but never started the proxy thread.  The
- * transports are set here by hand, as mpn_transport_choose would set them,
- * on a bare communicator, before anything else in this process starts UCX
- * (so it runs first).  Before, rank 0's clean destroy asked the proxy that
- * does not run to flush its endpoints (it has none), waited
- * MPINCCL_BOOTSTRAP_TIMEOUT (120 s) for it, then failed with "the UCX proxy
- * thread does not answer" as its error text.
+ * A bare communicator of this rank, its transports set by hand as
+ * mpn_transport_choose would set them: UCX between processes, but IPC
+ * between rank apart (-1: none) and the others.  Its bootstrap is made
+ * over MPI_COMM_WORLD, or with twin (not NULL) over twin's endpoints under
+ * twin's key with bit 63 flipped: a key of its own that folds to the same
+ * tag prefix (mpn_ucx_prefix_candidate, attempt 0).  NULL on failure.
  */
-static void no_ucx_peer_of_its_own(void) {
-  if (nranks < 3) return; /* two ranks would both be without UCX peers */
+static struct ncclComm* bare_comm(const mpn_bootstrap_t* twin, int apart) {
   struct ncclComm* c = calloc(1, sizeof(*c));
   uint8_t* transport = calloc((size_t)nranks, 1);
   mpn_rank_info_t* ranks = calloc((size_t)nranks, sizeof(*ranks));
   EXPECT(c && transport && ranks);
   if (!c || !transport || !ranks) {
     free(c), free(transport), free(ranks);
-    return;
+    return NULL;
   }
   *c = (struct ncclComm){.rank = rank, .nranks = nranks, .cuda_dev = -1, .transport = transport};
   pthread_mutex_init(&c->error_lock, NULL);
   c->topo.ranks = ranks;
   ranks[rank].cuda_dev = -1;
   for (int p = 0; p < nranks; p++)
-    transport[p] = p == rank ? MPN_TRANSPORT_SELF : rank == 0 || p == 0 ? MPN_TRANSPORT_IPC : MPN_TRANSPORT_UCX;
-  EXPECT(mpn_bootstrap_from_mpi(MPI_COMM_WORLD, &c->abort_flag, &c->bootstrap) == ncclSuccess);
-  EXPECT(c->bootstrap && mpn_ucx_comm_setup(c) == ncclSuccess);
-  EXPECT(c->ucx != NULL);
+    transport[p] = p == rank ? MPN_TRANSPORT_SELF : rank == apart || p == apart ? MPN_TRANSPORT_IPC : MPN_TRANSPORT_UCX;
+  if (twin)
+    EXPECT(mpn_bootstrap_create(twin->key ^ 1ull << 63, nranks, rank, twin->eps, &c->abort_flag, &c->bootstrap) ==
+           ncclSuccess);
+  else
+    EXPECT(mpn_bootstrap_from_mpi(MPI_COMM_WORLD, &c->abort_flag, &c->bootstrap) == ncclSuccess);
+  return c;
+}
+
+/* Frees a bare communicator (bare_comm) and its UCX state, as a clean
+ * destroy: nobody may still use its endpoints. */
+static void bare_comm_free(struct ncclComm* c) {
+  if (c == NULL) return;
   c->ucx_clean = 1; /* as a destroy that found the UCX work done */
-  mpn_error_clear();
   mpn_ucx_comm_free(c);
-  EXPECT(strcmp(ncclGetLastError(NULL), "") == 0);
-  MPI_Barrier(MPI_COMM_WORLD);
   if (c->bootstrap) mpn_bootstrap_destroy(c->bootstrap);
   pthread_mutex_destroy(&c->error_lock);
-  free(transport);
-  free(ranks);
+  free(c->transport);
+  free(c->topo.ranks);
   free(c);
+}
+
+/*
+ * A rank with no UCX peer of its own, in a communicator whose other ranks
+ * use UCX between them: on a GPU machine, rank 0's GPU reaches the others'
+ * through CUDA IPC, and theirs do not reach each other.  Rank 0 has the
+ * communicator's UCX state but never started the proxy thread.  A bare
+ * communicator, before anything else in this process starts UCX (so it
+ * runs first).  Before, rank 0's clean destroy asked the proxy that
+ * does not run to flush its endpoints (it has none), waited
+ * MPINCCL_BOOTSTRAP_TIMEOUT (120 s) for it, then failed with "the UCX proxy
+ * thread does not answer" as its error text.
+ */
+static void no_ucx_peer_of_its_own(void) {
+  if (nranks < 3) return; /* two ranks would both be without UCX peers */
+  struct ncclComm* c = bare_comm(NULL, 0);
+  if (c == NULL) return;
+  EXPECT(c->bootstrap && mpn_ucx_comm_setup(c) == ncclSuccess);
+  EXPECT(c->ucx != NULL);
+  mpn_error_clear();
+  bare_comm_free(c);
+  EXPECT(strcmp(ncclGetLastError(NULL), "") == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Waits (30 s at most) until one of flags[0..n) is set; returns its index, or -1. */
+static int wait_any(uint64_t* flags, int n) {
+  time_t end = time(NULL) + 30;
+  for (;;) {
+    for (int i = 0; i < n; i++)
+      if (__atomic_load_n(&flags[i], __ATOMIC_ACQUIRE)) return i;
+    if (time(NULL) > end) return -1;
+  }
+}
+
+/*
+ * Two live communicators over the same processes whose keys fold to one
+ * tag prefix (bare_comm's twin): each must get a prefix of its own, so that
+ * neither takes the other's messages.  Each rank posts its receive from the
+ * previous rank on the second communicator, then on the first; the first
+ * communicator's ring sends go first and must land in the first's receive,
+ * then the second's.  With one prefix (before: folded from the key alone)
+ * the first message matched the receive posted first, the second's, and
+ * the two swapped their data without an error.
+ */
+static void twin_prefixes(void) {
+  enum { BYTES = 256, TWINS = 2 };
+  if (nranks < 2) return;
+  struct ncclComm* c[TWINS] = {bare_comm(NULL, -1), NULL};
+  if (c[0] && c[0]->bootstrap) c[1] = bare_comm(c[0]->bootstrap, -1);
+  int ready = c[1] && c[1]->bootstrap;
+  for (int k = 0; ready && k < TWINS; k++) ready = mpn_ucx_comm_setup(c[k]) == ncclSuccess;
+  EXPECT(ready);
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  unsigned char s[TWINS][BYTES], r[TWINS][BYTES];
+  uint64_t got[TWINS] = {0, 0}, sent[TWINS] = {0, 0};
+  int error = 0;
+  memset(r, 0, sizeof(r));
+  for (int k = TWINS - 1; ready && k >= 0; k--)
+    EXPECT(mpn_ucx_host_recv(c[k], from, r[k], BYTES, &got[k], 1, &error) == ncclSuccess);
+  MPI_Barrier(MPI_COMM_WORLD); /* every receive posted before any send */
+  for (int k = 0; k < TWINS; k++) {
+    for (size_t i = 0; ready && i < BYTES; i++) s[k][i] = byte_of(rank, to, i, 50 + k);
+    if (ready) EXPECT(mpn_ucx_host_send(c[k], to, s[k], BYTES, &sent[k], 1, &error) == ncclSuccess);
+    if (ready && k == 0) EXPECT(wait_any(got, TWINS) >= 0); /* the first message came before the second goes */
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (ready) {
+    EXPECT(wait_flags(got, TWINS, 1) == 0 && wait_flags(sent, TWINS, 1) == 0);
+    EXPECT(error == 0);
+    for (int k = 0; k < TWINS; k++) {
+      size_t bad = 0;
+      for (size_t i = 0; i < BYTES; i++) bad += r[k][i] != byte_of(from, rank, i, 50 + k);
+      if (bad) fprintf(stderr, "[rank %d] twin communicator %d: %zu of %d bytes wrong\n", rank, k, bad, (int)BYTES);
+      failures += bad != 0;
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* nobody closes endpoints others still use */
+  for (int k = TWINS - 1; k >= 0; k--) bare_comm_free(c[k]);
 }
 
 /* At the process's exit the proxy stops calling UCX before UCX's own
@@ -622,6 +704,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   setenv("MPINCCL_TRANSPORT", "ucx", 1);
   no_ucx_peer_of_its_own(); /* first: no proxy thread started yet */
+  twin_prefixes();
   ncclComm_t comm = NULL;
   EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
   if (comm) {

@@ -56,8 +56,6 @@ struct mpn_ucx_comm {
   notice_t notice_out;    /* what an abort sends */
   int aborted_by;         /* the rank whose abort notice came, else -1 */
   uint64_t notice_done;   /* the notice receive's flag */
-  uint64_t notice_sent;   /* a mismatch notice's flag */
-  uint64_t notice_flushed;     /* the flag of its endpoint's flush: a close waits for both */
   int closed;                  /* mpn_ucx_abort closed the endpoints */
   mpn_ucx_mismatch_t mismatch; /* the first receive of another size than its message */
   mpn_ucx_mismatch_t told;     /* a peer's mismatch notice: a send of this rank did not fit */
@@ -170,22 +168,22 @@ static void notice_arrived(void* arg) {
  * failed peer gets nothing); a close waits for the flush (notice_wait).
  */
 static void mismatch_found(mpn_ucx_mismatch_t* m) {
-  struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)((char*)m - offsetof(struct mpn_ucx_comm, mismatch));
+  struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)m->owner; /* (the receive's owner: this state) */
   mpn_ucx_peer_t* peer = &u->peers[m->from];
   notice_t n = {
       .from = u->rank, .kind = NOTICE_MISMATCH, .came = (int32_t)m->came, .expected = m->expected, .got = m->got};
   mpn_ucx_cmd_t cmd = {
-      .owner = u, .peer = peer, .tag = notice_tag(u->key, m->from), .flag = &u->notice_sent, .value = 1, .quiet = 1};
+      .owner = u, .peer = peer, .tag = notice_tag(u->key, m->from), .flag = &peer->notice_sent, .value = 1, .quiet = 1};
   mpn_ucx_proxy_release_sends(peer);
   ncclResult_t res = mpn_ucx_proxy_send_here(&cmd, &n, sizeof(n));
-  cmd.flag = &u->notice_flushed;
+  cmd.flag = &peer->notice_flushed;
   if (res == ncclSuccess) res = mpn_ucx_proxy_flush_here(&cmd);
   if (res != ncclSuccess) {
     MPN_WARN("UCX: rank %d could not tell rank %d that its message did not fit: %s", u->rank, m->from,
              ncclGetLastError(NULL));
     /* Nothing for a close to wait for (a notice that went without its flush is let go too). */
-    __atomic_store_n(&u->notice_sent, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&u->notice_flushed, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&peer->notice_sent, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&peer->notice_flushed, 1, __ATOMIC_RELEASE);
   }
   mpn_ucx_proxy_fail_peer_receives(peer);
 }
@@ -440,8 +438,11 @@ static int flag_wait(const uint64_t* flag, const int* error, uint64_t deadline) 
  */
 static void notice_wait(struct mpn_ucx_comm* u, uint64_t deadline) {
   /* Both, one after the other: each is written once, never undone. */
-  if (__atomic_load_n(&u->mismatch.claimed, __ATOMIC_ACQUIRE) && flag_wait(&u->notice_sent, NULL, deadline))
-    flag_wait(&u->notice_flushed, NULL, deadline);
+  for (int p = 0; p < u->nranks; p++) {
+    mpn_ucx_peer_t* peer = &u->peers[p];
+    if (__atomic_load_n(&peer->mismatch_due, __ATOMIC_ACQUIRE) && flag_wait(&peer->notice_sent, NULL, deadline))
+      flag_wait(&peer->notice_flushed, NULL, deadline);
+  }
 }
 
 /* The endpoints a clean destroy flushes (flush_start); the words stay

@@ -163,6 +163,34 @@ static int recv_came(const mpn_ucx_cmd_t* cmd, ucs_status_t status, const ucp_ta
   return 1;
 }
 
+/* A receive found a message of another size: the communicator's record
+ * is described by the first one (callbacks all run on this thread) and
+ * published by the release of claimed, then of the error; a later sender
+ * gets a copy of its own, so that it is told too, once. */
+static void mismatch_note(const mpn_ucx_cmd_t* cmd, mpn_ucx_came_t came, size_t got) {
+  mpn_ucx_mismatch_t *m = cmd->mismatch, *r = m;
+  mpn_ucx_peer_t* peer = cmd->peer;
+  if (m->claimed && (peer == NULL || peer->mismatch_due)) return; /* (told already, or no way to tell it) */
+  if (m->claimed) {
+    r = malloc(sizeof(*r));
+    if (r == NULL) return; /* that sender learns nothing, as before copies */
+    *r = (mpn_ucx_mismatch_t){.found = m->found, .extra = 1};
+  }
+  if (peer) __atomic_store_n(&peer->mismatch_due, 1, __ATOMIC_RELEASE);
+  r->from = cmd->from;
+  r->expected = cmd->msg_bytes ? cmd->msg_bytes : cmd->bytes;
+  r->got = got;
+  r->came = came;
+  r->owner = cmd->owner;
+  if (r == m) __atomic_store_n(&m->claimed, 1, __ATOMIC_RELEASE);
+  if (r->found) { /* run from the proxy's loop: not from inside UCX */
+    r->next = px.found;
+    px.found = r;
+  } else if (r->extra) {
+    free(r);
+  }
+}
+
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   const mpn_ucx_cmd_t* cmd = user_data;
   mpn_ucx_came_t came = MPN_UCX_CAME_MORE;
@@ -170,21 +198,7 @@ static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_inf
   /* A message of another size than the receive expects is an error, not data. */
   int mismatch = recv_came(cmd, status, info, &came, &got);
   if (mismatch) status = UCS_ERR_MESSAGE_TRUNCATED;
-  /* Described by the first receive that finds one (callbacks all run on
-   * this thread); published by the release of claimed, then of the error. */
-  mpn_ucx_mismatch_t* m = cmd->mismatch;
-  if (mismatch && m && !m->claimed) {
-    m->from = cmd->from;
-    m->expected = cmd->msg_bytes ? cmd->msg_bytes : cmd->bytes;
-    m->got = got;
-    m->came = came;
-    m->owner = cmd->owner;
-    __atomic_store_n(&m->claimed, 1, __ATOMIC_RELEASE);
-    if (m->found) { /* run from the proxy's loop: not from inside UCX */
-      m->next = px.found;
-      px.found = m;
-    }
-  }
+  if (mismatch && cmd->mismatch) mismatch_note(cmd, came, got);
   complete(request, status, user_data);
 }
 
@@ -195,16 +209,20 @@ static void found_run(void) {
     px.found = m->next;
     m->next = NULL;
     m->found(m);
+    if (m->extra) free(m);
   }
 }
 
 /* A closing owner's records go without their hook: it is freed next. */
 static void found_drop(const void* owner) {
   for (mpn_ucx_mismatch_t** p = &px.found; *p;) {
-    if ((*p)->owner == owner)
-      *p = (*p)->next;
-    else
-      p = &(*p)->next;
+    mpn_ucx_mismatch_t* m = *p;
+    if (m->owner != owner) {
+      p = &m->next;
+      continue;
+    }
+    *p = m->next;
+    if (m->extra) free(m);
   }
 }
 

@@ -25,6 +25,11 @@ typedef struct {
    *  or its process is gone), or a notice or a size mismatch failed it.  A
    *  receive of a message that came before it went still takes it (only). */
   int went, notified;
+  /** A size-mismatch notice is due to it (set by the proxy thread when a
+   *  receive from it finds one; read by a close, which waits for the
+   *  notice's flags below, written by net.c). */
+  int mismatch_due;
+  uint64_t notice_sent, notice_flushed;
 } mpn_ucx_peer_t;
 
 typedef enum {
@@ -44,7 +49,9 @@ typedef enum {
 
 /** Where a communicator's receives record the first message whose size
  *  differs from the receive's (the matching send's count or datatype
- *  differs); read by mpn_ucx_poll_errors once the error is seen. */
+ *  differs); read by mpn_ucx_poll_errors once the error is seen.  Every
+ *  other sender whose message did not fit gets a copy (extra), so that its
+ *  hook tells that sender too, once per sender. */
 typedef struct mpn_ucx_mismatch {
   int claimed;     /**< stored (release) once the fields below are written (proxy thread) */
   int from;        /**< that receive's sender */
@@ -56,6 +63,7 @@ typedef struct mpn_ucx_mismatch {
    * when the owner of the claiming receive closes first.  May be NULL. */
   void (*found)(struct mpn_ucx_mismatch* m);
   const void* owner;             /**< the claiming receive's owner (proxy thread) */
+  int extra;                     /**< a copy for a later sender: freed once its hook ran or was dropped */
   struct mpn_ucx_mismatch* next; /**< records whose found is due (proxy thread) */
 } mpn_ucx_mismatch_t;
 

@@ -20,6 +20,7 @@
 #include "cuda/ipc_closer.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
+#include "rma/winasync.h"
 #ifdef HAVE_UCX
 #include "ucx/net.h"
 #include "ucx/staged.h"
@@ -420,6 +421,7 @@ static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncEr
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   (void)comm_failed(comm);
   ncclResult_t res = mpn_comm_async(comm);
+  if (res == ncclSuccess && mpn_win_async_pending(comm)) res = ncclInProgress; /* a window call under way */
   /* A finalize that has not returned ncclSuccess yet (non-blocking), for at
    * most MPINCCL_FINALIZE_TIMEOUT seconds if set. */
   if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) {

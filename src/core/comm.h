@@ -109,6 +109,7 @@ struct ncclComm {
   volatile int abort_flag;
   int closing;  /**< atomic: a destroy or abort has taken the freeing of this comm (comm.c) */
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
+  int win_pending;                       /**< window calls of a non-blocking comm still running (rma/winasync.c) */
   mpn_order_t split_order;               /**< splits of this comm run one at a time, in call order (init.c) */
   volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch
                                               it), under split_order's lock (init.c) */

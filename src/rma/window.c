@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/turn.h"
 #include "core/group.h"
+#include "rma/winasync.h"
 #include "rma/wingroup.h"
 #include "rma/rma.h"
 #include "transport.h"
@@ -216,7 +217,10 @@ fail:
 
 MPN_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
         ncclWindow_t* win, int winFlags) {
-  if (mpn_group_depth() > 0) return mpn_win_defer_register(comm, buff, size, win, winFlags);
+  if (mpn_group_depth() > 0 || mpn_win_async_wanted(comm)) {
+    mpn_win_job_t job = mpn_win_job_register(comm, buff, size, win, winFlags);
+    return mpn_group_depth() > 0 ? mpn_win_defer(&job) : mpn_win_async(&job);
+  }
   return mpn_win_register(comm, buff, size, win, winFlags, ncclSuccess, NULL);
 }
 
@@ -287,7 +291,10 @@ static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine, n
 }
 
 MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
-  if (mpn_group_depth() > 0) return mpn_win_defer_deregister(comm, win);
+  if (mpn_group_depth() > 0 || mpn_win_async_wanted(comm)) {
+    mpn_win_job_t job = mpn_win_job_deregister(comm, win);
+    return mpn_group_depth() > 0 ? mpn_win_defer(&job) : mpn_win_async(&job);
+  }
   return mpn_win_deregister(comm, win, ncclSuccess, NULL);
 }
 

@@ -19,36 +19,32 @@
 #include "core/turn.h"
 #include "rma/window.h"
 
-static ncclResult_t defer(mpn_win_job_t* job, const char* caller) {
+ncclResult_t mpn_win_job_make(const mpn_win_job_t* job, const char* caller, mpn_win_job_t** out) {
   /* A live communicator only: one that is not cannot join its peers.  Its
    * serial tells it from one made later at its address (read held: another
    * thread may free it meanwhile). */
   ncclResult_t res = mpn_comm_check(job->comm, caller, 0);
   if (res == ncclSuccess) res = mpn_comm_hold_for(job->comm, caller);
-  if (res != ncclSuccess) return mpn_group_fail(res);
+  if (res != ncclSuccess) return res;
   mpn_win_job_t* copy = malloc(sizeof(*copy));
   if (copy == NULL) {
     mpn_comm_release(job->comm);
-    return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "%s: out of memory", caller));
+    return mpn_error_set(NULL, ncclSystemError, "%s: out of memory", caller);
   }
   *copy = *job;
   copy->comm_serial = job->comm->serial;
-  /* Its turn in call order, though it runs at ncclGroupEnd (taken held; a
-   * job runs, or passes it: job_run, lanes_run). */
+  /* Its turn in call order, though it runs later (taken held; a job runs,
+   * or passes it: job_run, lanes_run). */
   mpn_turn_take(&copy->comm->split_order, &copy->turn);
   mpn_comm_release(job->comm);
-  return mpn_group_add_win(copy);
+  *out = copy;
+  return ncclSuccess;
 }
 
-ncclResult_t mpn_win_defer_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
-  if (win) *win = NULL;
-  mpn_win_job_t job = {.comm = comm, .buff = buff, .size = size, .out = win, .flags = winFlags};
-  return defer(&job, "ncclCommWindowRegister");
-}
-
-ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win) {
-  mpn_win_job_t job = {.deregister = 1, .comm = comm, .win = win};
-  return defer(&job, "ncclCommWindowDeregister");
+ncclResult_t mpn_win_defer(const mpn_win_job_t* job) {
+  mpn_win_job_t* copy = NULL;
+  ncclResult_t res = mpn_win_job_make(job, mpn_win_job_caller(job), &copy);
+  return mpn_group_fail(res == ncclSuccess ? mpn_group_add_win(copy) : res);
 }
 
 static void job_run(mpn_win_job_t* job) {
@@ -128,7 +124,7 @@ static void jobs_hold(mpn_win_job_t* jobs) {
     if (job->held) continue;
     job->result = ncclInvalidArgument;
     snprintf(job->error, sizeof(job->error), "%s: comm %p was destroyed or aborted before ncclGroupEnd made the call",
-             job->deregister ? "ncclCommWindowDeregister" : "ncclCommWindowRegister", (void*)job->comm);
+             mpn_win_job_caller(job), (void*)job->comm);
   }
 }
 

@@ -31,12 +31,34 @@ typedef struct mpn_win_job {
   struct mpn_win_job* next;
 } mpn_win_job_t;
 
-/** Inside a group: queues a registration (*win is NULL until the group
- *  ends); refuses only a communicator that is not live. */
-ncclResult_t mpn_win_defer_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
+/**
+ * A job for a window call of job->comm (a live one, checked; refused
+ * otherwise): a copy, which takes the call's turn among the communicator's
+ * collectives now, whenever it runs (mpn_win_jobs_run).
+ */
+ncclResult_t mpn_win_job_make(const mpn_win_job_t* job, const char* caller, mpn_win_job_t** out);
 
-/** Inside a group: queues a deregistration. */
-ncclResult_t mpn_win_defer_deregister(ncclComm_t comm, ncclWindow_t win);
+/** The job of ncclCommWindowRegister(comm, buff, size, win, winFlags);
+ *  clears *win, which stays NULL until the job is done. */
+static inline mpn_win_job_t mpn_win_job_register(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                                 int winFlags) {
+  if (win) *win = NULL;
+  return (mpn_win_job_t){.comm = comm, .buff = buff, .size = size, .out = win, .flags = winFlags};
+}
+
+/** The job of ncclCommWindowDeregister(comm, win). */
+static inline mpn_win_job_t mpn_win_job_deregister(ncclComm_t comm, ncclWindow_t win) {
+  return (mpn_win_job_t){.deregister = 1, .comm = comm, .win = win};
+}
+
+/** The API call a job makes, for messages. */
+static inline const char* mpn_win_job_caller(const mpn_win_job_t* job) {
+  return job->deregister ? "ncclCommWindowDeregister" : "ncclCommWindowRegister";
+}
+
+/** Inside a group: queues the call (a registration's handle is NULL until
+ *  the group ends); refuses only a communicator that is not live. */
+ncclResult_t mpn_win_defer(const mpn_win_job_t* job);
 
 /**
  * At ncclGroupEnd: does the queued calls, one thread per communicator when

@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
   STEP(graph_destroy_early());
   STEP(threads_ring());
   STEP(windows_in_group());
+  STEP(windows_nonblocking());
   STEP(free_before_deregister());
   STEP(init_all_devices());
   STEP(threads_streams());

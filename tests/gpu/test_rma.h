@@ -65,6 +65,8 @@ void graph_destroy_early(void);
 void threads_ring(void);
 /** One thread registers three ranks' windows in one group and puts through them. */
 void windows_in_group(void);
+/** The same on non-blocking ranks outside groups: each call ncclInProgress, then polled. */
+void windows_nonblocking(void);
 /** Ranks of one process on every GPU, a ring of signals on default stream handles. */
 void init_all_devices(void);
 /** Three ranks of one process, one thread each, putting from two streams. */

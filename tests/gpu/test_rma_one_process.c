@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "mpinccl.h"
@@ -94,6 +95,25 @@ static void threads_run(void* (*fn)(void*)) {
 
 void threads_ring(void) { threads_run(thread_ring); }
 
+/* A ring of puts through windows w of the three ranks comms (from src
+ * into buf, bytes each, pattern seed k), in one group, checked. */
+static void ring_through(ncclComm_t* comms, ncclWindow_t* w, void** src, void** buf, size_t bytes, int k,
+                         const char* step) {
+  enum { N = 3 };
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < N; i++) {
+    ncclWaitSignalDesc_t d = {1, (i + N - 1) % N, 0, 0};
+    EXPECT_OK(ncclPutSignal(src[i], bytes, ncclInt8, (i + 1) % N, w[i], 0, 0, 0, 0, comms[i], stream));
+    EXPECT_OK(ncclWaitSignal(1, &d, comms[i], stream));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < N; i++) {
+    unsigned long long bad = pattern_check(buf[i], bytes, seed_of((i + N - 1) % N, i, k), stream);
+    if (bad) fprintf(stderr, "[rank %d] %s: comm %d got %llu of %zu bytes wrong\n", rank, step, i, bad, bytes);
+    EXPECT(bad == 0);
+  }
+}
+
 /*
  * One thread driving three ranks of one process (ncclCommInitAll), as NCCL
  * programs do: their windows registered in one group (each call only
@@ -126,22 +146,76 @@ void windows_in_group(void) {
   for (int i = 0; i < N; i++) made &= w[i] != NULL;
   EXPECT(made);
   if (made) {
-    EXPECT_OK(ncclGroupStart());
-    for (int i = 0; i < N; i++) {
-      ncclWaitSignalDesc_t d = {1, (i + N - 1) % N, 0, 0};
-      EXPECT_OK(ncclPutSignal(src[i], bytes, ncclInt8, (i + 1) % N, w[i], 0, 0, 0, 0, comms[i], stream));
-      EXPECT_OK(ncclWaitSignal(1, &d, comms[i], stream));
-    }
-    EXPECT_OK(ncclGroupEnd());
-    for (int i = 0; i < N; i++) {
-      unsigned long long bad = pattern_check(buf[i], bytes, seed_of((i + N - 1) % N, i, 35), stream);
-      if (bad)
-        fprintf(stderr, "[rank %d] windows_in_group: comm %d got %llu of %zu bytes wrong\n", rank, i, bad, bytes);
-      EXPECT(bad == 0);
-    }
+    ring_through(comms, w, src, buf, bytes, 35, "windows_in_group");
     EXPECT_OK(ncclGroupStart());
     for (int i = 0; i < N; i++) EXPECT_OK(ncclCommWindowDeregister(comms[i], w[i]));
     EXPECT_OK(ncclGroupEnd());
+  }
+  for (int i = 0; i < N; i++) {
+    EXPECT_OK(ncclMemFree(buf[i]));
+    EXPECT_OK(ncclMemFree(src[i]));
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+  }
+}
+
+/* Polls the communicators until none answers ncclInProgress (30 s at
+ * most); returns the first other answer that is not ncclSuccess. */
+static ncclResult_t settled(ncclComm_t* comms, int n) {
+  ncclResult_t first = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    ncclResult_t state = ncclInProgress;
+    for (int k = 0; k < 30000 && state == ncclInProgress; k++) {
+      if (ncclCommGetAsyncError(comms[i], &state) != ncclSuccess) break;
+      if (state == ncclInProgress) usleep(1000);
+    }
+    if (state != ncclSuccess && first == ncclSuccess) first = state;
+  }
+  return first;
+}
+
+/*
+ * One thread driving three non-blocking ranks of one process, NCCL's way:
+ * each window call outside a group returns ncclInProgress at once, the
+ * handle comes once ncclCommGetAsyncError says ncclSuccess, and so does
+ * the end of each deregistration.  Made to the end in the call, the first
+ * registration waited for ranks this thread had not reached and failed at
+ * the bootstrap's timeout.  A ring of puts through the windows checks them.
+ */
+void windows_nonblocking(void) {
+  enum { N = 3 };
+  ncclComm_t comms[N];
+  ncclUniqueId id;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < N; i++) {
+    ncclResult_t made = ncclCommInitRankConfig(&comms[i], N, id, i, &cfg);
+    EXPECT(made == ncclSuccess || made == ncclInProgress);
+  }
+  ncclResult_t ended = ncclGroupEnd();
+  EXPECT(ended == ncclSuccess || ended == ncclInProgress);
+  EXPECT(settled(comms, N) == ncclSuccess);
+  size_t bytes = 65536 + 8;
+  void *buf[N], *src[N];
+  ncclWindow_t w[N];
+  for (int i = 0; i < N; i++) {
+    buf[i] = dev_alloc(bytes);
+    src[i] = dev_alloc(bytes);
+    cudaMemsetAsync(buf[i], 0, bytes, stream); /* on stream: see window() */
+    pattern_fill(src[i], bytes, seed_of(i, (i + 1) % N, 36), stream);
+  }
+  pattern_check(buf[0], 0, 0, stream); /* a synchronization */
+  for (int i = 0; i < N; i++)          /* (w[i] is filled in the background: not read until settled) */
+    EXPECT(ncclCommWindowRegister(comms[i], buf[i], bytes, &w[i], 0) == ncclInProgress);
+  EXPECT(settled(comms, N) == ncclSuccess);
+  int made = 1;
+  for (int i = 0; i < N; i++) made &= w[i] != NULL;
+  EXPECT(made);
+  if (made) {
+    ring_through(comms, w, src, buf, bytes, 36, "windows_nonblocking");
+    for (int i = 0; i < N; i++) EXPECT(ncclCommWindowDeregister(comms[i], w[i]) == ncclInProgress);
+    EXPECT(settled(comms, N) == ncclSuccess);
   }
   for (int i = 0; i < N; i++) {
     EXPECT_OK(ncclMemFree(buf[i]));

@@ -194,17 +194,25 @@ END_TEST
  * buffer alike.  They refused "still being created" instead, or, where
  * one rank's creation had ended first, one rank registered and waited
  * for a peer that had refused. */
-START_TEST(windows_in_nonblocking_group) {
+/* What the non-blocking steps share: the local bootstrap (3 s timeout), a
+ * non-blocking config, a unique id and a page for their window calls. */
+static void* nonblocking_setup(ncclConfig_t* cfg, ncclUniqueId* id) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "3");
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
+  *cfg = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  cfg->blocking = 0;
+  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_int_eq(ncclGetUniqueId(id), ncclSuccess);
+  return buf;
+}
+
+START_TEST(windows_in_nonblocking_group) {
+  ncclConfig_t cfg;
   ncclUniqueId id;
   ncclComm_t pair[2];
   ncclWindow_t win[2];
-  void* buf = aligned_alloc(NCCL_WIN_REQUIRED_ALIGNMENT, NCCL_WIN_REQUIRED_ALIGNMENT);
-  ck_assert_ptr_nonnull(buf);
-  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  void* buf = nonblocking_setup(&cfg, &id);
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < 2; i++) {
     ck_assert_int_eq(ncclCommInitRankConfig(&pair[i], 2, id, i, &cfg), ncclSuccess);
@@ -220,6 +228,51 @@ START_TEST(windows_in_nonblocking_group) {
     ck_assert_ptr_null(win[i]);
     ck_assert_int_eq(ncclCommGetAsyncError(pair[i], &state), ncclSuccess);
     ck_assert_int_eq(state, ncclSuccess); /* created before the registrations ran */
+  }
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  free(buf);
+}
+END_TEST
+
+/* Polls comm until it answers something else than ncclInProgress (10 s at
+ * most); returns that. */
+static ncclResult_t settled(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int k = 0; k < 10000 && state == ncclInProgress; k++) {
+    ck_assert_int_eq(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+    if (state == ncclInProgress) usleep(1000);
+  }
+  return state;
+}
+
+/* Non-blocking communicators' window calls outside a group, both ranks
+ * driven by this one thread, NCCL's way: each call returns ncclInProgress
+ * at once and goes on in the background, and ncclCommGetAsyncError answers
+ * ncclInProgress until it is done, then its result: here both ranks refuse
+ * the host buffer alike, with the call's text, and the handles stay NULL.
+ * Made to the end in the call, the first registration waited for the
+ * second rank's, which this thread had not made yet, until the bootstrap's
+ * timeout. */
+START_TEST(windows_nonblocking_one_thread) {
+  ncclConfig_t cfg;
+  ncclUniqueId id;
+  ncclComm_t pair[2];
+  ncclWindow_t win[2];
+  void* buf = nonblocking_setup(&cfg, &id);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommInitRankConfig(&pair[i], 2, id, i, &cfg), ncclSuccess);
+  ncclResult_t ended = ncclGroupEnd();
+  ck_assert(ended == ncclSuccess || ended == ncclInProgress);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(settled(pair[i]), ncclSuccess);
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclInProgress);
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t state = settled(pair[i]);
+    const char* text = ncclGetLastError(pair[i]);
+    ck_assert_msg((state == ncclInvalidUsage || state == ncclInvalidArgument) &&
+                      contains(text, "ncclCommWindowRegister") && !contains(text, "timed out"),
+                  "rank %d: async %d, ncclGetLastError: \"%s\"", i, state, text);
+    ck_assert_ptr_null(win[i]);
   }
   for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
   free(buf);
@@ -297,6 +350,7 @@ END_TEST
 
 void comm_local_add_windows(TCase* tc) {
   tcase_add_test(tc, windows_in_group);
+  tcase_add_test(tc, windows_nonblocking_one_thread);
   tcase_add_test(tc, window_in_refused_group);
   tcase_add_test(tc, split_then_window);
   tcase_add_test(tc, windows_in_nonblocking_group);

@@ -207,14 +207,11 @@ void mpn_alias_free(struct ncclComm* comm) {
     for (struct mpn_alias_stream *a = comm->alias[h], *next; a; a = next) {
       next = a->next;
       if (saved == -2) saved = mpn_cuda_device_enter(comm->cuda_dev);
-      cudaEventDestroy(a->join);
-      cudaEventDestroy(a->fork);
-      cudaStreamDestroy(a->s); /* its work, if any, still runs */
+      mpn_cuda_forget(cudaEventDestroy(a->join));
+      mpn_cuda_forget(cudaEventDestroy(a->fork));
+      mpn_cuda_forget(cudaStreamDestroy(a->s)); /* its work, if any, still runs */
       free(a);
     }
   for (int h = 0; h < MPN_ALIAS_HANDLES; h++) comm->alias[h] = NULL;
-  if (saved != -2) {
-    cudaGetLastError();
-    mpn_cuda_device_leave(saved);
-  }
+  if (saved != -2) mpn_cuda_device_leave(saved);
 }

@@ -76,7 +76,7 @@ static void words_read(struct mpn_drain* d, int dev) {
   if (err != cudaSuccess) {
     cudaGetLastError();
     cudaError_t again = cudaStreamQuery(reader); /* a sticky error stays */
-    cudaGetLastError();
+    mpn_cuda_forget(again);
     if (again != cudaSuccess && again != cudaErrorNotReady)
       for (int w = 0; w < DRAIN_WORDS; w++) d->seen[w] = d->last[w];
     return;

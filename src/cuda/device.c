@@ -41,7 +41,7 @@ ncclResult_t mpn_cuda_set_device(int dev) {
 
 ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char* what) {
   if (err == cudaSuccess) return ncclSuccess;
-  cudaGetLastError();
+  mpn_cuda_forget(err);
   ncclResult_t res = mpn_error_set(comm, ncclUnhandledCudaError, "%s failed: %s", what, cudaGetErrorString(err));
   MPN_WARN("%s", mpn_error_last(comm));
   return res;
@@ -137,7 +137,8 @@ unsigned long long mpn_cuda_stream_id(cudaStream_t s) {
   cudaError_t err = cudaStreamGetId(s, &id);
   mpn_cuda_relaxed_leave(mode);
   if (err == cudaSuccess && mode.set) return id; /* (relaxed: the query left the capture alone) */
-  cudaGetLastError();
+  /* (a refused exchange was forgotten by mpn_cuda_relaxed_enter) */
+  mpn_cuda_forget(err);
   return err == cudaSuccess ? id : (unsigned long long)(uintptr_t)s | (1ULL << 63);
 }
 

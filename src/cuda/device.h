@@ -83,7 +83,7 @@ ncclResult_t mpn_cuda_peer_enable(int dev, int peer);
  */
 static inline void mpn_cuda_switch_device(int* current, int dev) {
   if (*current == dev) return;
-  cudaSetDevice(dev);
+  mpn_cuda_forget(cudaSetDevice(dev));
   *current = dev;
 }
 
@@ -91,7 +91,9 @@ static inline void mpn_cuda_switch_device(int* current, int dev) {
  * Makes dev (when >= 0) the calling thread's current device for a while;
  * returns the device that was current (-1: none), for
  * mpn_cuda_device_leave.  Library calls that touch another device than the
- * caller's leave the caller's current device as it was.
+ * caller's leave the caller's current device as it was.  These helpers
+ * forget their own failures, so that their callers need no clear of their
+ * own, which would also take an unread error of the program's.
  */
 static inline int mpn_cuda_device_enter(int dev) {
   int saved = -1;
@@ -99,14 +101,17 @@ static inline int mpn_cuda_device_enter(int dev) {
     cudaGetLastError();
     saved = -1;
   }
-  if (dev >= 0 && dev != saved) cudaSetDevice(dev);
+  if (dev >= 0 && dev != saved) mpn_cuda_forget(cudaSetDevice(dev));
   return saved;
 }
 
 /** Makes saved (from mpn_cuda_device_enter) current again, if it is not. */
 static inline void mpn_cuda_device_leave(int saved) {
+  if (saved < 0) return;
   int now = -1;
-  if (saved >= 0 && (cudaGetDevice(&now) != cudaSuccess || now != saved)) cudaSetDevice(saved);
+  cudaError_t err = cudaGetDevice(&now);
+  mpn_cuda_forget(err);
+  if (err != cudaSuccess || now != saved) mpn_cuda_forget(cudaSetDevice(saved));
 }
 
 /** A thread's capture mode, as mpn_cuda_relaxed_enter found it. */
@@ -120,17 +125,20 @@ typedef struct {
  * be capturing a graph, and the calls that follow (allocations, IPC, event
  * and stream queries, user objects) are not part of it: in the default
  * mode the capture would refuse them and be invalidated.  Pair with
- * mpn_cuda_relaxed_leave.
+ * mpn_cuda_relaxed_leave.  A refused exchange is forgotten (no clear of the
+ * caller's need cover it).
  */
 static inline mpn_capture_mode_t mpn_cuda_relaxed_enter(void) {
   mpn_capture_mode_t m = {cudaStreamCaptureModeRelaxed, 0};
-  m.set = cudaThreadExchangeStreamCaptureMode(&m.mode) == cudaSuccess;
+  cudaError_t err = cudaThreadExchangeStreamCaptureMode(&m.mode);
+  mpn_cuda_forget(err);
+  m.set = err == cudaSuccess;
   return m;
 }
 
 /** Gives the thread the capture mode mpn_cuda_relaxed_enter found. */
 static inline void mpn_cuda_relaxed_leave(mpn_capture_mode_t m) {
-  if (m.set) cudaThreadExchangeStreamCaptureMode(&m.mode);
+  if (m.set) mpn_cuda_forget(cudaThreadExchangeStreamCaptureMode(&m.mode));
 }
 
 /**

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "core/error.h"
+#include "cuda/device.h"
 
 static mpn_driver_t table;
 static ncclResult_t table_status;
@@ -16,7 +17,7 @@ static int load(const char* name, void** fn) {
   enum cudaDriverEntryPointQueryResult found;
   cudaError_t err = cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &found);
   if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fn == NULL) {
-    cudaGetLastError();
+    mpn_cuda_forget(err); /* (a symbol not found is no runtime error) */
     mpn_error_set(NULL, ncclUnhandledCudaError, "the CUDA driver lacks %s", name);
     return -1;
   }

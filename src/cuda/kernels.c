@@ -24,6 +24,7 @@
 #include "core/debug.h"
 #include "cuda/apply.h"
 #include "cuda/copy.h"
+#include "cuda/device.h"
 #include "cuda/sync.h"
 
 #define MOST_KERNELS 8
@@ -38,24 +39,30 @@ static pthread_once_t func_load_once = PTHREAD_ONCE_INIT;
 static void func_load_find(void) {
   void* fn = NULL;
   enum cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion("cuFuncLoad", &fn, 12040, cudaEnableDefault, &found) == cudaSuccess &&
-      found == cudaDriverEntryPointSuccess) {
+  cudaError_t err = cudaGetDriverEntryPointByVersion("cuFuncLoad", &fn, 12040, cudaEnableDefault, &found);
+  if (err == cudaSuccess && found == cudaDriverEntryPointSuccess) {
     func_load = (func_load_t)fn;
     return;
   }
-  cudaGetLastError();
+  mpn_cuda_forget(err);
   MPN_WARN(
       "the CUDA driver lacks cuFuncLoad (CUDA 12.4): kernels may load at their first launch, which can hang "
       "ranks of one process; set CUDA_MODULE_LOADING=EAGER");
 }
 
+/* The runtime's failures are forgotten here: cuFuncLoad's, reported as
+ * cudaErrorInvalidDeviceFunction, left the runtime nothing to clear. */
 static cudaError_t kernel_load(const void* kernel) {
+  cudaError_t err;
   if (func_load == NULL) {
     struct cudaFuncAttributes attr;
-    return cudaFuncGetAttributes(&attr, kernel);
+    err = cudaFuncGetAttributes(&attr, kernel);
+    mpn_cuda_forget(err);
+    return err;
   }
   cudaFunction_t f = NULL;
-  cudaError_t err = cudaGetFuncBySymbol(&f, kernel);
+  err = cudaGetFuncBySymbol(&f, kernel);
+  mpn_cuda_forget(err);
   if (err == cudaSuccess && func_load((CUfunction)f) != CUDA_SUCCESS) err = cudaErrorInvalidDeviceFunction;
   return err;
 }
@@ -69,7 +76,6 @@ void mpn_cuda_kernels_load(int dev) {
   cudaError_t err = cudaSuccess;
   for (int i = 0; i < n && err == cudaSuccess; i++) err = kernel_load(kernels[i]);
   if (err != cudaSuccess) {
-    cudaGetLastError();
     MPN_WARN("loading the library's kernels on device %d failed: %s", dev, cudaGetErrorString(err));
   } else {
     MPN_TRACE(MPN_SUBSYS_INIT, "device %d: %d kernels loaded", dev, n);

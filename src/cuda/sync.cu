@@ -294,8 +294,9 @@ extern "C" void mpn_sync_early_check(void) {
   int n = mpn_sync_kernels(kernels);
   for (int i = 0; i < n; i++) {
     cudaFuncAttributes a;
-    if (cudaFuncGetAttributes(&a, kernels[i]) == cudaSuccess && a.ptxVersion >= 90) continue;
-    cudaGetLastError();
+    cudaError_t err = cudaFuncGetAttributes(&a, kernels[i]);
+    if (err == cudaSuccess && a.ptxVersion >= 90) continue;
+    if (err != cudaSuccess) cudaGetLastError(); /* (an old PTX version is no error to clear) */
     __atomic_store_n(&early_ok, 0, __ATOMIC_RELAXED);
   }
 }

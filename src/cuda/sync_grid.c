@@ -49,12 +49,14 @@ static pool_t* pool_make(int dev) {
   void* counters = NULL;
   size_t bytes = (size_t)POOL_SLOTS * POOL_STRIDE;
   cudaError_t err = p ? mpn_cuda_alloc_zeroed(bytes, bytes, &counters) : cudaErrorMemoryAllocation;
+  cudaError_t own = cudaSuccess; /* a failure left recorded (mpn_cuda_alloc_zeroed forgets its own) */
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  if (err == cudaSuccess) err = mpn_cuda_host_mapped(POOL_SLOTS * sizeof(uint64_t), (void**)&p->done, &p->done_dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&p->sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err == cudaSuccess)
+    err = own = mpn_cuda_host_mapped(POOL_SLOTS * sizeof(uint64_t), (void**)&p->done, &p->done_dev);
+  if (err == cudaSuccess) err = own = cudaDeviceGetAttribute(&p->sms, cudaDevAttrMultiProcessorCount, dev);
   mpn_cuda_relaxed_leave(mode);
   if (err != cudaSuccess) {
-    cudaGetLastError();
+    mpn_cuda_forget(own);
     MPN_INFO(MPN_SUBSYS_INIT, "device %d: no counters for flag kernels of several blocks (%s): one block each",
              dev, cudaGetErrorString(err));
     if (counters) cudaFree(counters);

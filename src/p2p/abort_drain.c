@@ -35,9 +35,10 @@ static void* idle_wait_main(void* arg) {
   /* Relaxed: a capture of another thread in global mode would refuse the
    * synchronize (and could be spoiled by it). */
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  if (cudaSetDevice(w->dev) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess)
-    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
-  cudaGetLastError();
+  cudaError_t err = cudaSetDevice(w->dev);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+  mpn_cuda_forget(err);
   mpn_cuda_relaxed_leave(mode);
   idle_wait_put(w);
   return NULL;

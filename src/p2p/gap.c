@@ -87,7 +87,7 @@ static void learn_wait(mpn_gap_t* g) {
   uint64_t deadline = mpn_clock_now_ns() + (uint64_t)GAP_LEARN_WAIT_US * 1000;
   cudaError_t e;
   while ((e = cudaEventQuery(g->start)) == cudaErrorNotReady && mpn_clock_now_ns() < deadline) usleep(2);
-  if (e != cudaSuccess) cudaGetLastError();
+  mpn_cuda_forget(e);
   if (e == cudaErrorNotReady) g->impatient = 1;
 }
 
@@ -113,7 +113,7 @@ static int gap_launch_begin(mpn_gap_t* g, int dev, cudaStream_t s) {
       g->state = MPN_GAP_IDLE;
     } else {
       cudaError_t q = cudaStreamQuery(s);
-      if (q != cudaSuccess) cudaGetLastError();
+      mpn_cuda_forget(q); /* (not for cudaErrorNotReady, which the query did not record) */
       g->busy = q == cudaErrorNotReady;
       if (cudaEventRecord(g->start, s) == cudaSuccess) {
         g->state = MPN_GAP_TIMED;

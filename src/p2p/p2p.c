@@ -634,7 +634,6 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
   mpn_pair_release(pairs[0]);
   mpn_pair_release(pairs[1]);
   mpn_cuda_device_leave(saved); /* the caller's device, whichever thread it is */
-  cudaGetLastError();
 }
 
 void mpn_p2p_pairs_made(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) { peer_pairs(comm, peer, pairs); }

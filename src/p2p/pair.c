@@ -109,8 +109,7 @@ static void kept_free(kept_t* gone) {
   while (gone) {
     kept_t* k = gone;
     gone = k->next;
-    if (k->dflags) cudaFree(k->dflags);
-    cudaGetLastError();
+    if (k->dflags) mpn_cuda_forget(cudaFree(k->dflags));
     free(k);
   }
 }
@@ -259,8 +258,7 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
 
 /* The pair file's mapping goes: from CUDA, then from the process. */
 static void pair_mem_unmap(mpn_pair_t* p) {
-  cudaHostUnregister(p->mem);
-  cudaGetLastError();
+  mpn_cuda_forget(cudaHostUnregister(p->mem));
   munmap(p->mem, sizeof(mpn_pair_mem_t));
   p->mem = NULL;
 }
@@ -289,8 +287,12 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
   int dev = -1;
   const char* choice = mpn_param_str(MPN_PARAM_FLAGS);
   int forced = strcasecmp(choice, "device") == 0;
-  int device = (forced || strcasecmp(choice, "auto") == 0) && cudaGetDevice(&dev) == cudaSuccess;
-  if (!device) cudaGetLastError();
+  int device = forced || strcasecmp(choice, "auto") == 0;
+  if (device) {
+    cudaError_t got = cudaGetDevice(&dev);
+    mpn_cuda_forget(got);
+    device = got == cudaSuccess;
+  }
   uint32_t where = MPN_FLAGS_HOST;
   if (device) {
     void* d = NULL;
@@ -728,12 +730,12 @@ static void pair_release_device(mpn_pair_t* pair) {
     MPN_WARN("cannot release the device flags of %s", pair->name);
     return;
   }
-  cudaMemcpyAsync((void*)pair->dflags, values, sizeof(values), cudaMemcpyHostToDevice, s);
+  mpn_cuda_forget(cudaMemcpyAsync((void*)pair->dflags, values, sizeof(values), cudaMemcpyHostToDevice, s));
   uint64_t signals[MPN_PAIR_RMA_CTX];
   for (int i = 0; i < MPN_PAIR_RMA_CTX; i++) signals[i] = UINT64_MAX >> 1;
-  cudaMemcpyAsync((void*)mpn_pair_signal(pair, 0), signals, sizeof(signals), cudaMemcpyHostToDevice, s);
-  cudaStreamSynchronize(s);
-  cudaGetLastError();
+  mpn_cuda_forget(
+      cudaMemcpyAsync((void*)mpn_pair_signal(pair, 0), signals, sizeof(signals), cudaMemcpyHostToDevice, s));
+  mpn_cuda_forget(cudaStreamSynchronize(s));
 }
 
 void mpn_pair_release(mpn_pair_t* pair) {

@@ -53,7 +53,7 @@ static int stage_idle(struct mpn_stage* st) {
   if (st->busy || st->pinned) return 0;
   if (st->freed == NULL) return 1;
   cudaError_t err = cudaEventQuery(st->freed);
-  if (err != cudaSuccess) cudaGetLastError();
+  mpn_cuda_forget(err); /* (not for cudaErrorNotReady, which the query did not record) */
   return err == cudaSuccess;
 }
 

@@ -24,6 +24,7 @@
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "cuda/device.h"
 #include "cuda/event.h"
 #include "p2p/pair.h"
 #include "transport.h"
@@ -106,8 +107,9 @@ int mpn_rma_local_wait(mpn_pair_t* pair, int ctx, uint64_t expected, cudaStream_
       entry_t* e = &r->e[t % RING];
       if (e->count > expected) break; /* a later point: no entry of ours */
       if (e->count == expected) {
-        int ok = cudaStreamWaitEvent(s, e->ev, 0) == cudaSuccess;
-        cudaGetLastError();
+        cudaError_t err = cudaStreamWaitEvent(s, e->ev, 0);
+        mpn_cuda_forget(err);
+        int ok = err == cudaSuccess;
         mpn_event_put(e->dev, e->ev);
         __atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
         return ok;

@@ -126,9 +126,10 @@ static ncclResult_t issue_puts(mpn_op_t** ops, put_t* puts, int n, cudaStream_t 
       mpn_graph_holds_add_import(&launch_holds, s, dev, &puts[i].ref);
       continue;
     }
+    cudaError_t err = cudaSuccess; /* the record's: mpn_event_of_stream forgets its own failures */
     if (used == NULL &&
-        (mpn_event_of_stream(s, dev, &used) != ncclSuccess || cudaEventRecord(used, s) != cudaSuccess)) {
-      cudaGetLastError();
+        (mpn_event_of_stream(s, dev, &used) != ncclSuccess || (err = cudaEventRecord(used, s)) != cudaSuccess)) {
+      mpn_cuda_forget(err);
       used = NULL; /* the import is pinned instead */
     }
     mpn_ipc_mark_used(&puts[i].ref, used, 0);

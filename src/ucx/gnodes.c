@@ -107,8 +107,7 @@ ncclResult_t mpn_ucx_gnode_enqueue(mpn_ucx_gnode_t* g, cudaStream_t s, const cha
 static void gnode_strip(mpn_ucx_gnode_t* g, int leak) {
   if (g->stage && !leak) {
     mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-    cudaFreeHost(g->stage);
-    cudaGetLastError();
+    mpn_cuda_forget(cudaFreeHost(g->stage));
     mpn_cuda_relaxed_leave(mode);
   }
   g->stage = NULL;

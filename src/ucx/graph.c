@@ -93,11 +93,10 @@ static void group_free(mpn_ucx_ggroup_t* g, int leak) {
   mpn_ucx_node_kill(&g->guard);
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   for (int i = 0; i < g->n; i++)
-    if (g->posts[i].stage && !leak) cudaFreeHost(g->posts[i].stage);
-  if (g->side) cudaStreamDestroy(g->side);
-  if (g->fork) cudaEventDestroy(g->fork);
-  if (g->join) cudaEventDestroy(g->join);
-  cudaGetLastError();
+    if (g->posts[i].stage && !leak) mpn_cuda_forget(cudaFreeHost(g->posts[i].stage));
+  if (g->side) mpn_cuda_forget(cudaStreamDestroy(g->side));
+  if (g->fork) mpn_cuda_forget(cudaEventDestroy(g->fork));
+  if (g->join) mpn_cuda_forget(cudaEventDestroy(g->join));
   mpn_cuda_relaxed_leave(mode);
   free(g->posts);
   g->posts = NULL;
@@ -111,8 +110,7 @@ static void group_destroy(mpn_ucx_ggroup_t* g) {
   group_free(g, 0);
   if (g->words) {
     mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* (a reclaim runs during a capture) */
-    cudaFreeHost(g->words);
-    cudaGetLastError();
+    mpn_cuda_forget(cudaFreeHost(g->words));
     mpn_cuda_relaxed_leave(mode);
   }
   free(g);

@@ -100,13 +100,12 @@ struct mpn_ucx_staged {
 };
 
 static void lane_free(lane_t* l) {
-  if (l->stream) cudaStreamDestroy(l->stream);
-  if (l->joined) cudaEventDestroy(l->joined);
-  if (l->buf) cudaFreeHost(l->buf);
+  if (l->stream) mpn_cuda_forget(cudaStreamDestroy(l->stream));
+  if (l->joined) mpn_cuda_forget(cudaEventDestroy(l->joined));
+  if (l->buf) mpn_cuda_forget(cudaFreeHost(l->buf));
   for (int i = 0; i < l->nretired; i++)
-    if (l->retired[i]) cudaFreeHost(l->retired[i]);
-  if (l->words) cudaFreeHost(l->words);
-  cudaGetLastError();
+    if (l->retired[i]) mpn_cuda_forget(cudaFreeHost(l->retired[i]));
+  if (l->words) mpn_cuda_forget(cudaFreeHost(l->words));
   memset(l, 0, sizeof(*l));
 }
 
@@ -508,7 +507,8 @@ int mpn_ucx_staged_quiesce(struct ncclComm* comm) {
   for (int i = 0; i < n; i++) {
     lane_t* l = &lanes[i];
     uint64_t released = 0;
-    while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady) {
+    cudaError_t q = cudaSuccess;
+    while (l->stream && (q = cudaStreamQuery(l->stream)) == cudaErrorNotReady) {
       uint64_t now = mpn_clock_now_ns();
       if (released && now > released + 1000000000ull)
         break; /* still held (by the stream it forked from): given up, leaked */
@@ -520,7 +520,7 @@ int mpn_ucx_staged_quiesce(struct ncclComm* comm) {
       }
       usleep(20);
     }
-    cudaGetLastError();
+    mpn_cuda_forget(q);
     if (i % 2 == 0 && clean) clean = sends_done(comm, l, deadline);
   }
   if (clean) clean = mpn_ucx_graph_quiesce(comm->staged->graphs, mpn_ucx_comm_error(comm), deadline);
@@ -533,8 +533,10 @@ ncclResult_t mpn_ucx_staged_drain(struct ncclComm* comm) {
   uint64_t deadline = net_deadline();
   for (int i = 0; i < 2 * comm->nranks; i += 2) {
     lane_t* l = &comm->staged->lanes[i];
-    while (l->stream && cudaStreamQuery(l->stream) == cudaErrorNotReady && mpn_clock_now_ns() < deadline) usleep(20);
-    cudaGetLastError();
+    cudaError_t q = cudaSuccess;
+    while (l->stream && (q = cudaStreamQuery(l->stream)) == cudaErrorNotReady && mpn_clock_now_ns() < deadline)
+      usleep(20);
+    mpn_cuda_forget(q);
     if (sends_done(comm, l, deadline)) continue;
     int failed = __atomic_load_n(mpn_ucx_comm_error(comm), __ATOMIC_ACQUIRE);
     if (failed != ncclSuccess) /* (sends_done gives up at once then) */

@@ -68,9 +68,8 @@ struct mpn_ucx_rma {
 static void state_free(struct mpn_ucx_rma* r, int leak) {
   if (r->region && leak) mpn_ucx_region_forget_keys(r->region);
   if (r->region) mpn_ucx_region_free(r->region);
-  if (r->area && !leak) cudaFreeHost(r->area);
-  if (r->wins && !leak) cudaFreeHost(r->wins);
-  cudaGetLastError();
+  if (r->area && !leak) mpn_cuda_forget(cudaFreeHost(r->area));
+  if (r->wins && !leak) mpn_cuda_forget(cudaFreeHost(r->wins));
   mpn_ucx_gslots_destroy(r->gslots); /* (process memory: leaked or not, records may still name it) */
   free(r);
 }
@@ -145,8 +144,7 @@ ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t byte
 static void win_free(mpn_ucx_win_t* w, int leak) {
   if (w->region && leak) mpn_ucx_region_forget_keys(w->region);
   if (w->region) mpn_ucx_region_free(w->region);
-  if (w->mirror && !leak) cudaFreeHost(w->mirror);
-  cudaGetLastError();
+  if (w->mirror && !leak) mpn_cuda_forget(cudaFreeHost(w->mirror));
   free(w);
 }
 

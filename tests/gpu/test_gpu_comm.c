@@ -111,11 +111,70 @@ static void CUDART_CB sleep_20ms(void* arg) {
   usleep(20000);
 }
 
+/* Sets an error of the program's own (cudaErrorInvalidDevice) that it has
+ * not read yet, for expect_error_kept after the library's calls. */
+static void program_error_set(void) { EXPECT(cudaSetDevice(ndev + 7) == cudaErrorInvalidDevice); }
+
+static void expect_error_kept(const char* step) {
+  cudaError_t kept = cudaGetLastError();
+  if (kept != cudaErrorInvalidDevice)
+    fprintf(stderr, "[world %d] %s: the program's error became %s\n", world_rank, step, cudaGetErrorName(kept));
+  EXPECT(kept == cudaErrorInvalidDevice);
+}
+
+/* Windows of the pair c, registered and deregistered in a group each (one
+ * thread drives both ranks), with a put and signal each way between. */
+static void error_kept_windows(ncclComm_t c[2], cudaStream_t s) {
+  size_t bytes = 65536;
+  void *buf[2] = {NULL, NULL}, *src = NULL;
+  ncclWindow_t w[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclMemAlloc(&buf[i], bytes));
+  EXPECT_OK(ncclMemAlloc(&src, bytes));
+  program_error_set();
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommWindowRegister(c[i], buf[i], bytes, &w[i], 0));
+  EXPECT_OK(ncclGroupEnd());
+  expect_error_kept("window registration");
+  EXPECT(w[0] != NULL && w[1] != NULL);
+  if (w[0] && w[1]) {
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < 2; i++) {
+      ncclWaitSignalDesc_t d = {1, 1 - i, 0, 0};
+      EXPECT_OK(ncclPutSignal(src, bytes, ncclInt8, 1 - i, w[i], 0, 0, 0, 0, c[i], s));
+      EXPECT_OK(ncclWaitSignal(1, &d, c[i], s));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+    program_error_set();
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommWindowDeregister(c[i], w[i]));
+    EXPECT_OK(ncclGroupEnd());
+    expect_error_kept("window deregistration");
+  }
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclMemFree(buf[i]));
+  EXPECT_OK(ncclMemFree(src));
+}
+
+/* A pair made for the step, one exchange (two-hop, 1 MiB), then destroyed. */
+static void error_kept_destroy(int dev, cudaStream_t s, char* buf) {
+  int devs[2] = {dev, dev};
+  ncclComm_t d[2];
+  EXPECT_OK(ncclCommInitAll(d, 2, devs));
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(buf, 1 << 20, ncclInt8, 1, d[0], s));
+  EXPECT_OK(ncclRecv(buf + (1 << 20), 1 << 20, ncclInt8, 0, d[1], s));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+  program_error_set();
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(d[i]));
+  expect_error_kept("ncclCommDestroy");
+}
+
 /* A CUDA error of the program's own that it has not read yet stays for its
  * cudaGetLastError whatever the library's calls in between: ncclMemAlloc,
- * ncclMemFree, and a group of two ranks of this process.  First the
- * premise the library relies on: a query's cudaErrorNotReady is not
- * recorded as the last error. */
+ * ncclMemFree, a group of two ranks of this process, windows registered
+ * and deregistered, and ncclCommDestroy.  First the premise the library
+ * relies on: a query's cudaErrorNotReady is not recorded as the last error. */
 static void test_program_error_kept(void) {
   cudaStream_t s;
   EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
@@ -131,8 +190,9 @@ static void test_program_error_kept(void) {
   EXPECT_OK(ncclCommInitAll(c, 2, devs));
   char* buf = NULL;
   EXPECT(cudaMalloc((void**)&buf, 2 << 20) == cudaSuccess);
+  static const char* const steps[3] = {"ncclMemAlloc and ncclMemFree", "a two-hop group", "an inbox group"};
   for (int step = 0; step < 3; step++) {
-    EXPECT(cudaSetDevice(ndev + 7) == cudaErrorInvalidDevice); /* the program's error, unread */
+    program_error_set();
     void* p = NULL;
     if (step == 0) {
       EXPECT_OK(ncclMemAlloc(&p, 1 << 20));
@@ -145,11 +205,10 @@ static void test_program_error_kept(void) {
       EXPECT_OK(ncclGroupEnd());
       EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
     }
-    cudaError_t kept = cudaGetLastError();
-    if (kept != cudaErrorInvalidDevice)
-      fprintf(stderr, "[world %d] step %d: the program's error became %s\n", world_rank, step, cudaGetErrorName(kept));
-    EXPECT(kept == cudaErrorInvalidDevice);
+    expect_error_kept(steps[step]);
   }
+  error_kept_windows(c, s);
+  error_kept_destroy(dev, s, buf);
   cudaFree(buf);
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(c[i]));
   cudaEventDestroy(ev);

@@ -2,6 +2,9 @@
  * prefix.c - the tag prefixes held by this process's live UCX communicators
  * (ucx/net.c agrees on one per communicator over all its ranks).  A short
  * list under a mutex: communicators are few, and made and freed rarely.
+ * The prefixes of the last RECENT communicators freed stay out of use too:
+ * messages a freed communicator never received stay among UCX's unexpected
+ * ones in the worker, and a new communicator with its prefix could take them.
  */
 #include "ucx/prefix.h"
 
@@ -20,6 +23,10 @@ typedef struct {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static held_t* held; /* n entries, in no order */
 static size_t n, cap;
+
+enum { RECENT = MPN_UCX_PREFIX_RECENT };
+static held_t recent[RECENT]; /* prefixes freed last (holds unused), a ring */
+static size_t freed;          /* how many were ever freed: the ring's next entry is freed % RECENT */
 
 #define PREFIX_MASK ((1u << MPN_UCX_PREFIX_BITS) - 1)
 
@@ -53,13 +60,21 @@ static int held_room(void) {
   return 1;
 }
 
+/* Whether another key freed prefix lately; under the lock. */
+static int recent_other(uint32_t prefix, uint64_t key) {
+  for (size_t i = 0; i < RECENT && i < freed; i++)
+    if (recent[i].prefix == prefix && recent[i].key != key) return 1;
+  return 0;
+}
+
 ncclResult_t mpn_ucx_prefix_reserve(uint32_t prefix, uint64_t key, int* taken) {
   pthread_mutex_lock(&lock);
   held_t* h = held_find(prefix);
-  int other = h && h->key != key, room = h || held_room();
+  int other = (h && h->key != key) || (!h && recent_other(prefix, key));
+  int room = other || h || held_room();
   if (h && !other)
     h->holds++;
-  else if (!h && room)
+  else if (!h && !other && room)
     held[n++] = (held_t){.prefix = prefix, .key = key, .holds = 1};
   pthread_mutex_unlock(&lock);
   if (!room) return mpn_error_set(NULL, ncclSystemError, "out of memory");
@@ -72,6 +87,7 @@ void mpn_ucx_prefix_release(uint32_t prefix, uint64_t key) {
   held_t* h = held_find(prefix);
   int mine = h && h->key == key;
   if (mine && --h->holds == 0) {
+    recent[freed++ % RECENT] = *h;
     *h = held[--n];
     if (n == 0) { /* (nothing left over at the process's exit) */
       free(held);

@@ -2,8 +2,9 @@
  * test_ucx_prefix.c - the tag prefixes of the process's live UCX
  * communicators (src/ucx/prefix.c): a prefix one key holds is refused to
  * another, held again by the same key (ranks of one communicator in one
- * process) until each hold is released, and never given to two keys by
- * threads reserving at once; the candidates a key tries.
+ * process) until each hold is released, kept from other keys a while after
+ * it is freed, and never given to two keys by threads reserving at once;
+ * the candidates a key tries.
  */
 #include <check.h>
 #include <pthread.h>
@@ -21,11 +22,22 @@ static int reserve(uint32_t prefix, uint64_t key) {
   return taken;
 }
 
+/* Frees MPN_UCX_PREFIX_RECENT other prefixes (a key of its own): those
+ * freed before are anyone's again. */
+static void recent_flush(void) {
+  for (uint32_t i = 0; i < MPN_UCX_PREFIX_RECENT; i++) {
+    ck_assert_int_eq(reserve(0x800000 + i, 1000), 0);
+    mpn_ucx_prefix_release(0x800000 + i, 1000);
+  }
+}
+
 START_TEST(other_key_refused) {
   ck_assert_int_eq(reserve(0x123456, 1), 0);
   ck_assert_int_eq(reserve(0x123456, 2), 1);
   ck_assert_int_eq(reserve(0x123457, 2), 0); /* another prefix */
   mpn_ucx_prefix_release(0x123456, 1);
+  ck_assert_int_eq(reserve(0x123456, 2), 1); /* freed, but lately: a message of key 1's may wait */
+  recent_flush();
   ck_assert_int_eq(reserve(0x123456, 2), 0); /* free again */
   ck_assert_int_eq(reserve(0x123456, 1), 1);
   mpn_ucx_prefix_release(0x123456, 2);
@@ -39,6 +51,7 @@ START_TEST(same_key_counted) {
   mpn_ucx_prefix_release(0xabcdef, 7);
   ck_assert_int_eq(reserve(0xabcdef, 8), 1); /* still held by the other rank */
   mpn_ucx_prefix_release(0xabcdef, 7);
+  recent_flush();
   ck_assert_int_eq(reserve(0xabcdef, 8), 0);
   mpn_ucx_prefix_release(0xabcdef, 8);
 }
@@ -50,6 +63,7 @@ START_TEST(release_by_other_key_ignored) {
   mpn_ucx_prefix_release(0x000001, 4);
   ck_assert_int_eq(reserve(0x000001, 4), 1);
   mpn_ucx_prefix_release(0x000001, 3);
+  recent_flush();
   ck_assert_int_eq(reserve(0x000001, 4), 0);
   mpn_ucx_prefix_release(0x000001, 4);
 }
@@ -87,6 +101,7 @@ START_TEST(threads_never_share) {
   for (uintptr_t i = 0; i < THREADS; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, contend, (void*)(i + 1)), 0);
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   ck_assert_int_eq(clashes, 0);
+  recent_flush();
   for (uint32_t p = 0; p < PREFIXES; p++) ck_assert_int_eq(reserve(p, 99), 0); /* every hold released */
   for (uint32_t p = 0; p < PREFIXES; p++) mpn_ucx_prefix_release(p, 99);
 }

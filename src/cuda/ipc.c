@@ -666,6 +666,14 @@ void mpn_ipc_forget_device(int dev) {
   mpn_ipc_held_forget(dev);
 }
 
+int mpn_ipc_import_live(uint64_t owner, uint64_t buffer_id, int dev) {
+  pthread_mutex_lock(&ipc_lock);
+  const ipc_entry_t* e = cache_find(&imported, owner, buffer_id, dev);
+  int live = e != NULL && !e->forget;
+  pthread_mutex_unlock(&ipc_lock);
+  return live;
+}
+
 void mpn_ipc_counts(int* n_exported, int* n_imported) {
   pthread_mutex_lock(&ipc_lock);
   *n_exported = exported.n;

@@ -134,6 +134,10 @@ void mpn_ipc_drop_in_way(uint64_t owner, uint64_t base, uint64_t size);
  */
 void mpn_ipc_forget_device(int dev);
 
+/** Whether owner's buffer is imported on device dev and not forgotten
+ *  (mpn_ipc_forget; for tests). */
+int mpn_ipc_import_live(uint64_t owner, uint64_t buffer_id, int dev);
+
 /** Entries in the export and import caches (for tests). */
 void mpn_ipc_counts(int* exported, int* imported);
 

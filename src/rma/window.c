@@ -25,6 +25,7 @@
 #include "core/turn.h"
 #include "core/group.h"
 #include "rma/winasync.h"
+#include "rma/winshare.h"
 #include "rma/wingroup.h"
 #include "rma/rma.h"
 #include "transport.h"
@@ -103,6 +104,39 @@ static ncclResult_t check_parts(struct ncclComm* comm, const mpn_win_part_t* par
                           fn, (unsigned long long)parts[0].size, r,
                           (unsigned long long)parts[r].size);
   return ncclSuccess;
+}
+
+/* Whether this process maps peer's part of w over CUDA IPC for its puts. */
+static int peer_mapped(const struct ncclComm* comm, const struct ncclWindow_vidmem* w, int peer) {
+  return comm->cuda_dev >= 0 && w->parts[peer].proc != mpn_chan_proc_id() && comm->transport[peer] != MPN_TRANSPORT_UCX;
+}
+
+/* Counts w among the live windows naming each peer allocation it may map
+ * (rma/winshare.h), for all peers or none. */
+static void share_peers(struct ncclComm* comm, struct ncclWindow_vidmem* w) {
+  int peer = 0;
+  while (peer < comm->nranks && (!peer_mapped(comm, w, peer) ||
+                                 mpn_win_share_take(w->parts[peer].proc, w->parts[peer].ipc.buffer_id, comm->cuda_dev)))
+    peer++;
+  w->shared = peer == comm->nranks;
+  if (w->shared) return;
+  MPN_INFO(MPN_SUBSYS_RMA,
+           "rank %d: window %p not counted among the users of its peers' memory (out of memory): its "
+           "deregistration closes imports that other windows may still use",
+           comm->rank, (void*)w);
+  while (peer-- > 0)
+    if (peer_mapped(comm, w, peer))
+      mpn_win_share_drop(w->parts[peer].proc, w->parts[peer].ipc.buffer_id, comm->cuda_dev, 1);
+}
+
+/* Closes, once the puts issued into them completed, the peers' buffers this
+ * rank mapped for its puts and no other live window of the process names:
+ * kept open, a freed window's mapping holds the owner's memory and may
+ * stand in the way of its next one. */
+static void forget_peers(struct ncclComm* comm, const struct ncclWindow_vidmem* w) {
+  for (int peer = 0; peer < comm->nranks; peer++)
+    if (peer_mapped(comm, w, peer))
+      mpn_win_share_drop(w->parts[peer].proc, w->parts[peer].ipc.buffer_id, comm->cuda_dev, w->shared);
 }
 
 /* This rank's own arguments (win checked by the caller). */
@@ -202,6 +236,7 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
   if (mpn_ucx_comm_ready(comm)) res = mpn_ucx_win_register(comm, buff, size, &w->ucx);
   if (res != ncclSuccess) goto fail;
 #endif
+  share_peers(comm, w);
   pthread_mutex_lock(&rma->lock);
   w->next = rma->windows;
   rma->windows = w;
@@ -237,16 +272,6 @@ static void win_let_go(struct ncclWindow_vidmem* w) {
 static void win_free(struct ncclWindow_vidmem* w) {
   if (w) win_let_go(w);
   free(w);
-}
-
-/* Closes, once the puts issued into them completed, the peers' buffers this
- * rank mapped for its puts: kept open, a freed window's mapping holds the
- * owner's memory and may stand in the way of its next one. */
-static void forget_peers(struct ncclComm* comm, const struct ncclWindow_vidmem* w) {
-  uint64_t me = mpn_chan_proc_id();
-  for (int peer = 0; peer < comm->nranks && comm->cuda_dev >= 0; peer++)
-    if (w->parts[peer].proc != me && comm->transport[peer] != MPN_TRANSPORT_UCX)
-      mpn_ipc_forget(w->parts[peer].proc, w->parts[peer].ipc.buffer_id, comm->cuda_dev);
 }
 
 /* Keeps w itself (not what it holds) out of reuse for a while: a stale

@@ -33,6 +33,7 @@ struct ncclWindow_vidmem {
   mpn_win_part_t* parts; /**< nranks */
   struct mpn_ucx_win* ucx; /**< the host mirror UCX peers put into (ucx/winstage.c), or NULL */
   uint64_t serial;         /**< its registration's number on the communicator, the same on every rank */
+  int shared;              /**< counted among the users of the peers' allocations it names (winshare.h) */
   mpn_mem_alloc_t* pin;    /**< the ncclMemAlloc allocation base lies in, held until the window goes
                                 (its ncclMemFree waits for that), or NULL */
   struct ncclWindow_vidmem* next; /**< the communicator's live windows */

@@ -15,6 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/channel.h" /* (the library's own headers before the harness's globals) */
+#include "cuda/ipc.h"
+#include "rma/window.h"
+#include "rma/winshare.h"
+#include "transport.h"
+
 #include "harness.h"
 #include "mpinccl.h"
 #include "pattern.h"
@@ -208,6 +214,51 @@ static void window_agreement(void) {
 }
 
 /*
+ * Two windows at offsets of one allocation share this process's import of
+ * the next rank's allocation: deregistering one keeps the import for the
+ * other (it was closed, and the other's next put mapped it again, 80-270
+ * us), and deregistering the last lets it go.  Data checked throughout.
+ */
+static void windows_share_allocation(void) {
+  enum { BYTES = 1 << 16 };
+  char* all = dev_alloc(2 * BYTES);
+  char* src = dev_alloc(BYTES);
+  EXPECT(cudaMemsetAsync(all, 0, 2 * BYTES, stream) == cudaSuccess);
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  ncclWindow_t wa = NULL, wb = NULL;
+  EXPECT_OK(ncclCommWindowRegister(comm, all, BYTES, &wa, 0));
+  EXPECT_OK(ncclCommWindowRegister(comm, all + BYTES, BYTES, &wb, 0));
+  ring_put(wa, all, src, BYTES, 90, "windows_share_allocation: the first window");
+  ring_put(wb, all + BYTES, src, BYTES, 91, "windows_share_allocation: the second window");
+  int to = (rank + 1) % nranks, dev = -1;
+  EXPECT_OK(ncclCommCuDevice(comm, &dev));
+  const mpn_win_part_t* part = &wa->parts[to];
+  /* Only a peer in another process over CUDA IPC is mapped. */
+  int mapped = part->proc != mpn_chan_proc_id() && comm->transport[to] == MPN_TRANSPORT_IPC;
+  if (mapped) {
+    EXPECT(wb->parts[to].ipc.buffer_id == part->ipc.buffer_id); /* one allocation, one import */
+    EXPECT(mpn_win_share_count(part->proc, part->ipc.buffer_id, dev) == 2);
+    EXPECT(mpn_ipc_import_live(part->proc, part->ipc.buffer_id, dev));
+  }
+  uint64_t owner = part->proc, id = part->ipc.buffer_id;
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclCommWindowDeregister(comm, wa));
+  if (mapped) {
+    EXPECT(mpn_win_share_count(owner, id, dev) == 1);
+    EXPECT(mpn_ipc_import_live(owner, id, dev)); /* kept for wb */
+  }
+  ring_put(wb, all + BYTES, src, BYTES, 92, "windows_share_allocation: the second window after the first went");
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT_OK(ncclCommWindowDeregister(comm, wb));
+  if (mapped) {
+    EXPECT(mpn_win_share_count(owner, id, dev) == 0);
+    EXPECT(!mpn_ipc_import_live(owner, id, dev));
+  }
+  EXPECT_OK(ncclMemFree(all));
+  EXPECT_OK(ncclMemFree(src));
+}
+
+/*
  * ncclMemFree of memory that backs a live window is deferred to the
  * window's deregistration: the allocation made next gets other memory
  * (freed at once, CUDA handed its address out again and the peers' puts
@@ -252,6 +303,7 @@ int main(int argc, char** argv) {
   STEP(windows());
   STEP(refusals());
   STEP(window_agreement());
+  STEP(windows_share_allocation());
   STEP(pingpong(8));
   STEP(pingpong((1 << 20) + 3));
   STEP(host_source());

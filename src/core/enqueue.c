@@ -54,14 +54,20 @@ ncclResult_t mpn_check_peer(struct ncclComm* comm, const char* caller, int peer,
   return ncclSuccess;
 }
 
-/* Whether a peer (in range) ended its communicator normally and its process
- * exited (the watchdog found it: MPN_PEER_LEFT): it can answer nothing more. */
+/* Whether a peer (in range) is gone with nothing of this rank's waiting for
+ * it, the communicator going on (the watchdog found it: MPN_PEER_LEFT or
+ * MPN_PEER_EXITED): it can answer nothing more. */
 static int peer_left(const struct ncclComm* comm, int peer) {
-  return __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT;
+  return __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) >= MPN_PEER_LEFT;
 }
 
 static ncclResult_t peer_here(struct ncclComm* comm, const char* caller, int peer) {
   if (!peer_left(comm, peer)) return ncclSuccess;
+  if (__atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_EXITED)
+    return MPN_REFUSE(comm, ncclRemoteError,
+                      "%s: peer %d's process exited (its communicator ended or it failed) before it exchanged "
+                      "anything with this rank",
+                      caller, peer);
   return MPN_REFUSE(comm, ncclRemoteError,
                     "%s: peer %d ended its communicator (ncclCommDestroy) and its process exited", caller, peer);
 }

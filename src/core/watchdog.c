@@ -100,6 +100,31 @@ static int left_normally(struct ncclComm* comm, int peer) {
   return 1;
 }
 
+/* Whether nothing of this rank's can wait for a peer over CUDA IPC: no pair
+ * made with it (its messages and signals go through pairs) and no signal
+ * of its awaited. */
+static int shares_nothing(const struct ncclComm* comm, int peer) {
+  if (comm->transport[peer] != MPN_TRANSPORT_IPC) return 0;
+  mpn_pair_t* pairs[2];
+  mpn_p2p_pairs_made(comm, peer, pairs);
+  return pairs[0] == NULL && pairs[1] == NULL && mpn_rma_peer_left(comm, peer);
+}
+
+/* A same-host peer whose process is gone and that shared nothing with this
+ * rank: no record tells a normal end from a crash, but nothing waits for
+ * it, so the communicator goes on as in NCCL (a program whose communicator
+ * outlives MPI_Finalize sees the ranks it never talked to exit first); later
+ * calls naming it are refused.  A launch that passed that refusal before
+ * the mark may make a pair after it: each round looks again. */
+static int exited_unshared(struct ncclComm* comm, int peer) {
+  if (!shares_nothing(comm, peer)) return 0;
+  __atomic_store_n(&comm->peer_gone[peer], MPN_PEER_EXITED, __ATOMIC_RELEASE);
+  MPN_INFO(MPN_SUBSYS_INIT,
+           "comm %p rank %d: rank %d's process exited; it shared nothing with this rank, which goes on", (void*)comm,
+           comm->rank, peer);
+  return 1;
+}
+
 int mpn_watchdog_check(struct ncclComm* comm) {
   /* Finalized too: ncclCommFinalize and ncclCommDestroy wait for the streams,
    * which a peer found gone must release (drain.h). */
@@ -115,6 +140,10 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     if (ucx_aborted_release(comm, peer)) continue;
     int gone_before = __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE);
     if (gone_before == MPN_PEER_LEFT) continue; /* (nothing of this rank's waits for it) */
+    if (gone_before == MPN_PEER_EXITED) {
+      if (shares_nothing(comm, peer)) continue;
+      gone_before = MPN_PEER_HERE; /* a pair made since: what waits there fails as for any peer gone */
+    }
     int lost = ucx_lost(comm, peer);
     if (!local && !gone_before && !lost) continue;
     if (gone_before) {
@@ -134,7 +163,7 @@ int mpn_watchdog_check(struct ncclComm* comm) {
       continue;
     }
     if (!lost && !mpn_proc_gone(p->pid, p->start_time)) continue;
-    if (!lost && left_normally(comm, peer)) continue;
+    if (!lost && (left_normally(comm, peer) || exited_unshared(comm, peer))) continue;
     __atomic_store_n(&comm->peer_gone[peer], MPN_PEER_GONE, __ATOMIC_RELEASE);
     found++;
     if (lost)

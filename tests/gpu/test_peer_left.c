@@ -7,7 +7,13 @@
  * as NCCL would: no error through ncclCommGetAsyncError, and only a later
  * call naming rank 1 is refused (ncclRemoteError).  On a second
  * communicator rank 0 still waits for a message rank 1 never sent: that
- * is a failure, reported (ncclRemoteError), and the stream let go.
+ * is a failure, reported (ncclRemoteError), and the stream let go.  On a
+ * third the two ranks never exchanged anything (no pair, no record of an
+ * end): nothing of rank 0's waits for rank 1, so no error either, and a
+ * later call naming it is refused.  On a fourth, rank 0 queued a receive
+ * in a group before rank 1's exit and ends the group after the watchdog
+ * found it: whether the launch is refused or waits in a pair made then,
+ * it is reported and the stream let go, never a hang.
  * Prints one line per rank ending in "ok" or "FAIL".
  */
 #include <stdint.h>
@@ -16,7 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/comm.h" /* (the library's headers before the harness's globals) */
 #include "core/proc.h"
+
 #include "harness.h"
 
 enum { BYTES = 4096, WATCHDOG_MS = 20 };
@@ -61,9 +69,14 @@ int main(int argc, char** argv) {
   EXPECT(cudaMalloc((void**)&buf, 3 * BYTES) == cudaSuccess);
   EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
   EXPECT_OK(mpincclCommInitMPI(&waiting, MPI_COMM_WORLD, NULL));
+  ncclComm_t idle = NULL, late = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&idle, MPI_COMM_WORLD, NULL));
+  EXPECT_OK(mpincclCommInitMPI(&late, MPI_COMM_WORLD, NULL));
   exchange(comm, stream, buf, peer);
   exchange(waiting, s2, buf, peer);
   if (rank == 1) {
+    EXPECT_OK(ncclCommDestroy(late));
+    EXPECT_OK(ncclCommDestroy(idle));
     EXPECT_OK(ncclCommDestroy(waiting));
     EXPECT_OK(ncclCommDestroy(comm));
     printf("test_peer_left: rank 1 %s\n", failures ? "FAIL" : "ok");
@@ -72,11 +85,21 @@ int main(int argc, char** argv) {
   }
   /* A receive rank 1 never answers, on the second communicator only. */
   EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, waiting, s2));
+  EXPECT_OK(ncclGroupStart()); /* (ended once the watchdog found rank 1 gone) */
+  EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, late, s2));
   MPI_Finalize(); /* (rank 1 may be gone from here on) */
   int gone = 0;
   for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
   EXPECT(gone);
   usleep(10 * WATCHDOG_MS * 1000);
+  EXPECT(async_of(idle) == ncclSuccess); /* nothing shared, nothing waited */
+  EXPECT(ncclSend(buf, BYTES, ncclInt8, peer, idle, stream) == ncclRemoteError);
+  EXPECT(strstr(ncclGetLastError(idle), "process exited") != NULL);
+  EXPECT(__atomic_load_n(&late->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_EXITED);
+  ncclResult_t ended = ncclGroupEnd();
+  usleep(10 * WATCHDOG_MS * 1000);
+  EXPECT(ended == ncclRemoteError || async_of(late) == ncclRemoteError);
+  EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
   EXPECT(async_of(waiting) == ncclRemoteError); /* its receive waited for rank 1 */
   EXPECT(strstr(ncclGetLastError(waiting), "is gone") != NULL);
   EXPECT(async_of(comm) == ncclSuccess); /* a normal end: nothing of rank 0's waited for it */
@@ -86,6 +109,8 @@ int main(int argc, char** argv) {
   EXPECT(async_of(comm) == ncclSuccess);            /* (a refused call is the caller's error only) */
   EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
   EXPECT_OK(ncclCommAbort(waiting));
+  EXPECT_OK(ncclCommAbort(late));
+  EXPECT_OK(ncclCommDestroy(idle));
   EXPECT_OK(ncclCommDestroy(comm));
   EXPECT(cudaStreamDestroy(s2) == cudaSuccess);
   EXPECT(cudaFree(buf) == cudaSuccess);

@@ -13,6 +13,17 @@
 #include "core/error.h"
 #include "p2p/pair.h"
 
+/* Writes the message's "message N from rank A to rank B: " into text
+ * (size bytes), the words every report of it starts with; returns how many
+ * of them fit, so that the caller's own words follow. */
+static size_t plan_message_head(const plan_t* p, char* text, size_t size) {
+  const mpn_op_t* op = p->op;
+  int send = op->kind == MPN_OP_SEND;
+  int n = snprintf(text, size, "message %llu from rank %d to rank %d: ", (unsigned long long)p->seq,
+                   send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank);
+  return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
 void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
   mpn_pair_report(p->pair, code, text);
   mpn_error_set(p->op->comm, code, "%s", text);
@@ -26,20 +37,18 @@ void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_
   const mpn_side_t* s = send ? mine : other;
   const mpn_side_t* r = send ? other : mine;
   char text[256];
-  snprintf(text, sizeof(text), "message %llu from rank %d to rank %d: ncclSend of %llu x %s, ncclRecv of %llu x %s",
-           (unsigned long long)p->seq, send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank,
-           (unsigned long long)s->count, mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
+  size_t n = plan_message_head(p, text, sizeof(text));
+  snprintf(text + n, sizeof(text) - n, "ncclSend of %llu x %s, ncclRecv of %llu x %s", (unsigned long long)s->count,
+           mpn_dtype_name((ncclDataType_t)s->dtype), (unsigned long long)r->count,
            mpn_dtype_name((ncclDataType_t)r->dtype));
   mpn_plan_report_both(p, ncclInvalidUsage, text);
 }
 
 void mpn_plan_report_copy_lost(plan_t* p, ncclResult_t res) {
   const mpn_op_t* op = p->op;
-  int send = op->kind == MPN_OP_SEND;
   char text[256];
-  snprintf(text, sizeof(text),
-           "message %llu from rank %d to rank %d: rank %d could not enqueue its copy (%s); its data may be missing",
-           (unsigned long long)p->seq, send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank,
+  size_t n = plan_message_head(p, text, sizeof(text));
+  snprintf(text + n, sizeof(text) - n, "rank %d could not enqueue its copy (%s); its data may be missing",
            op->comm->rank, ncclGetErrorString(res));
   mpn_plan_report_both(p, ncclRemoteError, text);
 }
@@ -48,13 +57,10 @@ void mpn_plan_report_copy_lost(plan_t* p, ncclResult_t res) {
  * its "done" still comes (nobody hangs), and ncclCommGetAsyncError says why. */
 void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {
   const mpn_op_t* op = p->op;
-  int send = op->kind == MPN_OP_SEND;
   char text[256];
-  snprintf(text, sizeof(text),
-           "message %llu from rank %d to rank %d: rank %d could not use the buffers and "
-           "moved no data (%s)",
-           (unsigned long long)p->seq, send ? op->comm->rank : op->peer, send ? op->peer : op->comm->rank,
-           op->comm->rank, ncclGetErrorString(res));
+  size_t n = plan_message_head(p, text, sizeof(text));
+  snprintf(text + n, sizeof(text) - n, "rank %d could not use the buffers and moved no data (%s)", op->comm->rank,
+           ncclGetErrorString(res));
   mpn_pair_report(p->pair, ncclRemoteError, text);
   mpn_comm_set_async(op->comm, res);
 }

@@ -603,22 +603,48 @@ static ncclResult_t resolve_puts(launch_t* l) {
   return ncclSuccess;
 }
 
+/* Calls fn(l, op, peer, arg) for every peer within the host that op
+ * signals (its peer) or waits for (each of its descriptors' peers), in
+ * order; stops at and returns fn's first failure. */
+static ncclResult_t for_host_peers(launch_t* l, mpn_op_t* op, ncclResult_t (*fn)(launch_t*, mpn_op_t*, int, void*),
+                                   void* arg) {
+  int waits = op->kind == MPN_OP_WAIT_SIGNAL;
+  for (int d = 0; d < (waits ? op->ndesc : 1); d++) {
+    int peer = waits ? op->descs[d].peer : op->peer;
+    if (!mpn_rma_over_ucx(op->comm, peer)) MPN_CHECK(fn(l, op, peer, arg));
+  }
+  return ncclSuccess;
+}
+
+/* for_host_peers' work in resolve_pairs: the pair mapped (arg unused). */
+static ncclResult_t map_pair(launch_t* l, mpn_op_t* op, int peer, void* arg) {
+  (void)arg;
+  mpn_cuda_switch_device(&l->current, op->comm->cuda_dev);
+  mpn_pair_t *to, *from;
+  return mpn_p2p_pairs(op->comm, peer, &to, &from);
+}
+
 /* The pair of every peer within the host the launch signals or waits for,
  * mapped before anything is issued (a first mapping opens a file and may
  * import device memory, and can fail): a failure then leaves no signal of
  * the launch issued and others not, and its peers are told. */
 static ncclResult_t resolve_pairs(launch_t* l) {
-  for (int i = 0; i < l->n; i++) {
-    mpn_op_t* op = l->ops[i];
-    int waits = op->kind == MPN_OP_WAIT_SIGNAL;
-    for (int d = 0; d < (waits ? op->ndesc : 1); d++) {
-      int peer = waits ? op->descs[d].peer : op->peer;
-      if (mpn_rma_over_ucx(op->comm, peer)) continue;
-      mpn_cuda_switch_device(&l->current, op->comm->cuda_dev);
-      mpn_pair_t *to, *from;
-      MPN_CHECK(mpn_p2p_pairs(op->comm, peer, &to, &from));
-    }
-  }
+  for (int i = 0; i < l->n; i++) MPN_CHECK(for_host_peers(l, l->ops[i], map_pair, NULL));
+  return ncclSuccess;
+}
+
+/* for_host_peers' work in tell_peers_failed: the peer told through its
+ * pair why (arg), unless it is this rank or its pair is not there. */
+static ncclResult_t tell_peer_failed(launch_t* l, mpn_op_t* op, int peer, void* arg) {
+  (void)l;
+  mpn_pair_t *to = NULL, *from = NULL;
+  if (peer == op->comm->rank || mpn_p2p_pairs(op->comm, peer, &to, &from) != ncclSuccess) return ncclSuccess;
+  char text[512];
+  snprintf(text, sizeof(text),
+           "rank %d could not issue a group of one-sided calls with rank %d (%s): not every signal of that "
+           "group went, nor every wait; abort the communicator",
+           op->comm->rank, peer, (const char*)arg);
+  mpn_pair_report(op->kind == MPN_OP_WAIT_SIGNAL ? from : to, ncclRemoteError, text);
   return ncclSuccess;
 }
 
@@ -629,24 +655,11 @@ static ncclResult_t resolve_pairs(launch_t* l) {
  * communicator (ncclCommGetAsyncError): the signal numbering with them is
  * out of step, and both must abort. */
 static void tell_peers_failed(launch_t* l, ncclResult_t res) {
-  char why[256], text[512];
+  char why[256];
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
   for (int i = 0; i < l->n; i++) {
-    mpn_op_t* op = l->ops[i];
-    int waits = op->kind == MPN_OP_WAIT_SIGNAL;
-    for (int d = 0; d < (waits ? op->ndesc : 1); d++) {
-      int peer = waits ? op->descs[d].peer : op->peer;
-      mpn_pair_t *to = NULL, *from = NULL;
-      if (peer == op->comm->rank || mpn_rma_over_ucx(op->comm, peer) ||
-          mpn_p2p_pairs(op->comm, peer, &to, &from) != ncclSuccess)
-        continue;
-      snprintf(text, sizeof(text),
-               "rank %d could not issue a group of one-sided calls with rank %d (%s): not every signal of that "
-               "group went, nor every wait; abort the communicator",
-               op->comm->rank, peer, why);
-      mpn_pair_report(waits ? from : to, ncclRemoteError, text);
-    }
-    mpn_comm_set_async(op->comm, res);
+    for_host_peers(l, l->ops[i], tell_peer_failed, why); /* (never fails) */
+    mpn_comm_set_async(l->ops[i]->comm, res);
   }
   mpn_error_set(NULL, res, "%s", why); /* (the text returned is the cause) */
 }

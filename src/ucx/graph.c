@@ -225,9 +225,10 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n; i++) {
     if (!ops[i]->capturing) continue;
+    /* Ops of one stream and communicator (one device) are all captured or
+     * none, capture_check having asked the stream; group_make relies on it. */
     int seen = 0;
-    for (int j = 0; j < i && !seen; j++)
-      seen = ops[j]->capturing && ops[j]->stream == ops[i]->stream && ops[j]->comm == ops[i]->comm;
+    for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream && ops[j]->comm == ops[i]->comm;
     if (seen) continue;
     cudaSetDevice(ops[i]->comm->cuda_dev);
     mpn_ucx_ggroup_t* g = NULL;

@@ -58,8 +58,8 @@ static ncclResult_t alias_new(struct ncclComm* comm, int h, struct mpn_alias_str
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&a->join, cudaEventDisableTiming);
   mpn_cuda_relaxed_leave(mode);
   if (err != cudaSuccess) {
-    if (a->fork) cudaEventDestroy(a->fork);
-    if (a->s) cudaStreamDestroy(a->s);
+    if (a->fork) mpn_cuda_forget(cudaEventDestroy(a->fork));
+    if (a->s) mpn_cuda_forget(cudaStreamDestroy(a->s));
     free(a);
     return mpn_cuda_result(comm, err, "a stream for a default stream handle used on several GPUs");
   }

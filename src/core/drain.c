@@ -71,10 +71,10 @@ static void words_read(struct mpn_drain* d, int dev) {
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
   cudaError_t err = cudaMemcpyAsync(now, d->words, sizeof(now), cudaMemcpyDeviceToHost, reader);
   if (err == cudaSuccess) err = cudaStreamSynchronize(reader);
+  mpn_cuda_forget(err);
   mpn_cuda_relaxed_leave(mode);
   mpn_cuda_device_leave(saved); /* the caller's device, as it was */
   if (err != cudaSuccess) {
-    cudaGetLastError();
     cudaError_t again = cudaStreamQuery(reader); /* a sticky error stays */
     mpn_cuda_forget(again);
     if (again != cudaSuccess && again != cudaErrorNotReady)
@@ -236,12 +236,10 @@ void mpn_drain_end(void) {
     pthread_mutex_lock(&d->lock);
     drain_stream_t* e = drain_entry(d, m->id, m->comm->cuda_dev);
     cudaError_t err = e ? cudaEventRecord(e->ev, m->s) : cudaErrorMemoryAllocation;
+    if (e) mpn_cuda_forget(err); /* (without an entry CUDA recorded nothing) */
     int warn = err != cudaSuccess && !d->warned;
     d->by_event += err == cudaSuccess;
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      d->warned = 1;
-    }
+    if (err != cudaSuccess) d->warned = 1;
     pthread_mutex_unlock(&d->lock);
     if (warn)
       MPN_WARN(
@@ -324,7 +322,8 @@ void mpn_drain_free(struct ncclComm* comm) {
   int gone = __atomic_load_n(&comm->device_gone, __ATOMIC_ACQUIRE);
   int pending = drain_prune_of(comm, d, gone);
   for (int i = 0; i < d->n; i++) mpn_event_put(comm->cuda_dev, d->at[i].ev);
-  if (d->words && pending == 0 && !gone) cudaFree(d->words); /* else a kernel may still write them: left */
+  if (d->words && pending == 0 && !gone)
+    mpn_cuda_forget(cudaFree(d->words)); /* else a kernel may still write them: left */
   free(d->at);
   pthread_mutex_destroy(&d->lock);
   free(d);

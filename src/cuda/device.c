@@ -35,8 +35,11 @@ int mpn_cuda_current_device(void) {
 }
 
 ncclResult_t mpn_cuda_set_device(int dev) {
-  MPN_CUDA_CHECK(cudaSetDevice(dev));
-  return ncclSuccess;
+  cudaError_t err = cudaSetDevice(dev);
+  if (err == cudaSuccess) return ncclSuccess;
+  char what[32]; /* (made only on failure: launches switch devices for every message) */
+  snprintf(what, sizeof(what), "cudaSetDevice(%d)", dev);
+  return mpn_cuda_result(NULL, err, what);
 }
 
 ncclResult_t mpn_cuda_result(struct ncclComm* comm, cudaError_t err, const char* what) {
@@ -56,7 +59,7 @@ cudaError_t mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev) {
     err = cudaHostGetDevicePointer(&d, *host, 0);
   }
   if (err != cudaSuccess && *host) {
-    cudaFreeHost(*host);
+    mpn_cuda_forget(cudaFreeHost(*host));
     *host = NULL;
   }
   *dev = (CUdeviceptr)d;
@@ -125,7 +128,7 @@ ncclResult_t mpn_cuda_peer_enable(int dev, int peer) {
     cudaGetLastError();
     err = cudaSuccess;
   }
-  if (saved >= 0) cudaSetDevice(saved);
+  if (saved >= 0) mpn_cuda_forget(cudaSetDevice(saved));
   char what[64];
   snprintf(what, sizeof(what), "cudaDeviceEnablePeerAccess(%d) on device %d", peer, dev);
   return mpn_cuda_result(NULL, err, what);
@@ -172,7 +175,7 @@ ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void
     err = cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove);
     if (err != cudaSuccess) {
       d->armed = 0;
-      cudaUserObjectRelease(obj, 1);
+      mpn_cuda_forget(cudaUserObjectRelease(obj, 1));
     }
   } else {
     free(d);

@@ -28,7 +28,8 @@ int mpn_cuda_device_count(void);
 /** The calling thread's current device, or -1 when there is no GPU. */
 int mpn_cuda_current_device(void);
 
-/** Makes dev the calling thread's current device. */
+/** Makes dev the calling thread's current device; a failure is reported as
+ * by mpn_cuda_result (so not left in CUDA's last error). */
 ncclResult_t mpn_cuda_set_device(int dev);
 
 /** Creates dev's primary context now if dev is the calling thread's current

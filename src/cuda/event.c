@@ -47,7 +47,7 @@ int mpn_event_out(int dev) {
 void mpn_event_put(int dev, cudaEvent_t ev) {
   if (ev == NULL) return;
   if (dev < 0 || dev >= MPN_EVENT_DEVICES) {
-    cudaEventDestroy(ev);
+    mpn_cuda_forget(cudaEventDestroy(ev));
     return;
   }
   pthread_mutex_lock(&event_lock);
@@ -57,7 +57,7 @@ void mpn_event_put(int dev, cudaEvent_t ev) {
     if (grown == NULL) {
       pools[dev].live--;
       pthread_mutex_unlock(&event_lock);
-      cudaEventDestroy(ev);
+      mpn_cuda_forget(cudaEventDestroy(ev));
       return;
     }
     pools[dev].free = grown;

@@ -32,14 +32,16 @@ static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
     if (s->used < oldest->used) oldest = s;
   }
   for (int k = 0; k < MPN_LANES; k++)
-    if (oldest->lane[k]) cudaStreamDestroy(oldest->lane[k]);
+    if (oldest->lane[k]) mpn_cuda_forget(cudaStreamDestroy(oldest->lane[k]));
   memset(oldest, 0, sizeof(*oldest));
   int priority = 0;
-  if (cudaStreamGetPriority(origin, &priority) != cudaSuccess) priority = 0;
+  cudaError_t got = cudaStreamGetPriority(origin, &priority);
+  mpn_cuda_forget(got);
+  if (got != cudaSuccess) priority = 0;
   for (int k = 0; k < MPN_LANES; k++)
     if (cudaStreamCreateWithPriority(&oldest->lane[k], cudaStreamNonBlocking, priority) != cudaSuccess) {
       cudaGetLastError();
-      for (int j = 0; j < k; j++) cudaStreamDestroy(oldest->lane[j]);
+      for (int j = 0; j < k; j++) mpn_cuda_forget(cudaStreamDestroy(oldest->lane[j]));
       memset(oldest, 0, sizeof(*oldest));
       return NULL;
     }
@@ -106,6 +108,6 @@ ncclResult_t mpn_fork_join(mpn_fork_t* f) {
 void mpn_lanes_destroy(mpn_lanes_t* l) {
   for (int i = 0; i < MPN_LANE_SETS; i++)
     for (int k = 0; k < MPN_LANES; k++)
-      if (l->set[i].lane[k]) cudaStreamDestroy(l->set[i].lane[k]);
+      if (l->set[i].lane[k]) mpn_cuda_forget(cudaStreamDestroy(l->set[i].lane[k]));
   memset(l, 0, sizeof(*l));
 }

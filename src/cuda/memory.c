@@ -76,7 +76,7 @@ MPN_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   a->bytes = rounded;
   cudaError_t err = cudaMalloc(&a->base, rounded);
   if (err == cudaSuccess && (uintptr_t)a->base % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
-    cudaFree(a->base);
+    mpn_cuda_forget(cudaFree(a->base));
     a->bytes = rounded + NCCL_WIN_REQUIRED_ALIGNMENT;
     err = cudaMalloc(&a->base, a->bytes);
   }

@@ -58,7 +58,7 @@ cudaError_t mpn_cuda_alloc_zeroed(size_t bytes, size_t zero_bytes, void** out) {
   mpn_cuda_relaxed_leave(mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    if (d) cudaFree(d);
+    if (d) mpn_cuda_forget(cudaFree(d));
     return err;
   }
   *out = d;

@@ -278,7 +278,10 @@ cudaError_t launch(const mpn_sync_t* s, int flags, int copies, int early, cudaSt
     cudaGetLastError(); /* refused (an older device or driver): ordinary launches from now on */
     __atomic_store_n(&early_ok, 0, __ATOMIC_RELAXED);
   }
-  return cudaLaunchKernel((const void*)sync_kernel<F, C>, dim3(s->grid.blocks), dim3(kThreads), args, 0, stream);
+  cudaError_t err =
+      cudaLaunchKernel((const void*)sync_kernel<F, C>, dim3(s->grid.blocks), dim3(kThreads), args, 0, stream);
+  if (err != cudaSuccess) cudaGetLastError(); /* a refused launch, which CUDA recorded (sync.h) */
+  return err;
 }
 
 }  // namespace

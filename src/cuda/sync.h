@@ -277,7 +277,10 @@ void mpn_sync_early_check(void);
  * Enqueues s as one kernel on stream: first writes, then each round's waits,
  * copies, writes.  early: a grid of one block goes as a programmatic
  * dependent launch (sync.cu), or as an ordinary one where the device or
- * driver refuses that (from then on for the process).
+ * driver refuses that (from then on for the process).  A refused launch is
+ * cleared from CUDA's last error here, and a table refused before any launch
+ * (cudaErrorInvalidValue) was never in it: the caller must not clear it,
+ * which would take an unread error of the program's.
  */
 cudaError_t mpn_sync_launch(const mpn_sync_t* s, int early, cudaStream_t stream);
 

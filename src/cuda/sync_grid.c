@@ -59,7 +59,7 @@ static pool_t* pool_make(int dev) {
     mpn_cuda_forget(own);
     MPN_INFO(MPN_SUBSYS_INIT, "device %d: no counters for flag kernels of several blocks (%s): one block each",
              dev, cudaGetErrorString(err));
-    if (counters) cudaFree(counters);
+    if (counters) mpn_cuda_forget(cudaFree(counters));
     free(p);
     return NULL;
   }

@@ -73,8 +73,7 @@ ncclResult_t mpn_sync_issue(const mpn_driver_t* drv, mpn_sync_t* k, cudaStream_t
   MPN_TRACE(MPN_SUBSYS_P2P | MPN_SUBSYS_RMA, "stream %p: flag kernel of %d flags, %d copies, %d blocks", (void*)s,
             mpn_sync_nflags(k), mpn_sync_ncopies(k), k->grid.blocks);
   cudaError_t err = mpn_sync_launch(k, !k->captured && mpn_param_int(MPN_PARAM_KERNEL_SYNC_EARLY) > 0, s);
-  if (err == cudaSuccess) return ncclSuccess;
-  cudaGetLastError();
+  if (err == cudaSuccess) return ncclSuccess; /* (a failure is not in CUDA's last error: sync.h) */
   mpn_sync_grid_release(k);
   k->grid.blocks = 1;
   MPN_WARN("the flag kernel could not be launched (%s): stream memory operations instead",

@@ -308,7 +308,7 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
                                           : ncclUnhandledCudaError;
     if (err != cudaSuccess) mpn_error_set(NULL, res, "device flags for %s: %s", p->name, cudaGetErrorString(err));
     if (res != ncclSuccess) {
-      if (d) cudaFree(d);
+      if (d) mpn_cuda_forget(cudaFree(d));
       if (forced) return res;
       MPN_INFO(MPN_SUBSYS_P2P, "%s: flags in host memory (%s)", p->name, mpn_error_last(NULL));
     } else {
@@ -464,7 +464,7 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
  * stays for the peer (kept_add). */
 static void mapping_free(mapping_t* m, int keep) {
   if (m->pair.dflags && m->pair.created && !keep)
-    cudaFree((void*)m->pair.dflags);
+    mpn_cuda_forget(cudaFree((void*)m->pair.dflags));
   else if (m->pair.dflags && !m->pair.created)
     mpn_ipc_release(&m->pair.dflags_import);
   pair_mem_unmap(&m->pair);

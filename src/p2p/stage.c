@@ -94,7 +94,7 @@ static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&st->freed, cudaEventDisableTiming);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    if (st->ptr) cudaFree(st->ptr);
+    if (st->ptr) mpn_cuda_forget(cudaFree(st->ptr));
     free(st);
     return mpn_error_set(NULL, ncclUnhandledCudaError,
                          "a staging buffer of %zu bytes for a memory-pool buffer: %s", bytes,

@@ -230,7 +230,7 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
     int seen = 0;
     for (int j = 0; j < i && !seen; j++) seen = ops[j]->stream == ops[i]->stream && ops[j]->comm == ops[i]->comm;
     if (seen) continue;
-    cudaSetDevice(ops[i]->comm->cuda_dev);
+    mpn_keep(&first, mpn_cuda_set_device(ops[i]->comm->cuda_dev));
     mpn_ucx_ggroup_t* g = NULL;
     ncclResult_t res = group_make(ops, numbers, n, i, &g);
     if (res == ncclSuccess) res = group_alloc(g);
@@ -254,7 +254,7 @@ ncclResult_t mpn_ucx_graph_fork(const mpn_driver_t* drv, mpn_op_t** ops, int n) 
 static void group_watch(mpn_ucx_ggroup_t* g, const struct ncclComm* comm) {
   mpn_ucx_gone_t* t = mpn_ucx_gone_create();
   if (t == NULL) return;
-  cudaSetDevice(comm->cuda_dev);
+  mpn_cuda_forget(cudaSetDevice(comm->cuda_dev)); /* (no result: what fails shows below) */
   if (mpn_cuda_capture_on_destroy(g->user, graph_gone, t) == ncclSuccess) {
     g->gone = t;
     return;

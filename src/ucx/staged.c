@@ -156,6 +156,7 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   l->size = l->chunk;
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(words, (void**)&l->words, &l->dwords);
   if (err != cudaSuccess) {
+    mpn_cuda_forget(err);
     ncclResult_t res = mpn_error_set(comm, ncclUnhandledCudaError,
                                      "staging for rank %d over UCX (a stream, %d x %zu bytes: "
                                      "MPINCCL_UCX_DEPTH x MPINCCL_UCX_CHUNK): %s",
@@ -372,7 +373,7 @@ ncclResult_t mpn_ucx_staged_fork(mpn_op_t** ops, int n) {
     int seen = 0;
     for (int j = 0; j < i && !seen; j++) seen = same_stream(ops[j], ops[i]);
     if (seen) continue;
-    cudaSetDevice(ops[i]->comm->cuda_dev);
+    mpn_keep(&first, mpn_cuda_set_device(ops[i]->comm->cuda_dev));
     cudaEvent_t fork = NULL;
     for (int j = i; j < n; j++) {
       lane_t* l = same_stream(ops[j], ops[i]) ? op_lane(ops[j]) : NULL;
@@ -420,7 +421,7 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
       mpn_op_t* op = ops[i];
       lane_t* l = (op->kind == MPN_OP_RECV) == pass ? (lanes ? lanes[i] : op_lane(op)) : NULL;
       if (l == NULL) continue;
-      cudaSetDevice(op->comm->cuda_dev);
+      mpn_keep(&first, mpn_cuda_set_device(op->comm->cuda_dev)); /* and on: the peers expect the messages */
       uint64_t msg = is_put(op) ? 0 : l->messages++; /* puts are not matched: no number */
       size_t c = chunk_of(l, op->bytes); /* <= l->size: mpn_ucx_staged_check fitted it */
       int direct = op_direct(op);
@@ -439,7 +440,7 @@ ncclResult_t mpn_ucx_staged_launch(mpn_op_t** ops, int n) {
     }
   for (int i = 0; ends && lanes && i < n; i++)
     if (ends[2 * i + 1]) {
-      cudaSetDevice(ops[i]->comm->cuda_dev);
+      mpn_keep(&first, mpn_cuda_set_device(ops[i]->comm->cuda_dev));
       mpn_keep(&first, direct_end(drv, ops[i], lanes[i], ends[2 * i], ends[2 * i + 1]));
     }
   free(lanes);
@@ -456,7 +457,7 @@ ncclResult_t mpn_ucx_staged_join(mpn_op_t** ops, int n) {
     mpn_op_t* op = ops[i];
     lane_t* l = op_lane(op);
     if (l == NULL) continue;
-    cudaSetDevice(op->comm->cuda_dev);
+    mpn_keep(&first, mpn_cuda_set_device(op->comm->cuda_dev));
     if (l->forked) { /* the first message of the lane records its end, once */
       mpn_keep(&first, mpn_cuda_result(NULL, cudaEventRecord(l->joined, l->stream), "recording a UCX lane's end"));
       l->forked = 0;

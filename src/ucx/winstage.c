@@ -92,7 +92,10 @@ static ncclResult_t state_make(struct ncclComm* comm) {
   for (size_t i = 0; err == cudaSuccess && i < slots; i++) /* every graph slot starts free */
     ((uint64_t*)(r->area + r->gfree_at))[i] = 1;
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(MPN_APPLY_WINDOWS * sizeof(mpn_apply_win_t), (void**)&r->wins, &r->dwins);
-  ncclResult_t mine = err == cudaSuccess ? ncclSuccess : mpn_cuda_result(comm, err, "allocating the UCX signal area");
+  ncclResult_t mine = ncclSuccess;
+  if (err != cudaSuccess) /* (without graph slots CUDA recorded nothing, to forget) */
+    mine = r->gslots ? mpn_cuda_result(comm, err, "allocating the UCX signal area")
+                     : mpn_error_set(comm, ncclSystemError, "out of memory");
   /* Every rank joins the exchange; one that failed maps nothing and all fail. */
   ncclResult_t res = mpn_ucx_region_register(comm, mine == ncclSuccess ? r->area : NULL, r->bytes, &r->region);
   if (mine != ncclSuccess) res = mine;
@@ -128,7 +131,7 @@ ncclResult_t mpn_ucx_win_register(struct ncclComm* comm, void* base, size_t byte
   if (mine != ncclSuccess) res = mine;
   if (res != ncclSuccess) {
     if (region) mpn_ucx_region_free(region);
-    if (w && w->mirror) cudaFreeHost(w->mirror);
+    if (w && w->mirror) mpn_cuda_forget(cudaFreeHost(w->mirror));
     free(w);
     return res;
   }

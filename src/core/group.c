@@ -20,6 +20,7 @@
 #include "cuda/ipc_closer.h"
 #include "p2p/p2p.h"
 #include "rma/rma.h"
+#include "rma/winasync.h"
 #include "rma/wingroup.h"
 
 static __thread struct {
@@ -251,9 +252,20 @@ static ncclResult_t group_flush(void) {
     mpn_win_jobs_refuse(wins, res);
     return res;
   }
-  ncclResult_t win_res = wins ? mpn_win_jobs_run(wins) : ncclSuccess;
-  ncclResult_t ops_res = ops ? ops_launch(ops) : ncclSuccess;
-  return win_res != ncclSuccess ? win_res : ops_res != ncclSuccess ? ops_res : res;
+  ncclResult_t win_res = ncclSuccess, ops_res = ncclSuccess;
+  if (wins && mpn_win_async_group_wanted(wins)) {
+    /* Non-blocking communicators: the window calls go on in the background
+     * (ncclInProgress), after the operations are issued, which so see
+     * every window they name still registered, as in call order. */
+    ops_res = ops ? ops_launch(ops) : ncclSuccess;
+    win_res = mpn_win_async_group(wins);
+  } else {
+    win_res = wins ? mpn_win_jobs_run(wins) : ncclSuccess;
+    ops_res = ops ? ops_launch(ops) : ncclSuccess;
+  }
+  if (win_res != ncclSuccess && win_res != ncclInProgress) return win_res;
+  if (ops_res != ncclSuccess) return ops_res;
+  return win_res == ncclInProgress ? win_res : res;
 }
 
 ncclResult_t mpn_group_add_op(const mpn_op_t* op) {

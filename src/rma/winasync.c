@@ -8,13 +8,16 @@
 #include "rma/winasync.h"
 
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/turn.h"
+#include "cuda/device.h"
 #include "rma/wingroup.h"
 
 int mpn_win_async_wanted(ncclComm_t comm) { return mpn_comm_is_live(comm) && comm->config.blocking == 0; }
@@ -23,24 +26,50 @@ int mpn_win_async_pending(const struct ncclComm* comm) {
   return __atomic_load_n(&comm->win_pending, __ATOMIC_ACQUIRE) > 0;
 }
 
+/* A background call's failure: the communicator's first asynchronous error,
+ * with the call's text. */
+static void async_fail(struct ncclComm* comm, ncclResult_t res, const char* text) {
+  int ok = ncclSuccess;
+  mpn_error_set(comm, res, "%s", text);
+  __atomic_compare_exchange_n(&comm->async_error, &ok, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* A background thread's start: below MPI_THREAD_MULTIPLE its MPI calls go
+ * through the threads that poll (ncclCommGetAsyncError drives them, as for
+ * a creation); a new thread has no CUDA context until it sets a device. */
+static void async_begin(const struct ncclComm* comm) {
+  mpn_chan_worker_begin();
+  if (comm->cuda_dev >= 0) mpn_cuda_forget(cudaSetDevice(comm->cuda_dev));
+}
+
+/* comm's background call is done: ncclCommGetAsyncError no longer answers
+ * ncclInProgress for it, and comm is let go of (last: a destroy frees comm
+ * once this is done). */
+static void async_done(struct ncclComm* comm) {
+  __atomic_sub_fetch(&comm->win_pending, 1, __ATOMIC_ACQ_REL);
+  mpn_comm_release(comm);
+}
+
 static void* async_main(void* arg) {
   mpn_win_job_t* job = arg;
   struct ncclComm* comm = job->comm;
-  /* Below MPI_THREAD_MULTIPLE its MPI calls go through the threads that
-   * poll (ncclCommGetAsyncError drives them, as for a creation). */
-  mpn_chan_worker_begin();
-  if (comm->cuda_dev >= 0 && cudaSetDevice(comm->cuda_dev) != cudaSuccess) cudaGetLastError();
+  async_begin(comm);
   ncclResult_t res = mpn_win_jobs_run(job); /* (frees job) */
-  if (res != ncclSuccess) {
-    /* The communicator's first asynchronous error, with the call's text. */
-    int ok = ncclSuccess;
-    mpn_error_set(comm, res, "%s", mpn_error_last(NULL));
-    __atomic_compare_exchange_n(&comm->async_error, &ok, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-  }
+  if (res != ncclSuccess) async_fail(comm, res, mpn_error_last(NULL));
   mpn_chan_worker_end();
-  __atomic_sub_fetch(&comm->win_pending, 1, __ATOMIC_ACQ_REL);
-  mpn_comm_release(comm); /* last: a destroy frees comm once this is done */
+  async_done(comm);
   return NULL;
+}
+
+/* Starts fn(arg) on a detached thread; 0 or the error of pthread. */
+static int async_thread(void* (*fn)(void*), void* arg) {
+  pthread_attr_t attr;
+  pthread_t t;
+  int err = pthread_attr_init(&attr);
+  if (err == 0) err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (err == 0) err = pthread_create(&t, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  return err;
 }
 
 ncclResult_t mpn_win_async(const mpn_win_job_t* job) {
@@ -55,17 +84,70 @@ ncclResult_t mpn_win_async(const mpn_win_job_t* job) {
     return res;
   }
   __atomic_add_fetch(&comm->win_pending, 1, __ATOMIC_ACQ_REL);
-  pthread_attr_t attr;
-  pthread_t t;
-  int err = pthread_attr_init(&attr);
-  if (err == 0) err = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (err == 0) err = pthread_create(&t, &attr, async_main, copy);
-  pthread_attr_destroy(&attr);
+  int err = async_thread(async_main, copy);
   if (err == 0) return ncclInProgress;
   mpn_turn_pass(&copy->turn); /* later calls of the communicator must not wait for it */
   mpn_win_jobs_free(copy);
-  __atomic_sub_fetch(&comm->win_pending, 1, __ATOMIC_ACQ_REL);
-  mpn_comm_release(comm);
+  async_done(comm);
   return mpn_error_set(comm, ncclSystemError, "%s: cannot start a thread for comm %p's window call: %s", caller,
                        (void*)comm, strerror(err));
+}
+
+/* A group's window calls in the background, and the communicators they
+ * hold pending (each once). */
+typedef struct {
+  mpn_win_job_t* jobs;
+  int n;
+  struct ncclComm* comms[];
+} group_calls_t;
+
+int mpn_win_async_group_wanted(const mpn_win_job_t* jobs) {
+  int wanted = jobs != NULL;
+  for (const mpn_win_job_t* job = jobs; job && wanted; job = job->next) {
+    /* Held to read it (another thread may free it): one gone is failed by
+     * the group's own run, on this thread. */
+    wanted = mpn_comm_hold_serial(job->comm, job->comm_serial);
+    if (!wanted) break;
+    wanted = job->comm->config.blocking == 0;
+    mpn_comm_release(job->comm);
+  }
+  return wanted;
+}
+
+static void* group_main(void* arg) {
+  group_calls_t* g = arg;
+  async_begin(g->comms[0]);
+  (void)mpn_win_jobs_exec(g->jobs); /* (lanes: a thread per communicator, each on its device) */
+  for (int i = 0; i < g->n; i++) {  /* each communicator's first failure, in call order */
+    const mpn_win_job_t* job = g->jobs;
+    while (job && (job->comm != g->comms[i] || job->result == ncclSuccess)) job = job->next;
+    if (job) async_fail(g->comms[i], job->result, job->error);
+  }
+  mpn_win_jobs_free(g->jobs);
+  mpn_chan_worker_end();
+  for (int i = 0; i < g->n; i++) async_done(g->comms[i]);
+  free(g);
+  return NULL;
+}
+
+ncclResult_t mpn_win_async_group(mpn_win_job_t* jobs) {
+  int n = 0;
+  for (mpn_win_job_t* job = jobs; job; job = job->next) n++;
+  group_calls_t* g = calloc(1, sizeof(*g) + (size_t)n * sizeof(g->comms[0]));
+  for (mpn_win_job_t* job = jobs; g && job; job = job->next) {
+    int seen = 0;
+    for (int i = 0; i < g->n && !seen; i++) seen = g->comms[i] == job->comm;
+    if (seen || !mpn_comm_hold_serial(job->comm, job->comm_serial)) continue; /* (a gone one fails in the run) */
+    __atomic_add_fetch(&job->comm->win_pending, 1, __ATOMIC_ACQ_REL);
+    g->comms[g->n++] = job->comm;
+  }
+  int err = g == NULL ? ENOMEM : g->n == 0 ? EINVAL : 0;
+  if (err == 0) {
+    g->jobs = jobs;
+    err = async_thread(group_main, g);
+  }
+  if (err == 0) return ncclInProgress;
+  for (int i = 0; g && i < g->n; i++) async_done(g->comms[i]);
+  free(g);
+  return mpn_win_jobs_run(jobs); /* here, then: the calls still end as the peers' do */
 }

@@ -26,6 +26,22 @@ int mpn_win_async_wanted(ncclComm_t comm);
  */
 ncclResult_t mpn_win_async(const struct mpn_win_job* job);
 
+/** Whether every call of a group's queued window calls (rma/wingroup.h) is
+ *  on a live non-blocking communicator: ncclGroupEnd then makes them in
+ *  the background (mpn_win_async_group). */
+int mpn_win_async_group_wanted(const struct mpn_win_job* jobs);
+
+/**
+ * Makes a group's queued window calls in the background, as NCCL's
+ * ncclGroupEnd does on non-blocking communicators: returns ncclInProgress
+ * at once, and ncclCommGetAsyncError of each communicator answers
+ * ncclInProgress until all the group's calls are done, then the first
+ * failure of its own calls, if any (the communicator's asynchronous
+ * error).  Takes the jobs.  Where no thread can start, makes them here
+ * (mpn_win_jobs_run) and returns what that does.
+ */
+ncclResult_t mpn_win_async_group(struct mpn_win_job* jobs);
+
 /** Whether window calls of comm are still running in the background. */
 int mpn_win_async_pending(const struct ncclComm* comm);
 

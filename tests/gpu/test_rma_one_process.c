@@ -180,6 +180,7 @@ static ncclResult_t settled(ncclComm_t* comms, int n) {
  * the end of each deregistration.  Made to the end in the call, the first
  * registration waited for ranks this thread had not reached and failed at
  * the bootstrap's timeout.  A ring of puts through the windows checks them.
+ * Then the same calls in groups, whose ncclGroupEnd returns ncclInProgress.
  */
 void windows_nonblocking(void) {
   enum { N = 3 };
@@ -215,6 +216,23 @@ void windows_nonblocking(void) {
   if (made) {
     ring_through(comms, w, src, buf, bytes, 36, "windows_nonblocking");
     for (int i = 0; i < N; i++) EXPECT(ncclCommWindowDeregister(comms[i], w[i]) == ncclInProgress);
+    EXPECT(settled(comms, N) == ncclSuccess);
+  }
+  /* The same in groups: ncclGroupEnd returns ncclInProgress, the calls go on
+   * in the background. */
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < N; i++) EXPECT_OK(ncclCommWindowRegister(comms[i], buf[i], bytes, &w[i], 0));
+  EXPECT(ncclGroupEnd() == ncclInProgress);
+  EXPECT(settled(comms, N) == ncclSuccess);
+  made = 1;
+  for (int i = 0; i < N; i++) made &= w[i] != NULL;
+  EXPECT(made);
+  if (made) {
+    for (int i = 0; i < N; i++) pattern_fill(src[i], bytes, seed_of(i, (i + 1) % N, 37), stream);
+    ring_through(comms, w, src, buf, bytes, 37, "windows_nonblocking in groups");
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < N; i++) EXPECT_OK(ncclCommWindowDeregister(comms[i], w[i]));
+    EXPECT(ncclGroupEnd() == ncclInProgress);
     EXPECT(settled(comms, N) == ncclSuccess);
   }
   for (int i = 0; i < N; i++) {

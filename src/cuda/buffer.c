@@ -33,6 +33,34 @@ static int from_pool(const mpn_driver_t* drv, const void* ptr) {
          pool != NULL;
 }
 
+int mpn_cuda_is_vmm(const mpn_driver_t* drv, CUdeviceptr ptr) {
+  unsigned int type = 0, managed = 1;
+  int legacy = 1;
+  return drv->pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) == CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_DEVICE &&
+         drv->pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr) == CUDA_SUCCESS && !managed &&
+         drv->pointer_get_attribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) == CUDA_SUCCESS &&
+         !legacy && !from_pool(drv, (const void*)ptr);
+}
+
+/* Extends [*base, *base + *size) over the virtual-memory mappings placed
+ * right after it, while it ends before end (at most MPN_BUFFER_MAPPINGS
+ * of them): a program may map several allocations back to back and use
+ * them as one buffer (PyTorch's expandable segments do).  Only such
+ * mappings: two cudaMalloc allocations that happen to be adjacent are not
+ * one buffer, and a copy running from one into the other is the caller's
+ * error, refused. */
+enum { MPN_BUFFER_MAPPINGS = 4096 };
+static void vmm_extend(const mpn_driver_t* drv, CUdeviceptr* base, size_t* size, uintptr_t end) {
+  if (!mpn_cuda_is_vmm(drv, *base)) return;
+  for (int hops = 0; hops < MPN_BUFFER_MAPPINGS && (uintptr_t)*base + *size < end; hops++) {
+    CUdeviceptr next = *base + *size, b = 0;
+    size_t n = 0;
+    if (drv->mem_get_address_range(&b, &n, next) != CUDA_SUCCESS || b != next || !mpn_cuda_is_vmm(drv, next)) return;
+    *size += n;
+  }
+}
+
 ncclResult_t mpn_cuda_buffer_check(struct ncclComm* comm, const char* fn, const char* name, const void* ptr,
                                    size_t bytes, int flags) {
   if (bytes == 0) return ncclSuccess;
@@ -43,6 +71,8 @@ ncclResult_t mpn_cuda_buffer_check(struct ncclComm* comm, const char* fn, const 
   if (drv->mem_get_address_range(&base, &size, (CUdeviceptr)ptr) == CUDA_SUCCESS) {
     uintptr_t at = (uintptr_t)ptr;
     if (bytes <= size - (at - (uintptr_t)base) || from_pool(drv, ptr)) return ncclSuccess;
+    vmm_extend(drv, &base, &size, at + bytes); /* (past the first mapping only: rare) */
+    if (bytes <= size - (at - (uintptr_t)base)) return ncclSuccess;
     return MPN_REFUSE(comm, ncclInvalidArgument,
                       "%s: %s %p + %zu bytes runs past the end of its allocation (%zu bytes from 0x%llx)", fn, name,
                       ptr, bytes, size, (unsigned long long)base);

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "cuda/driver.h"
 #include "nccl.h"
 
 struct ncclComm;
@@ -20,8 +21,15 @@ enum {
                                  with cudaMemcpyAsync (staging for UCX), not with our kernels */
 };
 
+/** Whether ptr is device memory of CUDA's virtual memory API (cuMemCreate
+ *  and cuMemMap): not managed, from no memory pool, and not shareable
+ *  through legacy CUDA IPC (cudaIpcGetMemHandle). */
+int mpn_cuda_is_vmm(const mpn_driver_t* drv, CUdeviceptr ptr);
+
 /**
- * Checks that ptr + bytes stays inside the allocation CUDA knows ptr in,
+ * Checks that ptr + bytes stays inside the allocation CUDA knows ptr in
+ * (for memory of CUDA's virtual memory API, inside the mappings placed
+ * back to back from it),
  * and that ptr is device, managed or pinned host memory the GPU reaches at
  * that address (unless flags has MPN_BUFFER_HOST_OK).  fn and name word
  * the refusal ("ncclSend: sendbuff 0x... + N bytes runs past the end of its

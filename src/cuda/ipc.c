@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "cuda/device.h"
+#include "cuda/buffer.h"
 #include "cuda/driver.h"
 #include "cuda/ipc_closer.h"
 #include "cuda/ipc_held.h"
@@ -95,8 +96,9 @@ static ipc_entry_t* cache_add(ipc_cache_t* c, const ipc_entry_t* e) {
   return &c->entries[c->n++];
 }
 
-/* The cached export of an allocation, or a new one; pool allocations are
- * remembered as such (CUDA IPC cannot share them). */
+/* The cached export of an allocation, or a new one; allocations from a
+ * memory pool or CUDA's virtual memory API are remembered as such (legacy
+ * CUDA IPC cannot share them). */
 static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what, ipc_entry_t* out) {
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&exported, 0, id, -1);
@@ -111,10 +113,10 @@ static ncclResult_t export_entry(uint64_t id, const void* ptr, const char* what,
   if (drv->mem_get_address_range(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS)
     return mpn_error_set(NULL, ncclInvalidArgument, "%s %p is not CUDA device memory", what, ptr);
   ipc_entry_t fresh = {.owner = 0, .buffer_id = id, .dev = -1, .base = (void*)base, .size = size};
-  if (drv->pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)ptr) ==
-          CUDA_SUCCESS &&
-      pool != NULL) {
-    fresh.pool = 1;
+  if ((drv->pointer_get_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, (CUdeviceptr)ptr) == CUDA_SUCCESS &&
+       pool != NULL) ||
+      mpn_cuda_is_vmm(drv, (CUdeviceptr)ptr)) {
+    fresh.pool = 1; /* (staged: see mpn_ipc_export) */
   } else {
     /* The caller's stream may be capturing a graph: not part of it. */
     mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();

@@ -35,8 +35,9 @@ typedef struct {
 /**
  * Describes the device buffer at ptr for a peer process; cached per
  * allocation, so a known buffer costs one driver query.  *pool is set (and
- * out left unset) for an allocation from a memory pool, which CUDA IPC
- * cannot share.  ncclInvalidArgument when ptr is not device memory,
+ * out left unset) for an allocation from a memory pool or of CUDA's virtual
+ * memory API (cuMemCreate), which legacy CUDA IPC cannot share: callers
+ * stage such buffers, or refuse them.  ncclInvalidArgument when ptr is not device memory,
  * ncclInvalidUsage when its allocation cannot be exported.
  */
 ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool);

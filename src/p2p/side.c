@@ -92,6 +92,9 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
     d->in_way_size = d->ipc.size;
     pool = 1; /* staged like a memory-pool buffer, until the peer has closed those imports */
   }
+  if (res == ncclSuccess && pool && mpn_param_int(MPN_PARAM_CHECK_BUFFERS)) /* (its export judged no extent) */
+    res = mpn_cuda_buffer_check(op->comm, op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
+                                op->capturing ? MPN_BUFFER_CAPTURING : 0);
   if (res == ncclSuccess && pool) {
     res = mpn_stage_get(op->bytes, &p->stage);
     if (res == ncclSuccess) res = mpn_ipc_export(mpn_stage_ptr(p->stage), "stage", &d->ipc, &pool);

@@ -69,8 +69,9 @@ static ncclResult_t describe_part(struct ncclComm* comm, void* buff, size_t size
   }
   if (pool)
     return MPN_REFUSE(comm, ncclInvalidUsage,
-                      "%s: buff %p comes from a memory pool (cudaMallocAsync), which other "
-                      "processes cannot map; use ncclMemAlloc or cudaMalloc",
+                      "%s: buff %p comes from a memory pool (cudaMallocAsync) or CUDA's virtual memory "
+                      "API (cuMemCreate), which other processes cannot map through CUDA IPC; use "
+                      "ncclMemAlloc or cudaMalloc",
                       fn, buff);
   if (size > part->ipc.size - part->ipc.offset) /* export gives offset <= size */
     return MPN_REFUSE(comm, ncclInvalidArgument,

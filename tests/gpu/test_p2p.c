@@ -388,6 +388,7 @@ int main(int argc, char** argv) {
   STEP(short_buffer());
   STEP(short_here());
   STEP(other_memory());
+  STEP(vmm_buffers());
   STEP(in_the_way());
   STEP(beside_a_close());
   return harness_finish();

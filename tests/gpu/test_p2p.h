@@ -56,6 +56,9 @@ void short_here(void);
 /** Managed and pinned host memory within this process move whole. */
 void other_memory(void);
 
+/** Buffers of CUDA's virtual memory API, also over two mappings (test_p2p_buffers.c). */
+void vmm_buffers(void);
+
 /* test_p2p_closes.c */
 /** A new buffer over a freed one the peer still maps goes through a stage. */
 void in_the_way(void);

@@ -3,8 +3,11 @@
  * one that runs past the end of its allocation is refused on every path
  * (CUDA IPC, the inbox, a rank to itself, ranks of one process, UCX) and
  * nothing moves; pageable host memory is refused where our kernels would
- * copy it; managed and pinned host memory move whole within a process.
+ * copy it; managed and pinned host memory move whole within a process;
+ * memory of CUDA's virtual memory API moves whole on every path, also as
+ * one buffer over two mappings placed back to back.
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -249,4 +252,115 @@ void other_memory(void) {
   for (int local = 0; local < 2; local++)
     for (int i = 0; i < 4; i++)
       for (int z = 0; z < 2; z++) other_memory_case(local, pairs[i][0], pairs[i][1], sizes[z], k++);
+}
+
+/* Two allocations of CUDA's virtual memory API (cuMemCreate, no shareable
+ * handle), of one granularity each, mapped back to back into one reserved
+ * range that this device reads and writes: one buffer over two mappings,
+ * as PyTorch's expandable segments make.  The driver's calls through the
+ * runtime's entry points, as the library reaches them. */
+typedef struct {
+  CUresult (*granularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags);
+  CUresult (*create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long);
+  CUresult (*reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*address_free)(CUdeviceptr, size_t);
+} vmm_api_t;
+
+typedef struct {
+  CUdeviceptr va;
+  size_t gran;
+  CUmemGenericAllocationHandle h[2];
+} vmm_t;
+
+static int vmm_load(vmm_api_t* api) {
+  const char* names[] = {"cuMemGetAllocationGranularity",
+                         "cuMemCreate",
+                         "cuMemAddressReserve",
+                         "cuMemMap",
+                         "cuMemSetAccess",
+                         "cuMemUnmap",
+                         "cuMemRelease",
+                         "cuMemAddressFree"};
+  void** slots[] = {(void**)&api->granularity, (void**)&api->create, (void**)&api->reserve, (void**)&api->map,
+                    (void**)&api->set_access,  (void**)&api->unmap,  (void**)&api->release, (void**)&api->address_free};
+  for (int i = 0; i < 8; i++) {
+    enum cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion(names[i], slots[i], 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return 0;
+  }
+  return 1;
+}
+
+static void vmm_alloc(const vmm_api_t* api, vmm_t* m) {
+  int dev = 0;
+  EXPECT(cudaGetDevice(&dev) == cudaSuccess);
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+  CUmemAccessDesc rw = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  EXPECT(api->granularity(&m->gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS);
+  EXPECT(api->reserve(&m->va, 2 * m->gran, 0, 0, 0) == CUDA_SUCCESS);
+  for (int i = 0; i < 2; i++) {
+    EXPECT(api->create(&m->h[i], m->gran, &prop, 0) == CUDA_SUCCESS);
+    EXPECT(api->map(m->va + i * m->gran, m->gran, 0, m->h[i], 0) == CUDA_SUCCESS);
+  }
+  EXPECT(api->set_access(m->va, 2 * m->gran, &rw, 1) == CUDA_SUCCESS);
+}
+
+static void vmm_free(const vmm_api_t* api, vmm_t* m) {
+  EXPECT(cudaStreamSynchronize(stream) == cudaSuccess);
+  EXPECT(api->unmap(m->va, 2 * m->gran) == CUDA_SUCCESS);
+  for (int i = 0; i < 2; i++) EXPECT(api->release(m->h[i]) == CUDA_SUCCESS);
+  EXPECT(api->address_free(m->va, 2 * m->gran) == CUDA_SUCCESS);
+}
+
+/* A ring of one message of bytes at offset at of each rank's two ranges,
+ * every byte checked. */
+static void vmm_ring(vmm_t* send, vmm_t* recv, size_t at, size_t bytes, int k, const char* what) {
+  int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  char *s = (char*)(uintptr_t)send->va + at, *r = (char*)(uintptr_t)recv->va + at;
+  pattern_fill(s, bytes, seed_of(rank, to, k), stream);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(s, bytes, ncclInt8, to, comm, stream));
+  EXPECT_OK(ncclRecv(r, bytes, ncclInt8, from, comm, stream));
+  EXPECT_OK(ncclGroupEnd());
+  expect_pattern(r, bytes, seed_of(from, rank, k), what);
+  MPI_Barrier(MPI_COMM_WORLD); /* the next message into r comes after this check */
+}
+
+/*
+ * Buffers of CUDA's virtual memory API, which legacy CUDA IPC cannot share:
+ * between processes they are staged, as memory-pool buffers are (they were
+ * refused, ncclInvalidUsage), and a buffer over two mappings placed back
+ * to back is one buffer (it was refused as running past its allocation);
+ * one past the last mapping is still refused.  A rank to itself too.
+ */
+void vmm_buffers(void) {
+  vmm_api_t api;
+  if (!vmm_load(&api)) {
+    printf("vmm_buffers: the driver lacks the virtual memory API: skipped\n");
+    return;
+  }
+  vmm_t send, recv;
+  vmm_alloc(&api, &send);
+  vmm_alloc(&api, &recv);
+  size_t g = send.gran;
+  vmm_ring(&send, &recv, 8, 8, 110, "vmm_buffers: 8 bytes");
+  vmm_ring(&send, &recv, 4096 + 3, 65536 + 5, 111, "vmm_buffers: inside the first mapping");
+  vmm_ring(&send, &recv, g - 100000, 200000 + 7, 112, "vmm_buffers: over both mappings");
+  vmm_ring(&send, &recv, 0, 2 * g, 113, "vmm_buffers: both mappings whole");
+  ncclComm_t self = NULL; /* past the last mapping: refused, nothing issued */
+  EXPECT_OK(mpincclCommInitMPI(&self, MPI_COMM_SELF, NULL));
+  char* end = (char*)(uintptr_t)send.va + 2 * g;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(end - 100, 200, ncclInt8, 0, self, stream));
+  EXPECT_OK(ncclRecv((char*)(uintptr_t)recv.va, 200, ncclInt8, 0, self, stream));
+  EXPECT_ERR(ncclGroupEnd(), ncclInvalidArgument, "runs past the end");
+  EXPECT_OK(ncclCommDestroy(self));
+  vmm_free(&api, &send);
+  vmm_free(&api, &recv);
 }

@@ -241,9 +241,11 @@ static ncclResult_t pair_open(mpn_pair_t* p) {
   }
   cudaError_t err = cudaHostRegister(mem, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
   void* dev = NULL;
-  if (err == cudaSuccess) err = cudaHostGetDevicePointer(&dev, mem, 0);
+  int registered = err == cudaSuccess;
+  if (registered) err = cudaHostGetDevicePointer(&dev, mem, 0);
   if (err != cudaSuccess) {
-    cudaGetLastError();
+    mpn_cuda_forget(err);
+    if (registered) mpn_cuda_forget(cudaHostUnregister(mem)); /* (else CUDA keeps the pages pinned) */
     pair_abandon(p, mem); /* tmpfs files are sparse: a full /dev/shm shows here first */
     munmap(mem, size);
     return mpn_error_set(NULL, ncclUnhandledCudaError,

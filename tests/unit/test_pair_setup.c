@@ -29,12 +29,17 @@
 #include "p2p/pair.h"
 #include "run_suite.h"
 
+/* Registrations and unregistrations of host memory, counted; while
+ * device_pointer_fails is set, the registered memory has no device address. */
+static int registers, unregisters, device_pointer_fails; /* atomic */
 cudaError_t __wrap_cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
   (void)ptr, (void)size, (void)flags;
+  __atomic_add_fetch(&registers, 1, __ATOMIC_ACQ_REL);
   return cudaSuccess;
 }
 cudaError_t __wrap_cudaHostGetDevicePointer(void** dev, void* host, unsigned int flags) {
   (void)flags;
+  if (__atomic_load_n(&device_pointer_fails, __ATOMIC_ACQUIRE)) return cudaErrorInvalidValue;
   *dev = host;
   return cudaSuccess;
 }
@@ -45,6 +50,7 @@ static int unregister_inside; /* atomic: a call waits */
 
 cudaError_t __wrap_cudaHostUnregister(void* ptr) {
   (void)ptr;
+  __atomic_add_fetch(&unregisters, 1, __ATOMIC_ACQ_REL);
   if (!__atomic_load_n(&unregister_held, __ATOMIC_ACQUIRE)) return cudaSuccess;
   __atomic_store_n(&unregister_inside, 1, __ATOMIC_RELEASE);
   for (int i = 0; i < 5000 && __atomic_load_n(&unregister_held, __ATOMIC_ACQUIRE); i++) usleep(1000);
@@ -276,6 +282,25 @@ START_TEST(failed_adopt_tells_creator) {
 }
 END_TEST
 
+/* A pair file registered with CUDA whose device address cannot be had
+ * fails the set-up, and the registration is undone: left, CUDA kept the
+ * pages pinned after the file was unmapped. */
+START_TEST(failed_device_pointer_unregisters) {
+  uint64_t k = test_key(9);
+  int before = __atomic_load_n(&unregisters, __ATOMIC_ACQUIRE);
+  int registered = __atomic_load_n(&registers, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&device_pointer_fails, 1, __ATOMIC_RELEASE);
+  mpn_pair_t* pair = NULL;
+  ncclResult_t res = mpn_pair_map(k, 0, 1, &pair);
+  __atomic_store_n(&device_pointer_fails, 0, __ATOMIC_RELEASE);
+  ck_assert_int_eq(res, ncclUnhandledCudaError);
+  ck_assert_msg(strstr(mpn_error_last(NULL), "registering") != NULL, "%s", mpn_error_last(NULL));
+  ck_assert_int_eq(__atomic_load_n(&registers, __ATOMIC_ACQUIRE) - registered, 1);
+  ck_assert_int_eq(__atomic_load_n(&unregisters, __ATOMIC_ACQUIRE) - before, 1);
+  ck_assert(!name_exists(k)); /* (abandoned) */
+}
+END_TEST
+
 /* A creator that died after stamping its file and before deciding where
  * the flags live (killed, crashed) ends the peer's wait within a fraction
  * of a second, with ncclRemoteError naming it, not at the bootstrap
@@ -458,6 +483,7 @@ int main(void) {
   tcase_add_test(tc, failed_setup_ends_waiters);
   tcase_add_test(tc, failed_adopt_tells_creator);
   tcase_add_test(tc, dead_creator_ends_wait);
+  tcase_add_test(tc, failed_device_pointer_unregisters);
   tcase_add_test(tc, slow_unmap_holds_up_no_mapping);
   tcase_add_test(tc, creator_killed_before_stamp_leaves_nothing);
   tcase_add_test(tc, no_tmpfile_makes_by_name);

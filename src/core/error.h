@@ -48,27 +48,19 @@ static inline void mpn_keep(ncclResult_t* first, ncclResult_t res) {
     if ((res) != ncclSuccess && (res) != ncclInProgress) goto label; \
   } while (0)
 
-/** CUDA runtime calls: logs the expression and CUDA's message. */
-#define MPN_CUDA_CHECK_GOTO(call, res, label) \
-  do { \
-    cudaError_t mpn_cerr_ = (call); \
-    if (mpn_cerr_ != cudaSuccess) { \
-      (res) = mpn_error_set(NULL, ncclUnhandledCudaError, "%s failed: %s", #call, \
-                            cudaGetErrorString(mpn_cerr_)); \
-      MPN_WARN("%s", mpn_error_last(NULL)); \
-      goto label; \
-    } \
-  } while (0)
-
-#define MPN_CUDA_CHECK(call) \
-  do { \
-    cudaError_t mpn_cerr_ = (call); \
-    if (mpn_cerr_ != cudaSuccess) { \
-      ncclResult_t mpn_r_ = mpn_error_set(NULL, ncclUnhandledCudaError, "%s failed: %s", #call, \
-                                          cudaGetErrorString(mpn_cerr_)); \
-      MPN_WARN("%s", mpn_error_last(NULL)); \
-      return mpn_r_; \
-    } \
+/** CUDA runtime calls: logs the expression and CUDA's message, and clears
+ *  the last error the failed call set (the program's own unread error
+ *  stays if the call succeeds). */
+#define MPN_CUDA_CHECK(call)                                                                                  \
+  do {                                                                                                        \
+    cudaError_t mpn_cerr_ = (call);                                                                           \
+    if (mpn_cerr_ != cudaSuccess) {                                                                           \
+      ncclResult_t mpn_r_ =                                                                                   \
+          mpn_error_set(NULL, ncclUnhandledCudaError, "%s failed: %s", #call, cudaGetErrorString(mpn_cerr_)); \
+      if (mpn_cerr_ != cudaErrorNotReady) (void)cudaGetLastError(); /* (its own: as mpn_cuda_forget) */       \
+      MPN_WARN("%s", mpn_error_last(NULL));                                                                   \
+      return mpn_r_;                                                                                          \
+    }                                                                                                         \
   } while (0)
 
 /** MPI calls: logs the expression and MPI's error string. */

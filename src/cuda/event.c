@@ -36,6 +36,19 @@ ncclResult_t mpn_event_get(int dev, cudaEvent_t* out) {
   return ncclSuccess;
 }
 
+int mpn_event_mark(int dev, cudaStream_t s, cudaEvent_t* out) {
+  cudaEvent_t ev = NULL;
+  if (mpn_event_get(dev, &ev) != ncclSuccess) return 0; /* (its own error forgotten) */
+  cudaError_t err = cudaEventRecord(ev, s);
+  if (err == cudaSuccess) {
+    *out = ev;
+    return 1;
+  }
+  mpn_cuda_forget(err);
+  mpn_event_put(dev, ev);
+  return 0;
+}
+
 int mpn_event_out(int dev) {
   if (dev < 0 || dev >= MPN_EVENT_DEVICES) return 0;
   pthread_mutex_lock(&event_lock);

@@ -17,6 +17,11 @@ ncclResult_t mpn_event_get(int dev, cudaEvent_t* out);
 /** Gives an event of device dev back to the pool. */
 void mpn_event_put(int dev, cudaEvent_t ev);
 
+/** An event of device dev recorded on s (where s's work stands now), or,
+ *  if one cannot be had or recorded, 0 with nothing held and CUDA's last
+ *  error as it was before the call. */
+int mpn_event_mark(int dev, cudaStream_t s, cudaEvent_t* out);
+
 /** How many of device dev's pooled events are handed out (made by
  *  mpn_event_get and not given back): 0 once every rank of the process is
  *  idle, whatever it exchanged (tests). */

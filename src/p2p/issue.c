@@ -181,11 +181,7 @@ uint64_t mpn_p2p_done_given_up(void) { return __atomic_load_n(&done_given_up, __
 static void publish_done(plan_t* p, cudaStream_t s) {
   cudaEvent_t ev = NULL;
   int dev = p->op->comm->cuda_dev;
-  if (mpn_event_get(dev, &ev) != ncclSuccess || cudaEventRecord(ev, s) != cudaSuccess) {
-    cudaGetLastError();
-    mpn_event_put(dev, ev);
-    return; /* the first side falls back to the flag */
-  }
+  if (!mpn_event_mark(dev, s, &ev)) return; /* the first side falls back to the flag */
   mpn_slot_t* slot = mpn_pair_slot(p->pair, p->seq, p->graph);
   slot->done_event = (uint64_t)(uintptr_t)ev;
   slot->done_dev = dev;

@@ -58,12 +58,9 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
   if (p->local) { /* where this side's stream stands (used if it arrives first) */
     cudaEvent_t ev = NULL;
     int dev = op->comm->cuda_dev;
-    if (mpn_event_get(dev, &ev) == ncclSuccess && cudaEventRecord(ev, op->stream) == cudaSuccess) {
+    if (mpn_event_mark(dev, op->stream, &ev)) {
       d->event = (uint64_t)(uintptr_t)ev;
       d->event_dev = dev;
-    } else {
-      cudaGetLastError();
-      mpn_event_put(dev, ev);
     }
   }
   d->launch = p->launch;

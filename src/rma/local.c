@@ -88,11 +88,7 @@ void mpn_rma_local_publish(mpn_pair_t* pair, int ctx, uint64_t count, cudaStream
   uint64_t h = r->head;
   if (h - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= RING) return; /* full: the counter serves */
   cudaEvent_t ev = NULL;
-  if (mpn_event_get(dev, &ev) != ncclSuccess || cudaEventRecord(ev, s) != cudaSuccess) {
-    cudaGetLastError();
-    mpn_event_put(dev, ev);
-    return;
-  }
+  if (!mpn_event_mark(dev, s, &ev)) return;
   r->e[h % RING] = (entry_t){count, ev, dev};
   __atomic_store_n(&r->head, h + 1, __ATOMIC_RELEASE);
 }

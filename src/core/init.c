@@ -271,22 +271,42 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
   return res;
 }
 
+/* Sets the job's device, then makes its bootstrap context.  A rank that
+ * cannot set its device must not leave its peers waiting for it until
+ * MPINCCL_BOOTSTRAP_TIMEOUT: a rendezvous's rank tells the rendezvous; a
+ * rank of an MPI communicator or of a split has none to tell, so it takes
+ * the bootstrap's first step with its peers (a split's MPI_Comm_split and
+ * turns too) and leaves the new context at once: their next set-up
+ * collective fails with ncclRemoteError saying why.  Returns the device's
+ * failure, with its text, and *b and *mpi as made, for job_run to keep. */
+static ncclResult_t job_join(mpn_init_job_t* job, mpn_bootstrap_t** b, MPI_Comm* mpi) {
+  if (job->device < 0) return job_bootstrap(job, b, mpi);
+  ncclResult_t res = mpn_cuda_set_device(job->device);
+  if (res == ncclSuccess) {
+    mpn_device_renew(job->device); /* (a program that reset the device: renew.h) */
+    return job_bootstrap(job, b, mpi);
+  }
+  if (job->kind == MPN_INIT_RANK) {
+    mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
+    return res;
+  }
+  char why[512];
+  snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+  if (job_bootstrap(job, b, mpi) == ncclSuccess && *b) {
+    mpn_error_set(NULL, res, "rank %d could not set its CUDA device: %s", (*b)->rank, why); /* the notice's reason */
+    mpn_bootstrap_fail(*b, res);
+  }
+  mpn_error_set(NULL, res, "%s", why); /* the caller's: the device's, not the notice's nor a failed bootstrap's */
+  return res;
+}
+
 static ncclResult_t job_run(mpn_init_job_t* job) {
   struct ncclComm* comm = job->comm;
   mpn_bootstrap_t* b = NULL;
   MPI_Comm mpi = MPI_COMM_NULL;
-  ncclResult_t res = ncclSuccess;
-  if (job->device >= 0) {
-    res = mpn_cuda_set_device(job->device);
-    if (res != ncclSuccess) {
-      if (job->kind == MPN_INIT_RANK) /* its peers wait for it at the rendezvous */
-        mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
-      goto fail;
-    }
-    mpn_device_renew(job->device); /* (a program that reset the device: renew.h) */
-  }
-  MPN_CHECK_GOTO(job_bootstrap(job, &b, &mpi), res, fail);
-  if (comm == NULL) return ncclSuccess; /* split without a color: done */
+  ncclResult_t res = job_join(job, &b, &mpi);
+  if (res == ncclSuccess && comm == NULL) return ncclSuccess; /* split without a color: done */
+  if (b == NULL) goto fail;                                   /* (job_join made nothing to keep) */
   b->abort = &comm->abort_flag;
   comm->bootstrap = b;
   comm->rank = b->rank;
@@ -295,6 +315,7 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   comm->mpi_user = job->mpi_user;
   comm->mpi_user_owned = job->kind == MPN_INIT_SPLIT;
   job->mpi_user = MPI_COMM_NULL;
+  if (res != ncclSuccess) goto fail; /* (its device: job_join told its peers) */
   MPN_CHECK_GOTO(comm_setup(comm), res, fail);
   /* The kernels load now, not at their first launch, and only once the
    * communicator is set up (kernels.c); the barrier keeps every rank from

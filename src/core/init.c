@@ -306,7 +306,7 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   MPI_Comm mpi = MPI_COMM_NULL;
   ncclResult_t res = job_join(job, &b, &mpi);
   if (res == ncclSuccess && comm == NULL) return ncclSuccess; /* split without a color: done */
-  if (b == NULL) goto fail;                                   /* (job_join made nothing to keep) */
+  if (b == NULL || comm == NULL) goto fail;                   /* (job_join made nothing to keep) */
   b->abort = &comm->abort_flag;
   comm->bootstrap = b;
   comm->rank = b->rank;

@@ -329,46 +329,67 @@ static cudaError_t ipc_open(uint64_t owner, int dev, const mpn_ipc_desc_t* desc,
   return cudaIpcOpenMemHandle(mapping, desc->handle, cudaIpcMemLazyEnablePeerAccess);
 }
 
+/* Why open_import stopped before the driver's last answer (its *stop). */
+enum {
+  OPEN_ON,     /* it did not: the driver's answer stands */
+  OPEN_LATE,   /* a close in the way did not end within MPINCCL_IPC_CLOSE_WAIT */
+  OPEN_FOUND,  /* another thread imported the buffer while this one waited: nothing opened */
+  OPEN_NO_ROOM /* after the wait, the cache could not grow: nothing opened */
+};
+
 /*
  * After the driver refused desc as mapped already and no import lends it:
  * the imports in its way are handed to the closing thread, whose closes are
  * then waited for, at most MPINCCL_IPC_CLOSE_WAIT seconds (they wait for
  * this process's GPU work), and the open retried.  which: 0 for the
  * imports of freed allocations that overlapped desc or had its handle,
- * 1 (last resort) for every idle import of owner.  *late: the wait ran out.
+ * 1 (last resort) for every idle import of owner.  The wait is made without
+ * ipc_lock (the closing thread never takes it), so that the process's other
+ * threads import, report and launch meanwhile; the cache may change under
+ * it, so what was found in it before is found again: the buffer itself
+ * (another thread may have imported it), and room for its entry (the room
+ * made before the first open may be taken), made before the open so that a
+ * mapping opened always gets its entry.  *stop: OPEN_*.
  */
 static cudaError_t reopen_after_closes(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, int which,
-                                       ipc_entry_t* fresh, int* late) {
+                                       ipc_entry_t* fresh, int* stop) {
   if (which == 0)
     drop_stale(owner, dev, desc);
   else
     flush_idle(owner, dev);
   int64_t wait_ms = mpn_param_int(MPN_PARAM_IPC_CLOSE_WAIT) * 1000;
+  pthread_mutex_unlock(&ipc_lock);
   int clear = which == 0 ? mpn_ipc_closer_wait(owner, dev, desc->base, desc->size, &desc->handle, wait_ms)
                          : mpn_ipc_closer_wait(owner, dev, 0, UINT64_MAX, NULL, wait_ms);
-  if (!clear) {
-    *late = 1;
-    return cudaErrorAlreadyMapped;
-  }
+  pthread_mutex_lock(&ipc_lock);
+  if (cache_find(&imported, owner, desc->buffer_id, dev) != NULL)
+    *stop = OPEN_FOUND;
+  else if (!clear)
+    *stop = OPEN_LATE;
+  else if (!cache_reserve(&imported))
+    *stop = OPEN_NO_ROOM;
+  if (*stop != OPEN_ON) return cudaErrorAlreadyMapped;
   return ipc_open(owner, dev, desc, &fresh->mapping);
 }
 
 /* Opens desc for the cache entry fresh, working around the driver's refusal
- * to map memory twice (see mpn_ipc_import in ipc.h).  *late: an import in
- * the way was still being closed when the wait for it ran out. */
-static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh, int* late) {
+ * to map memory twice (see mpn_ipc_import in ipc.h).  Under ipc_lock, which
+ * a wait for closes lets go of meanwhile (reopen_after_closes).  *stop:
+ * OPEN_*; with OPEN_FOUND and OPEN_NO_ROOM nothing was opened. */
+static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* desc, ipc_entry_t* fresh, int* stop) {
   cudaError_t err = ipc_open(owner, dev, desc, &fresh->mapping);
   if (err == cudaErrorAlreadyMapped && borrow_mapping(owner, dev, desc, 1, fresh)) {
     cudaGetLastError();
     return cudaSuccess;
   }
-  for (int which = 0; err == cudaErrorAlreadyMapped && which < 2 && !*late; which++) {
+  for (int which = 0; err == cudaErrorAlreadyMapped && which < 2 && *stop == OPEN_ON; which++) {
     cudaGetLastError();
-    err = reopen_after_closes(owner, dev, desc, which, fresh, late);
+    err = reopen_after_closes(owner, dev, desc, which, fresh, stop);
   }
+  if (*stop == OPEN_FOUND || *stop == OPEN_NO_ROOM) return err;
   /* Last, a mapping that no close could remove (its copies not yet issued
    * or still running) and that holds the buffer. */
-  if (err == cudaErrorAlreadyMapped && !*late && borrow_mapping(owner, dev, desc, 0, fresh)) {
+  if (err == cudaErrorAlreadyMapped && *stop == OPEN_ON && borrow_mapping(owner, dev, desc, 0, fresh)) {
     cudaGetLastError();
     return cudaSuccess;
   }
@@ -455,6 +476,23 @@ static void retire_overlapped(ipc_entry_t* fresh) {
   }
 }
 
+/* The error of an import that opened nothing: err, the driver's last
+ * answer; stop, why the open stopped (OPEN_*). */
+static ncclResult_t import_failed(uint64_t owner, const mpn_ipc_desc_t* desc, cudaError_t err, int stop) {
+  if (stop == OPEN_NO_ROOM) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  if (stop == OPEN_LATE)
+    return mpn_error_set(NULL, ncclUnhandledCudaError,
+                         "buffer %llu of process %llx lies in memory that this process still maps through an "
+                         "import of a freed buffer of that process, and closing that import waits for this "
+                         "process's GPU work, which did not end within MPINCCL_IPC_CLOSE_WAIT (%lld s): its "
+                         "streams may wait for peers that wait for this process (docs/P2P.md, known problem 17)",
+                         (unsigned long long)desc->buffer_id, (unsigned long long)owner,
+                         (long long)mpn_param_int(MPN_PARAM_IPC_CLOSE_WAIT));
+  cudaGetLastError();
+  return mpn_error_set(NULL, ncclUnhandledCudaError, "cudaIpcOpenMemHandle failed for buffer %llu of process %llx: %s",
+                       (unsigned long long)desc->buffer_id, (unsigned long long)owner, cudaGetErrorString(err));
+}
+
 ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** ptr,
                             mpn_ipc_ref_t* ref) {
   ncclResult_t res = ncclSuccess;
@@ -472,27 +510,20 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
                          .handle = desc->handle, .owner_base = desc->base, .size = desc->size,
                          .opened = 1};
     /* The caller's stream may be capturing a graph: the driver calls made
-     * here (opening, closing, event queries) are not part of it. */
+     * here (opening, closing, event queries) are not part of it.  (The mode
+     * is this thread's own: it stays relaxed through a wait for closes
+     * without the lock, which calls no CUDA.) */
     mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-    int late = 0;
-    cudaError_t err = open_import(owner, dev, desc, &fresh, &late);
+    int stop = OPEN_ON;
+    cudaError_t err = open_import(owner, dev, desc, &fresh, &stop);
     if (err == cudaSuccess) retire_overlapped(&fresh);
     mpn_cuda_relaxed_leave(mode);
-    if (err != cudaSuccess && late) {
-      res = mpn_error_set(NULL, ncclUnhandledCudaError,
-                          "buffer %llu of process %llx lies in memory that this process still maps through an "
-                          "import of a freed buffer of that process, and closing that import waits for this "
-                          "process's GPU work, which did not end within MPINCCL_IPC_CLOSE_WAIT (%lld s): its "
-                          "streams may wait for peers that wait for this process (docs/P2P.md, known problem 17)",
-                          (unsigned long long)desc->buffer_id, (unsigned long long)owner,
-                          (long long)mpn_param_int(MPN_PARAM_IPC_CLOSE_WAIT));
+    if (stop == OPEN_FOUND) {
+      e = cache_find(&imported, owner, desc->buffer_id, dev); /* (found under the lock held since) */
     } else if (err != cudaSuccess) {
-      cudaGetLastError();
-      res =
-          mpn_error_set(NULL, ncclUnhandledCudaError, "cudaIpcOpenMemHandle failed for buffer %llu of process %llx: %s",
-                        (unsigned long long)desc->buffer_id, (unsigned long long)owner, cudaGetErrorString(err));
+      res = import_failed(owner, desc, err, stop);
     } else {
-      e = cache_add(&imported, &fresh); /* (reserved: cannot fail) */
+      e = cache_add(&imported, &fresh); /* (room made under the lock held since: cannot fail) */
       MPN_TRACE(MPN_SUBSYS_IPC, "imported buffer %llu of process %llx at %p%s",
                 (unsigned long long)desc->buffer_id, (unsigned long long)owner, fresh.base,
                 fresh.opened ? "" : " (inside a block mapped before)");

@@ -58,7 +58,8 @@ typedef struct {
  * whose memory the new one reuses), the buffer is taken from that import's
  * mapping if its range holds the whole allocation; else the imports in the
  * way are closed and the open retried, waiting for those closes at most
- * MPINCCL_IPC_CLOSE_WAIT seconds.  Closes run on a thread of their own
+ * MPINCCL_IPC_CLOSE_WAIT seconds, without the cache's lock (other threads'
+ * calls here go on meanwhile).  Closes run on a thread of their own
  * (ipc_closer.h): the driver's close waits for all of the process's GPU
  * work, which may wait for peers that wait for this host.
  */

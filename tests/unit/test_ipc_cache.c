@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda/driver.h"
@@ -27,6 +28,8 @@ static struct {
   int opens;
 } mappings[MAX_MAPPINGS];
 static int n_mappings, closes;
+/* The closing thread's closes may run beside an import's open. */
+static pthread_mutex_t model_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static char* mapping_ptr(int i) { return (char*)(uintptr_t)(0x100000000ull + (uint64_t)i * 0x10000000ull); }
 
@@ -78,28 +81,32 @@ static int closes_held;
 
 cudaError_t __wrap_cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned int flags) {
   (void)flags;
-  if (mapped_already(&handle)) return cudaErrorAlreadyMapped;
-  int i = 0;
-  while (i < n_mappings && (mappings[i].opens == 0 || memcmp(&mappings[i].handle, &handle, sizeof(handle)) != 0)) i++;
-  if (i == n_mappings) {
+  pthread_mutex_lock(&model_lock);
+  int refused = mapped_already(&handle), i = 0;
+  while (!refused && i < n_mappings &&
+         (mappings[i].opens == 0 || memcmp(&mappings[i].handle, &handle, sizeof(handle)) != 0))
+    i++;
+  if (!refused && i == n_mappings) {
     ck_assert_int_lt(n_mappings, MAX_MAPPINGS);
     mappings[n_mappings++].handle = handle;
   }
-  mappings[i].opens++; /* the same handle again: the same mapping, counted */
+  if (!refused) mappings[i].opens++; /* the same handle again: the same mapping, counted */
+  pthread_mutex_unlock(&model_lock);
+  if (refused) return cudaErrorAlreadyMapped;
   *ptr = mapping_ptr(i);
   return cudaSuccess;
 }
 cudaError_t __wrap_cudaIpcCloseMemHandle(void* ptr) {
   while (__atomic_load_n(&closes_held, __ATOMIC_ACQUIRE)) usleep(1000);
-  for (int i = 0; i < n_mappings; i++)
-    if (mapping_ptr(i) == ptr) {
-      ck_assert_int_gt(mappings[i].opens, 0);
-      mappings[i].opens--;
-      closes++;
-      return cudaSuccess;
-    }
-  ck_abort_msg("closing %p, which was never opened", ptr);
-  return cudaErrorInvalidValue;
+  pthread_mutex_lock(&model_lock);
+  int i = 0;
+  while (i < n_mappings && mapping_ptr(i) != ptr) i++;
+  ck_assert_msg(i < n_mappings, "closing %p, which was never opened", ptr);
+  ck_assert_int_gt(mappings[i].opens, 0);
+  mappings[i].opens--;
+  __atomic_add_fetch(&closes, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&model_lock);
+  return cudaSuccess;
 }
 cudaError_t __wrap_cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
   (void)ptr;
@@ -108,7 +115,7 @@ cudaError_t __wrap_cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
   return cudaSuccess;
 }
 
-static CUresult fake_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+static CUresult fake_range_locked(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
   for (int i = 0; i < n_mappings; i++) { /* an open mapping: the range of its handle */
     uint64_t at, bytes;
     handle_range(&mappings[i].handle, &at, &bytes);
@@ -123,6 +130,12 @@ static CUresult fake_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
   *base = alloc_base;
   *size = alloc_size;
   return CUDA_SUCCESS;
+}
+static CUresult fake_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  pthread_mutex_lock(&model_lock);
+  CUresult res = fake_range_locked(base, size, ptr);
+  pthread_mutex_unlock(&model_lock);
+  return res;
 }
 static CUresult fake_attribute(void* out, CUpointer_attribute attr, CUdeviceptr ptr) {
   if (ptr < alloc_base || ptr >= alloc_base + alloc_size) return CUDA_ERROR_INVALID_VALUE;
@@ -195,8 +208,18 @@ static int exports(void) {
 static int open_count(void) {
   mpn_ipc_closer_drain();
   int n = 0;
+  pthread_mutex_lock(&model_lock);
   for (int i = 0; i < n_mappings; i++) n += mappings[i].opens;
+  pthread_mutex_unlock(&model_lock);
   return n;
+}
+
+/* The imports cached, closes made and opens left once the closing thread
+ * has closed what it was handed. */
+static void expect_counts(int n_imports, int n_closed, int n_open) {
+  ck_assert_int_eq(closed(), n_closed);
+  ck_assert_int_eq(imports(), n_imports);
+  ck_assert_int_eq(open_count(), n_open);
 }
 
 /* A peer that allocates a new buffer for each message at the same address:
@@ -380,9 +403,7 @@ START_TEST(import_over_stale_waits_for_its_close) {
   mpn_ipc_ref_t ref;
   ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
   mpn_ipc_mark_used(&ref, event(0), 0);
-  ck_assert_int_eq(closed(), 1);
-  ck_assert_int_eq(imports(), 1);
-  ck_assert_int_eq(open_count(), 1);
+  expect_counts(1, 1, 1);
 }
 END_TEST
 
@@ -405,6 +426,106 @@ START_TEST(import_over_stale_gives_up) {
   ck_assert_int_eq(closed(), 1);
   ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref), ncclSuccess);
   mpn_ipc_mark_used(&ref, event(0), 0);
+}
+END_TEST
+
+/* An import of owner's on a thread of its own, for imports that wait for
+ * closes while the test goes on. */
+typedef struct {
+  const mpn_ipc_desc_t* desc;
+  pthread_t thread;
+  void* ptr;
+  mpn_ipc_ref_t ref;
+  ncclResult_t res;
+  int done;
+} importer_t;
+
+static void* import_in_thread(void* arg) {
+  importer_t* im = arg;
+  im->res = mpn_ipc_import(owner, im->desc, &im->ptr, &im->ref);
+  __atomic_store_n(&im->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Starts im's import of desc and returns once queued closes are pending
+ * (those the import waits for). */
+static void import_start(importer_t* im, const mpn_ipc_desc_t* desc, int queued) {
+  im->desc = desc;
+  ck_assert_int_eq(pthread_create(&im->thread, NULL, import_in_thread, im), 0);
+  for (int tries = 0; mpn_ipc_closer_pending() < queued && tries < 1000; tries++) usleep(1000);
+  ck_assert_int_eq(mpn_ipc_closer_pending(), queued);
+}
+
+/* Joins im's import, which must have worked, and reports its use. */
+static void* import_finish(importer_t* im) {
+  ck_assert_int_eq(pthread_join(im->thread, NULL), 0);
+  ck_assert_int_eq(im->res, ncclSuccess);
+  ck_assert_ptr_nonnull(im->ptr);
+  mpn_ipc_mark_used(&im->ref, event(0), 0);
+  return im->ptr;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/* An import that waits for a close (as in import_over_stale_waits_for_its_close)
+ * waits without the cache's lock: another thread's report of use, count and
+ * import of another owner's buffer return at once, and the import ends once
+ * the close does.  (Before, they waited with it: here for all of
+ * MPINCCL_IPC_CLOSE_WAIT, the close being held until they return.) */
+START_TEST(others_go_on_while_an_import_waits) {
+  setenv("MPINCCL_IPC_CLOSE_WAIT", "3", 1);
+  done[0] = 1;
+  mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), s1 = owner_range(2, base, 8192, 2),
+                 r = owner_range(3, base + 65536, 4096, 3), other = owner_buffer(9, size, 9);
+  void *pr = NULL, *po = NULL;
+  mpn_ipc_ref_t ref_r, ref_o;
+  import_once(&q, event(0));
+  ck_assert_int_eq(mpn_ipc_import(owner, &r, &pr, &ref_r), ncclSuccess); /* handed out */
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+  importer_t a = {0};
+  import_start(&a, &s1, 1); /* q's close, held */
+  uint64_t start = now_ms();
+  mpn_ipc_mark_used(&ref_r, event(0), 0);
+  ck_assert_int_eq(imports(), 1); /* r: q went, s1 is not in yet */
+  ck_assert_int_eq(mpn_ipc_import(owner + 1, &other, &po, &ref_o), ncclSuccess);
+  mpn_ipc_mark_used(&ref_o, event(0), 0);
+  uint64_t took = now_ms() - start;
+  ck_assert_msg(took < 500, "the calls beside the import's wait took %llu ms", (unsigned long long)took);
+  ck_assert_int_eq(__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), 0); /* it still waits */
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  ck_assert_ptr_eq(import_finish(&a), mapping_ptr(3)); /* (the model's mappings: q, r, other, s1) */
+  expect_counts(3, 1, 3);
+}
+END_TEST
+
+/* Three imports wait for closes at once: two of the same buffer s1, which
+ * get one mapping and one entry (the second finds the first's after its
+ * wait, rather than opening it again), and one of s2, another buffer of
+ * the same owner, which waits for a close of its own. */
+START_TEST(imports_wait_at_once) {
+  setenv("MPINCCL_IPC_CLOSE_WAIT", "10", 1);
+  done[0] = 1;
+  mpn_ipc_desc_t q1 = owner_range(1, base, 4096, 1), q2 = owner_range(2, base + 65536, 4096, 2),
+                 s1 = owner_range(3, base, 8192, 3), s2 = owner_range(4, base + 65536, 8192, 4);
+  import_once(&q1, event(0));
+  import_once(&q2, event(0));
+  __atomic_store_n(&closes_held, 1, __ATOMIC_RELEASE);
+  importer_t im[3] = {{0}};
+  import_start(&im[0], &s1, 1); /* q1's close */
+  import_start(&im[1], &s1, 1); /* (the same close) */
+  usleep(100000);
+  import_start(&im[2], &s2, 2); /* q2's close */
+  usleep(200000);               /* the second and third in their waits too */
+  for (int k = 0; k < 3; k++) ck_assert_int_eq(__atomic_load_n(&im[k].done, __ATOMIC_ACQUIRE), 0);
+  __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
+  void* p1 = import_finish(&im[0]);
+  ck_assert_ptr_eq(import_finish(&im[1]), p1);
+  ck_assert_ptr_ne(import_finish(&im[2]), p1);
+  expect_counts(2, 2, 2);
 }
 END_TEST
 
@@ -643,6 +764,8 @@ int main(void) {
   tcase_add_test(tc, import_in_recycled_mapping_borrows);
   tcase_add_test(tc, import_over_stale_waits_for_its_close);
   tcase_add_test(tc, import_over_stale_gives_up);
+  tcase_add_test(tc, others_go_on_while_an_import_waits);
+  tcase_add_test(tc, imports_wait_at_once);
   tcase_add_test(tc, held_imports_seen_by_owner);
   tcase_add_test(tc, closes_wait_for_quiet);
   tcase_add_test(tc, launch_goes_by_a_long_close);

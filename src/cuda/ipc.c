@@ -407,7 +407,7 @@ static cudaError_t open_import(uint64_t owner, int dev, const mpn_ipc_desc_t* de
         MPN_TRACE(MPN_SUBSYS_IPC, "buffer %llu came back as the mapping of buffer %llu",
                   (unsigned long long)desc->buffer_id, (unsigned long long)imported.entries[i].buffer_id);
   } else if (err == cudaErrorAlreadyMapped) {
-    cudaGetLastError();
+    if (*stop == OPEN_ON) cudaGetLastError(); /* (else the answer is ours, the driver's cleared before the wait) */
     dump_owner(owner, dev, desc);
   }
   return err;

@@ -57,8 +57,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                             "exited, having answered every message and signal this rank waits for "
                             "through the pairs they share, is no failure: the communicator goes on, "
                             "and later calls naming that peer are refused with ncclRemoteError. A "
-                            "peer with which this rank shared nothing (no message, no signal "
-                            "awaited) is no failure either when its process exits, normally or "
+                            "peer over CUDA IPC with which this rank shared nothing (no message, no "
+                            "signal awaited) is no failure either when its process exits, normally or "
                             "not, since nothing of this rank's waits for it: later calls naming it "
                             "are refused with ncclRemoteError. 0 disables."},
     [MPN_PARAM_ABORT_DRAIN] =

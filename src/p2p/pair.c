@@ -309,6 +309,8 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     ncclResult_t res = err == cudaSuccess ? mpn_ipc_export(d, "device flags", &mem->flags_desc, &pool)
                                           : ncclUnhandledCudaError;
     if (err != cudaSuccess) mpn_error_set(NULL, res, "device flags for %s: %s", p->name, cudaGetErrorString(err));
+    if (res == ncclSuccess && pool) /* (no descriptor then: a system whose cudaMalloc memory CUDA IPC cannot share) */
+      res = mpn_error_set(NULL, ncclInvalidUsage, "device flags for %s: CUDA IPC cannot share the block", p->name);
     if (res != ncclSuccess) {
       if (d) mpn_cuda_forget(cudaFree(d));
       if (forced) return res;

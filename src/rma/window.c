@@ -123,7 +123,7 @@ static void share_peers(struct ncclComm* comm, struct ncclWindow_vidmem* w) {
   if (w->shared) return;
   MPN_INFO(MPN_SUBSYS_RMA,
            "rank %d: window %p not counted among the users of its peers' memory (out of memory): its "
-           "deregistration closes imports that other windows may still use",
+           "deregistration closes only imports that no counted window names",
            comm->rank, (void*)w);
   while (peer-- > 0)
     if (peer_mapped(comm, w, peer))

@@ -62,8 +62,9 @@ static int peer_left(const struct ncclComm* comm, int peer) {
 }
 
 static ncclResult_t peer_here(struct ncclComm* comm, const char* caller, int peer) {
-  if (!peer_left(comm, peer)) return ncclSuccess;
-  if (__atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_EXITED)
+  int gone = __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE);
+  if (gone < MPN_PEER_LEFT) return ncclSuccess; /* (as peer_left, read once) */
+  if (gone == MPN_PEER_EXITED)
     return MPN_REFUSE(comm, ncclRemoteError,
                       "%s: peer %d's process exited (its communicator ended or it failed) before it exchanged "
                       "anything with this rank",

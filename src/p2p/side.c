@@ -21,12 +21,20 @@
  * running past its end would make the copy read or write whatever lies
  * beyond (another allocation), so it is refused, as a window is
  * (rma/window.c); nothing moves and the peer is told. */
+static const char* op_fn(const mpn_op_t* op) { return op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv"; }
+
 static ncclResult_t extent_check(const mpn_op_t* op, const char* name, const mpn_ipc_desc_t* ipc) {
   if (op->bytes <= ipc->size - ipc->offset) return ncclSuccess; /* (export gives offset <= size) */
   return mpn_error_set(op->comm, ncclInvalidArgument,
-                       "%s: %s %p + %zu bytes runs past the end of its allocation (%llu bytes from 0x%llx)",
-                       op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
-                       (unsigned long long)ipc->size, (unsigned long long)ipc->base);
+                       "%s: %s %p + %zu bytes runs past the end of its allocation (%llu bytes from 0x%llx)", op_fn(op),
+                       name, op->buf, op->bytes, (unsigned long long)ipc->size, (unsigned long long)ipc->base);
+}
+
+/* The check of a buffer that no export judged (cuda/buffer.h), where
+ * MPINCCL_CHECK_BUFFERS asks for it. */
+static ncclResult_t range_check(const mpn_op_t* op, const char* name) {
+  if (!mpn_param_int(MPN_PARAM_CHECK_BUFFERS)) return ncclSuccess;
+  return mpn_cuda_buffer_check(op->comm, op_fn(op), name, op->buf, op->bytes, op->capturing ? MPN_BUFFER_CAPTURING : 0);
 }
 
 static uint64_t staged_in_way; /* (mpn_side_staged) */
@@ -70,10 +78,7 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
   if (op->comm->transport[op->peer] != MPN_TRANSPORT_IPC || d->eager) {
     /* No export looks the buffer up here: the copy (into or out of the
      * inbox, or between buffers of this process) would run past it. */
-    ncclResult_t res = ncclSuccess;
-    if (mpn_param_int(MPN_PARAM_CHECK_BUFFERS))
-      res = mpn_cuda_buffer_check(op->comm, op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
-                                  op->capturing ? MPN_BUFFER_CAPTURING : 0);
+    ncclResult_t res = range_check(op, name);
     d->exported = res == ncclSuccess ? 0 : -1;
     return res;
   }
@@ -83,21 +88,20 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
   }
   int pool = 0;
   ncclResult_t res = mpn_ipc_export(op->buf, name, &d->ipc, &pool);
-  if (res == ncclSuccess && !pool) res = extent_check(op, name, &d->ipc);
+  /* A staged allocation's export judged no extent (a pool's range may be
+   * the pool's, a virtual-memory buffer may span mappings). */
+  if (res == ncclSuccess) res = pool ? range_check(op, name) : extent_check(op, name, &d->ipc);
   if (res == ncclSuccess && !pool && in_way(op, &d->ipc)) {
     d->in_way_base = d->ipc.base;
     d->in_way_size = d->ipc.size;
     pool = 1; /* staged like a memory-pool buffer, until the peer has closed those imports */
   }
-  if (res == ncclSuccess && pool && mpn_param_int(MPN_PARAM_CHECK_BUFFERS)) /* (its export judged no extent) */
-    res = mpn_cuda_buffer_check(op->comm, op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf, op->bytes,
-                                op->capturing ? MPN_BUFFER_CAPTURING : 0);
   if (res == ncclSuccess && pool) {
     res = mpn_stage_get(op->bytes, &p->stage);
     if (res == ncclSuccess) res = mpn_ipc_export(mpn_stage_ptr(p->stage), "stage", &d->ipc, &pool);
     if (res == ncclSuccess && pool) /* (no descriptor then: a system whose cudaMalloc memory CUDA IPC cannot share) */
       res = mpn_error_set(op->comm, ncclInvalidUsage, "%s: CUDA IPC cannot share the staging buffer for %s %p",
-                          op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv", name, op->buf);
+                          op_fn(op), name, op->buf);
   }
   d->exported = res == ncclSuccess ? 1 : -1;
   return res;

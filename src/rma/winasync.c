@@ -117,7 +117,7 @@ int mpn_win_async_group_wanted(const mpn_win_job_t* jobs) {
 static void* group_main(void* arg) {
   group_calls_t* g = arg;
   async_begin(g->comms[0]);
-  (void)mpn_win_jobs_exec(g->jobs); /* (lanes: a thread per communicator, each on its device) */
+  mpn_win_jobs_exec(g->jobs);       /* (lanes: a thread per communicator, each on its device) */
   for (int i = 0; i < g->n; i++) {  /* each communicator's first failure, in call order */
     const mpn_win_job_t* job = g->jobs;
     while (job && (job->comm != g->comms[i] || job->result == ncclSuccess)) job = job->next;

@@ -147,7 +147,7 @@ static void jobs_wait_created(mpn_win_job_t* jobs) {
     }
 }
 
-ncclResult_t mpn_win_jobs_exec(mpn_win_job_t* jobs) {
+void mpn_win_jobs_exec(mpn_win_job_t* jobs) {
   int n = 0;
   for (mpn_win_job_t* job = jobs; job; job = job->next) n++;
   lane_t* lanes = calloc((size_t)n + 1, sizeof(*lanes));
@@ -161,7 +161,7 @@ ncclResult_t mpn_win_jobs_exec(mpn_win_job_t* jobs) {
       snprintf(job->error, sizeof(job->error), "%s: out of memory for the group's window calls",
                mpn_win_job_caller(job));
     }
-    return ncclSystemError;
+    return;
   }
   jobs_hold(jobs);
   jobs_wait_created(jobs);
@@ -174,11 +174,10 @@ ncclResult_t mpn_win_jobs_exec(mpn_win_job_t* jobs) {
     lanes_run(lanes, nlanes);
   jobs_release(jobs);
   free(lanes);
-  return ncclSuccess;
 }
 
 ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs) {
-  (void)mpn_win_jobs_exec(jobs); /* (each job's result says) */
+  mpn_win_jobs_exec(jobs);
   ncclResult_t first = ncclSuccess;
   for (mpn_win_job_t* job = jobs; job && first == ncclSuccess; job = job->next)
     if (job->result != ncclSuccess) first = mpn_error_set(NULL, job->result, "%s", job->error);

@@ -70,9 +70,9 @@ ncclResult_t mpn_win_defer(const mpn_win_job_t* job);
 ncclResult_t mpn_win_jobs_run(mpn_win_job_t* jobs);
 
 /** mpn_win_jobs_run's work without the report: each job's result and
- *  error say how it ended; the jobs stay the caller's.  ncclSystemError
- *  where it could not start (every job failed), else ncclSuccess. */
-ncclResult_t mpn_win_jobs_exec(mpn_win_job_t* jobs);
+ *  error say how it ended (every job failed where it could not start);
+ *  the jobs stay the caller's. */
+void mpn_win_jobs_exec(mpn_win_job_t* jobs);
 
 /**
  * A group that failed on this rank (why): its queued calls still join their

@@ -673,10 +673,19 @@ static void sweep_forgotten(void) {
   mpn_cuda_relaxed_leave(mode);
 }
 
-void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev) {
+/* Whether another buffer imported into e's mapping is still wanted. */
+static int mapping_kept(const ipc_entry_t* e, mpn_ipc_kept_fn kept) {
+  for (int i = 0; kept != NULL && i < imported.n; i++) {
+    const ipc_entry_t* o = &imported.entries[i];
+    if (o != e && o->mapping == e->mapping && !o->forget && kept(o->owner, o->buffer_id, o->dev)) return 1;
+  }
+  return 0;
+}
+
+void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev, mpn_ipc_kept_fn kept) {
   pthread_mutex_lock(&ipc_lock);
   ipc_entry_t* e = cache_find(&imported, owner, buffer_id, dev);
-  if (e != NULL) {
+  if (e != NULL && !mapping_kept(e, kept)) {
     /* Never waits: a busy mapping is closed by a later import or report. */
     void* mapping = e->mapping;
     for (int i = 0; i < imported.n; i++)

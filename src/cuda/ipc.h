@@ -113,8 +113,14 @@ void mpn_ipc_release(const mpn_ipc_ref_t* ref);
  * waits (the stream may be waiting for the peer that is deregistering).
  * A freed buffer's import kept open holds the owner's memory and can stand
  * in the way of the owner's next allocation at that address.
+ * The driver maps some allocations inside another's mapping, so one close
+ * ends the imports of all of them: where kept (may be NULL, called under
+ * the cache's lock) says that another buffer of that mapping is still
+ * wanted, nothing is forgotten, and that buffer's own forget later closes
+ * the mapping with both.
  */
-void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev);
+typedef int (*mpn_ipc_kept_fn)(uint64_t owner, uint64_t buffer_id, int dev);
+void mpn_ipc_forget(uint64_t owner, uint64_t buffer_id, int dev, mpn_ipc_kept_fn kept);
 
 /**
  * Owner found, in this process's list of held imports (ipc_held.h), opens of

@@ -43,6 +43,9 @@ int mpn_win_share_take(uint64_t owner, uint64_t buffer_id, int dev) {
   return s != NULL;
 }
 
+/* Whether a live window names the allocation (under share_lock). */
+static int share_kept(uint64_t owner, uint64_t buffer_id, int dev) { return share_find(owner, buffer_id, dev) != NULL; }
+
 void mpn_win_share_drop(uint64_t owner, uint64_t buffer_id, int dev, int taken) {
   pthread_mutex_lock(&share_lock);
   share_t* s = share_find(owner, buffer_id, dev);
@@ -51,8 +54,10 @@ void mpn_win_share_drop(uint64_t owner, uint64_t buffer_id, int dev, int taken) 
     s = NULL;
   }
   /* Forgotten under the lock: a window that takes the allocation meanwhile
-   * counts after the forget, and its first put imports it again. */
-  if (s == NULL) mpn_ipc_forget(owner, buffer_id, dev);
+   * counts after the forget, and its first put imports it again.  Another
+   * allocation under a window that the driver mapped in the same mapping
+   * keeps it open. */
+  if (s == NULL) mpn_ipc_forget(owner, buffer_id, dev, share_kept);
   pthread_mutex_unlock(&share_lock);
 }
 

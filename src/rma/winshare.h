@@ -17,8 +17,9 @@ int mpn_win_share_take(uint64_t owner, uint64_t buffer_id, int dev);
 /**
  * A window naming owner's allocation buffer_id on dev goes, with its count
  * if taken: the import is forgotten (mpn_ipc_forget: closed once idle)
- * when no live window of the process names the allocation any more, and
- * kept for the others otherwise.
+ * when no live window of the process names the allocation any more, nor
+ * another allocation the driver mapped in the same mapping; kept for the
+ * others otherwise.
  */
 void mpn_win_share_drop(uint64_t owner, uint64_t buffer_id, int dev, int taken);
 

@@ -19,6 +19,7 @@
 #include "cuda/ipc.h"
 #include "cuda/ipc_closer.h"
 #include "cuda/ipc_held.h"
+#include "rma/winshare.h"
 #include "run_suite.h"
 
 /* The model's mappings: one per handle, opened as many times as counted. */
@@ -264,7 +265,7 @@ START_TEST(import_recycled_handle) {
   ck_assert_int_eq(imports(), 1);
   ck_assert_int_eq(open_count(), 1);
   ck_assert_int_eq(closed(), 1);
-  mpn_ipc_forget(owner, 2, 0);
+  mpn_ipc_forget(owner, 2, 0, NULL);
   ck_assert_int_eq(imports(), 0);
   ck_assert_int_eq(open_count(), 0);
 }
@@ -278,14 +279,14 @@ START_TEST(import_two_streams_closable) {
   done[0] = done[1] = 0;
   import_once(&a, event(0));
   import_once(&a, event(1));
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   ck_assert_int_eq(imports(), 1); /* copies still running */
   done[0] = 1;
   import_once(&a, event(1)); /* used again: not forgotten any more */
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   ck_assert_int_eq(imports(), 1);
   done[1] = 1;
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   ck_assert_int_eq(imports(), 0);
   ck_assert_int_eq(open_count(), 0);
 }
@@ -299,7 +300,7 @@ START_TEST(import_too_many_streams_pinned) {
     import_once(&a, event(k));
   }
   for (int k = 0; k <= MPN_IPC_USED_EVENTS; k++) done[k] = 1;
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   ck_assert_int_eq(imports(), 1);
 }
 END_TEST
@@ -334,7 +335,7 @@ START_TEST(import_never_waits_for_closes) {
     mpn_ipc_desc_t d = owner_buffer(id, size - (id % 3) * 4096, id);
     import_once(&d, event(0));
   }
-  mpn_ipc_forget(owner, 50, 0);
+  mpn_ipc_forget(owner, 50, 0, NULL);
   ck_assert_int_eq(imports(), 0);
   ck_assert_int_eq(closes, 0);
   ck_assert_int_eq(mpn_ipc_closer_pending(), 50);
@@ -362,7 +363,7 @@ START_TEST(import_over_stale_same_range_borrows) {
   ck_assert_int_eq(imports(), 1); /* the stale entry went; its open is the new one's */
   ck_assert_int_eq(mpn_ipc_closer_pending(), 0);
   __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
-  mpn_ipc_forget(owner, 2, 0);
+  mpn_ipc_forget(owner, 2, 0, NULL);
   ck_assert_int_eq(open_count(), 0);
 }
 END_TEST
@@ -390,6 +391,41 @@ START_TEST(import_in_recycled_mapping_borrows) {
   __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
   mpn_ipc_mark_used(&ref_s, event(0), 0);
   mpn_ipc_mark_used(&ref_t, event(0), 0);
+}
+END_TEST
+
+/* Two live buffers of the owner that the driver maps in one mapping (as
+ * in import_in_recycled_mapping_borrows), each under a window of this
+ * process (rma/winshare.h): the last window of one going keeps the mapping
+ * for the other (its close ended both imports, and the other window's next
+ * put mapped it again); the last of both closes it. */
+START_TEST(windows_of_one_mapping_keep_it) {
+  done[0] = 1;
+  mpn_ipc_desc_t q = owner_range(1, base, 8192, 1), s1 = owner_range(2, base, 8192, 1),
+                 t = owner_range(3, base + 4096, 4096, 3);
+  s1.size = 4096;
+  void *ps = NULL, *pt = NULL;
+  mpn_ipc_ref_t ref_s, ref_t;
+  import_once(&q, event(0));
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &ps, &ref_s), ncclSuccess);
+  ck_assert_int_eq(mpn_ipc_import(owner, &t, &pt, &ref_t), ncclSuccess);
+  ck_assert_ptr_eq(pt, (char*)ps + 4096); /* one mapping */
+  mpn_ipc_mark_used(&ref_s, event(0), 0);
+  mpn_ipc_mark_used(&ref_t, event(0), 0);
+  ck_assert(mpn_win_share_take(owner, 2, 0));
+  ck_assert(mpn_win_share_take(owner, 3, 0));
+  mpn_win_share_drop(owner, 3, 0, 1);
+  ck_assert(mpn_ipc_import_live(owner, 2, 0));
+  ck_assert_int_eq(open_count(), 1);
+  void* again = NULL;
+  ck_assert_int_eq(mpn_ipc_import(owner, &s1, &again, &ref_s), ncclSuccess);
+  ck_assert_ptr_eq(again, ps);
+  mpn_ipc_mark_used(&ref_s, event(0), 0);
+  ck_assert_int_eq(open_count(), 1); /* no new open */
+  mpn_win_share_drop(owner, 2, 0, 1);
+  ck_assert(!mpn_ipc_import_live(owner, 2, 0));
+  ck_assert(!mpn_ipc_import_live(owner, 3, 0));
+  ck_assert_int_eq(open_count(), 0);
 }
 END_TEST
 
@@ -566,7 +602,7 @@ START_TEST(held_imports_seen_by_owner) {
   mpn_ipc_drop_in_way(owner, t.base, 8192);
   ck_assert_int_eq(closed(), 2);
   ck_assert_int_eq(mpn_ipc_held_count(), 1);
-  mpn_ipc_forget(owner, 3, 0);
+  mpn_ipc_forget(owner, 3, 0, NULL);
   ck_assert_int_eq(open_count(), 0);
   ck_assert_int_eq(mpn_ipc_held_count(), 0);
 }
@@ -583,7 +619,7 @@ START_TEST(closes_wait_for_quiet) {
   mpn_ipc_desc_t q = owner_range(1, base, 4096, 1), r = owner_range(2, base + 65536, 4096, 2);
   import_once(&q, event(0));
   import_once(&r, event(0));
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   usleep(100000);
   ck_assert_int_eq(closes, 0); /* not quiet */
   ck_assert_int_eq(mpn_ipc_closer_launch_begin(), 1);
@@ -594,7 +630,7 @@ START_TEST(closes_wait_for_quiet) {
   ck_assert_int_eq(closed(), 1);
   /* A thread waiting for a close does not wait for quiet. */
   __atomic_store_n(&quiet_now, 0, __ATOMIC_RELEASE);
-  mpn_ipc_forget(owner, 2, 0);
+  mpn_ipc_forget(owner, 2, 0, NULL);
   ck_assert_int_eq(mpn_ipc_closer_wait(owner, 0, r.base, r.size, NULL, 5000), 1);
   ck_assert_int_eq(closes, 2);
   ck_assert_int_eq(open_count(), 0);
@@ -620,7 +656,7 @@ static void quiet_two_imports_held(mpn_ipc_desc_t* q, mpn_ipc_desc_t* r) {
 START_TEST(launch_goes_by_a_long_close) {
   mpn_ipc_desc_t q, r;
   quiet_two_imports_held(&q, &r);
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   int gated = 1;
   for (int tries = 0; gated && tries < 500; tries++) { /* until the close holds the gate */
     gated = mpn_ipc_closer_launch_begin();
@@ -632,7 +668,7 @@ START_TEST(launch_goes_by_a_long_close) {
   ck_assert_int_eq(gated, 0);                         /* it went on beside the close */
   ck_assert_int_eq(mpn_ipc_closer_launch_begin(), 0); /* a later one at once: the close is older than the wait */
   mpn_ipc_closer_launch_end(0);
-  mpn_ipc_forget(owner, 2, 0);
+  mpn_ipc_forget(owner, 2, 0, NULL);
   __atomic_store_n(&closes_held, 0, __ATOMIC_RELEASE);
   for (int tries = 0; __atomic_load_n(&closes, __ATOMIC_ACQUIRE) < 1 && tries < 500; tries++) usleep(10000);
   usleep(100000);
@@ -661,7 +697,7 @@ static void close_in_slow_check(void) {
   mpn_ipc_closer_set_quiet(slow_quiet);
   mpn_ipc_desc_t q = owner_range(1, base, 4096, 1);
   import_once(&q, event(0));
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   for (int tries = 0; !__atomic_load_n(&quiet_asked, __ATOMIC_ACQUIRE) && tries < 500; tries++) usleep(1000);
   ck_assert_int_eq(__atomic_load_n(&quiet_asked, __ATOMIC_ACQUIRE), 1);
 }
@@ -704,7 +740,7 @@ START_TEST(forget_device_closes_nothing) {
   int pool = 0;
   ck_assert_int_eq(mpn_ipc_export((void*)(uintptr_t)alloc_base, "test", &mine, &pool), ncclSuccess);
   ck_assert_int_eq(exports(), 1);
-  mpn_ipc_forget(owner, 1, 0); /* q's close is queued */
+  mpn_ipc_forget(owner, 1, 0, NULL); /* q's close is queued */
   usleep(50000);
   ck_assert_int_eq(mpn_ipc_closer_pending(), 1);
   mpn_ipc_forget_device(0);
@@ -732,7 +768,7 @@ static void* stop_in_thread(void* arg) {
 START_TEST(stop_starts_no_close) {
   mpn_ipc_desc_t q, r;
   quiet_two_imports_held(&q, &r);
-  mpn_ipc_forget(owner, 1, 0);
+  mpn_ipc_forget(owner, 1, 0, NULL);
   usleep(100000);
   int stopped = 0; /* 0: waiting; then 1 + the stop's verdict */
   pthread_t t;
@@ -743,7 +779,7 @@ START_TEST(stop_starts_no_close) {
   pthread_join(t, NULL);
   ck_assert_int_eq(stopped, 2);
   ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 1);
-  mpn_ipc_forget(owner, 2, 0); /* r's close is queued, the process quiet */
+  mpn_ipc_forget(owner, 2, 0, NULL); /* r's close is queued, the process quiet */
   usleep(200000);
   ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 1); /* and never run */
   ck_assert_int_eq(mpn_ipc_closer_pending(), 1);
@@ -762,6 +798,7 @@ int main(void) {
   tcase_add_test(tc, import_never_waits_for_closes);
   tcase_add_test(tc, import_over_stale_same_range_borrows);
   tcase_add_test(tc, import_in_recycled_mapping_borrows);
+  tcase_add_test(tc, windows_of_one_mapping_keep_it);
   tcase_add_test(tc, import_over_stale_waits_for_its_close);
   tcase_add_test(tc, import_over_stale_gives_up);
   tcase_add_test(tc, others_go_on_while_an_import_waits);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# session 55, call 1: run bt, bench/run-device.sh --no-variants at the
-# final library source of session 54 (ae17858), whose last two commits no
-# GPU run covered: make check, every benchmark in both regimes, halo3d,
-# plain CUDA's shapes, the MPS test runs, compute-sanitizer, summary.md.
+# session 55, call 1: run bt, bench/run-device.sh --no-variants at 04111b4:
+# session 54's last two commits, which no GPU run covered, and the window
+# shares' fix: make check, every benchmark in both regimes, halo3d, plain
+# CUDA's shapes, the MPS test runs, compute-sanitizer, summary.md.
 out=$1
 mkdir -p $out
 bench/run-device.sh $out/res --no-variants > $out/log.txt 2>&1

@@ -43,24 +43,25 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
     [MPN_PARAM_BOOTSTRAP_TAG] = {"MPINCCL_BOOTSTRAP_TAG", MPN_PARAM_INT, "29743", NULL, 0, 32767,
                                  "MPI tag of the library's set-up messages on MPI_COMM_WORLD; "
                                  "change it if the application uses the same tag there."},
-    [MPN_PARAM_WATCHDOG] = {"MPINCCL_WATCHDOG_MS", MPN_PARAM_INT, "200", NULL, 0, 60000,
-                            "Milliseconds between checks that the processes of peers on this "
-                            "host are alive, and that UCX has not found a peer over UCX "
-                            "unreachable; a peer found gone sets ncclRemoteError on the "
-                            "communicator and releases the streams waiting for it, again at "
-                            "every check (as for a peer that aborted its communicator: queued "
-                            "graph replays take one release each). The same "
-                            "thread takes in the news of destroyed CUDA graphs, whose graph "
-                            "slots then serve again. The checks stop when the process starts "
-                            "to exit (peers that exit first are not reported then). A peer that "
-                            "ended its communicator normally (ncclCommDestroy) before its process "
-                            "exited, having answered every message and signal this rank waits for "
-                            "through the pairs they share, is no failure: the communicator goes on, "
-                            "and later calls naming that peer are refused with ncclRemoteError. A "
-                            "peer over CUDA IPC with which this rank shared nothing (no message, no "
-                            "signal awaited) is no failure either when its process exits, normally or "
-                            "not, since nothing of this rank's waits for it: later calls naming it "
-                            "are refused with ncclRemoteError. 0 disables."},
+    [MPN_PARAM_WATCHDOG] =
+        {"MPINCCL_WATCHDOG_MS", MPN_PARAM_INT, "200", NULL, 0, 60000,
+         "Milliseconds between checks that the processes of peers on this "
+         "host are alive, and that UCX has not found a peer over UCX "
+         "unreachable; a peer found gone sets ncclRemoteError on the "
+         "communicator and releases the streams waiting for it, again at "
+         "every check (as for a peer that aborted its communicator: queued "
+         "graph replays take one release each). The same "
+         "thread takes in the news of destroyed CUDA graphs, whose graph "
+         "slots then serve again. The checks stop when the process starts "
+         "to exit (peers that exit first are not reported then). A peer that "
+         "ended its communicator normally (ncclCommDestroy) before its process "
+         "exited, having answered every message and signal this rank waits for "
+         "through the pairs they share, is no failure: the communicator goes on, "
+         "and later calls naming that peer are refused with ncclRemoteError. A "
+         "peer with which this rank shares nothing (over CUDA IPC no message ever, "
+         "over UCX no operation not done; no signal awaited) is no failure either when its process exits, normally or "
+         "not, since nothing of this rank's waits for it: later calls naming it "
+         "are refused with ncclRemoteError. 0 disables."},
     [MPN_PARAM_ABORT_DRAIN] =
         {"MPINCCL_ABORT_DRAIN_MS", MPN_PARAM_INT, "10000", NULL, 0, 600000,
          "ncclCommAbort releases every stream flag the communicator shares with its peers, then "

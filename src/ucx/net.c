@@ -24,6 +24,7 @@
 #include "ucx/net_comm.h"
 #include "ucx/prefix.h"
 #include "ucx/proxy.h"
+#include "ucx/winstage.h"
 
 #define MPN_UCX_ADDR_MAX 4096
 
@@ -550,6 +551,11 @@ int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
   /* (a peer whose abort notice came is reported so: mpn_ucx_poll_errors) */
   return p && __atomic_load_n(&p->unreachable, __ATOMIC_ACQUIRE) &&
          __atomic_load_n(&comm->ucx->aborted_by, __ATOMIC_ACQUIRE) != peer;
+}
+
+int mpn_ucx_peer_idle(struct ncclComm* comm, int peer) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  return !mpn_ucx_rma_waiting_for(comm, peer) && (p == NULL || !mpn_ucx_proxy_pending(p));
 }
 
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer) {

@@ -104,6 +104,11 @@ void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
  * no abort notice of its came. */
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
 
+/** Whether nothing of this rank's waits for peer over UCX: no operation
+ *  with it posted and not done, no signal of its awaited (the watchdog's
+ *  test for a same-host peer whose process exited). */
+int mpn_ucx_peer_idle(struct ncclComm* comm, int peer);
+
 /** Whether peer's notice that it aborted its communicator came (the
  * first peer's: one notice is received per communicator). */
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer);

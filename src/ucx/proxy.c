@@ -25,6 +25,8 @@
 
 /* How long the process's exit waits for the proxy to stop calling UCX. */
 #define PARK_AT_EXIT_MS 1000
+/* How long mpn_ucx_proxy_pending waits for the proxy to answer. */
+#define PENDING_ASK_NS 500000000ull
 
 static struct {
   pthread_once_t once;
@@ -705,7 +707,8 @@ static void call_run(void* arg) {
     c->fn(c->arg);
 }
 
-ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
+/* mpn_ucx_proxy_call, given up at deadline (clock ns) while not started. */
+static ncclResult_t call_until(void (*fn)(void*), void* arg, uint64_t deadline) {
   /* On the heap: a call given up is left to the proxy, which still writes
    * its flag when it drops it; then it is leaked rather than freed under it. */
   call_t* c = calloc(1, sizeof(*c));
@@ -714,7 +717,6 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
   mpn_ucx_cmd_t cmd = {
       .kind = MPN_UCX_CALL, .fn = call_run, .arg = c, .flag = &c->done, .value = 1, .error = &c->error};
   ncclResult_t res = mpn_ucx_proxy_post(&cmd);
-  uint64_t deadline = mpn_chan_deadline();
   while (res == ncclSuccess && __atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != 1) {
     int queued = CALL_QUEUED;
     if (mpn_clock_now_ns() > deadline &&
@@ -724,6 +726,33 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) {
   }
   free(c);
   return res;
+}
+
+ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg) { return call_until(fn, arg, mpn_chan_deadline()); }
+
+/* Whether one of cmds names peer. */
+static int names_peer(const mpn_ucx_cmd_t* cmds, const mpn_ucx_peer_t* peer) {
+  for (const mpn_ucx_cmd_t* c = cmds; c; c = c->next)
+    if (c->peer == peer) return 1;
+  return 0;
+}
+
+typedef struct {
+  const mpn_ucx_peer_t* peer;
+  int pending;
+} pending_t;
+
+/* On the proxy thread, after every command posted before the call: each
+ * is in flight, armed, or a signal behind its fence by then, or done. */
+static void pending_scan(void* arg) {
+  pending_t* q = arg;
+  q->pending = names_peer(px.flying, q->peer) || names_peer(px.armed, q->peer) || names_peer(px.fenced, q->peer);
+}
+
+int mpn_ucx_proxy_pending(const mpn_ucx_peer_t* peer) {
+  pending_t q = {peer, 1};
+  if (call_until(pending_scan, &q, mpn_clock_now_ns() + PENDING_ASK_NS) != ncclSuccess) return 1;
+  return q.pending;
 }
 
 void mpn_ucx_proxy_fail_peer(mpn_ucx_peer_t* peer) {

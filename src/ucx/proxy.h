@@ -182,6 +182,11 @@ ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd);
  * once this returns. */
 ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 
+/** Whether an operation with peer was posted and is not done: queued,
+ *  waiting for its trigger, or in flight.  Asks the proxy thread; 1 when
+ *  it does not answer within half a second. */
+int mpn_ucx_proxy_pending(const mpn_ucx_peer_t* peer);
+
 /** The peer's process is known gone (the watchdog): its operations in
  * flight and those started later fail, on the proxy thread; returns at once.
  * owner is the communicator state peer belongs to: its close drops the call

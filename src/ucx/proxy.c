@@ -480,8 +480,6 @@ static void arm(mpn_ucx_cmd_t* cmd) {
   px.armed_tail = cmd;
 }
 
-/* Walks the armed commands in order: starts those that are due, or, when
- * closing names an owner, fails that owner's (their trigger will never come). */
 /* Whether an earlier command of c's staging lane (the same release words)
  * still waits: a lane's commands start in order, as a put's signal must
  * follow its earlier chunks (both words may come between two checks). */
@@ -491,11 +489,19 @@ static int lane_blocked(const mpn_ucx_cmd_t* kept, const mpn_ucx_cmd_t* c) {
   return 0;
 }
 
+/* Walks the armed commands in order: starts those that are due, or, when
+ * closing names an owner, fails that owner's (their trigger will never come).
+ * The kept ones are armed again as the walk goes, so that a call run
+ * in the sweep (mpn_ucx_proxy_pending's scan) finds in px.armed every one
+ * kept before it: a list rebuilt aside and put back at the end left
+ * px.armed naming the first command, which may have started (its next then
+ * the in-flight list's) or been freed meanwhile. */
 static void armed_sweep(const void* closing) {
-  mpn_ucx_cmd_t *keep = NULL, *keep_tail = NULL;
-  for (mpn_ucx_cmd_t *c = px.armed, *next; c; c = next) {
+  mpn_ucx_cmd_t* c = px.armed;
+  px.armed = px.armed_tail = NULL;
+  for (mpn_ucx_cmd_t* next; c; c = next) {
     next = c->next;
-    if (closing ? c->owner == closing : triggered(c) && !lane_blocked(keep, c)) {
+    if (closing ? c->owner == closing : triggered(c) && !lane_blocked(px.armed, c)) {
       if (closing) {
         px.in_flight++;
         complete(NULL, UCS_ERR_CANCELED, c);
@@ -504,13 +510,8 @@ static void armed_sweep(const void* closing) {
       }
       continue;
     }
-    c->next = NULL;
-    if (keep_tail) keep_tail->next = c;
-    else keep = c;
-    keep_tail = c;
+    arm(c);
   }
-  px.armed = keep;
-  px.armed_tail = keep_tail;
 }
 
 /* Force-closes p's endpoint: UCX completes the requests still on it with an

@@ -26,7 +26,12 @@
  *  - a call on the proxy thread whose caller gave up waiting (the proxy
  *    held past MPINCCL_BOOTSTRAP_TIMEOUT): it stayed queued and ran later,
  *    after the caller had freed what it works on (mpn_ucx_region_free
- *    unmapping a freed region).
+ *    unmapping a freed region);
+ *  - the watchdog's question whether an operation with a peer is pending
+ *    (mpn_ucx_proxy_pending), answered while the proxy sweeps its armed
+ *    commands and the first of them starts: the proxy's list of armed
+ *    commands was half relinked then, and a command with the peer armed
+ *    behind that first one went unseen (the answer was "nothing").
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -303,6 +308,69 @@ static void abandoned_call(void) {
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
+static int pending_answer = -1, pending_asking;
+
+static void* ask_pending(void* peer) {
+  __atomic_store_n(&pending_asking, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&pending_answer, mpn_ucx_proxy_pending(peer), __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Armed, in this order: a receive (no peer, a tag nobody sends) whose
+ * trigger comes while the proxy is held, and a call with peer whose trigger
+ * never comes; the question comes in the next batch, so that the receive
+ * starts (in flight) in the sweep that answers it.  The question gives up
+ * after half a second (then its answer is 1): the proxy is let go well
+ * before. */
+static void pending_in_sweep(void) {
+  ncclComm_t comm; /* starts the proxy */
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  static mpn_ucx_peer_t peer; /* (never connected) */
+  static const uint64_t never = 0;
+  static uint64_t go, done[3], buf;
+  static int error[2];
+  mpn_ucx_cmd_t recv = {.kind = MPN_UCX_RECV,
+                        .owner = &peer,
+                        .buf = &buf,
+                        .bytes = sizeof(buf),
+                        .tag = ~0ull,
+                        .flag = &done[0],
+                        .value = 1,
+                        .error = &error[0],
+                        .trigger = &go,
+                        .trigger_value = 1,
+                        .quiet = 1};
+  mpn_ucx_cmd_t with_peer = {.kind = MPN_UCX_CALL,
+                             .owner = &peer,
+                             .peer = &peer,
+                             .fn = noop,
+                             .flag = &done[1],
+                             .value = 1,
+                             .error = &error[1],
+                             .trigger = &never,
+                             .trigger_value = 1,
+                             .quiet = 1};
+  EXPECT(mpn_ucx_proxy_post(&recv) == ncclSuccess);
+  EXPECT(mpn_ucx_proxy_post(&with_peer) == ncclSuccess);
+  int started = 0;
+  __atomic_store_n(&call_released, 0, __ATOMIC_RELEASE);
+  post_call(hold_until_released, &started, NULL, NULL, &done[2]);
+  while (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) usleep(100);
+  __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+  pthread_t asker;
+  EXPECT(pthread_create(&asker, NULL, ask_pending, &peer) == 0);
+  while (!__atomic_load_n(&pending_asking, __ATOMIC_ACQUIRE)) usleep(100);
+  usleep(100000); /* (its call queued) */
+  __atomic_store_n(&call_released, 1, __ATOMIC_RELEASE);
+  pthread_join(asker, NULL);
+  EXPECT(pending_answer == 1);
+  mpn_ucx_proxy_close(&peer, NULL, 0); /* cancels the receive, drops the call */
+  EXPECT(done[0] == 1 && done[1] == 1 && done[2] == 1);
+  EXPECT(__atomic_load_n(&calls_pending, __ATOMIC_ACQUIRE) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -320,5 +388,6 @@ int main(int argc, char** argv) {
   concurrent_closes();
   lost_call_at_close();
   abandoned_call();
+  pending_in_sweep();
   return mpi_test_finish(rank, "test_ucx_edges: ");
 }

@@ -103,8 +103,8 @@ static int left_normally(struct ncclComm* comm, int peer) {
 /* Whether nothing of this rank's can wait for a peer: over CUDA IPC, no
  * pair made with it (its messages and signals go through pairs) and no
  * signal of its awaited; over UCX (between processes of one host when
- * forced, NCCL_P2P_DISABLE), no operation with it not done and no signal
- * of its awaited. */
+ * forced, NCCL_P2P_DISABLE), no operation with it not done, no one-sided
+ * call with it captured in a graph and no signal of its awaited. */
 static int shares_nothing(struct ncclComm* comm, int peer) {
 #ifdef HAVE_UCX
   if (comm->transport[peer] == MPN_TRANSPORT_UCX) return mpn_ucx_peer_idle(comm, peer);

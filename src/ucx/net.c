@@ -555,7 +555,13 @@ int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
 
 int mpn_ucx_peer_idle(struct ncclComm* comm, int peer) {
   mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
-  return !mpn_ucx_rma_waiting_for(comm, peer) && (p == NULL || !mpn_ucx_proxy_pending(p));
+  /* A captured wait for the peer's signal, or a captured put's wait for its
+   * acknowledgement, waits on a word the peer writes, with no command of
+   * this rank's posted: any captured one-sided call counts, as a pair does
+   * over CUDA IPC (taken for idle, the peer was not released and such a
+   * replay waited for good). */
+  return !mpn_ucx_rma_waiting_for(comm, peer) && !mpn_ucx_rma_captured_with(comm, peer) &&
+         (p == NULL || !mpn_ucx_proxy_pending(p));
 }
 
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer) {

@@ -105,8 +105,9 @@ void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
 
 /** Whether nothing of this rank's waits for peer over UCX: no operation
- *  with it posted and not done, no signal of its awaited (the watchdog's
- *  test for a same-host peer whose process exited). */
+ *  with it posted and not done, no signal of its awaited, no one-sided
+ *  call with it captured in a CUDA graph (the watchdog's test for a
+ *  same-host peer whose process exited). */
 int mpn_ucx_peer_idle(struct ncclComm* comm, int peer);
 
 /** Whether peer's notice that it aborted its communicator came (the

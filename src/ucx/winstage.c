@@ -315,6 +315,17 @@ int mpn_ucx_rma_waiting_for(struct ncclComm* comm, int peer) {
   return 0;
 }
 
+int mpn_ucx_rma_captured_with(struct ncclComm* comm, int peer) {
+  const struct mpn_rma* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
+  for (int ctx = 0; rma && rma->graph_sent && ctx < comm->config.num_rma_ctx; ctx++) {
+    size_t pc = mpn_rma_pc(comm, peer, ctx);
+    if (__atomic_load_n(&rma->graph_sent[pc], __ATOMIC_RELAXED) ||
+        __atomic_load_n(&rma->graph_expected[pc], __ATOMIC_RELAXED))
+      return 1;
+  }
+  return 0;
+}
+
 CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx) {
   struct mpn_ucx_rma* r = comm->ucx_rma;
   return r->darea + ((CUdeviceptr)peer * (CUdeviceptr)r->nctx + (CUdeviceptr)ctx) * sizeof(uint64_t);

@@ -64,6 +64,12 @@ CUdeviceptr mpn_ucx_rma_counter(struct ncclComm* comm, int peer, int ctx);
  * peer that have not come: counts waited for above the counter on some ctx. */
 int mpn_ucx_rma_waiting_for(struct ncclComm* comm, int peer);
 
+/** Whether this rank captured a one-sided call with peer in a CUDA graph
+ *  (a signal to it, or a wait for its signals): any replay may then wait
+ *  for the peer (its signal, or its acknowledgement of this rank's), and
+ *  the host cannot see whether one is queued. */
+int mpn_ucx_rma_captured_with(struct ncclComm* comm, int peer);
+
 /**
  * Enqueues on stream, after its waits, the kernel that lands the puts of
  * the signals expected - n + 1 .. expected from peer on ctx, for n[i],

@@ -8,7 +8,12 @@
  * an end, as NCCL would, with no error through ncclCommGetAsyncError (it
  * reported rank 1 gone and failed both).  On a third, rank 0 still waits
  * for a message rank 1 never sent: that is a failure, reported
- * (ncclRemoteError), and the receive let go.  Host memory only: no GPU.
+ * (ncclRemoteError), and the receive let go.  On a fourth and a fifth,
+ * rank 0 holds what capturing a wait for rank 1's signal, or a signal to
+ * it, in a CUDA graph leaves (the counts of rma.c's graph_slot): a replay
+ * may wait for rank 1 with nothing posted to the proxy, so that is a
+ * failure too (rank 1 was taken for idle, and such a replay waited for
+ * good).  Host memory only: no GPU.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +24,7 @@
 
 #include "core/comm.h"
 #include "core/proc.h"
+#include "rma/rma.h"
 #include "transport.h"
 #include "ucx/net.h"
 #include "mpi_test.h"
@@ -49,6 +55,16 @@ static void exchange(ncclComm_t c, char* buf, int peer) {
   EXPECT(buf[BYTES] == (char)(peer + 1) && buf[2 * BYTES - 1] == (char)(peer + 1));
 }
 
+/* What capturing a one-sided call with peer leaves on this rank: a
+ * count of captured waits for its signals, or of captured signals to it. */
+static void captured(ncclComm_t c, int peer, int wait) {
+  mpn_rma_t* rma = NULL;
+  EXPECT(mpn_rma_state(c, &rma) == ncclSuccess);
+  if (rma == NULL) return;
+  uint64_t* count = wait ? rma->graph_expected : rma->graph_sent;
+  count[mpn_rma_pc(c, peer, 0)]++;
+}
+
 static ncclResult_t async_of(ncclComm_t c) {
   ncclResult_t a = ncclInternalError;
   EXPECT(ncclCommGetAsyncError(c, &a) == ncclSuccess);
@@ -71,16 +87,20 @@ int main(int argc, char** argv) {
   me.start_time = mpn_proc_start_time(me.pid);
   MPI_Sendrecv(&me, (int)sizeof(me), MPI_BYTE, peer, 0, &theirs, (int)sizeof(theirs), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
-  ncclComm_t idle = NULL, talked = NULL, waiting = NULL;
+  ncclComm_t idle = NULL, talked = NULL, waiting = NULL, graph_wait = NULL, graph_put = NULL;
   EXPECT(mpincclCommInitMPI(&idle, MPI_COMM_WORLD, NULL) == ncclSuccess);
   EXPECT(mpincclCommInitMPI(&talked, MPI_COMM_WORLD, NULL) == ncclSuccess);
   EXPECT(mpincclCommInitMPI(&waiting, MPI_COMM_WORLD, NULL) == ncclSuccess);
-  if (!idle || !talked || !waiting) MPI_Abort(MPI_COMM_WORLD, 1);
+  EXPECT(mpincclCommInitMPI(&graph_wait, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  EXPECT(mpincclCommInitMPI(&graph_put, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (!idle || !talked || !waiting || !graph_wait || !graph_put) MPI_Abort(MPI_COMM_WORLD, 1);
   EXPECT(idle->transport[peer] == MPN_TRANSPORT_UCX);
   char* buf = calloc(3, BYTES);
   exchange(talked, buf, peer);
   exchange(waiting, buf, peer);
   if (rank == 1) {
+    EXPECT(ncclCommDestroy(graph_put) == ncclSuccess);
+    EXPECT(ncclCommDestroy(graph_wait) == ncclSuccess);
     EXPECT(ncclCommDestroy(waiting) == ncclSuccess);
     EXPECT(ncclCommDestroy(talked) == ncclSuccess);
     EXPECT(ncclCommDestroy(idle) == ncclSuccess);
@@ -93,6 +113,8 @@ int main(int argc, char** argv) {
   uint64_t flag = 0;
   int error = 0;
   EXPECT(mpn_ucx_host_recv(waiting, peer, buf + 2 * BYTES, BYTES, &flag, 1, &error) == ncclSuccess);
+  captured(graph_wait, peer, 1);
+  captured(graph_put, peer, 0);
   MPI_Finalize(); /* (rank 1 may be gone from here on) */
   int gone = 0;
   for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
@@ -103,10 +125,16 @@ int main(int argc, char** argv) {
   EXPECT(async_of(talked) == ncclSuccess); /* every message matched */
   EXPECT(__atomic_load_n(&talked->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_EXITED);
   EXPECT(async_of(waiting) == ncclRemoteError); /* its receive waited for rank 1 */
+  EXPECT(async_of(graph_wait) == ncclRemoteError); /* a replay may wait for its signal */
+  EXPECT(__atomic_load_n(&graph_wait->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_GONE);
+  EXPECT(async_of(graph_put) == ncclRemoteError); /* a replay may wait for its acknowledgement */
+  EXPECT(__atomic_load_n(&graph_put->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_GONE);
   time_t end = time(NULL) + 30;
   while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 1 && time(NULL) <= end) usleep(1000);
   EXPECT(flag == 1 && error != 0); /* let go, failed */
   EXPECT(ncclCommAbort(waiting) == ncclSuccess);
+  EXPECT(ncclCommAbort(graph_wait) == ncclSuccess);
+  EXPECT(ncclCommAbort(graph_put) == ncclSuccess);
   EXPECT(ncclCommDestroy(talked) == ncclSuccess);
   EXPECT(ncclCommDestroy(idle) == ncclSuccess);
   free(buf);

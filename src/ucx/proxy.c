@@ -25,8 +25,10 @@
 
 /* How long the process's exit waits for the proxy to stop calling UCX. */
 #define PARK_AT_EXIT_MS 1000
-/* How long mpn_ucx_proxy_pending waits for the proxy to answer. */
-#define PENDING_ASK_NS 500000000ull
+/* How long mpn_ucx_proxy_pending waits for the proxy to answer: beyond a
+ * close's drain of its operations (drain_owner, a second at most), which
+ * the proxy may be in when asked. */
+#define PENDING_ASK_NS 2000000000ull
 
 static struct {
   pthread_once_t once;
@@ -551,6 +553,11 @@ static void drain_owner(const void* owner) {
     c->fn = NULL;
     c->mismatch = NULL;
     c->quiet = 1;
+    /* The owner and its peers are freed with the close: a communicator
+     * made later at their addresses must not take these for its own (its
+     * close would wait for them, its peer would never look idle). */
+    c->owner = NULL;
+    c->peer = NULL;
   }
 }
 

@@ -184,7 +184,7 @@ ncclResult_t mpn_ucx_proxy_call(void (*fn)(void*), void* arg);
 
 /** Whether an operation with peer was posted and is not done: queued,
  *  waiting for its trigger, or in flight.  Asks the proxy thread; 1 when
- *  it does not answer within half a second. */
+ *  it does not answer within two seconds. */
 int mpn_ucx_proxy_pending(const mpn_ucx_peer_t* peer);
 
 /** The peer's process is known gone (the watchdog): its operations in

@@ -329,7 +329,10 @@ static ncclResult_t job_run(mpn_init_job_t* job) {
   MPN_INFO(MPN_SUBSYS_INIT, "comm %p rank %d nranks %d cudaDev %d ready", (void*)comm, comm->rank,
            comm->nranks, comm->cuda_dev);
   __atomic_store_n(&comm->state, MPN_COMM_READY, __ATOMIC_RELEASE);
-  mpn_comm_set_async(comm, ncclSuccess);
+  /* From ncclInProgress only: the watchdog may have found a peer gone
+   * since the state said ready, and its ncclRemoteError stays. */
+  int creating = ncclInProgress;
+  __atomic_compare_exchange_n(&comm->async_error, &creating, (int)ncclSuccess, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   return ncclSuccess;
 fail:
   /* Peers waiting for this rank in a set-up collective stop at once. */

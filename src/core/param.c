@@ -59,7 +59,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
          "through the pairs they share, is no failure: the communicator goes on, "
          "and later calls naming that peer are refused with ncclRemoteError. A "
          "peer with which this rank shares nothing (over CUDA IPC no message ever, "
-         "over UCX no operation not done and no one-sided call captured in a CUDA graph; no signal awaited) "
+         "over UCX no operation not done and no one-sided call captured in a CUDA graph unless the peer announced "
+         "a clean close; no signal awaited) "
          "is no failure either when its process exits, normally or "
          "not, since nothing of this rank's waits for it: later calls naming it "
          "are refused with ncclRemoteError. 0 disables."},

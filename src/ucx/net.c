@@ -30,9 +30,10 @@
 
 /* A notice between the ranks of a communicator (notice_tag): a rank
  * aborted, or a receive found that the message sent to it has another size
- * (the sender learns of it so; ucx/proxy.c, recv_came).  Fits a proxy send's
- * inline payload (mpn_ucx_proxy_send_here). */
-enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2 };
+ * (the sender learns of it so; ucx/proxy.c, recv_came), or a rank closed
+ * its communicator cleanly (its endpoints fail next, which is then no
+ * crash).  Fits a proxy send's inline payload (mpn_ucx_proxy_send_here). */
+enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2, NOTICE_CLOSED = 3 };
 
 typedef struct {
   int32_t from; /* the rank that sends it */
@@ -58,6 +59,7 @@ struct mpn_ucx_comm {
   int aborted_by;         /* the rank whose abort notice came, else -1 */
   uint64_t notice_done;   /* the notice receive's flag */
   int closed;                  /* mpn_ucx_abort closed the endpoints */
+  int closing;                 /* a close or an abort began: the notice receive is not posted again */
   mpn_ucx_mismatch_t mismatch; /* the first receive of another size than its message */
   mpn_ucx_mismatch_t told;     /* a peer's mismatch notice: a send of this rank did not fit */
 };
@@ -126,13 +128,22 @@ static uint64_t last_bit_of(uint64_t tag) {
  * ncclInvalidUsage for a send of this rank that did not fit its receive.
  * After a mismatch the peer takes no more of this rank's messages, so the
  * sends to it in flight, which UCX cannot cancel, are released too. */
+static ncclResult_t notice_post(struct mpn_ucx_comm* u);
+
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
   const notice_t* n = &u->notice_in;
   int from = n->from, mismatch = n->kind == NOTICE_MISMATCH;
-  if (from < 0 || from >= u->nranks || u->peers[from].address == NULL || (n->kind != NOTICE_ABORT && !mismatch) ||
-      n->came < MPN_UCX_CAME_BYTES || n->came > MPN_UCX_CAME_FEWER) {
+  if (from < 0 || from >= u->nranks || u->peers[from].address == NULL ||
+      (n->kind != NOTICE_ABORT && n->kind != NOTICE_CLOSED && !mismatch) || n->came < MPN_UCX_CAME_BYTES ||
+      n->came > MPN_UCX_CAME_FEWER) {
     MPN_WARN("UCX: a notice of kind %d names rank %d, which is no UCX peer of rank %d", n->kind, from, u->rank);
+    return;
+  }
+  if (n->kind == NOTICE_CLOSED) { /* no failure: the next notice is taken too */
+    __atomic_store_n(&u->peers[from].closed, 1, __ATOMIC_RELEASE);
+    if (!__atomic_load_n(&u->closing, __ATOMIC_ACQUIRE) && notice_post(u) != ncclSuccess)
+      MPN_WARN("UCX: rank %d takes no more notices of its peers: out of memory", u->rank);
     return;
   }
   if (mismatch) {
@@ -189,15 +200,15 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
   mpn_ucx_proxy_fail_peer_receives(peer);
 }
 
-/* Posts the receive of the peers' abort notices (one: the first ends the
- * communicator); it is cancelled, quietly, when the communicator closes. */
-static ncclResult_t notice_post(struct ncclComm* comm) {
-  struct mpn_ucx_comm* u = comm->ucx;
+/* Posts the receive of the peers' notices (an abort or a mismatch ends
+ * the communicator; after a clean close's, notice_arrived posts it again);
+ * it is cancelled, quietly, when the communicator closes. */
+static ncclResult_t notice_post(struct mpn_ucx_comm* u) {
   mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_RECV,
                        .owner = u,
                        .buf = &u->notice_in,
                        .bytes = sizeof(u->notice_in),
-                       .tag = notice_tag(u->key, comm->rank),
+                       .tag = notice_tag(u->key, u->rank),
                        .flag = &u->notice_done,
                        .value = 1,
                        .fn = notice_arrived,
@@ -321,7 +332,7 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
     u->peers[p].address_len = slots[p].len;
   }
   free(slots);
-  if (res == ncclSuccess && any) res = notice_post(comm);
+  if (res == ncclSuccess && any) res = notice_post(comm->ucx);
   return res;
 }
 
@@ -453,17 +464,29 @@ typedef struct {
   uint64_t* done; /* per peer: its flush's flag, written whatever its status; 1 at once without a flush */
 } flush_set_t;
 
-/* On the proxy thread (mpn_ucx_proxy_call): a flush of every endpoint of
- * the communicator that was opened and has not failed; peers it never
- * used get none (nothing to flush, and no endpoint made for them). */
+/* On the proxy thread (mpn_ucx_proxy_call): to every endpoint of the
+ * communicator that was opened and has not failed, the notice of a clean
+ * close (a peer that waits in a CUDA graph for this rank's signals then
+ * takes the endpoint's failure that follows for an end: core/watchdog.c),
+ * then a flush, which it follows; peers it never used get neither
+ * (nothing to flush, and no endpoint made for them). */
 static void flush_start(void* arg) {
+  static uint64_t closed_sent; /* nobody waits for it: the flush follows it */
   flush_set_t* f = arg;
   struct mpn_ucx_comm* u = f->u;
+  notice_t n = {.from = u->rank, .kind = NOTICE_CLOSED};
   for (int p = 0; p < u->nranks; p++) {
     mpn_ucx_peer_t* peer = &u->peers[p];
     mpn_ucx_cmd_t cmd = {.owner = u, .peer = peer, .flag = &f->done[p], .value = 1, .quiet = 1};
-    if (peer->address == NULL || peer->ep == NULL || peer->failed || mpn_ucx_proxy_flush_here(&cmd) != ncclSuccess)
+    if (peer->address == NULL || peer->ep == NULL || peer->failed) {
       __atomic_store_n(&f->done[p], 1, __ATOMIC_RELEASE);
+      continue;
+    }
+    mpn_ucx_cmd_t notice = {
+        .owner = u, .peer = peer, .tag = notice_tag(u->key, p), .flag = &closed_sent, .value = 1, .quiet = 1};
+    if (p != u->rank && mpn_ucx_proxy_send_here(&notice, &n, sizeof(n)) != ncclSuccess)
+      MPN_INFO(MPN_SUBSYS_NET, "rank %d: no close notice to rank %d: out of memory", u->rank, p);
+    if (mpn_ucx_proxy_flush_here(&cmd) != ncclSuccess) __atomic_store_n(&f->done[p], 1, __ATOMIC_RELEASE);
   }
 }
 
@@ -515,6 +538,7 @@ static void flush_set_free(flush_set_t* f) {
 void mpn_ucx_comm_free(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL) return;
+  __atomic_store_n(&u->closing, 1, __ATOMIC_RELEASE);
   if (u->peers) {
     /* After an abort the flags may be the proxy's own (drain_owner): its
      * close waited already. */
@@ -553,15 +577,21 @@ int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
          __atomic_load_n(&comm->ucx->aborted_by, __ATOMIC_ACQUIRE) != peer;
 }
 
+int mpn_ucx_peer_closed(struct ncclComm* comm, int peer) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  return p && __atomic_load_n(&p->closed, __ATOMIC_ACQUIRE);
+}
+
 int mpn_ucx_peer_idle(struct ncclComm* comm, int peer) {
   mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
   /* A captured wait for the peer's signal, or a captured put's wait for its
    * acknowledgement, waits on a word the peer writes, with no command of
    * this rank's posted: any captured one-sided call counts, as a pair does
    * over CUDA IPC (taken for idle, the peer was not released and such a
-   * replay waited for good). */
-  return !mpn_ucx_rma_waiting_for(comm, peer) && !mpn_ucx_rma_captured_with(comm, peer) &&
-         (p == NULL || !mpn_ucx_proxy_pending(p));
+   * replay waited for good), unless the peer closed its communicator
+   * cleanly (its notice came), as a pair's record of a normal end does. */
+  int captured = mpn_ucx_rma_captured_with(comm, peer) && !mpn_ucx_peer_closed(comm, peer);
+  return !mpn_ucx_rma_waiting_for(comm, peer) && !captured && (p == NULL || !mpn_ucx_proxy_pending(p));
 }
 
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer) {
@@ -642,6 +672,7 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
 void mpn_ucx_abort(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   if (u == NULL || u->peers == NULL) return;
+  __atomic_store_n(&u->closing, 1, __ATOMIC_RELEASE);
   /* Per peer: the notice's send, then a flush of the endpoint, whose
    * completion means the notice is there, before the close drops it. */
   u->notice_out = (notice_t){.from = u->rank, .kind = NOTICE_ABORT};

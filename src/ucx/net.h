@@ -104,6 +104,9 @@ void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
  * no abort notice of its came. */
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
 
+/** Whether peer's notice that it closed its communicator cleanly came. */
+int mpn_ucx_peer_closed(struct ncclComm* comm, int peer);
+
 /** Whether nothing of this rank's waits for peer over UCX: no operation
  *  with it posted and not done, no signal of its awaited, no one-sided
  *  call with it captured in a CUDA graph (the watchdog's test for a

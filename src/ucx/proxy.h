@@ -30,6 +30,10 @@ typedef struct {
    *  notice's flags below, written by net.c). */
   int mismatch_due;
   uint64_t notice_sent, notice_flushed;
+  /** Its notice that it closed its communicator cleanly came (net.c, on the
+   *  proxy thread; read by the watchdog): its endpoint's failure that
+   *  follows is an end, not a crash. */
+  int closed;
 } mpn_ucx_peer_t;
 
 typedef enum {

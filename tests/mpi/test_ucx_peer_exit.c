@@ -13,7 +13,11 @@
  * it, in a CUDA graph leaves (the counts of rma.c's graph_slot): a replay
  * may wait for rank 1 with nothing posted to the proxy, so that is a
  * failure too (rank 1 was taken for idle, and such a replay waited for
- * good).  Host memory only: no GPU.
+ * good).  On a sixth, the same captured wait on a communicator rank 1
+ * used and closed cleanly: its notice of the close came first, so the
+ * exit is an end (it was reported gone); on a seventh, used and left
+ * open at rank 1's exit (no notice, as in a crash): reported.  Host
+ * memory only: no GPU.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -87,18 +91,26 @@ int main(int argc, char** argv) {
   me.start_time = mpn_proc_start_time(me.pid);
   MPI_Sendrecv(&me, (int)sizeof(me), MPI_BYTE, peer, 0, &theirs, (int)sizeof(theirs), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
-  ncclComm_t idle = NULL, talked = NULL, waiting = NULL, graph_wait = NULL, graph_put = NULL;
+  ncclComm_t idle = NULL, talked = NULL, waiting = NULL, graph_wait = NULL, graph_put = NULL, graph_closed = NULL,
+             graph_open = NULL;
   EXPECT(mpincclCommInitMPI(&idle, MPI_COMM_WORLD, NULL) == ncclSuccess);
   EXPECT(mpincclCommInitMPI(&talked, MPI_COMM_WORLD, NULL) == ncclSuccess);
   EXPECT(mpincclCommInitMPI(&waiting, MPI_COMM_WORLD, NULL) == ncclSuccess);
   EXPECT(mpincclCommInitMPI(&graph_wait, MPI_COMM_WORLD, NULL) == ncclSuccess);
   EXPECT(mpincclCommInitMPI(&graph_put, MPI_COMM_WORLD, NULL) == ncclSuccess);
-  if (!idle || !talked || !waiting || !graph_wait || !graph_put) MPI_Abort(MPI_COMM_WORLD, 1);
+  EXPECT(mpincclCommInitMPI(&graph_closed, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  EXPECT(mpincclCommInitMPI(&graph_open, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (!idle || !talked || !waiting || !graph_wait || !graph_put || !graph_closed || !graph_open)
+    MPI_Abort(MPI_COMM_WORLD, 1);
   EXPECT(idle->transport[peer] == MPN_TRANSPORT_UCX);
   char* buf = calloc(3, BYTES);
   exchange(talked, buf, peer);
   exchange(waiting, buf, peer);
+  exchange(graph_closed, buf, peer); /* (each rank's endpoint to the other opened) */
+  exchange(graph_open, buf, peer);
   if (rank == 1) {
+    /* graph_open stays open: rank 1 exits as a crashed rank would, unannounced. */
+    EXPECT(ncclCommDestroy(graph_closed) == ncclSuccess);
     EXPECT(ncclCommDestroy(graph_put) == ncclSuccess);
     EXPECT(ncclCommDestroy(graph_wait) == ncclSuccess);
     EXPECT(ncclCommDestroy(waiting) == ncclSuccess);
@@ -115,6 +127,8 @@ int main(int argc, char** argv) {
   EXPECT(mpn_ucx_host_recv(waiting, peer, buf + 2 * BYTES, BYTES, &flag, 1, &error) == ncclSuccess);
   captured(graph_wait, peer, 1);
   captured(graph_put, peer, 0);
+  captured(graph_closed, peer, 1);
+  captured(graph_open, peer, 1);
   MPI_Finalize(); /* (rank 1 may be gone from here on) */
   int gone = 0;
   for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
@@ -129,12 +143,18 @@ int main(int argc, char** argv) {
   EXPECT(__atomic_load_n(&graph_wait->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_GONE);
   EXPECT(async_of(graph_put) == ncclRemoteError); /* a replay may wait for its acknowledgement */
   EXPECT(__atomic_load_n(&graph_put->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_GONE);
+  EXPECT(async_of(graph_closed) == ncclSuccess); /* its clean close was announced */
+  EXPECT(__atomic_load_n(&graph_closed->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_EXITED);
+  EXPECT(async_of(graph_open) == ncclRemoteError); /* unannounced */
+  EXPECT(__atomic_load_n(&graph_open->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_GONE);
   time_t end = time(NULL) + 30;
   while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 1 && time(NULL) <= end) usleep(1000);
   EXPECT(flag == 1 && error != 0); /* let go, failed */
   EXPECT(ncclCommAbort(waiting) == ncclSuccess);
   EXPECT(ncclCommAbort(graph_wait) == ncclSuccess);
   EXPECT(ncclCommAbort(graph_put) == ncclSuccess);
+  EXPECT(ncclCommAbort(graph_open) == ncclSuccess);
+  EXPECT(ncclCommDestroy(graph_closed) == ncclSuccess);
   EXPECT(ncclCommDestroy(talked) == ncclSuccess);
   EXPECT(ncclCommDestroy(idle) == ncclSuccess);
   free(buf);

@@ -128,7 +128,7 @@ static uint64_t last_bit_of(uint64_t tag) {
  * ncclInvalidUsage for a send of this rank that did not fit its receive.
  * After a mismatch the peer takes no more of this rank's messages, so the
  * sends to it in flight, which UCX cannot cancel, are released too. */
-static ncclResult_t notice_post(struct mpn_ucx_comm* u);
+static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again);
 
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
@@ -142,7 +142,7 @@ static void notice_arrived(void* arg) {
   }
   if (n->kind == NOTICE_CLOSED) { /* no failure: the next notice is taken too */
     __atomic_store_n(&u->peers[from].closed, 1, __ATOMIC_RELEASE);
-    if (!__atomic_load_n(&u->closing, __ATOMIC_ACQUIRE) && notice_post(u) != ncclSuccess)
+    if (!__atomic_load_n(&u->closing, __ATOMIC_ACQUIRE) && notice_post(u, 1) != ncclSuccess)
       MPN_WARN("UCX: rank %d takes no more notices of its peers: out of memory", u->rank);
     return;
   }
@@ -201,9 +201,10 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
 }
 
 /* Posts the receive of the peers' notices (an abort or a mismatch ends
- * the communicator; after a clean close's, notice_arrived posts it again);
- * it is cancelled, quietly, when the communicator closes. */
-static ncclResult_t notice_post(struct mpn_ucx_comm* u) {
+ * the communicator; after a clean close's, notice_arrived posts it again,
+ * again: from the proxy thread, in UCX's callback); it is cancelled,
+ * quietly, when the communicator closes. */
+static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again) {
   mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_RECV,
                        .owner = u,
                        .buf = &u->notice_in,
@@ -214,7 +215,7 @@ static ncclResult_t notice_post(struct mpn_ucx_comm* u) {
                        .fn = notice_arrived,
                        .arg = u,
                        .quiet = 1};
-  return mpn_ucx_proxy_post(&cmd);
+  return again ? mpn_ucx_proxy_post_later(&cmd) : mpn_ucx_proxy_post(&cmd);
 }
 
 typedef struct {
@@ -332,7 +333,7 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
     u->peers[p].address_len = slots[p].len;
   }
   free(slots);
-  if (res == ncclSuccess && any) res = notice_post(comm->ucx);
+  if (res == ncclSuccess && any) res = notice_post(comm->ucx, 0);
   return res;
 }
 

@@ -52,6 +52,7 @@ static struct {
   int park, parked;          /* the proxy is to stop calling UCX (proxy_park); it has */
   int flush_fence;           /* UCX has no FENCE_MODE: its fence orders each lane only */
   mpn_ucx_cmd_t* fenced;     /* puts whose data is done, their signal to go (proxy thread only) */
+  mpn_ucx_cmd_t *later, *later_tail; /* posted by the proxy thread itself (mpn_ucx_proxy_post_later) */
   uint64_t rounds;           /* of the proxy's loop (for tests) */
 } px = {.once = PTHREAD_ONCE_INIT,
         .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -593,6 +594,19 @@ static void park_here(void) {
   for (;;) pthread_cond_wait(&px.closed, &px.lock);
 }
 
+/* Commands taken from a queue: each starts now, or is armed behind those
+ * armed before it, to keep the order. */
+static void start_or_arm(mpn_ucx_cmd_t* cmds) {
+  while (cmds) {
+    mpn_ucx_cmd_t* next = cmds->next;
+    if (px.armed == NULL && triggered(cmds))
+      execute(cmds);
+    else
+      arm(cmds);
+    cmds = next;
+  }
+}
+
 static void* proxy_main(void* arg) {
   (void)arg;
   if (proxy_near[0]) {
@@ -615,12 +629,10 @@ static void* proxy_main(void* arg) {
       execute(fenced);
       fenced = next;
     }
-    while (cmds) {
-      mpn_ucx_cmd_t* next = cmds->next;
-      if (px.armed == NULL && triggered(cmds)) execute(cmds);
-      else arm(cmds); /* behind earlier armed ones, to keep the order */
-      cmds = next;
-    }
+    mpn_ucx_cmd_t* later = px.later; /* (posted before the batch's commands, in the last round) */
+    px.later = px.later_tail = NULL;
+    start_or_arm(later);
+    start_or_arm(cmds);
     if (closing) { /* the closer's commands were all in this batch: now armed or flying */
       pthread_mutex_lock(&px.lock);
       close_endpoints();
@@ -754,7 +766,8 @@ typedef struct {
  * is in flight, armed, or a signal behind its fence by then, or done. */
 static void pending_scan(void* arg) {
   pending_t* q = arg;
-  q->pending = names_peer(px.flying, q->peer) || names_peer(px.armed, q->peer) || names_peer(px.fenced, q->peer);
+  q->pending = names_peer(px.flying, q->peer) || names_peer(px.armed, q->peer) || names_peer(px.fenced, q->peer) ||
+               names_peer(px.later, q->peer);
 }
 
 int mpn_ucx_proxy_pending(const mpn_ucx_peer_t* peer) {
@@ -800,6 +813,19 @@ static ncclResult_t start_here(const mpn_ucx_cmd_t* cmd, const void* payload, si
   }
   copy->next = NULL;
   execute(copy);
+  return ncclSuccess;
+}
+
+ncclResult_t mpn_ucx_proxy_post_later(const mpn_ucx_cmd_t* cmd) {
+  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
+  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+  *copy = *cmd;
+  copy->next = NULL;
+  if (px.later_tail)
+    px.later_tail->next = copy;
+  else
+    px.later = copy;
+  px.later_tail = copy;
   return ncclSuccess;
 }
 

@@ -222,6 +222,12 @@ void mpn_ucx_proxy_fail_peer_receives(mpn_ucx_peer_t* peer);
  * behind it, until the endpoint closes.  They stay in flight until then. */
 void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer);
 
+/** Proxy thread only, inside UCX's callbacks too (where the proxy may hold
+ * the lock mpn_ucx_proxy_post takes: a close's drain progresses the
+ * worker): queues a copy of cmd, started at the proxy's next round ahead
+ * of the commands posted meanwhile. */
+ncclResult_t mpn_ucx_proxy_post_later(const mpn_ucx_cmd_t* cmd);
+
 /** Proxy thread only, outside UCX's callbacks (a mismatch's found): starts
  * the send cmd describes now, with its payload, bytes <= sizeof(desc_bytes),
  * copied into the command itself, so that it lives as long as the send. */

@@ -694,17 +694,26 @@ ncclResult_t mpn_ucx_proxy_start(const char* near_pci, const void** address, siz
 
 ucp_context_h mpn_ucx_proxy_context(void) { return px.context; }
 
-ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
-  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
-  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+/* A copy of cmd appended to the list (*head, *tail) (the caller holds what
+ * guards it); 0 when out of memory. */
+static int append_copy(mpn_ucx_cmd_t** head, mpn_ucx_cmd_t** tail, mpn_ucx_cmd_t* copy, const mpn_ucx_cmd_t* cmd) {
+  if (copy == NULL) return 0;
   *copy = *cmd;
   copy->next = NULL;
+  if (*tail)
+    (*tail)->next = copy;
+  else
+    *head = copy;
+  *tail = copy;
+  return 1;
+}
+
+ncclResult_t mpn_ucx_proxy_post(const mpn_ucx_cmd_t* cmd) {
+  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy)); /* (outside the lock) */
   pthread_mutex_lock(&px.lock);
-  if (px.tail) px.tail->next = copy;
-  else px.head = copy;
-  px.tail = copy;
+  int queued = append_copy(&px.head, &px.tail, copy, cmd);
   pthread_mutex_unlock(&px.lock);
-  return ncclSuccess;
+  return queued ? ncclSuccess : mpn_error_set(NULL, ncclSystemError, "out of memory");
 }
 
 /* A call's state: the caller gives up on it only while it has not started,
@@ -817,16 +826,8 @@ static ncclResult_t start_here(const mpn_ucx_cmd_t* cmd, const void* payload, si
 }
 
 ncclResult_t mpn_ucx_proxy_post_later(const mpn_ucx_cmd_t* cmd) {
-  mpn_ucx_cmd_t* copy = malloc(sizeof(*copy));
-  if (copy == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
-  *copy = *cmd;
-  copy->next = NULL;
-  if (px.later_tail)
-    px.later_tail->next = copy;
-  else
-    px.later = copy;
-  px.later_tail = copy;
-  return ncclSuccess;
+  if (append_copy(&px.later, &px.later_tail, malloc(sizeof(*cmd)), cmd)) return ncclSuccess;
+  return mpn_error_set(NULL, ncclSystemError, "out of memory");
 }
 
 ncclResult_t mpn_ucx_proxy_send_here(const mpn_ucx_cmd_t* cmd, const void* payload, size_t bytes) {

@@ -122,14 +122,14 @@ static uint64_t last_bit_of(uint64_t tag) {
   return (tag >> 39 & 1) && (tag & CHUNK_FIELD) != GRAPH_CHUNK ? CHUNK_LAST : 0;
 }
 
+static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again);
+
 /* On the proxy thread, once a peer's notice came: everything with that
  * peer fails (its streams' waits are released), and the communicator
  * reports it (mpn_ucx_poll_errors): ncclRemoteError for an abort,
  * ncclInvalidUsage for a send of this rank that did not fit its receive.
  * After a mismatch the peer takes no more of this rank's messages, so the
  * sends to it in flight, which UCX cannot cancel, are released too. */
-static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again);
-
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
   const notice_t* n = &u->notice_in;
@@ -200,10 +200,10 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
   mpn_ucx_proxy_fail_peer_receives(peer);
 }
 
-/* Posts the receive of the peers' notices (an abort or a mismatch ends
- * the communicator; after a clean close's, notice_arrived posts it again,
- * again: from the proxy thread, in UCX's callback); it is cancelled,
- * quietly, when the communicator closes. */
+/* Posts the receive of the peers' notices: an abort's or a mismatch's
+ * ends the communicator, a clean close's does not, and notice_arrived,
+ * on the proxy thread inside UCX's callback, posts it again (again: 1).
+ * It is cancelled, quietly, when the communicator closes. */
 static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again) {
   mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_RECV,
                        .owner = u,

@@ -61,12 +61,10 @@ static void release_again(struct ncclComm* comm, int peer) {
  * flight with this rank, if any, fail on their own: mpn_ucx_poll_errors). */
 static int ucx_lost(struct ncclComm* comm, int peer) {
 #ifdef HAVE_UCX
-  /* A one-sided call with it captured in a CUDA graph counts unless it
-   * closed cleanly: a replay may wait for its signal or acknowledgement,
-   * and the host cannot see whether one is queued. */
+  /* (a one-sided call with it captured in a CUDA graph counts unless it
+   * closed cleanly: a replay may wait for it, unseen by the host) */
   return comm->transport[peer] == MPN_TRANSPORT_UCX && mpn_ucx_peer_unreachable(comm, peer) &&
-         (mpn_ucx_rma_waiting_for(comm, peer) ||
-          (mpn_ucx_rma_captured_with(comm, peer) && !mpn_ucx_peer_closed(comm, peer)));
+         mpn_ucx_peer_awaited(comm, peer);
 #else
   (void)comm;
   (void)peer;

@@ -578,21 +578,21 @@ int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer) {
          __atomic_load_n(&comm->ucx->aborted_by, __ATOMIC_ACQUIRE) != peer;
 }
 
-int mpn_ucx_peer_closed(struct ncclComm* comm, int peer) {
-  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
-  return p && __atomic_load_n(&p->closed, __ATOMIC_ACQUIRE);
-}
-
-int mpn_ucx_peer_idle(struct ncclComm* comm, int peer) {
-  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+int mpn_ucx_peer_awaited(struct ncclComm* comm, int peer) {
+  if (mpn_ucx_rma_waiting_for(comm, peer)) return 1;
   /* A captured wait for the peer's signal, or a captured put's wait for its
    * acknowledgement, waits on a word the peer writes, with no command of
    * this rank's posted: any captured one-sided call counts, as a pair does
    * over CUDA IPC (taken for idle, the peer was not released and such a
    * replay waited for good), unless the peer closed its communicator
    * cleanly (its notice came), as a pair's record of a normal end does. */
-  int captured = mpn_ucx_rma_captured_with(comm, peer) && !mpn_ucx_peer_closed(comm, peer);
-  return !mpn_ucx_rma_waiting_for(comm, peer) && !captured && (p == NULL || !mpn_ucx_proxy_pending(p));
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  return mpn_ucx_rma_captured_with(comm, peer) && !(p && __atomic_load_n(&p->closed, __ATOMIC_ACQUIRE));
+}
+
+int mpn_ucx_peer_idle(struct ncclComm* comm, int peer) {
+  mpn_ucx_peer_t* p = mpn_ucx_comm_peer(comm, peer);
+  return !mpn_ucx_peer_awaited(comm, peer) && (p == NULL || !mpn_ucx_proxy_pending(p));
 }
 
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer) {

@@ -104,13 +104,14 @@ void mpn_ucx_peer_watch(struct ncclComm* comm, int peer);
  * no abort notice of its came. */
 int mpn_ucx_peer_unreachable(struct ncclComm* comm, int peer);
 
-/** Whether peer's notice that it closed its communicator cleanly came. */
-int mpn_ucx_peer_closed(struct ncclComm* comm, int peer);
+/** Whether this rank waits for a signal of peer outside a CUDA graph, or
+ *  captured a one-sided call with it, whose replays may wait for it, and
+ *  peer's notice that it closed its communicator cleanly has not come. */
+int mpn_ucx_peer_awaited(struct ncclComm* comm, int peer);
 
-/** Whether nothing of this rank's waits for peer over UCX: no operation
- *  with it posted and not done, no signal of its awaited, no one-sided
- *  call with it captured in a CUDA graph (the watchdog's test for a
- *  same-host peer whose process exited). */
+/** Whether nothing of this rank's waits for peer over UCX: not awaited
+ *  (mpn_ucx_peer_awaited) and no operation with it posted and not done
+ *  (the watchdog's test for a same-host peer whose process exited). */
 int mpn_ucx_peer_idle(struct ncclComm* comm, int peer);
 
 /** Whether peer's notice that it aborted its communicator came (the

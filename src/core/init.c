@@ -642,9 +642,11 @@ static ncclResult_t init_all(ncclComm_t* comms, int ndev, const int* devlist) {
   ncclUniqueId uid;
   memset(&uid, 0, sizeof(uid));
   memcpy(uid.internal, &id, sizeof(id));
+  /* At the nesting limit the group start is refused and opens nothing: the
+   * group end below would then close the caller's group. */
+  ncclResult_t res = pncclGroupStart();
+  if (res != ncclSuccess) return res;
   int saved = mpn_cuda_current_device();
-  ncclResult_t res = ncclSuccess;
-  pncclGroupStart();
   for (int i = 0; i < ndev && res == ncclSuccess; i++) {
     res = mpn_cuda_set_device(devlist ? devlist[i] : i);
     if (res == ncclSuccess) res = init_rank(&comms[i], ndev, uid, i, NULL, fn);

@@ -1,7 +1,8 @@
 /*
  * test_gpu_comm.c - communicators on a GPU (run under mpirun with 1, 2 and 4
  * ranks; on the one-GPU machine all ranks share it): creation from a unique
- * id, ncclCommInitAll with a repeated device, split, the MPI_Comm extension
+ * id, ncclCommInitAll with a repeated device and at the groups' nesting
+ * limit, split, the MPI_Comm extension
  * and non-blocking creation, checking devices, the ranks found sharing the
  * GPU, MPS detection and the transport chosen per peer, and that finalize
  * and destroy wait for the communicator's work, and that the program's own
@@ -15,6 +16,7 @@
 
 #include "core/comm.h"
 #include "core/drain.h"
+#include "core/group.h"
 #include "mpinccl.h"
 #include "pattern.h"
 #include "transport.h"
@@ -104,6 +106,27 @@ static void test_init_all_repeated(void) {
   int cur;
   cudaGetDevice(&cur);
   EXPECT(cur == dev); /* InitAll restores the caller's device */
+}
+
+/* ncclCommInitAll inside groups nested as deep as they may be: its own
+ * group start is refused, so it creates nothing, and the caller's groups
+ * still need every one of their ends (the last reports the failure). */
+static void test_init_all_nested_limit(void) {
+  int dev = local_rank % ndev, refused = 0;
+  for (int i = 0; i < MPN_GROUP_MAX_DEPTH; i++) refused += ncclGroupStart() != ncclSuccess;
+  EXPECT(refused == 0);
+  ncclComm_t comm = NULL;
+  EXPECT(ncclCommInitAll(&comm, 1, &dev) == ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(NULL), "nested 1048576 deep") != NULL);
+  for (int i = 1; i < MPN_GROUP_MAX_DEPTH; i++) refused += ncclGroupEnd() != ncclSuccess;
+  EXPECT(refused == 0);
+  EXPECT(ncclGroupEnd() == ncclInvalidUsage); /* the outermost: the group failed */
+  EXPECT(comm == NULL);
+  EXPECT(ncclGroupEnd() == ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(NULL), "no ncclGroupStart is open") != NULL);
+  int cur = -1;
+  cudaGetDevice(&cur);
+  EXPECT(cur == dev);
 }
 
 static void CUDART_CB sleep_20ms(void* arg) {
@@ -353,6 +376,7 @@ int main(int argc, char** argv) {
   cudaSetDevice(local_rank % ndev);
   test_unique_id();
   test_init_all_repeated();
+  test_init_all_nested_limit();
   test_mpi_comm_nonblocking();
   test_program_error_kept();
   for (int how = END_DESTROY; how <= END_STREAM_GONE; how++) {

@@ -65,7 +65,7 @@ typedef struct mpn_init_job {
   mpn_turn_t mpi_turn;     /**< MPN_INIT_MPI, or a split of an MPI-made parent: its turn among the
                                 MPI collectives of the calling thread's creations (init.c) */
   int finished;            /**< set (atomic) when its thread is done with it (init.c) */
-  ncclResult_t result;     /**< a job without a communicator: how it ended (init.c) */
+  ncclResult_t result;     /**< how its creation ended (ncclInProgress: it never ran; init.c) */
   char error[512];         /**< and why it failed, for the calling thread (init.c) */
   struct mpn_init_job* next;
 } mpn_init_job_t;

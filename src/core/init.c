@@ -267,6 +267,7 @@ static ncclResult_t job_run(mpn_init_job_t* job);
 
 ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
   ncclResult_t res = job_run(job);
+  job->result = res;
   mpn_init_job_release(job);
   return res;
 }
@@ -343,7 +344,6 @@ fail:
     __atomic_store_n(&comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
     mpn_comm_set_async(comm, res);
   } else { /* no comm keeps the reason: the job does, for the calling thread */
-    job->result = res;
     snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
   }
   return res;
@@ -474,13 +474,17 @@ void mpn_init_job_let_go(mpn_init_job_t* job, int failed) {
 
 /* Blocking: one job inline, several on threads; failed comms are freed
  * (mpn_init_job_let_go: a destroy or abort of another thread may have
- * taken that). */
+ * taken that).  Failed by the creation's own result, not by the comm's
+ * asynchronous error: a peer the watchdog finds gone once the creation
+ * succeeded leaves the comm to the caller, who learns it through
+ * ncclCommGetAsyncError (freed here, its handle went back to NULL while
+ * the call returned ncclSuccess). */
 static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
   ncclResult_t first = n == 1 ? mpn_init_job_run(jobs) : jobs_threads(jobs, n);
   int reported = 0;
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
     next = job->next;
-    ncclResult_t res = job->comm ? mpn_comm_async(job->comm) : job->result;
+    ncclResult_t res = job->result; /* (ncclInProgress: its thread did not start) */
     /* Bring the reason to the calling thread (a job's thread set it on its
      * own) before the comm goes away. */
     if (res != ncclSuccess && !reported++)
@@ -546,6 +550,7 @@ static ncclResult_t job_new(mpn_init_kind_t kind, const mpn_config_t* cfg, int d
   mpn_init_job_t* job = calloc(1, sizeof(*job));
   if (job == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   job->kind = kind;
+  job->result = ncclInProgress; /* until it ran */
   job->device = device;
   job->blocking = cfg->blocking;
   job->user_out = user_out;

@@ -2,7 +2,8 @@
  * test_comm_local_create.c - test_comm_local's tests of creating and ending
  * communicators: queries and init arguments, the rendezvous (disagreements,
  * timeout), a thread per rank and one thread in a group, split, non-blocking
- * creation, abort and destroy (pending, in a group, an address reused).
+ * creation, abort and destroy (pending, in a group, an address reused), and
+ * an error found right after a creation succeeded.
  */
 #include <check.h>
 #include <pthread.h>
@@ -13,7 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap/bootstrap.h"
 #include "core/comm.h"
+#include "core/error.h"
 #include "core/param.h"
 #include "local_comm.h"
 #include "mpinccl.h"
@@ -579,6 +582,78 @@ START_TEST(destroyed_comm_address_reused) {
 }
 END_TEST
 
+ncclResult_t __real_mpn_bootstrap_barrier(mpn_bootstrap_t* b);
+
+/* While set, where the handle of a creation to mark lies, and its rank. */
+static ncclComm_t* watched;
+static int watched_rank;
+
+/* The creation's last collective (linked with --wrap, Makefile.am): once it
+ * passed, the watched rank's communicator is marked as the watchdog marks
+ * one whose peer it found gone (watchdog.c). */
+ncclResult_t __wrap_mpn_bootstrap_barrier(mpn_bootstrap_t* b) {
+  ncclResult_t res = __real_mpn_bootstrap_barrier(b);
+  ncclComm_t comm = watched ? __atomic_load_n(watched, __ATOMIC_ACQUIRE) : NULL;
+  if (res == ncclSuccess && comm && b->rank == watched_rank) {
+    mpn_error_set(comm, ncclRemoteError, "rank %d: peer 1 is gone (made up by the test)", b->rank);
+    mpn_comm_set_broken(comm, ncclRemoteError);
+  }
+  return res;
+}
+
+/* The comm reports what the watchdog found, and the caller can abort it. */
+static void check_reported(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclRemoteError);
+  ck_assert(contains(ncclGetLastError(comm), "made up by the test"));
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+}
+
+/* A blocking creation that succeeded, its comm reporting an error at once
+ * (a peer gone right after): the caller keeps the comm and learns the
+ * error from it.  ncclCommInitRank returned ncclSuccess with the handle set
+ * back to NULL and the comm freed (desk review: the creation was judged by
+ * the comm's asynchronous error, not by its own result). */
+START_TEST(error_after_inline_creation) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  watched = &comm;
+  watched_rank = 0;
+  ncclResult_t res = ncclCommInitRank(&comm, 1, id, 0);
+  watched = NULL;
+  ck_assert_int_eq(res, ncclSuccess);
+  ck_assert_msg(comm != NULL, "ncclCommInitRank returned ncclSuccess and a NULL communicator");
+  check_reported(comm);
+}
+END_TEST
+
+/* The same for two ranks one thread creates in a group (each on a creation
+ * thread): ncclGroupEnd returned ncclSuccess with rank 0's handle NULL. */
+START_TEST(error_after_group_creation) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comms[2] = {NULL, NULL};
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  watched = &comms[0];
+  watched_rank = 0;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++) ck_assert_int_eq(ncclCommInitRank(&comms[r], 2, id, r), ncclSuccess);
+  ncclResult_t res = ncclGroupEnd();
+  watched = NULL;
+  ck_assert_int_eq(res, ncclSuccess);
+  ck_assert_msg(comms[0] != NULL && comms[1] != NULL, "ncclGroupEnd returned ncclSuccess and handles %p, %p",
+                (void*)comms[0], (void*)comms[1]);
+  ncclResult_t async = ncclInProgress;
+  ck_assert_int_eq(ncclCommGetAsyncError(comms[1], &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclSuccess);
+  check_reported(comms[0]);
+  ck_assert_int_eq(ncclCommDestroy(comms[1]), ncclSuccess);
+}
+END_TEST
+
 void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, one_rank_queries);
   tcase_add_test(tc, init_arguments);
@@ -598,4 +673,6 @@ void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, abort_starting_creation);
   tcase_add_test(tc, destroy_in_group);
   tcase_add_test(tc, destroyed_comm_address_reused);
+  tcase_add_test(tc, error_after_inline_creation);
+  tcase_add_test(tc, error_after_group_creation);
 }

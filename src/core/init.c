@@ -272,6 +272,17 @@ ncclResult_t mpn_init_job_run(mpn_init_job_t* job) {
   return res;
 }
 
+/* A job run on the calling thread: a split sets its parent's device, and
+ * the caller's current device is its own again afterwards, as NCCL leaves
+ * it (device.h: library calls that touch another device than the caller's
+ * leave the caller's as it was). */
+static ncclResult_t job_run_here(mpn_init_job_t* job) {
+  int saved = mpn_cuda_device_enter(-1);
+  ncclResult_t res = mpn_init_job_run(job);
+  mpn_cuda_device_leave(saved);
+  return res;
+}
+
 /* Sets the job's device, then makes its bootstrap context.  A rank that
  * cannot set its device must not leave its peers waiting for it until
  * MPINCCL_BOOTSTRAP_TIMEOUT: a rendezvous's rank tells the rendezvous; a
@@ -424,7 +435,7 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
   /* After the others started: their peers may need them meanwhile. */
   for (mpn_init_job_t *job = inline_jobs, *next; job; job = next) {
     next = job->next;
-    ncclResult_t res = mpn_init_job_run(job);
+    ncclResult_t res = job_run_here(job);
     free(job);
     if (res != ncclSuccess) first = res;
   }
@@ -480,7 +491,7 @@ void mpn_init_job_let_go(mpn_init_job_t* job, int failed) {
  * ncclCommGetAsyncError (freed here, its handle went back to NULL while
  * the call returned ncclSuccess). */
 static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
-  ncclResult_t first = n == 1 ? mpn_init_job_run(jobs) : jobs_threads(jobs, n);
+  ncclResult_t first = n == 1 ? job_run_here(jobs) : jobs_threads(jobs, n);
   int reported = 0;
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
     next = job->next;

@@ -2,13 +2,16 @@
  * test_device_fail.c - a rank whose creation cannot set its CUDA device
  * (mpincclCommInitMPI, ncclCommSplit with and without a color) gets that
  * failure, and its peers are told at once (ncclRemoteError naming it), not
- * at MPINCCL_BOOTSTRAP_TIMEOUT (ncclTimeout).  No GPU: the device calls are
- * stand-ins, wrapped at link time (Makefile.am).
+ * at MPINCCL_BOOTSTRAP_TIMEOUT (ncclTimeout); a split on its parent's
+ * device leaves the caller's current device as it was.  No GPU: the device
+ * calls are stand-ins, wrapped at link time (Makefile.am).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cuda_runtime.h>
 
 #include "core/comm.h"
 #include "core/error.h"
@@ -30,9 +33,32 @@ enum { FAULTY = 1, TIMEOUT_S = 5, PROMPT_S = 3 };
  * (a parent made before the fault must be). */
 static int faulty;
 
-int __wrap_mpn_cuda_current_device(void) { return faulty && world_rank == FAULTY ? 0 : -1; }
+/* Set: the calling thread's current device is modelled (current_dev),
+ * for CUDA's own calls too. */
+static int modelled, current_dev;
+
+cudaError_t __real_cudaGetDevice(int* dev);
+cudaError_t __real_cudaSetDevice(int dev);
+
+cudaError_t __wrap_cudaGetDevice(int* dev) {
+  if (!modelled) return __real_cudaGetDevice(dev);
+  *dev = current_dev;
+  return cudaSuccess;
+}
+
+cudaError_t __wrap_cudaSetDevice(int dev) {
+  if (!modelled) return __real_cudaSetDevice(dev);
+  current_dev = dev;
+  return cudaSuccess;
+}
+
+int __wrap_mpn_cuda_current_device(void) {
+  if (modelled) return current_dev;
+  return faulty && world_rank == FAULTY ? 0 : -1;
+}
 
 ncclResult_t __wrap_mpn_cuda_set_device(int dev) {
+  if (modelled) current_dev = dev;
   if (!faulty || world_rank != FAULTY) return ncclSuccess;
   return mpn_error_set(NULL, ncclUnhandledCudaError, "cudaSetDevice(%d) failed: no CUDA-capable device (stand-in)",
                        dev);
@@ -122,6 +148,31 @@ static void test_split(int faulty_color) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A split on its parent's device, another than the caller's current one:
+ * as NCCL's, it leaves the caller's current device as it was (it was left
+ * on the parent's, where the caller's next allocation then went).  Every
+ * rank splits without a color: nothing is made on the stand-in device. */
+static void test_split_keeps_device(void) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  ncclComm_t parent = NULL;
+  EXPECT_OK(mpincclCommInitMPI(&parent, dup, NULL));
+  if (parent == NULL) MPI_Abort(MPI_COMM_WORLD, 1); /* (its peers would wait in the split) */
+  parent->cuda_dev = 1;
+  modelled = 1;
+  current_dev = 0;
+  ncclComm_t child = (ncclComm_t)0x1;
+  EXPECT_OK(ncclCommSplit(parent, NCCL_SPLIT_NOCOLOR, world_rank, &child, NULL));
+  int after = current_dev;
+  modelled = 0;
+  parent->cuda_dev = -1;
+  EXPECT(child == NULL);
+  EXPECT(after == 0);
+  EXPECT_OK(ncclCommDestroy(parent));
+  MPI_Comm_free(&dup);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2 3");
@@ -139,5 +190,6 @@ int main(int argc, char** argv) {
   test_init_mpi(0);
   test_split(0);
   test_split(NCCL_SPLIT_NOCOLOR);
+  test_split_keeps_device();
   return mpi_test_finish(world_rank, "test_device_fail: %d ranks, ", world_size);
 }

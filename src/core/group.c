@@ -261,7 +261,12 @@ static ncclResult_t group_flush(void) {
     win_res = mpn_win_async_group(wins);
   } else {
     win_res = wins ? mpn_win_jobs_run(wins) : ncclSuccess;
+    /* The window calls' failure is returned: its text too, not that of an
+     * operation refused after it. */
+    char win_text[sizeof(group_error_text)];
+    if (win_res != ncclSuccess) snprintf(win_text, sizeof(win_text), "%s", mpn_error_last(NULL));
     ops_res = ops ? ops_launch(ops) : ncclSuccess;
+    if (win_res != ncclSuccess && ops_res != ncclSuccess) mpn_error_set(NULL, win_res, "%s", win_text);
   }
   if (win_res != ncclSuccess && win_res != ncclInProgress) return win_res;
   if (ops_res != ncclSuccess) return ops_res;

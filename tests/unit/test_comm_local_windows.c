@@ -188,6 +188,31 @@ START_TEST(windows_in_group) {
 }
 END_TEST
 
+/* A group whose window registration and whose operations are both refused
+ * returns the registration's error (the window calls run first): its
+ * ncclGetLastError text must be the registration's too.  It was the
+ * operation's, refused after it ("ncclSend: comm ... has no CUDA device"
+ * with the code of "ncclCommWindowRegister: size is 0"). */
+START_TEST(window_error_text_in_group) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  static char buf[2 * NCCL_WIN_REQUIRED_ALIGNMENT] __attribute__((aligned(NCCL_WIN_REQUIRED_ALIGNMENT)));
+  ncclWindow_t win = (ncclWindow_t)buf;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommWindowRegister(comm, buf, 0, &win, 0), ncclSuccess);
+  ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ck_assert_int_eq(ncclRecv(buf + 1, 1, ncclInt8, 0, comm, NULL), ncclSuccess);
+  ncclResult_t res = ncclGroupEnd();
+  const char* text = ncclGetLastError(NULL);
+  ck_assert_msg(res == ncclInvalidArgument && contains(text, "ncclCommWindowRegister: size is 0"),
+                "ncclGroupEnd: %d, ncclGetLastError(NULL): \"%s\"", res, text);
+  text = ncclGetLastError(comm);
+  ck_assert_msg(contains(text, "ncclCommWindowRegister: size is 0"), "ncclGetLastError(comm): \"%s\"", text);
+  ck_assert_ptr_null(win);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
 /* What the non-blocking steps share: the local bootstrap (3 s timeout), a
  * non-blocking config, a unique id and a page for their window calls. */
 static void* nonblocking_setup(ncclConfig_t* cfg, ncclUniqueId* id) {
@@ -352,6 +377,7 @@ END_TEST
 
 void comm_local_add_windows(TCase* tc) {
   tcase_add_test(tc, windows_in_group);
+  tcase_add_test(tc, window_error_text_in_group);
   tcase_add_test(tc, windows_nonblocking_one_thread);
   tcase_add_test(tc, window_in_refused_group);
   tcase_add_test(tc, split_then_window);

@@ -220,8 +220,11 @@ static ncclResult_t win_register(ncclComm_t comm, void* buff, size_t size, ncclW
   /* Past a refusal every rank saw, no peer has a window over this part and
    * the hold may go; past any other failure (the allgather cut short, UCX's
    * step failing here only) a peer may have one and put into it: the
-   * memory is then held for good, as an abort's pairs are. */
-  int held_for_good = res != ncclSuccess;
+   * memory is then held for good, as an abort's pairs are.  Not where this
+   * rank refused its own part: a peer that got it refuses it too, so the
+   * hold goes even when the allgather was cut short (kept, an ncclMemFree
+   * of the memory never freed it). */
+  int held_for_good = res != ncclSuccess && mine == ncclSuccess;
   if (res == ncclSuccess) res = mine != ncclSuccess ? mine : check_parts(comm, parts);
   if (res != ncclSuccess) goto fail;
   held_for_good = 1;

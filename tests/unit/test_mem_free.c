@@ -10,7 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/comm.h"
+#include "core/error.h"
+#include "cuda/ipc.h"
 #include "cuda/memory.h"
+#include "local_comm.h"
 #include "mpinccl.h"
 #include "run_suite.h"
 
@@ -39,11 +43,29 @@ cudaError_t __wrap_cudaFree(void* p) {
   return cudaSuccess;
 }
 
+/* The export of a buffer in the model (for a window's description): its
+ * slot as the allocation. */
+ncclResult_t __wrap_mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool) {
+  uintptr_t i = ((uintptr_t)ptr - FIRST) / SLOT;
+  if ((uintptr_t)ptr < FIRST || i >= SLOTS || !taken[i])
+    return MPN_REFUSE(NULL, ncclInvalidArgument, "%s %p is not device memory (of the model)", what, ptr);
+  memset(out, 0, sizeof(*out));
+  out->buffer_id = i + 1;
+  out->base = FIRST + i * SLOT;
+  out->offset = (uintptr_t)ptr - out->base;
+  out->size = SLOT;
+  *pool = 0;
+  return ncclSuccess;
+}
+
 /* The model's context of device 0: a reset gives it a new id. */
 static unsigned long long context = 1;
 
 unsigned long long __wrap_mpn_cuda_context_id(void) { return context; }
-int __wrap_mpn_cuda_current_device(void) { return 0; }
+/* The current device: -1 (none) while a test makes communicators, which
+ * would otherwise set up device 0 through the real CUDA. */
+static int current_device = 0;
+int __wrap_mpn_cuda_current_device(void) { return current_device; }
 
 /* cudaDeviceReset, as the model sees it: every allocation is gone. */
 static void model_reset(void) {
@@ -162,6 +184,36 @@ START_TEST(reset_forgets_records) {
 }
 END_TEST
 
+/* A window registration whose rank refuses its own part (it runs past its
+ * allocation) while its peer never registers: the allgather runs out, and
+ * no rank can have a window over the part (a peer that got it refuses it).
+ * Its hold on the memory goes, so an ncclMemFree frees it at once.  It was
+ * held for good, as after a failure where a peer may have a window, and
+ * the memory was never freed.  Two ranks of this process, given device 0
+ * (the model's) so that the registration gets past its device checks. */
+START_TEST(own_refusal_lets_memory_go) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
+  ncclUniqueId id;
+  ncclComm_t comms[2];
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  current_device = -1;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommInitRank(&comms[i], 2, id, i), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  current_device = 0;
+  for (int i = 0; i < 2; i++) comms[i]->cuda_dev = 0;
+  char* b = alloc_mib();
+  ncclWindow_t win = (ncclWindow_t)b;
+  ncclResult_t res = ncclCommWindowRegister(comms[0], b, 2 * SLOT, &win, 0);
+  ck_assert_msg(res != ncclSuccess && res != ncclInProgress, "ncclCommWindowRegister: %d", res);
+  ck_assert_ptr_null(win);
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  ck_assert_msg(frees == 1, "ncclMemFree freed %d allocations, not 1: \"%s\"", frees, ncclGetLastError(NULL));
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommAbort(comms[i]), ncclSuccess);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("mem_free");
   TCase* tc = tcase_create("deferred");
@@ -169,6 +221,7 @@ int main(void) {
   tcase_add_test(tc, free_at_once);
   tcase_add_test(tc, free_deferred_to_the_window);
   tcase_add_test(tc, last_window_frees);
+  tcase_add_test(tc, own_refusal_lets_memory_go);
   tcase_add_test(tc, reset_forgets_records); /* (last: the model's context changes) */
   suite_add_tcase(s, tc);
   return unit_suite_run(s);

@@ -96,7 +96,7 @@ static ncclResult_t op_check(const mpn_op_t* op) {
   }
   MPN_CHECK(peer_check(op, fn, op->peer));
   if (op->kind != MPN_OP_PUT_SIGNAL) return ucx_check(op);
-  MPN_CHECK(mpn_win_check(comm, op->win, fn));
+  MPN_CHECK(mpn_win_check(comm, op->win, fn, "peerWin"));
   uint64_t size = op->win->parts[op->peer].size;
   if (op->offset > size || op->bytes > size - op->offset)
     return MPN_REFUSE(comm, ncclInvalidArgument,

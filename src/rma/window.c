@@ -34,7 +34,7 @@
 #include "ucx/winstage.h"
 #endif
 
-ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller) {
+ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller, const char* arg) {
   mpn_rma_t* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
   int found = 0;
   if (rma && win) {
@@ -44,9 +44,9 @@ ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* 
   }
   if (found) return ncclSuccess;
   return MPN_REFUSE(comm, ncclInvalidArgument,
-                    "%s: win %p is not a window of comm %p (registered with another "
+                    "%s: %s %p is not a window of comm %p (registered with another "
                     "communicator, deregistered, or never registered)",
-                    caller, (void*)win, (void*)comm);
+                    caller, arg, (void*)win, (void*)comm);
 }
 
 /* This rank's part: the buffer checked and, if a peer is in another
@@ -342,7 +342,7 @@ ncclResult_t mpn_win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t 
 
 static ncclResult_t win_deregister(ncclComm_t comm, ncclWindow_t win, ncclResult_t forced) {
   const char* fn = "ncclCommWindowDeregister";
-  MPN_CHECK(agree_deregister(comm, forced != ncclSuccess ? forced : mpn_win_check(comm, win, fn), win));
+  MPN_CHECK(agree_deregister(comm, forced != ncclSuccess ? forced : mpn_win_check(comm, win, fn, "win"), win));
   mpn_rma_t* rma = comm->rma;
   pthread_mutex_lock(&rma->lock);
   for (struct ncclWindow_vidmem** p = &rma->windows; *p; p = &(*p)->next)
@@ -372,7 +372,7 @@ MPN_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void
   const char* fn = "ncclWinGetUserPtr";
   MPN_CHECK(mpn_comm_check(comm, fn, MPN_COMM_NEED_QUERY));
   if (outUserPtr == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: outUserPtr is NULL", fn);
-  MPN_CHECK(mpn_win_check(comm, win, fn));
+  MPN_CHECK(mpn_win_check(comm, win, fn, "win"));
   *outUserPtr = win->base;
   return ncclSuccess;
 }

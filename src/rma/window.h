@@ -41,10 +41,11 @@ struct ncclWindow_vidmem {
 
 /**
  * Whether win is a live window of comm; otherwise ncclInvalidArgument with a
- * message naming caller and the value.  Looks win up in comm's list without
- * reading through it, so a deregistered window is refused, not read.
+ * message naming caller, the argument (arg: "win", ncclPutSignal's
+ * "peerWin") and the value.  Looks win up in comm's list without reading
+ * through it, so a deregistered window is refused, not read.
  */
-ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller);
+ncclResult_t mpn_win_check(struct ncclComm* comm, ncclWindow_t win, const char* caller, const char* arg);
 
 /**
  * Address in this process of peer's part of win: a plain pointer within the

@@ -177,6 +177,13 @@ START_TEST(registration_arguments) {
   REFUSED(comm, ncclWinGetUserPtr(comm, NULL, &user), ARG, "win (nil) is not a window of comm");
   REFUSED(comm, ncclWinGetUserPtr(comm, (ncclWindow_t)buf, NULL), ARG, "outUserPtr is NULL");
   ck_assert_ptr_null(user);
+  /* A put names its own argument, peerWin (it said "win").  Given a device,
+   * a comm without a GPU gets past the device check to the window's. */
+  int dev = comm->cuda_dev;
+  comm->cuda_dev = dev < 0 ? 0 : dev;
+  REFUSED(comm, ncclPutSignal(buf, 1, ncclInt8, 0, (ncclWindow_t)buf, 0, 0, 0, 0, comm, NULL), ARG,
+          "ncclPutSignal: peerWin 0x");
+  comm->cuda_dev = dev;
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
 }
 END_TEST

@@ -120,7 +120,9 @@ static void* group_main(void* arg) {
   mpn_win_jobs_exec(g->jobs);       /* (lanes: a thread per communicator, each on its device) */
   for (int i = 0; i < g->n; i++) {  /* each communicator's first failure, in call order */
     const mpn_win_job_t* job = g->jobs;
-    while (job && (job->comm != g->comms[i] || job->result == ncclSuccess)) job = job->next;
+    /* (not a call of a group that failed: the group returned its error) */
+    while (job && (job->comm != g->comms[i] || job->result == ncclSuccess || job->forced != ncclSuccess))
+      job = job->next;
     if (job) async_fail(g->comms[i], job->result, job->error);
   }
   mpn_win_jobs_free(g->jobs);

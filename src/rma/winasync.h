@@ -37,7 +37,8 @@ int mpn_win_async_group_wanted(const struct mpn_win_job* jobs);
  * at once, and ncclCommGetAsyncError of each communicator answers
  * ncclInProgress until all the group's calls are done, then the first
  * failure of its own calls, if any (the communicator's asynchronous
- * error).  Takes the jobs.  Where no thread can start, makes them here
+ * error; not of calls forced to fail by a group that failed, which
+ * returned its error: mpn_win_jobs_refuse).  Takes the jobs.  Where no thread can start, makes them here
  * (mpn_win_jobs_run) and returns what that does.
  */
 ncclResult_t mpn_win_async_group(struct mpn_win_job* jobs);

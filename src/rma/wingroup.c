@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/group.h"
 #include "core/turn.h"
+#include "rma/winasync.h"
 #include "rma/window.h"
 
 ncclResult_t mpn_win_job_make(const mpn_win_job_t* job, const char* caller, mpn_win_job_t** out) {
@@ -190,7 +191,13 @@ void mpn_win_jobs_refuse(mpn_win_job_t* jobs, ncclResult_t why) {
   for (mpn_win_job_t* job = jobs; job; job = job->next) job->forced = why;
   char text[sizeof(jobs->error)];
   snprintf(text, sizeof(text), "%s", mpn_error_last(NULL));
-  (void)mpn_win_jobs_run(jobs);
+  /* Non-blocking communicators': in the background, as a group's that did
+   * not fail (made here, a thread driving several ranks, a group each,
+   * waited in the first for ranks it had not reached yet). */
+  if (mpn_win_async_group_wanted(jobs))
+    (void)mpn_win_async_group(jobs);
+  else
+    (void)mpn_win_jobs_run(jobs);
   mpn_error_set(NULL, why, "%s", text); /* the group's own text again */
 }
 

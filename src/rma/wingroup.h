@@ -78,8 +78,9 @@ void mpn_win_jobs_exec(mpn_win_job_t* jobs);
  * A group that failed on this rank (why): its queued calls still join their
  * peers' collectives, as failures, so that every rank of each communicator
  * fails them together (dropped, a peer's call would pair with this rank's
- * next registration).  Frees them; this thread's error text stays the
- * group's.
+ * next registration).  Where every one is on a non-blocking communicator
+ * they go on in the background (mpn_win_async_group), as a group's that
+ * did not fail.  Frees them; this thread's error text stays the group's.
  */
 void mpn_win_jobs_refuse(mpn_win_job_t* jobs, ncclResult_t why);
 

@@ -272,6 +272,73 @@ START_TEST(windows_in_nonblocking_group) {
 }
 END_TEST
 
+/* Two non-blocking ranks of one new communicator, made from this thread. */
+static void nonblocking_pair(ncclComm_t pair[2], ncclConfig_t* cfg, ncclUniqueId id) {
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommInitRankConfig(&pair[i], 2, id, i, cfg), ncclSuccess);
+  ncclResult_t made = ncclGroupEnd();
+  ck_assert(made == ncclSuccess || made == ncclInProgress);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(settled(pair[i]), ncclSuccess);
+}
+
+/* Both non-blocking ranks register buf (host memory) outside a group, from
+ * this thread: each call returns ncclInProgress, and both refuse the buffer
+ * alike, with the call's text, never by the bootstrap's timeout. */
+static void nonblocking_both_refuse(ncclComm_t pair[2], void* buf) {
+  ncclWindow_t win[2];
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclInProgress);
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t state = settled(pair[i]);
+    const char* text = ncclGetLastError(pair[i]);
+    ck_assert_msg((state == ncclInvalidUsage || state == ncclInvalidArgument) &&
+                      contains(text, "ncclCommWindowRegister") && !contains(text, "timed out") &&
+                      !contains(text, "MPINCCL_BOOTSTRAP_TIMEOUT"),
+                  "rank %d: async %d, ncclGetLastError: \"%s\"", i, state, text);
+    ck_assert_ptr_null(win[i]);
+  }
+}
+
+/* Non-blocking ranks driven by one thread, a group each, every group
+ * failing on a bad ncclSend: each group's queued registration still joins
+ * its peer's as a failure (mpn_win_jobs_refuse), and now in the background,
+ * as in a group that did not fail: ncclGroupEnd returns the group's error
+ * at once, rank 0's registration still waits for rank 1's (its
+ * communicator answers ncclInProgress), and the two meet.  Made in
+ * ncclGroupEnd, rank 0's waited there for rank 1's, which this thread had
+ * not reached, until the bootstrap's timeout.  Nothing of it is the
+ * communicators' asynchronous error (the groups returned theirs), and
+ * their next registrations meet each other. */
+START_TEST(window_in_refused_nonblocking_groups) {
+  ncclConfig_t cfg;
+  ncclUniqueId id;
+  ncclComm_t pair[2];
+  ncclWindow_t win[2];
+  void* buf = nonblocking_setup(&cfg, &id);
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "5");
+  nonblocking_pair(pair, &cfg, id);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclSuccess);
+    ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, 99, pair[i], NULL), ncclInvalidArgument);
+    ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+    const char* text = ncclGetLastError(NULL);
+    ck_assert_msg(contains(text, "peer 99 out of range"), "rank %d: \"%s\"", i, text);
+    ncclResult_t state = ncclSuccess;
+    ck_assert_int_eq(ncclCommGetAsyncError(pair[0], &state), ncclSuccess);
+    if (i == 0) /* (rank 1's registration is not made yet) */
+      ck_assert_msg(state == ncclInProgress, "rank 0's registration was made in ncclGroupEnd: %d", state);
+  }
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(settled(pair[i]), ncclSuccess);
+    ck_assert_ptr_null(win[i]);
+  }
+  nonblocking_both_refuse(pair, buf);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  free(buf);
+}
+END_TEST
+
 /* Non-blocking communicators' window calls outside a group, both ranks
  * driven by this one thread, NCCL's way: each call returns ncclInProgress
  * at once and goes on in the background, and ncclCommGetAsyncError answers
@@ -284,23 +351,9 @@ START_TEST(windows_nonblocking_one_thread) {
   ncclConfig_t cfg;
   ncclUniqueId id;
   ncclComm_t pair[2];
-  ncclWindow_t win[2];
   void* buf = nonblocking_setup(&cfg, &id);
-  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
-  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommInitRankConfig(&pair[i], 2, id, i, &cfg), ncclSuccess);
-  ncclResult_t ended = ncclGroupEnd();
-  ck_assert(ended == ncclSuccess || ended == ncclInProgress);
-  for (int i = 0; i < 2; i++) ck_assert_int_eq(settled(pair[i]), ncclSuccess);
-  for (int i = 0; i < 2; i++)
-    ck_assert_int_eq(ncclCommWindowRegister(pair[i], buf, NCCL_WIN_REQUIRED_ALIGNMENT, &win[i], 0), ncclInProgress);
-  for (int i = 0; i < 2; i++) {
-    ncclResult_t state = settled(pair[i]);
-    const char* text = ncclGetLastError(pair[i]);
-    ck_assert_msg((state == ncclInvalidUsage || state == ncclInvalidArgument) &&
-                      contains(text, "ncclCommWindowRegister") && !contains(text, "timed out"),
-                  "rank %d: async %d, ncclGetLastError: \"%s\"", i, state, text);
-    ck_assert_ptr_null(win[i]);
-  }
+  nonblocking_pair(pair, &cfg, id);
+  nonblocking_both_refuse(pair, buf);
   for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
   free(buf);
 }
@@ -382,5 +435,6 @@ void comm_local_add_windows(TCase* tc) {
   tcase_add_test(tc, window_in_refused_group);
   tcase_add_test(tc, split_then_window);
   tcase_add_test(tc, windows_in_nonblocking_group);
+  tcase_add_test(tc, window_in_refused_nonblocking_groups);
   tcase_add_test(tc, window_register_aborted);
 }

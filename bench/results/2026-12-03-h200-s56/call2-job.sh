@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 56, call 2: run bv, bench/run-device.sh --no-variants at the
 # session's final library source (ncclCommInitAll at the groups' nesting
-# limit, the desk reviews' fixes): make check, every benchmark in both
+# limit, the desk reviews' fixes; tree 796d8e4): make check, every benchmark in both
 # regimes, halo3d, plain CUDA's shapes, the MPS test runs,
 # compute-sanitizer, summary.md.
 out=$1

@@ -188,6 +188,30 @@ START_TEST(windows_in_group) {
 }
 END_TEST
 
+/* ncclCommWindowDeregister of NULL succeeds at once, as NCCL's, and joins
+ * no collective: rank 0 alone calls it, outside a group and in one, while
+ * rank 1 calls nothing (it was refused after a collective that waited for
+ * rank 1 until the bootstrap's timeout).  Then both ranks' next collective
+ * still meets: a handle that is no window, refused by both. */
+START_TEST(null_window_deregister) {
+  ncclComm_t pair[2];
+  void* buf = pair_and_page(pair);
+  ck_assert_int_eq(ncclCommWindowDeregister(pair[0], NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommWindowDeregister(pair[0], NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ck_assert_int_eq(ncclCommWindowDeregister(NULL, NULL), ncclInvalidArgument);
+  ck_assert(contains(ncclGetLastError(NULL), "comm is NULL"));
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommWindowDeregister(pair[i], (ncclWindow_t)buf), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclInvalidArgument);
+  const char* text = ncclGetLastError(NULL);
+  ck_assert_msg(contains(text, "is not a window of comm"), "ncclGetLastError(NULL): \"%s\"", text);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(pair[i]), ncclSuccess);
+  free(buf);
+}
+END_TEST
+
 /* A group whose window registration and whose operations are both refused
  * returns the registration's error (the window calls run first): its
  * ncclGetLastError text must be the registration's too.  It was the
@@ -431,6 +455,7 @@ END_TEST
 void comm_local_add_windows(TCase* tc) {
   tcase_add_test(tc, windows_in_group);
   tcase_add_test(tc, window_error_text_in_group);
+  tcase_add_test(tc, null_window_deregister);
   tcase_add_test(tc, windows_nonblocking_one_thread);
   tcase_add_test(tc, window_in_refused_group);
   tcase_add_test(tc, split_then_window);

@@ -5,6 +5,7 @@
  * or in the background (config.blocking = 0).
  */
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -396,6 +397,21 @@ static int split_inline(const mpn_init_job_t* job) {
          job->parent->topo.n_same_process == 1;
 }
 
+/* A job whose thread could not start (err, from pthread_create): the
+ * reason is its result, kept by its comm (or the job) and the calling
+ * thread.  A rank of a unique id tells the rendezvous, whose other ranks
+ * fail at once instead of at MPINCCL_BOOTSTRAP_TIMEOUT; a split or a
+ * creation from an MPI communicator never joined its collective, which
+ * the same call made again later still meets (as in a failed group,
+ * group.c).  Returns the failure. */
+static ncclResult_t job_not_started(mpn_init_job_t* job, int err) {
+  ncclResult_t res = mpn_error_set(job->comm, ncclSystemError, "cannot start a creation thread: %s", strerror(err));
+  if (job->comm == NULL) snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
+  job->result = res;
+  if (job->kind == MPN_INIT_RANK) mpn_bootstrap_rendezvous_fail(&job->id, job->nranks, job->rank, res);
+  return res;
+}
+
 /* Non-blocking: each job on its own thread, joined by destroy. */
 static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
   ncclResult_t first = ncclSuccess;
@@ -412,8 +428,7 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
     pthread_t t;
     int err = pthread_create(&t, NULL, job->comm ? job_main : job_main_detached, job);
     if (err != 0) {
-      ncclResult_t res = mpn_error_set(job->comm, ncclSystemError,
-                                       "cannot start a creation thread: %s", strerror(err));
+      ncclResult_t res = job_not_started(job, err);
       if (job->comm) {
         __atomic_store_n(&job->comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
         mpn_comm_set_async(job->comm, res);
@@ -445,14 +460,16 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
 /* Runs n jobs on threads (they may rendezvous with each other) and joins them. */
 static ncclResult_t jobs_threads(mpn_init_job_t* jobs, int n) {
   pthread_t* threads = calloc((size_t)n, sizeof(*threads));
-  if (threads == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
   ncclResult_t first = ncclSuccess;
   int started = 0;
   for (mpn_init_job_t* job = jobs; job; job = job->next, started++) {
-    int err = pthread_create(&threads[started], NULL, job_main, job);
+    int err = threads ? pthread_create(&threads[started], NULL, job_main, job) : ENOMEM;
     if (err != 0) {
-      first = mpn_error_set(NULL, ncclSystemError, "cannot start a creation thread: %s",
-                            strerror(err));
+      /* This job and those after it never run: their peers are told. */
+      for (mpn_init_job_t* j = job; j; j = j->next) {
+        ncclResult_t res = job_not_started(j, err);
+        if (first == ncclSuccess) first = res;
+      }
       /* Threads already started would wait for this rank: stop them. */
       for (mpn_init_job_t* j = jobs; j != job; j = j->next)
         if (j->comm) j->comm->abort_flag = 1;
@@ -483,6 +500,18 @@ void mpn_init_job_let_go(mpn_init_job_t* job, int failed) {
   if (job->user_out) *job->user_out = NULL;
 }
 
+/* The job whose reason goes with the returned failure (first): the first
+ * that failed so, as a thread that could not start, not the abort it
+ * caused in the jobs before it; else the first that failed. */
+static const mpn_init_job_t* job_to_report(const mpn_init_job_t* jobs, ncclResult_t first) {
+  const mpn_init_job_t* failed = NULL;
+  for (const mpn_init_job_t* job = jobs; job && first != ncclSuccess; job = job->next) {
+    if (job->result == first) return job;
+    if (failed == NULL && job->result != ncclSuccess) failed = job;
+  }
+  return failed;
+}
+
 /* Blocking: one job inline, several on threads; failed comms are freed
  * (mpn_init_job_let_go: a destroy or abort of another thread may have
  * taken that).  Failed by the creation's own result, not by the comm's
@@ -492,14 +521,13 @@ void mpn_init_job_let_go(mpn_init_job_t* job, int failed) {
  * the call returned ncclSuccess). */
 static ncclResult_t jobs_blocking(mpn_init_job_t* jobs, int n) {
   ncclResult_t first = n == 1 ? job_run_here(jobs) : jobs_threads(jobs, n);
-  int reported = 0;
+  const mpn_init_job_t* why = job_to_report(jobs, first);
   for (mpn_init_job_t *job = jobs, *next; job; job = next) {
     next = job->next;
     ncclResult_t res = job->result; /* (ncclInProgress: its thread did not start) */
     /* Bring the reason to the calling thread (a job's thread set it on its
      * own) before the comm goes away. */
-    if (res != ncclSuccess && !reported++)
-      mpn_error_set(NULL, res, "%s", job->comm ? mpn_error_last(job->comm) : job->error);
+    if (job == why) mpn_error_set(NULL, res, "%s", job->comm ? mpn_error_last(job->comm) : job->error);
     mpn_init_job_let_go(job, res != ncclSuccess);
     mpn_init_job_release(job); /* a job whose thread did not start never ran */
     free(job);

@@ -6,6 +6,7 @@
  * an error found right after a creation succeeded.
  */
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -654,6 +655,86 @@ START_TEST(error_after_group_creation) {
 }
 END_TEST
 
+int __real_pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*), void* arg);
+
+/* While above 0 on a thread, its next starts of threads without attributes
+ * (creation threads; the library's detached helpers pass attributes) fail
+ * (linked with --wrap, Makefile.am). */
+static __thread int thread_starts_to_fail;
+
+int __wrap_pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
+  if (attr == NULL && thread_starts_to_fail > 0) {
+    thread_starts_to_fail--;
+    return EAGAIN;
+  }
+  return __real_pthread_create(t, attr, fn, arg);
+}
+
+/* The peer rank of a creation whose threads could not start fails at once
+ * with ncclRemoteError naming the reason; it waited for the ranks that
+ * never came until MPINCCL_BOOTSTRAP_TIMEOUT (20 s here), then returned
+ * ncclTimeout (desk review: the rendezvous was never told). */
+static void check_peer_told(pthread_t t, rank_arg_t* peer) {
+  pthread_join(t, NULL);
+  ck_assert_msg(peer->res == ncclRemoteError && contains(peer->error, "cannot start a creation thread"),
+                "rank %d: %d \"%s\"", peer->rank, peer->res, peer->error);
+  ck_assert_ptr_null(peer->comm);
+}
+
+/* A group creating two ranks of three whose first creation thread cannot
+ * start: ncclGroupEnd returns ncclSystemError with that reason (not the
+ * text of a job stopped because of it), both handles NULL. */
+START_TEST(group_creation_thread_not_started) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "3600"); /* a late peer still gets the failed round's answer */
+  rank_arg_t peer = {.nranks = 3, .rank = 2};
+  ck_assert_int_eq(ncclGetUniqueId(&peer.id), ncclSuccess);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, init_rank_thread, &peer), 0);
+  ncclComm_t comms[2] = {NULL, NULL};
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++) ck_assert_int_eq(ncclCommInitRank(&comms[r], 3, peer.id, r), ncclSuccess);
+  thread_starts_to_fail = 1;
+  ncclResult_t res = ncclGroupEnd();
+  thread_starts_to_fail = 0;
+  ck_assert_int_eq(res, ncclSystemError);
+  ck_assert_msg(contains(ncclGetLastError(NULL), "cannot start a creation thread"), "\"%s\"", ncclGetLastError(NULL));
+  ck_assert_ptr_null(comms[0]);
+  ck_assert_ptr_null(comms[1]);
+  check_peer_told(t, &peer);
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+}
+END_TEST
+
+/* The same for a non-blocking creation: the call returns ncclSystemError,
+ * its communicator reports it and can be destroyed. */
+START_TEST(nonblocking_creation_thread_not_started) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "3600");
+  rank_arg_t peer = {.nranks = 2, .rank = 1};
+  ck_assert_int_eq(ncclGetUniqueId(&peer.id), ncclSuccess);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, init_rank_thread, &peer), 0);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = NULL;
+  thread_starts_to_fail = 1;
+  ncclResult_t res = ncclCommInitRankConfig(&comm, 2, peer.id, 0, &cfg);
+  thread_starts_to_fail = 0;
+  ck_assert_int_eq(res, ncclSystemError);
+  ck_assert_ptr_nonnull(comm);
+  ncclResult_t async = ncclSuccess;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclSystemError);
+  ck_assert(contains(ncclGetLastError(comm), "cannot start a creation thread"));
+  check_peer_told(t, &peer);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+}
+END_TEST
+
 void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, one_rank_queries);
   tcase_add_test(tc, init_arguments);
@@ -675,4 +756,6 @@ void comm_local_add_create(TCase* tc) {
   tcase_add_test(tc, destroyed_comm_address_reused);
   tcase_add_test(tc, error_after_inline_creation);
   tcase_add_test(tc, error_after_group_creation);
+  tcase_add_test(tc, group_creation_thread_not_started);
+  tcase_add_test(tc, nonblocking_creation_thread_not_started);
 }

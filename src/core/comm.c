@@ -103,11 +103,20 @@ ncclResult_t mpn_comm_hold_for(struct ncclComm* comm, const char* caller) {
   return MPN_REFUSE(NULL, ncclInvalidArgument, "%s: comm %p is not a live communicator", caller, (void*)comm);
 }
 
-int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial) {
+void mpn_comm_registry_lock(void) { pthread_mutex_lock(&live_lock); }
+
+void mpn_comm_registry_unlock(void) { pthread_mutex_unlock(&live_lock); }
+
+int mpn_comm_hold_serial_locked(struct ncclComm* comm, uint64_t serial) {
   int found = 0;
-  pthread_mutex_lock(&live_lock);
   for (int i = 0; i < n_live && !found; i++) found = live[i] == comm && (serial == 0 || comm->serial == serial);
   if (found) hold_locked(comm);
+  return found;
+}
+
+int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial) {
+  pthread_mutex_lock(&live_lock);
+  int found = mpn_comm_hold_serial_locked(comm, serial);
   pthread_mutex_unlock(&live_lock);
   return found;
 }

@@ -181,6 +181,17 @@ int mpn_comm_hold(struct ncclComm* comm);
  * (0: any): one made later at a destroyed one's address is not held. */
 int mpn_comm_hold_serial(struct ncclComm* comm, uint64_t serial);
 
+/** The registry's lock, held across several mpn_comm_hold_serial_locked
+ *  calls so that a group holds every communicator of its operations under
+ *  one lock instead of one lock per operation (group.c). */
+void mpn_comm_registry_lock(void);
+
+/** Ends what mpn_comm_registry_lock began. */
+void mpn_comm_registry_unlock(void);
+
+/** mpn_comm_hold_serial with the registry's lock held by the caller. */
+int mpn_comm_hold_serial_locked(struct ncclComm* comm, uint64_t serial);
+
 /** mpn_comm_hold for an API call: ncclSuccess (held), or ncclInvalidArgument
  *  naming caller when comm was freed since its check (another thread). */
 ncclResult_t mpn_comm_hold_for(struct ncclComm* comm, const char* caller);

@@ -160,19 +160,24 @@ static int comm_open(struct ncclComm* comm) {
  * it only once the launch is over, mpn_comm_free) or, if one was freed,
  * finalized or aborted since its call, none: refused as mpn_comm_check
  * refuses such a comm.  By serial, not address: a communicator made since
- * at a freed one's address is another one. */
+ * at a freed one's address is another one.  One hold of the registry's
+ * lock for all of them, rather than one per op: the ops are judged in the
+ * same order, each as it would have been alone. */
 static ncclResult_t ops_hold(mpn_op_t* lists[2]) {
+  mpn_comm_registry_lock();
   for (int k = 0; k < 2; k++)
     for (mpn_op_t* op = lists[k]; op; op = op->next) {
-      int held = mpn_comm_hold_serial(op->comm, op->comm_serial);
+      int held = mpn_comm_hold_serial_locked(op->comm, op->comm_serial);
       if (held && comm_open(op->comm)) continue;
       if (held) mpn_comm_release(op->comm);
       for (int j = 0; j <= k; j++)
         for (mpn_op_t* q = lists[j]; q && q != op; q = q->next) mpn_comm_release(q->comm);
+      mpn_comm_registry_unlock();
       return MPN_REFUSE(NULL, held ? ncclInvalidUsage : ncclInvalidArgument,
                         "ncclGroupEnd: comm %p %s after its operations were enqueued; nothing of the group was done",
                         (void*)op->comm, held ? "was finalized or aborted" : "was destroyed or aborted");
     }
+  mpn_comm_registry_unlock();
   return ncclSuccess;
 }
 

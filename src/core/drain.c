@@ -225,8 +225,8 @@ void mpn_drain_uncarry(cudaStream_t s) {
   m->carried = 0;
 }
 
-void mpn_drain_end(void) {
-  int saved = n_marks ? mpn_cuda_device_enter(-1) : -1, current = saved;
+void mpn_drain_end(int dev) {
+  int current = dev;
   for (int i = 0; i < n_marks; i++) {
     group_mark_t* m = &marks[i];
     if (m->carried) continue;
@@ -247,7 +247,7 @@ void mpn_drain_end(void) {
           "wait for it",
           m->comm->rank, (void*)m->s, cudaGetErrorString(err));
   }
-  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
+  if (dev >= 0) mpn_cuda_switch_device(&current, dev);
   n_marks = 0;
 }
 

@@ -56,9 +56,10 @@ void mpn_drain_keep_event(cudaStream_t s);
  * After the launch: marks each stream of mpn_drain_begin, by the word its
  * last kernel or batch carries or else by an event.  A failed record is
  * logged once and leaves that stream out of the waits (the operations
- * themselves are enqueued).
+ * themselves are enqueued).  dev: the calling thread's current device as
+ * the caller knows it (-1: CUDA could not tell), current again on return.
  */
-void mpn_drain_end(void);
+void mpn_drain_end(int dev);
 
 /** 1 when every stream comm enqueued on has passed its last mark (streams
  * found done are forgotten), 0 while one has not. */

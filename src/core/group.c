@@ -22,6 +22,7 @@
 #include "rma/rma.h"
 #include "rma/winasync.h"
 #include "rma/wingroup.h"
+#include "transport.h"
 
 static __thread struct {
   int depth;
@@ -77,20 +78,21 @@ static void jobs_discard(mpn_init_job_t* jobs, ncclResult_t error) {
  * communicator's device: a per-thread stream handle names one stream per
  * device.  The launches read op->capturing and never ask again; they read
  * op->stream_id too, asked here once per stream that is not capturing (the
- * send/receive launch and the drain each asked before). */
-static ncclResult_t capture_check(mpn_op_t* lists[2]) {
+ * send/receive launch and the drain each asked before).  dev: the calling
+ * thread's current device (launch_device), current again on return. */
+static ncclResult_t capture_check(mpn_op_t* lists[2], int dev) {
   struct stream_capture {
     cudaStream_t s;
     int dev;
     enum cudaStreamCaptureStatus cap;
     unsigned long long id, sid;
   } seen[8];
-  int n = 0, saved = mpn_cuda_device_enter(-1), current = saved;
+  int n = 0, current = dev;
   ncclResult_t res = ncclSuccess;
   for (int k = 0; k < 2 && res == ncclSuccess; k++)
     for (mpn_op_t* op = lists[k]; op && res == ncclSuccess; op = op->next) {
-      int i = 0, dev = op->comm->cuda_dev;
-      while (i < n && (seen[i].s != op->stream || seen[i].dev != dev)) i++;
+      int i = 0, on = op->comm->cuda_dev;
+      while (i < n && (seen[i].s != op->stream || seen[i].dev != on)) i++;
       enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       unsigned long long id = 0, sid = 0;
       if (i < n) {
@@ -98,7 +100,7 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
         id = seen[i].id;
         sid = seen[i].sid;
       } else {
-        mpn_cuda_switch_device(&current, dev);
+        mpn_cuda_switch_device(&current, on);
         if (cudaStreamGetCaptureInfo(op->stream, &cap, &id, NULL, NULL, NULL, NULL) != cudaSuccess) {
           cudaGetLastError(); /* (an invalidated capture may answer so: ask the plain way) */
           cap = cudaStreamCaptureStatusNone;
@@ -106,7 +108,7 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
         }
         int room = n < (int)(sizeof(seen) / sizeof(seen[0])); /* (else the launches ask) */
         if (room && cap == cudaStreamCaptureStatusNone) sid = mpn_cuda_stream_id(op->stream);
-        if (room) seen[n++] = (struct stream_capture){op->stream, dev, cap, id, sid};
+        if (room) seen[n++] = (struct stream_capture){op->stream, on, cap, id, sid};
       }
       op->capturing = cap == cudaStreamCaptureStatusActive;
       op->capture_id = op->capturing ? id : 0;
@@ -117,15 +119,15 @@ static ncclResult_t capture_check(mpn_op_t* lists[2]) {
                          "that was invalidated; nothing of the group was enqueued",
                          (void*)op->stream, op->peer);
     }
-  mpn_cuda_device_leave(saved);
+  if (dev >= 0) mpn_cuda_switch_device(&current, dev);
   return res;
 }
 
 /* Before the launch: each stream a communicator's operations go to, once,
  * for its finalize's mark (drain.h); a capturing stream's work is the
- * graph's (capture_check told which). */
-static void work_begin(mpn_op_t* lists[2]) {
-  int saved = mpn_cuda_device_enter(-1), current = saved; /* stream ids on each comm's device */
+ * graph's (capture_check told which).  dev as capture_check's. */
+static void work_begin(mpn_op_t* lists[2], int dev) {
+  int current = dev; /* stream ids on each comm's device */
   struct {
     struct ncclComm* comm;
     cudaStream_t s;
@@ -146,7 +148,7 @@ static void work_begin(mpn_op_t* lists[2]) {
       mpn_cuda_switch_device(&current, op->comm->cuda_dev);
       mpn_drain_begin(op->comm, op->stream, mpn_op_stream_id(op), rma_too);
     }
-  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
+  if (dev >= 0) mpn_cuda_switch_device(&current, dev);
 }
 
 /* Whether a held comm still takes work: finalized (by another thread, or
@@ -181,6 +183,25 @@ static ncclResult_t ops_hold(mpn_op_t* lists[2]) {
   return ncclSuccess;
 }
 
+/*
+ * The calling thread's current device is asked once per launch (it was
+ * asked by each step: the checks of captures, the drain's begin and end,
+ * each engine), then given to each step, which switches only to the
+ * devices of its ops and leaves the caller's device current again, as it
+ * did: so nothing changes it between steps but the checks, where making a
+ * UCX lane leaves the lane's device current (ucx/staged.c, lane_get).  The
+ * device after the checks: asked again where a put, signal, send or
+ * receive goes over UCX (each step used to start from that device), and
+ * where CUDA could not tell before (-1).
+ */
+static int launch_device(mpn_op_t* lists[2], int dev) {
+  int net = dev < 0;
+  for (int k = 0; k < 2 && !net; k++)
+    for (mpn_op_t* op = lists[k]; op && !net; op = op->next)
+      net = op->kind != MPN_OP_WAIT_SIGNAL && op->comm->transport[op->peer] == MPN_TRANSPORT_UCX;
+  return net ? mpn_cuda_device_enter(-1) : dev;
+}
+
 /* Sends and receives go to the p2p engine together (a group may span
  * communicators), then one-sided operations to the RMA engine: on every
  * stream, a group's sends and receives come before its signals, and its
@@ -206,19 +227,21 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
    * is closed meanwhile, unless one ran for long (cuda/ipc_closer.h). */
   int gated = mpn_ipc_closer_launch_begin();
   mpn_alias_t alias = {0, NULL};
-  res = capture_check(lists);
+  int dev = mpn_cuda_device_enter(-1); /* (launch_device) */
+  res = capture_check(lists, dev);
   if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
   if (res == ncclSuccess && p2p) res = mpn_p2p_check(p2p);
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
   if (res != ncclSuccess) mpn_alias_join(&alias); /* (nothing was issued on the aliases) */
   if (res == ncclSuccess) {
+    dev = launch_device(lists, dev);
     /* Both always run once checked: send/receive may report an error after
      * posting everything, and a signal left out would leave its peer behind. */
-    work_begin(lists);
-    ncclResult_t sent = p2p ? mpn_p2p_launch(p2p) : ncclSuccess;
-    ncclResult_t put = rma ? mpn_rma_launch(rma) : ncclSuccess;
+    work_begin(lists, dev);
+    ncclResult_t sent = p2p ? mpn_p2p_launch(p2p, dev) : ncclSuccess;
+    ncclResult_t put = rma ? mpn_rma_launch(rma, dev) : ncclSuccess;
     res = sent != ncclSuccess ? sent : put;
-    mpn_drain_end();
+    mpn_drain_end(dev);
     mpn_keep(&res, mpn_alias_join(&alias));
   }
   mpn_ipc_closer_launch_end(gated);

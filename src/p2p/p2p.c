@@ -525,7 +525,7 @@ static const plan_t* choose_paths(plan_t* plans, int n, int* current) {
   return timed;
 }
 
-ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
+ncclResult_t mpn_p2p_launch(mpn_op_t* ops, int dev) {
   int n = 0;
   for (mpn_op_t* op = ops; op; op = op->next) /* checked by mpn_p2p_check */
     n += op->comm->transport[op->peer] != MPN_TRANSPORT_UCX;
@@ -555,8 +555,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
 #else
   ncclResult_t forked = ncclSuccess, staged = ncclSuccess; /* refused by the checks */
 #endif
-  int saved = mpn_cuda_device_enter(-1);
-  int current = saved;
+  int current = dev;
   ncclResult_t first_error = prepare_all(plans, ops, &current);
   self_same_stream(plans, n);
   mpn_eager_graph_by_launch(plans, n);
@@ -571,7 +570,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops) {
   if (nnet) mpn_keep(&staged, mpn_ucx_staged_join(net, nnet));
 #endif
   if (timed) gap_time(timed, 1, &current); /* after the join: the lanes' time is not the rank's work */
-  if (saved >= 0) mpn_cuda_switch_device(&current, saved);
+  if (dev >= 0) mpn_cuda_switch_device(&current, dev);
   free(plans);
   free(scratch);
   free(done);

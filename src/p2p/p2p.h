@@ -16,9 +16,11 @@ ncclResult_t mpn_p2p_check(mpn_op_t* ops);
 /**
  * Schedules a group's sends and receives (any communicators; program
  * order; every op already passed mpn_p2p_check).  Returns once the work is
- * enqueued on the streams; never waits for a peer.
+ * enqueued on the streams; never waits for a peer.  dev: the calling
+ * thread's current device as the caller knows it (-1: CUDA could not
+ * tell), current again on return.
  */
-ncclResult_t mpn_p2p_launch(mpn_op_t* ops);
+ncclResult_t mpn_p2p_launch(mpn_op_t* ops, int dev);
 
 struct mpn_pair;
 

@@ -748,11 +748,10 @@ static ncclResult_t issue_streams(launch_t* l, const mpn_driver_t* drv) {
   return ncclSuccess;
 }
 
-ncclResult_t mpn_rma_launch(mpn_op_t* list) {
+ncclResult_t mpn_rma_launch(mpn_op_t* list, int dev) {
   launch_t l;
   MPN_CHECK(launch_alloc(&l, list));
-  int saved = mpn_cuda_device_enter(-1);
-  l.current = saved;
+  l.current = dev;
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < l.n && res == ncclSuccess; i++) {
     mpn_rma_t* rma; /* the ops passed mpn_rma_check */
@@ -788,7 +787,7 @@ ncclResult_t mpn_rma_launch(mpn_op_t* list) {
     if (l.puts[i].imported) mpn_ipc_mark_used(&l.puts[i].ref, NULL, 1);
   mpn_graph_holds_attach(launch_holds, l.n ? l.ops[0]->comm->rank : -1, &l.current); /* captures' notes */
   launch_holds = NULL;
-  if (saved >= 0) mpn_cuda_switch_device(&l.current, saved);
+  if (dev >= 0) mpn_cuda_switch_device(&l.current, dev);
   launch_free(&l);
   return res;
 }

@@ -83,9 +83,10 @@ const char* mpn_rma_op_name(mpn_op_kind_t kind);
 /**
  * Schedules a group's one-sided operations (any communicators; program
  * order; every op already passed mpn_rma_check).  Returns once the work is
- * enqueued on the streams.
+ * enqueued on the streams.  dev: the calling thread's current device as
+ * the caller knows it (-1: CUDA could not tell), current again on return.
  */
-ncclResult_t mpn_rma_launch(mpn_op_t* ops);
+ncclResult_t mpn_rma_launch(mpn_op_t* ops, int dev);
 
 /**
  * At a normal destroy of comm (before mpn_p2p_mark_left, which marks the

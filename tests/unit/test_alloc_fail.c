@@ -93,7 +93,7 @@ START_TEST(rma_state_fails_at_launch) {
   mpn_op_t second = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0};
   mpn_op_t first = {.kind = MPN_OP_SIGNAL, .comm = comm, .peer = 0, .next = &second};
   fail_calloc_of = sizeof(mpn_rma_t);
-  ncclResult_t res = mpn_rma_launch(&first);
+  ncclResult_t res = mpn_rma_launch(&first, -1);
   fail_calloc_of = 0;
   ck_assert_int_eq(res, ncclSystemError);
   ck_assert_ptr_null(comm->rma);

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,11 +46,40 @@ ncclResult_t mpn_group_fail(ncclResult_t res) {
   return res;
 }
 
+/* The calling thread's operations come from a store of its own, without a
+ * heap allocation and free per operation in every group; a group with
+ * more than the store holds takes the rest from the heap.  Only this
+ * thread adds and frees them (its group is its own), and an op stays
+ * taken until ops_free, nested use or not.  Kept in thread storage, not
+ * on the heap: nothing to free, or leak, when the thread ends. */
+#define OP_STORE MPN_GROUP_OPS_KEPT
+static __thread mpn_op_t op_store[OP_STORE];
+static __thread uint32_t op_store_taken; /* bit i: op_store[i] is in use */
+
+_Static_assert(OP_STORE <= 32, "op_store_taken has a bit per op");
+
+static mpn_op_t* op_new(void) {
+  if (op_store_taken != (uint32_t)((1ull << OP_STORE) - 1)) {
+    int i = __builtin_ctz(~op_store_taken);
+    op_store_taken |= 1u << i;
+    return &op_store[i];
+  }
+  return malloc(sizeof(mpn_op_t));
+}
+
+static void op_delete(mpn_op_t* op) {
+  uintptr_t i = ((uintptr_t)op - (uintptr_t)op_store) / sizeof(*op); /* (a heap op's is out of range) */
+  if (i < OP_STORE && op == &op_store[i])
+    op_store_taken &= ~(1u << i);
+  else
+    free(op);
+}
+
 static void ops_free(mpn_op_t* ops) {
   while (ops) {
     mpn_op_t* next = ops->next;
     free(ops->descs);
-    free(ops);
+    op_delete(ops);
     ops = next;
   }
 }
@@ -302,7 +332,7 @@ static ncclResult_t group_flush(void) {
 }
 
 ncclResult_t mpn_group_add_op(const mpn_op_t* op) {
-  mpn_op_t* copy = malloc(sizeof(*copy));
+  mpn_op_t* copy = op_new();
   if (copy == NULL) {
     free(op->descs); /* owned by the op from here on, refused or not */
     return mpn_group_fail(mpn_error_set(NULL, ncclSystemError, "out of memory"));

@@ -14,6 +14,10 @@
 /** Most ncclGroupStart calls a thread may have open at once. */
 #define MPN_GROUP_MAX_DEPTH (1 << 20)
 
+/** Operations a thread's group holds without a heap allocation of its own
+ *  (group.c); those past that many come from the heap. */
+#define MPN_GROUP_OPS_KEPT 16
+
 /** Nesting depth of the calling thread's group (0: none). */
 int mpn_group_depth(void);
 

@@ -525,6 +525,56 @@ static const plan_t* choose_paths(plan_t* plans, int n, int* current) {
   return timed;
 }
 
+/* A launch's arrays, one entry per message within the host, zeroed.  A
+ * launch of up to LAUNCH_HERE messages (a small group: every group of an
+ * exchange with a few peers) keeps them on the stack, with no heap
+ * allocation and free for each of them every group; a larger one takes
+ * them from the heap. */
+#define LAUNCH_HERE 16
+
+typedef struct {
+  plan_t* plans;
+  plan_t** scratch;  /* for issuing (mpn_p2p_issue) */
+  char* done;        /* post_all's: once prepared, every message's number is spent and must be posted */
+  pair_side_t* held; /* post_all's */
+  int heap;
+  plan_t plans_here[LAUNCH_HERE];
+  plan_t* scratch_here[LAUNCH_HERE];
+  char done_here[LAUNCH_HERE];
+  pair_side_t held_here[LAUNCH_HERE];
+} launch_arrays_t;
+
+static void launch_arrays_free(launch_arrays_t* a) {
+  if (!a->heap) return;
+  free(a->plans);
+  free(a->scratch);
+  free(a->done);
+  free(a->held);
+}
+
+/* 0 when out of memory (nothing is held then). */
+static int launch_arrays_make(launch_arrays_t* a, int n) {
+  a->heap = n > LAUNCH_HERE;
+  if (!a->heap) {
+    memset(a->plans_here, 0, (size_t)n * sizeof(a->plans_here[0]));
+    memset(a->scratch_here, 0, (size_t)n * sizeof(a->scratch_here[0]));
+    memset(a->done_here, 0, (size_t)n);
+    memset(a->held_here, 0, (size_t)n * sizeof(a->held_here[0]));
+    a->plans = a->plans_here;
+    a->scratch = a->scratch_here;
+    a->done = a->done_here;
+    a->held = a->held_here;
+    return 1;
+  }
+  a->plans = calloc((size_t)n, sizeof(*a->plans));
+  a->scratch = calloc((size_t)n, sizeof(*a->scratch));
+  a->done = calloc((size_t)n, 1);
+  a->held = calloc((size_t)n, sizeof(*a->held));
+  if (a->plans && a->scratch && a->done && a->held) return 1;
+  launch_arrays_free(a);
+  return 0;
+}
+
 ncclResult_t mpn_p2p_launch(mpn_op_t* ops, int dev) {
   int n = 0;
   for (mpn_op_t* op = ops; op; op = op->next) /* checked by mpn_p2p_check */
@@ -534,19 +584,16 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops, int dev) {
   /* Everything that can fail for want of memory before anything is enqueued. */
   mpn_op_t** net = NULL;
   int nnet = ucx_ops(ops, &net);
-  plan_t* plans = calloc((size_t)(n ? n : 1), sizeof(*plans));
-  plan_t** scratch = calloc((size_t)(n ? n : 1), sizeof(*scratch)); /* for issuing (mpn_p2p_issue) */
-  /* post_all's: once prepared, every message's number is spent and must be posted. */
-  char* done = calloc((size_t)(n ? n : 1), 1);
-  pair_side_t* held = calloc((size_t)(n ? n : 1), sizeof(*held));
-  if (nnet < 0 || plans == NULL || scratch == NULL || done == NULL || held == NULL) {
+  launch_arrays_t arrays;
+  int made = nnet >= 0 && launch_arrays_make(&arrays, n);
+  if (!made) {
     free(net);
-    free(plans);
-    free(scratch);
-    free(done);
-    free(held);
     return mpn_error_set(NULL, ncclSystemError, "out of memory");
   }
+  plan_t* plans = arrays.plans;
+  plan_t** scratch = arrays.scratch;
+  char* done = arrays.done;
+  pair_side_t* held = arrays.held;
 #ifdef HAVE_UCX
   /* The lanes' work before the streams' waits for peers within the host (staged.c). */
   ncclResult_t forked = nnet ? mpn_ucx_staged_fork(net, nnet) : ncclSuccess;
@@ -571,10 +618,7 @@ ncclResult_t mpn_p2p_launch(mpn_op_t* ops, int dev) {
 #endif
   if (timed) gap_time(timed, 1, &current); /* after the join: the lanes' time is not the rank's work */
   if (dev >= 0) mpn_cuda_switch_device(&current, dev);
-  free(plans);
-  free(scratch);
-  free(done);
-  free(held);
+  launch_arrays_free(&arrays);
   free(net);
   if (res == ncclSuccess) res = first_error;
   if (res == ncclSuccess) res = forked;

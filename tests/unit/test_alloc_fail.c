@@ -15,6 +15,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
+#include "core/group.h"
 #include "core/param.h"
 #include "core/topo.h"
 #include "local_comm.h"
@@ -67,17 +68,48 @@ static void arm(int nth) {
 }
 
 /* ncclWaitSignal copies its descriptors, then queues the operation: when
- * the queueing fails, the copy is freed too. */
+ * the queueing fails, the copy is freed too.  A group's first
+ * MPN_GROUP_OPS_KEPT operations take no heap allocation, so the group
+ * holds that many signals first; it then fails as a whole. */
 START_TEST(wait_signal_queue_fails) {
   use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
   ncclWaitSignalDesc_t d[3] = {{1, 0, 0, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}};
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < MPN_GROUP_OPS_KEPT; i++) ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclSuccess);
   arm(2); /* the first malloc is the copy of the descriptors, the second the queued op */
   ck_assert_int_eq(ncclWaitSignal(3, d, comm, NULL), ncclSystemError);
   countdown = 0;
   ck_assert_int_eq(ngiven, 1);
   ck_assert_msg(freed[0], "ncclWaitSignal leaked its copy of the descriptors (%p)", given[0]);
   ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "out of memory"));
+  ck_assert_int_eq(ncclGroupEnd(), ncclSystemError);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
+/* A group of more operations than a thread keeps (MPN_GROUP_OPS_KEPT)
+ * takes the others from the heap and frees them at ncclGroupEnd, which
+ * answers as for a group of one; the next group is served again. */
+START_TEST(group_past_kept_ops) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  ncclResult_t alone = ncclSignal(0, 0, 0, 0, comm, NULL); /* (launched at once: a group of its own) */
+  for (int round = 0; round < 2; round++) {
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int i = 0; i < MPN_GROUP_OPS_KEPT; i++) ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclSuccess);
+    ncclResult_t more[4], end;
+    arm(1 << 30); /* none fails; the first 8 are recorded (no assertion meanwhile: the framework's own count) */
+    for (int i = 0; i < 4; i++) more[i] = ncclSignal(0, 0, 0, 0, comm, NULL);
+    int queued = ngiven;
+    end = ncclGroupEnd();
+    countdown = 0;
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(more[i], ncclSuccess);
+    ck_assert_int_eq(queued, 4);
+    ck_assert_int_eq(end, alone);
+    for (int i = 0; i < queued; i++)
+      ck_assert_msg(freed[i], "operation %d past the kept ones leaked (%p)", i, given[i]);
+  }
   ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
 }
 END_TEST
@@ -281,6 +313,7 @@ int main(void) {
   TCase* tc = tcase_create("core");
   tcase_set_timeout(tc, 60); /* (a rank that waited out the bootstrap's 20 s fails on its result) */
   tcase_add_test(tc, wait_signal_queue_fails);
+  tcase_add_test(tc, group_past_kept_ops);
   tcase_add_test(tc, rma_state_fails_at_launch);
   tcase_add_test(tc, rendezvous_table_fails);
   tcase_add_test(tc, init_fails_on_one_rank);

@@ -148,6 +148,9 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
   l->depth = (int)mpn_param_int(MPN_PARAM_UCX_DEPTH);
   l->dev = comm->cuda_dev;
   size_t words = (2 * (size_t)l->depth + 1) * sizeof(uint64_t);
+  /* Made by ncclGroupEnd's checks, on the caller's thread: its current
+   * device is given back, as NCCL's ncclGroupEnd leaves it. */
+  int saved = mpn_cuda_device_enter(-1);
   cudaError_t err = cudaSetDevice(comm->cuda_dev);
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&l->joined, cudaEventDisableTiming);
@@ -155,6 +158,7 @@ static ncclResult_t lane_get(struct ncclComm* comm, int peer, int recv, lane_t**
     err = cudaHostAlloc((void**)&l->buf, (size_t)l->depth * l->chunk, cudaHostAllocPortable);
   l->size = l->chunk;
   if (err == cudaSuccess) err = mpn_cuda_host_mapped(words, (void**)&l->words, &l->dwords);
+  mpn_cuda_device_leave(saved);
   if (err != cudaSuccess) {
     mpn_cuda_forget(err);
     ncclResult_t res = mpn_error_set(comm, ncclUnhandledCudaError,

@@ -63,8 +63,11 @@ typedef struct {
 
 void mpn_ucx_region_free(mpn_ucx_region_t* r) {
   /* A call the proxy did not take up in time never runs: the mapping and
-   * the keys stay, r may go. */
-  if (mpn_ucx_proxy_call(unmap_on_proxy, r) != ncclSuccess)
+   * the keys stay, r may go.  Nothing mapped (a registration that failed
+   * first), nothing to ask: the proxy may never have started (UCX could
+   * not start), and the call would wait MPINCCL_BOOTSTRAP_TIMEOUT for it.
+   * (Keys and the packed key come only with a mapping.) */
+  if (r->memh != NULL && mpn_ucx_proxy_call(unmap_on_proxy, r) != ncclSuccess)
     MPN_WARN("UCX: %zu bytes at %p stay mapped (the proxy thread did not answer)", r->bytes, r->base);
   free(r->remote);
   free(r->remote_bytes);

@@ -23,7 +23,6 @@
 #include "rma/rma.h"
 #include "rma/winasync.h"
 #include "rma/wingroup.h"
-#include "transport.h"
 
 static __thread struct {
   int depth;
@@ -109,7 +108,7 @@ static void jobs_discard(mpn_init_job_t* jobs, ncclResult_t error) {
  * device.  The launches read op->capturing and never ask again; they read
  * op->stream_id too, asked here once per stream that is not capturing (the
  * send/receive launch and the drain each asked before).  dev: the calling
- * thread's current device (launch_device), current again on return. */
+ * thread's current device (ops_launch), current again on return. */
 static ncclResult_t capture_check(mpn_op_t* lists[2], int dev) {
   struct stream_capture {
     cudaStream_t s;
@@ -213,25 +212,6 @@ static ncclResult_t ops_hold(mpn_op_t* lists[2]) {
   return ncclSuccess;
 }
 
-/*
- * The calling thread's current device is asked once per launch (it was
- * asked by each step: the checks of captures, the drain's begin and end,
- * each engine), then given to each step, which switches only to the
- * devices of its ops and leaves the caller's device current again, as it
- * did: so nothing changes it between steps but the checks, where making a
- * UCX lane leaves the lane's device current (ucx/staged.c, lane_get).  The
- * device after the checks: asked again where a put, signal, send or
- * receive goes over UCX (each step used to start from that device), and
- * where CUDA could not tell before (-1).
- */
-static int launch_device(mpn_op_t* lists[2], int dev) {
-  int net = dev < 0;
-  for (int k = 0; k < 2 && !net; k++)
-    for (mpn_op_t* op = lists[k]; op && !net; op = op->next)
-      net = op->kind != MPN_OP_WAIT_SIGNAL && op->comm->transport[op->peer] == MPN_TRANSPORT_UCX;
-  return net ? mpn_cuda_device_enter(-1) : dev;
-}
-
 /* Sends and receives go to the p2p engine together (a group may span
  * communicators), then one-sided operations to the RMA engine: on every
  * stream, a group's sends and receives come before its signals, and its
@@ -257,14 +237,20 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
    * is closed meanwhile, unless one ran for long (cuda/ipc_closer.h). */
   int gated = mpn_ipc_closer_launch_begin();
   mpn_alias_t alias = {0, NULL};
-  int dev = mpn_cuda_device_enter(-1); /* (launch_device) */
+  /* The calling thread's current device, asked once per launch (each step
+   * asked: the checks of captures, the drain's begin and end, each engine)
+   * and given to each step, which switches only to its ops' devices and
+   * leaves this one current again; the checks too (a UCX lane's making
+   * included, ucx/staged.c).  Asked again after them where CUDA could not
+   * tell (-1). */
+  int dev = mpn_cuda_device_enter(-1);
   res = capture_check(lists, dev);
   if (res == ncclSuccess) res = mpn_alias_fork(lists, &alias);
   if (res == ncclSuccess && p2p) res = mpn_p2p_check(p2p);
   if (res == ncclSuccess && rma) res = mpn_rma_check(rma);
   if (res != ncclSuccess) mpn_alias_join(&alias); /* (nothing was issued on the aliases) */
   if (res == ncclSuccess) {
-    dev = launch_device(lists, dev);
+    if (dev < 0) dev = mpn_cuda_device_enter(-1);
     /* Both always run once checked: send/receive may report an error after
      * posting everything, and a signal left out would leave its peer behind. */
     work_begin(lists, dev);

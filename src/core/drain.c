@@ -169,6 +169,15 @@ typedef struct {
 static __thread group_mark_t* marks;
 static __thread int n_marks, cap_marks;
 
+/* The list is kept from group to group, and freed when its thread ends
+ * (thread storage holds only the pointer: without the key's destructor
+ * every thread that ever launched a group left its list on the heap). */
+static pthread_key_t marks_key;
+static int marks_key_made;
+static pthread_once_t marks_key_once = PTHREAD_ONCE_INIT;
+
+static void marks_key_make(void) { marks_key_made = pthread_key_create(&marks_key, free) == 0; }
+
 void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too) {
   if (n_marks == cap_marks) {
     int cap = cap_marks ? 2 * cap_marks : 16;
@@ -176,6 +185,8 @@ void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long i
     if (grown == NULL) return; /* left out of the waits, as a failed record */
     marks = grown;
     cap_marks = cap;
+    pthread_once(&marks_key_once, marks_key_make);
+    if (marks_key_made) pthread_setspecific(marks_key, marks);
   }
   int shared = 0;
   for (int i = 0; i < n_marks; i++)

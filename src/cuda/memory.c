@@ -25,6 +25,7 @@
 #include "core/api.h"
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/driver.h"
 #include "cuda/ipc.h"
 
 typedef struct mpn_mem_alloc {
@@ -115,6 +116,19 @@ static cudaError_t alloc_release(alloc_t* a) {
   return err;
 }
 
+/* Whether a's memory went with a reset that forget_stale could not see
+ * (of a device other than the current one): the driver finds an allocation
+ * of another context at its base, which the program made there since, and
+ * which cudaFree would free.  (Where it finds none, cudaFree only fails.) */
+static int alloc_moved(const alloc_t* a) {
+  const mpn_driver_t* drv;
+  CUcontext ctx = NULL;
+  unsigned long long id = 0;
+  return a->ctx != 0 && mpn_driver_get(&drv) == ncclSuccess &&
+         drv->pointer_get_attribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)a->base) == CUDA_SUCCESS &&
+         ctx != NULL && drv->ctx_get_id(ctx, &id) == CUDA_SUCCESS && id != 0 && id != a->ctx;
+}
+
 /* The record whose user pointer is ptr (under alloc_lock): one of this
  * context first, since a gone record may have its address. */
 static alloc_t* alloc_find(const void* ptr) {
@@ -132,6 +146,7 @@ MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
   forget_stale();
   pthread_mutex_lock(&alloc_lock);
   alloc_t* a = alloc_find(ptr);
+  if (a && !a->gone && alloc_moved(a)) a->gone = 1;
   int again = a && a->freed, windows = a ? a->windows : 0;
   if (a && !again) {
     if (windows > 0)

@@ -12,6 +12,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "cuda/driver.h"
 #include "cuda/ipc.h"
 #include "cuda/memory.h"
 #include "local_comm.h"
@@ -23,12 +24,19 @@ enum { SLOTS = 8 };
 #define SLOT ((size_t)16 << 20)
 #define FIRST ((uintptr_t)1 << 40)
 static int taken[SLOTS];
+static unsigned long long slot_context[SLOTS]; /* the context that allocated it */
 static int frees; /* cudaFree calls that freed a slot */
+
+/* The model's devices 0 and 1, each with a context that a reset replaces
+ * (a new id); the current device. */
+static unsigned long long context[2] = {1, 1001};
+static int current_device = 0;
 
 cudaError_t __wrap_cudaMalloc(void** p, size_t size) {
   for (int i = 0; i < SLOTS && size <= SLOT; i++)
     if (!taken[i]) {
       taken[i] = 1;
+      slot_context[i] = context[current_device > 0];
       *p = (void*)(FIRST + i * SLOT);
       return cudaSuccess;
     }
@@ -58,19 +66,41 @@ ncclResult_t __wrap_mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_de
   return ncclSuccess;
 }
 
-/* The model's context of device 0: a reset gives it a new id. */
-static unsigned long long context = 1;
-
-unsigned long long __wrap_mpn_cuda_context_id(void) { return context; }
-/* The current device: -1 (none) while a test makes communicators, which
- * would otherwise set up device 0 through the real CUDA. */
-static int current_device = 0;
+/* The current device's context.  The current device is -1 (none) while a
+ * test makes communicators, which would otherwise set up device 0 through
+ * the real CUDA. */
+unsigned long long __wrap_mpn_cuda_context_id(void) { return context[current_device > 0]; }
 int __wrap_mpn_cuda_current_device(void) { return current_device; }
 
-/* cudaDeviceReset, as the model sees it: every allocation is gone. */
-static void model_reset(void) {
-  memset(taken, 0, sizeof(taken));
-  context++;
+/* cudaDeviceReset of dev, as the model sees it: its allocations are gone. */
+static void model_reset_device(int dev) {
+  for (int i = 0; i < SLOTS; i++)
+    if (taken[i] && slot_context[i] == context[dev]) taken[i] = 0;
+  context[dev]++;
+}
+static void model_reset(void) { model_reset_device(0); }
+
+/* The driver's view of an address (the context of the allocation there),
+ * only where a test asks for it: the other tests make communicators, which
+ * use the real driver (none here). */
+static int fake_driver_on;
+static CUresult fake_attribute(void* out, CUpointer_attribute attr, CUdeviceptr ptr) {
+  uintptr_t i = ((uintptr_t)ptr - FIRST) / SLOT;
+  if (attr != CU_POINTER_ATTRIBUTE_CONTEXT || (uintptr_t)ptr < FIRST || i >= SLOTS || !taken[i])
+    return CUDA_ERROR_INVALID_VALUE;
+  *(CUcontext*)out = (CUcontext)(uintptr_t)slot_context[i];
+  return CUDA_SUCCESS;
+}
+static CUresult fake_ctx_id(CUcontext ctx, unsigned long long* id) {
+  *id = (unsigned long long)(uintptr_t)ctx;
+  return CUDA_SUCCESS;
+}
+static const mpn_driver_t fake_driver = {.pointer_get_attribute = fake_attribute, .ctx_get_id = fake_ctx_id};
+ncclResult_t __real_mpn_driver_get(const mpn_driver_t** out);
+ncclResult_t __wrap_mpn_driver_get(const mpn_driver_t** out) {
+  if (!fake_driver_on) return __real_mpn_driver_get(out);
+  *out = &fake_driver;
+  return ncclSuccess;
 }
 
 /* Each test counts its own frees (also when CK_FORK=no runs them in one process). */
@@ -184,6 +214,31 @@ START_TEST(reset_forgets_records) {
 }
 END_TEST
 
+/* A reset of another device than the current one: forget_stale looks at
+ * the current device only.  The program reset device 1, allocated there
+ * with cudaMalloc (the model hands out the old address), then, with device
+ * 0 current, frees the old ncclMemAlloc pointer: nothing may be freed
+ * through CUDA, which would free the program's new allocation. */
+START_TEST(reset_of_another_device) {
+  fake_driver_on = 1;
+  current_device = 1;
+  char* a = alloc_mib();
+  model_reset_device(1);
+  void* mine = NULL;
+  ck_assert_int_eq(cudaMalloc(&mine, 1 << 20), cudaSuccess);
+  ck_assert_ptr_eq(mine, a); /* (the program's own allocation at the old address) */
+  current_device = 0;
+  char* b = alloc_mib(); /* device 0's own records are judged as before */
+  ck_assert_int_eq(ncclMemFree(a), ncclSuccess);
+  ck_assert_msg(frees == 0, "ncclMemFree of a pointer from before device 1's reset freed the program's new allocation");
+  ck_assert_int_eq(ncclMemFree(a), ncclInvalidArgument);
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  ck_assert_int_eq(frees, 1);
+  ck_assert_int_eq(cudaFree(mine), cudaSuccess);
+  fake_driver_on = 0;
+}
+END_TEST
+
 /* A window registration whose rank refuses its own part (it runs past its
  * allocation) while its peer never registers: the allgather runs out, and
  * no rank can have a window over the part (a peer that got it refuses it).
@@ -222,6 +277,7 @@ int main(void) {
   tcase_add_test(tc, free_deferred_to_the_window);
   tcase_add_test(tc, last_window_frees);
   tcase_add_test(tc, own_refusal_lets_memory_go);
+  tcase_add_test(tc, reset_of_another_device);
   tcase_add_test(tc, reset_forgets_records); /* (last: the model's context changes) */
   suite_add_tcase(s, tc);
   return unit_suite_run(s);

@@ -167,8 +167,8 @@ ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void
   cudaGraph_t graph = NULL;
   cudaUserObject_t obj = NULL;
   cudaError_t err = cudaStreamGetCaptureInfo(s, &status, NULL, &graph, NULL, NULL, NULL);
-  if (err == cudaSuccess && (status != cudaStreamCaptureStatusActive || graph == NULL))
-    err = cudaErrorStreamCaptureUnmatched;
+  int ours = err == cudaSuccess && (status != cudaStreamCaptureStatusActive || graph == NULL);
+  if (ours) err = cudaErrorStreamCaptureUnmatched; /* (not in CUDA's last error: nothing to clear) */
   if (err == cudaSuccess) err = cudaUserObjectCreate(&obj, d, on_destroy, 1, cudaUserObjectNoDestructorSync);
   if (err == cudaSuccess) {
     d->armed = 1; /* the graph's from now on; unarmed, a failed hand-over only frees d */
@@ -181,5 +181,7 @@ ncclResult_t mpn_cuda_capture_on_destroy(cudaStream_t s, void (*fn)(void*), void
     free(d);
   }
   mpn_cuda_relaxed_leave(mode);
+  if (ours)
+    return mpn_error_set(NULL, ncclUnhandledCudaError, "a user object for stream %p: it is not capturing", (void*)s);
   return mpn_cuda_result(NULL, err, "a user object for the graph being captured");
 }

@@ -60,6 +60,7 @@ static pool_t* pool_make(int dev) {
     MPN_INFO(MPN_SUBSYS_INIT, "device %d: no counters for flag kernels of several blocks (%s): one block each",
              dev, cudaGetErrorString(err));
     if (counters) mpn_cuda_forget(cudaFree(counters));
+    if (p && p->done) mpn_cuda_forget(cudaFreeHost(p->done)); /* (the multiprocessors' query failed after it) */
     free(p);
     return NULL;
   }

@@ -1,0 +1,106 @@
+/*
+ * test_cuda_paths.c - error paths of src/cuda's helpers on the host, against
+ * stand-ins (--wrap) for the CUDA calls they make: what a failure leaves
+ * held, and whether the program's own unread CUDA error survives.
+ */
+#include <check.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+
+#include "cuda/device.h"
+#include "cuda/sync.h"
+#include "run_suite.h"
+
+/* Reads of CUDA's last error: each would take an unread error of the program's. */
+static int last_error_reads;
+cudaError_t __wrap_cudaGetLastError(void) {
+  last_error_reads++;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  (void)mode;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaGetDevice(int* dev) {
+  *dev = 0;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaSetDevice(int dev) {
+  (void)dev;
+  return cudaSuccess;
+}
+
+/* The counters of flag kernels of several blocks: their device memory comes,
+ * the host words too, then the device's multiprocessors cannot be had. */
+static int host_held; /* mapped host allocations not freed */
+cudaError_t __wrap_mpn_cuda_alloc_zeroed(size_t bytes, size_t zero_bytes, void** out) {
+  (void)bytes, (void)zero_bytes;
+  *out = (void*)(uintptr_t)0x10000;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaFree(void* p) {
+  (void)p;
+  return cudaSuccess;
+}
+cudaError_t __wrap_mpn_cuda_host_mapped(size_t bytes, void** host, CUdeviceptr* dev) {
+  *host = calloc(1, bytes);
+  *dev = (CUdeviceptr)(uintptr_t)*host;
+  host_held++;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaFreeHost(void* p) {
+  free(p);
+  host_held--;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev) {
+  (void)value, (void)attr, (void)dev;
+  return cudaErrorInvalidDevice;
+}
+
+START_TEST(grid_pool_failure_frees_host_words) {
+  mpn_sync_grid_prepare(0);
+  ck_assert_msg(host_held == 0, "%d mapped host allocation(s) of a pool that could not be made are held", host_held);
+  mpn_sync_t k;
+  mpn_sync_init(&k);
+  ck_assert(mpn_sync_push_copy(&k, 0, (mpn_copy_t){(void*)1, (void*)2, 4u << 20, NULL, NULL}));
+  mpn_sync_grid_take(0, 1, &k);
+  ck_assert_int_eq(k.grid.blocks, 1); /* no pool: one block */
+}
+END_TEST
+
+/* A stream that is not capturing (any more): the refusal is the library's,
+ * which CUDA never recorded, so nothing is cleared. */
+cudaError_t __wrap_cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus* status,
+                                            unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
+                                            const cudaGraphEdgeData** edges, size_t* n) {
+  (void)s, (void)id, (void)deps, (void)edges, (void)n;
+  *status = cudaStreamCaptureStatusInvalidated;
+  if (graph) *graph = NULL;
+  return cudaSuccess;
+}
+static void never(void* arg) { (void)arg; }
+
+START_TEST(not_capturing_keeps_program_error) {
+  last_error_reads = 0;
+  ck_assert_int_ne(mpn_cuda_capture_on_destroy((cudaStream_t)0x1, never, NULL), ncclSuccess);
+  ck_assert_msg(last_error_reads == 0, "CUDA's last error was read %d time(s) for a refusal CUDA never recorded",
+                last_error_reads);
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("cuda_paths");
+  /* One case per file of src/cuda. */
+  const struct {
+    const char* name;
+    const TTest* test;
+  } cases[] = {{"sync_grid", grid_pool_failure_frees_host_words}, {"device", not_capturing_keeps_program_error}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    TCase* tc = tcase_create(cases[i].name);
+    tcase_add_test(tc, cases[i].test);
+    suite_add_tcase(s, tc);
+  }
+  return unit_suite_run(s);
+}

@@ -58,6 +58,7 @@ START_TEST(unstarted_proxy_fails_at_once) {
   ck_assert_msg(took < 1.0, "the failed registration took %.1f s", took);
   ck_assert_msg(strstr(ncclGetLastError(NULL), "UCX could not start") != NULL, "last error: %s",
                 ncclGetLastError(NULL));
+  free(comm);
 }
 END_TEST
 

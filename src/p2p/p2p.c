@@ -102,11 +102,11 @@ static ncclResult_t peer_state(struct ncclComm* comm, int peer, peer_state_t** o
   peer_state_t* ps = &comm->p2p->peers[peer];
   mpn_pair_t* pair;
   if (ps->send == NULL) {
-    MPN_CHECK(mpn_pair_map(comm->bootstrap->key, comm->rank, peer, &pair));
+    MPN_CHECK(mpn_pair_map(comm->bootstrap->key, comm->rank, peer, &comm->abort_flag, &pair));
     __atomic_store_n(&ps->send, pair, __ATOMIC_RELEASE);
   }
   if (ps->recv == NULL) {
-    MPN_CHECK(mpn_pair_map(comm->bootstrap->key, peer, comm->rank, &pair));
+    MPN_CHECK(mpn_pair_map(comm->bootstrap->key, peer, comm->rank, &comm->abort_flag, &pair));
     __atomic_store_n(&ps->recv, pair, __ATOMIC_RELEASE);
   }
   *out = ps;

@@ -338,14 +338,17 @@ static int creator_gone(const mpn_pair_creator_t* c, uint64_t pidns) {
 
 /* The other side waits (at set-up only) for the creator's decision; a
  * creator that died first (killed, crashed) ends the wait at once instead
- * of at MPINCCL_BOOTSTRAP_TIMEOUT. */
-static ncclResult_t flags_adopt(mpn_pair_t* p) {
+ * of at MPINCCL_BOOTSTRAP_TIMEOUT, and so does an abort of the
+ * communicator (abort, if not NULL), which waits for this launch. */
+static ncclResult_t flags_adopt(mpn_pair_t* p, const volatile int* abort) {
   mpn_pair_mem_t* mem = p->mem;
   uint64_t deadline = mpn_chan_deadline(), pidns = mpn_proc_pidns();
   uint32_t where;
   for (unsigned polls = 0; (where = __atomic_load_n(&mem->flags_where, __ATOMIC_ACQUIRE)) == MPN_FLAGS_UNSET; polls++) {
     if (mpn_clock_now_ns() > deadline)
       return mpn_error_set(NULL, ncclTimeout, "the peer did not finish setting up %s", p->name);
+    if (abort && *abort)
+      return mpn_error_set(NULL, ncclInvalidUsage, "the communicator was aborted while %s was being set up", p->name);
     if (polls % ADOPT_LIVENESS_POLLS == ADOPT_LIVENESS_POLLS - 1 && creator_gone(&mem->creator, pidns))
       return mpn_error_set(NULL, ncclRemoteError, "the process that made %s (pid %d) ended before setting it up",
                            p->name, (int)mem->creator.pid);
@@ -368,22 +371,22 @@ static ncclResult_t flags_adopt(mpn_pair_t* p) {
   return ncclSuccess;
 }
 
-static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out);
+static ncclResult_t pair_map(uint64_t key, int sender, int receiver, const volatile int* abort, mpn_pair_t** out);
 
 /* Pairs are mapped on first use, maybe while the caller's stream captures a
  * graph: registering memory with CUDA is not part of it (relaxed mode). */
-ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
+ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, const volatile int* abort, mpn_pair_t** out) {
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  ncclResult_t res = pair_map(key, sender, receiver, out);
+  ncclResult_t res = pair_map(key, sender, receiver, abort, out);
   mpn_cuda_relaxed_leave(mode);
   return res;
 }
 
 /* Opens and sets up p, without map_lock; undone on failure. */
-static ncclResult_t pair_setup(mpn_pair_t* p) {
+static ncclResult_t pair_setup(mpn_pair_t* p, const volatile int* abort) {
   ncclResult_t res = pair_open(p);
   if (res != ncclSuccess) return res;
-  res = p->created ? flags_publish(p) : flags_adopt(p);
+  res = p->created ? flags_publish(p) : flags_adopt(p, abort);
   if (res != ncclSuccess) {
     pair_tell_creator(p, res);
     pair_close(p);
@@ -430,7 +433,7 @@ static ncclResult_t mapping_take(const char* name, mapping_t** found, mapping_t*
 
 static void sweep_once(void) { mpn_pair_sweep(); }
 
-static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out) {
+static ncclResult_t pair_map(uint64_t key, int sender, int receiver, const volatile int* abort, mpn_pair_t** out) {
   static pthread_once_t swept = PTHREAD_ONCE_INIT;
   pthread_once(&swept, sweep_once);
   char name[96];
@@ -444,7 +447,7 @@ static ncclResult_t pair_map(uint64_t key, int sender, int receiver, mpn_pair_t*
   }
   pthread_mutex_unlock(&map_lock);
   if (fresh == NULL) return res;
-  res = pair_setup(&fresh->pair);
+  res = pair_setup(&fresh->pair, abort);
   pthread_mutex_lock(&map_lock);
   if (res == ncclSuccess) {
     fresh->ready = 1;

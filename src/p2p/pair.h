@@ -155,9 +155,11 @@ typedef struct mpn_pair {
 /**
  * Maps the pair sender -> receiver of the communicator named key, creating
  * the shared-memory file if the peer has not yet.  Both sides may call this
- * at the same time.
+ * at the same time.  The side that did not create the file waits for the
+ * creator's set-up: until MPINCCL_BOOTSTRAP_TIMEOUT, the creator's end, or
+ * *abort (the communicator's abort flag; may be NULL) turning non-zero.
  */
-ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, mpn_pair_t** out);
+ncclResult_t mpn_pair_map(uint64_t key, int sender, int receiver, const volatile int* abort, mpn_pair_t** out);
 
 /** Unmaps; what this process created goes too (its name, its device
  *  block) unless the peer, in another process (elsewhere), has not opened

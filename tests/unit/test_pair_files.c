@@ -161,7 +161,7 @@ START_TEST(first_map_sweeps) {
     unsigned long long key;
     pair_name(name, sizeof(name), tag, 0, 1);
     ck_assert_int_eq(sscanf(name, "/mpinccl-%16llx", &key), 1);
-    if (mpn_pair_map(key, 0, 1, &pair) == ncclSuccess) mpn_pair_unmap(pair, 0);
+    if (mpn_pair_map(key, 0, 1, NULL, &pair) == ncclSuccess) mpn_pair_unmap(pair, 0);
   }
   ck_assert_msg(!exists(dead), "the first mapping left the file of a killed creator");
   unsetenv("NCCL_DEBUG_FILE");

@@ -146,6 +146,7 @@ typedef struct {
   pthread_t thread;
   uint64_t key;
   mpn_pair_t* pair;
+  volatile int* abort; /* the communicator's abort flag, or NULL */
   ncclResult_t res;
   int done;        /* atomic */
   uint64_t end_ns; /* when it returned */
@@ -154,15 +155,15 @@ typedef struct {
 
 static void* mapper_main(void* arg) {
   mapper_t* m = arg;
-  m->res = mpn_pair_map(m->key, 0, 1, &m->pair);
+  m->res = mpn_pair_map(m->key, 0, 1, m->abort, &m->pair);
   m->end_ns = mpn_clock_now_ns();
   snprintf(m->why, sizeof(m->why), "%s", mpn_error_last(NULL));
   __atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
-static void mapper_start(mapper_t* m, uint64_t key) {
-  *m = (mapper_t){.key = key, .res = ncclInternalError};
+static void mapper_start(mapper_t* m, uint64_t key, volatile int* abort) {
+  *m = (mapper_t){.key = key, .abort = abort, .res = ncclInternalError};
   ck_assert_int_eq(pthread_create(&m->thread, NULL, mapper_main, m), 0);
 }
 
@@ -189,11 +190,11 @@ START_TEST(wait_holds_up_no_other_pair) {
   uint64_t kx = test_key(1), ky = test_key(2);
   mpn_pair_mem_t* peer = peer_create(kx);
   mapper_t a, same, other;
-  mapper_start(&a, kx);
+  mapper_start(&a, kx, NULL);
   usleep(200 * 1000); /* a now waits for the peer's decision */
   ck_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE));
-  mapper_start(&same, kx);
-  mapper_start(&other, ky); /* a pair of another communicator, nobody's yet */
+  mapper_start(&same, kx, NULL);
+  mapper_start(&other, ky, NULL); /* a pair of another communicator, nobody's yet */
   /* (Not a bound on time: waiting for the other pair's set-up, it would
    * return only at the bootstrap timeout, 20 s, with ncclTimeout; 25 s
    * stays within the case's 30.) */
@@ -238,9 +239,9 @@ START_TEST(failed_setup_ends_waiters) {
   uint64_t k = test_key(4);
   mpn_pair_mem_t* peer = peer_create(k);
   mapper_t a, same;
-  mapper_start(&a, k);
+  mapper_start(&a, k, NULL);
   usleep(100 * 1000);
-  mapper_start(&same, k);
+  mapper_start(&same, k, NULL);
   usleep(100 * 1000);
   ck_assert(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE) && !__atomic_load_n(&same.done, __ATOMIC_ACQUIRE));
   __atomic_store_n(&peer->flags_where, MPN_FLAGS_FAILED, __ATOMIC_RELEASE);
@@ -268,7 +269,7 @@ START_TEST(failed_adopt_tells_creator) {
   memset(&peer->flags_desc, 0, sizeof(peer->flags_desc));
   __atomic_store_n(&peer->flags_where, MPN_FLAGS_DEVICE, __ATOMIC_RELEASE);
   mapper_t a;
-  mapper_start(&a, k);
+  mapper_start(&a, k, NULL);
   ck_assert(mapper_wait(&a, 5.0));
   pthread_join(a.thread, NULL);
   ck_assert_int_ne(a.res, ncclSuccess);
@@ -291,7 +292,7 @@ START_TEST(failed_device_pointer_unregisters) {
   int registered = __atomic_load_n(&registers, __ATOMIC_ACQUIRE);
   __atomic_store_n(&device_pointer_fails, 1, __ATOMIC_RELEASE);
   mpn_pair_t* pair = NULL;
-  ncclResult_t res = mpn_pair_map(k, 0, 1, &pair);
+  ncclResult_t res = mpn_pair_map(k, 0, 1, NULL, &pair);
   __atomic_store_n(&device_pointer_fails, 0, __ATOMIC_RELEASE);
   ck_assert_int_eq(res, ncclUnhandledCudaError);
   ck_assert_msg(strstr(mpn_error_last(NULL), "registering") != NULL, "%s", mpn_error_last(NULL));
@@ -323,7 +324,7 @@ START_TEST(dead_creator_ends_wait) {
   peer->creator = (mpn_pair_creator_t){.pidns = mpn_proc_pidns(), .start_time = started, .pid = child};
   __atomic_store_n(&peer->creator.magic, MPN_PAIR_MAGIC, __ATOMIC_RELEASE);
   mapper_t a;
-  mapper_start(&a, k);
+  mapper_start(&a, k, NULL);
   usleep(200 * 1000); /* a waits for a live creator */
   ck_assert_msg(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), "the wait ended while its creator lived");
   uint64_t killed = mpn_clock_now_ns();
@@ -345,6 +346,33 @@ START_TEST(dead_creator_ends_wait) {
 }
 END_TEST
 
+/* An abort of the communicator ends the wait for a creator that lives but
+ * has not set the pair up (stuck, or slow): ncclCommAbort waits for the
+ * launch that waits here, and waited up to the bootstrap timeout (20 s
+ * here), after which the wait ended with ncclTimeout. */
+START_TEST(abort_ends_adopt_wait) {
+  uint64_t k = test_key(7);
+  mpn_pair_mem_t* peer = peer_create(k);
+  peer->creator =
+      (mpn_pair_creator_t){.pidns = mpn_proc_pidns(), .start_time = mpn_proc_start_time(getpid()), .pid = getpid()};
+  __atomic_store_n(&peer->creator.magic, MPN_PAIR_MAGIC, __ATOMIC_RELEASE);
+  static volatile int aborted;
+  mapper_t a;
+  mapper_start(&a, k, &aborted);
+  usleep(200 * 1000); /* a waits for a live creator */
+  ck_assert_msg(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), "the wait ended while its creator lived");
+  aborted = 1;
+  ck_assert_msg(mapper_wait(&a, 25.0), "the wait went on 25 s after the abort");
+  pthread_join(a.thread, NULL);
+  ck_assert_msg(a.res == ncclInvalidUsage && strstr(a.why, "aborted") != NULL, "the wait ended with %s: %s",
+                ncclGetErrorString(a.res), a.why);
+  char name[96];
+  pair_name(name, sizeof(name), k);
+  shm_unlink(name);
+  munmap(peer, sizeof(*peer));
+}
+END_TEST
+
 /* A creator killed while it made its file, before the stamp, left the
  * file under the pair's name unstamped: its peer waited for it until the
  * bootstrap timeout (20 s here) and failed with ncclTimeout, and no sweep
@@ -357,7 +385,7 @@ START_TEST(creator_killed_before_stamp_leaves_nothing) {
   if (child == 0) {
     mpn_pair_t* pair = NULL;
     die_in_ftruncate = 1;
-    mpn_pair_map(k, 0, 1, &pair);
+    mpn_pair_map(k, 0, 1, NULL, &pair);
     _exit(1); /* (not reached) */
   }
   int status = 0;
@@ -365,7 +393,7 @@ START_TEST(creator_killed_before_stamp_leaves_nothing) {
   ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   int left = name_exists(k);
   mpn_pair_t* pair = NULL;
-  ncclResult_t res = mpn_pair_map(k, 0, 1, &pair);
+  ncclResult_t res = mpn_pair_map(k, 0, 1, NULL, &pair);
   char why[256], name[96];
   snprintf(why, sizeof(why), "%s", res == ncclSuccess ? "" : mpn_error_last(NULL));
   pair_name(name, sizeof(name), k);
@@ -389,7 +417,7 @@ START_TEST(no_tmpfile_makes_by_name) {
   uint64_t k = test_key(9);
   mpn_pair_t* pair = NULL;
   no_tmpfile = 1;
-  ncclResult_t res = mpn_pair_map(k, 0, 1, &pair);
+  ncclResult_t res = mpn_pair_map(k, 0, 1, NULL, &pair);
   no_tmpfile = 0;
   ck_assert_int_eq(tmpfile_refused, 1);
   ck_assert_int_eq(res, ncclSuccess);
@@ -407,7 +435,7 @@ END_TEST
 START_TEST(slow_unmap_holds_up_no_mapping) {
   uint64_t kx = test_key(6), ky = test_key(7);
   mapper_t a, other;
-  mapper_start(&a, kx); /* made here, nobody's yet: no wait for a peer */
+  mapper_start(&a, kx, NULL); /* made here, nobody's yet: no wait for a peer */
   ck_assert(mapper_wait(&a, 3.0));
   pthread_join(a.thread, NULL);
   ck_assert_int_eq(a.res, ncclSuccess);
@@ -416,7 +444,7 @@ START_TEST(slow_unmap_holds_up_no_mapping) {
   ck_assert_int_eq(pthread_create(&unmapper, NULL, unmapper_main, a.pair), 0);
   for (int i = 0; i < 3000 && !__atomic_load_n(&unregister_inside, __ATOMIC_ACQUIRE); i++) usleep(1000);
   ck_assert_msg(__atomic_load_n(&unregister_inside, __ATOMIC_ACQUIRE), "the unmap never unregistered");
-  mapper_start(&other, ky);
+  mapper_start(&other, ky, NULL);
   int in_time = mapper_wait(&other, 2.0);
   __atomic_store_n(&unregister_held, 0, __ATOMIC_RELEASE);
   pthread_join(unmapper, NULL);
@@ -435,7 +463,7 @@ END_TEST
  * forgotten instead. */
 static mpn_pair_t* kept_pair(uint64_t key) {
   mpn_pair_t* p = NULL;
-  ck_assert_int_eq(mpn_pair_map(key, 0, 1, &p), ncclSuccess);
+  ck_assert_int_eq(mpn_pair_map(key, 0, 1, NULL, &p), ncclSuccess);
   ck_assert_int_eq(p->created, 1);
   ck_assert_ptr_eq((void*)p->dflags, FAKE_BLOCK);
   mpn_pair_unmap(p, 1); /* (another process's pair, which it never opened) */
@@ -483,6 +511,7 @@ int main(void) {
   tcase_add_test(tc, failed_setup_ends_waiters);
   tcase_add_test(tc, failed_adopt_tells_creator);
   tcase_add_test(tc, dead_creator_ends_wait);
+  tcase_add_test(tc, abort_ends_adopt_wait);
   tcase_add_test(tc, failed_device_pointer_unregisters);
   tcase_add_test(tc, slow_unmap_holds_up_no_mapping);
   tcase_add_test(tc, creator_killed_before_stamp_leaves_nothing);

@@ -124,26 +124,60 @@ static uint64_t last_bit_of(uint64_t tag) {
 
 static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again);
 
+/* The notice receive, posted again for the next notice (after a clean
+ * close's, or one dropped), unless the communicator is closing: its close
+ * cancels the receive, and one posted after it would fill freed memory. */
+static void notice_again(struct mpn_ucx_comm* u) {
+  if (!__atomic_load_n(&u->closing, __ATOMIC_ACQUIRE) && notice_post(u, 1) != ncclSuccess)
+    MPN_WARN("UCX: rank %d takes no more notices of its peers: out of memory", u->rank);
+}
+
+/* What makes a notice that came unusable, in words; NULL: nothing. */
+static const char* notice_fault(const struct mpn_ucx_comm* u, const notice_t* n) {
+  if (n->from < 0 || n->from >= u->nranks || u->peers[n->from].address == NULL) return "that rank is no UCX peer of it";
+  if (n->kind != NOTICE_ABORT && n->kind != NOTICE_CLOSED && n->kind != NOTICE_MISMATCH) return "its kind is unknown";
+  if (n->kind == NOTICE_MISMATCH && (n->came < MPN_UCX_CAME_BYTES || n->came > MPN_UCX_CAME_FEWER))
+    return "its report of what came is unknown";
+  return NULL;
+}
+
+/* On the proxy thread, inside UCX's callback: a message of another size
+ * than a notice came on the notice tag.  It is dropped and the next notice
+ * taken: a peer's abort that follows must still be heard.  A short one
+ * names its sender when it holds that field; UCX writes nothing of a
+ * longer one, which it truncates. */
+static void notice_misfit(void* arg, mpn_ucx_came_t came, size_t got) {
+  struct mpn_ucx_comm* u = arg;
+  char sender[64] = "an unknown rank", size[48] = "a longer message came";
+  if (came == MPN_UCX_CAME_BYTES) snprintf(size, sizeof(size), "%zu bytes came", got);
+  if (came == MPN_UCX_CAME_BYTES && got >= sizeof(u->notice_in.from))
+    snprintf(sender, sizeof(sender), "rank %d (as the notice says)", (int)u->notice_in.from);
+  MPN_WARN("UCX: rank %d drops a notice from %s: %s, a notice has %zu bytes; it takes the next one", u->rank, sender,
+           size, sizeof(notice_t));
+  notice_again(u);
+}
+
 /* On the proxy thread, once a peer's notice came: everything with that
  * peer fails (its streams' waits are released), and the communicator
  * reports it (mpn_ucx_poll_errors): ncclRemoteError for an abort,
  * ncclInvalidUsage for a send of this rank that did not fit its receive.
  * After a mismatch the peer takes no more of this rank's messages, so the
- * sends to it in flight, which UCX cannot cancel, are released too. */
+ * sends to it in flight, which UCX cannot cancel, are released too.  A
+ * malformed notice is dropped, as one of another size (notice_misfit). */
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
   const notice_t* n = &u->notice_in;
   int from = n->from, mismatch = n->kind == NOTICE_MISMATCH;
-  if (from < 0 || from >= u->nranks || u->peers[from].address == NULL ||
-      (n->kind != NOTICE_ABORT && n->kind != NOTICE_CLOSED && !mismatch) || n->came < MPN_UCX_CAME_BYTES ||
-      n->came > MPN_UCX_CAME_FEWER) {
-    MPN_WARN("UCX: a notice of kind %d names rank %d, which is no UCX peer of rank %d", n->kind, from, u->rank);
+  const char* fault = notice_fault(u, n);
+  if (fault) {
+    MPN_WARN("UCX: rank %d drops a notice from rank %d (kind %d, report %d): %s; it takes the next one", u->rank, from,
+             n->kind, n->came, fault);
+    notice_again(u);
     return;
   }
   if (n->kind == NOTICE_CLOSED) { /* no failure: the next notice is taken too */
     __atomic_store_n(&u->peers[from].closed, 1, __ATOMIC_RELEASE);
-    if (!__atomic_load_n(&u->closing, __ATOMIC_ACQUIRE) && notice_post(u, 1) != ncclSuccess)
-      MPN_WARN("UCX: rank %d takes no more notices of its peers: out of memory", u->rank);
+    notice_again(u);
     return;
   }
   if (mismatch) {
@@ -201,8 +235,9 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
 }
 
 /* Posts the receive of the peers' notices: an abort's or a mismatch's
- * ends the communicator, a clean close's does not, and notice_arrived,
- * on the proxy thread inside UCX's callback, posts it again (again: 1).
+ * ends the communicator; after a clean close's or a dropped one (malformed,
+ * or of another size) notice_arrived or notice_misfit, on the proxy thread
+ * inside UCX's callback, posts it again (again: 1).
  * It is cancelled, quietly, when the communicator closes. */
 static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again) {
   mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_RECV,
@@ -213,6 +248,7 @@ static ncclResult_t notice_post(struct mpn_ucx_comm* u, int again) {
                        .flag = &u->notice_done,
                        .value = 1,
                        .fn = notice_arrived,
+                       .misfit = notice_misfit,
                        .arg = u,
                        .quiet = 1};
   return again ? mpn_ucx_proxy_post_later(&cmd) : mpn_ucx_proxy_post(&cmd);

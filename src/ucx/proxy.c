@@ -204,6 +204,8 @@ static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_inf
   int mismatch = recv_came(cmd, status, info, &came, &got);
   if (mismatch) status = UCS_ERR_MESSAGE_TRUNCATED;
   if (mismatch && cmd->mismatch) mismatch_note(cmd, came, got);
+  else if (mismatch && cmd->misfit)
+    cmd->misfit(cmd->arg, came, got);
   complete(request, status, user_data);
 }
 
@@ -552,6 +554,7 @@ static void drain_owner(const void* owner) {
     c->release = c->release ? &orphan_release : NULL;
     c->nrelease = c->release ? 1 : 0;
     c->fn = NULL;
+    c->misfit = NULL;
     c->mismatch = NULL;
     c->quiet = 1;
     /* The owner and its peers are freed with the close: a communicator

@@ -129,6 +129,10 @@ typedef struct mpn_ucx_cmd {
   unsigned desc_lost;
   uint64_t one;             /**< put: the operand of the atomic add */
   void (*fn)(void*);        /**< call; receive: run after it completed well (may be NULL) */
+  /** Receive without a mismatch record: run instead of fn when a message of
+   *  another size than bytes came (what came, as in mpn_ucx_mismatch_t),
+   *  inside UCX's callback; the receive then fails as any error (may be NULL). */
+  void (*misfit)(void* arg, mpn_ucx_came_t came, size_t got);
   /** Receive: where a message of another size than bytes is described
    * (NULL: a size mismatch fails it as any error).  Such a receive fails
    * with ncclInvalidUsage, not ncclRemoteError. */

@@ -14,6 +14,9 @@
  *    started: the receive takes it (one whose message never came fails);
  *  - a peer that aborts its communicator: a receive waiting for it fails,
  *    and the communicator reports ncclRemoteError naming that rank;
+ *  - a malformed notice before that abort (a kind or a sender unknown, a
+ *    mismatch report unknown, too short, too long): dropped, and the abort
+ *    after it still heard (the first one ended the notice receive);
  *  - closes of two communicators' endpoints from two threads at once
  *    (ranks of one process destroyed by their threads): the second closer's
  *    request was wiped by the first, and the proxy crashed on it;
@@ -40,10 +43,12 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/error.h"
 #include "core/param.h"
 #include "mpi_test.h"
 #include "mpinccl.h"
 #include "ucx/net.h"
+#include "ucx/net_comm.h"
 #include "ucx/proxy.h"
 
 static int rank;
@@ -183,6 +188,65 @@ static void peer_aborted(void) {
     EXPECT(ncclCommAbort(comm) == ncclSuccess);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A notice's layout, as ucx/net.c's notice_t. */
+typedef struct {
+  int32_t from, kind, came, unused;
+  uint64_t expected, got;
+} notice_like_t;
+
+/* Rank 0 sends rank 1 bad[i]'s first bytes[i] bytes on the notice tag,
+ * then aborts: rank 1 must drop the notice and still hear the abort
+ * (rank 0's sends go in order on one endpoint). */
+static void malformed_notice(const notice_like_t* bad, size_t bytes) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  if (rank == 0) {
+    /* The communicator's 24-bit prefix (any tag's top bits), then the
+     * receiver in bits 20 to 38 and message number 0 (net.c, notice_tag). */
+    uint64_t key = mpn_ucx_stage_tag(comm, 0, 0, 0, 0, 0) >> 40 << 40;
+    uint64_t sent = 0;
+    int err = 0;
+    mpn_ucx_cmd_t cmd = {.kind = MPN_UCX_SEND,
+                         .peer = mpn_ucx_comm_peer(comm, 1),
+                         .buf = (void*)bad,
+                         .bytes = bytes,
+                         .tag = key | 1ull << 20,
+                         .flag = &sent,
+                         .value = 1,
+                         .error = &err};
+    EXPECT(cmd.peer != NULL && mpn_ucx_proxy_post(&cmd) == ncclSuccess);
+    EXPECT(wait_flag(&sent) == 0 && err == 0);
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  } else {
+    mpn_error_clear(); /* (an earlier step's text must not pass for this one's) */
+    ncclResult_t async = ncclSuccess;
+    for (int i = 0; i < 5000 && async == ncclSuccess; i++) {
+      EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+      if (async == ncclSuccess) usleep(1000);
+    }
+    if (async != ncclRemoteError)
+      fprintf(stderr, "[rank 1] after a notice of %zu bytes: %s\n", bytes, ncclGetErrorString(async));
+    EXPECT(async == ncclRemoteError);
+    EXPECT(strstr(ncclGetLastError(comm), "rank 0 aborted") != NULL);
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void malformed_notices(void) {
+  static const notice_like_t bad[] = {
+      {.from = 0, .kind = 9},            /* a kind unknown */
+      {.from = 5, .kind = 1},            /* an abort of a rank that is no peer */
+      {.from = 0, .kind = 2, .came = 7}, /* a mismatch report unknown */
+      {.from = 0, .kind = 1},            /* an abort, cut short */
+  };
+  static notice_like_t longer[3] = {{.from = 0, .kind = 1}}; /* an abort, with more after it */
+  for (int i = 0; i < 3; i++) malformed_notice(&bad[i], sizeof(bad[i]));
+  malformed_notice(&bad[3], 8);
+  malformed_notice(longer, sizeof(longer));
 }
 
 /* Two threads closing endpoint sets of different owners, over and over
@@ -385,6 +449,7 @@ int main(int argc, char** argv) {
   peer_lost();
   peer_went_after_message();
   peer_aborted();
+  malformed_notices();
   concurrent_closes();
   lost_call_at_close();
   abandoned_call();

@@ -672,19 +672,30 @@ static int status_of_peer(ucs_status_t status) {
   }
 }
 
-/* The communicator's first failed transfer, as the proxy told it. */
-static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u) {
+/* Whether the proxy told the communicator's first failed transfer, and
+ * gave it code. */
+static int failure_told(const struct mpn_ucx_comm* u, ncclResult_t code) {
+  return __atomic_load_n(&u->failure.ready, __ATOMIC_ACQUIRE) && u->failure.code == (int)code;
+}
+
+/* The communicator's first failed transfer, as the proxy told it, with
+ * code (ncclRemoteError, or ncclSystemError where UCX could not allocate
+ * on this rank: proxy.c, failure_code). */
+static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u, ncclResult_t code) {
   const mpn_ucx_failure_t* f = &u->failure;
   if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
-    mpn_error_set(comm, ncclRemoteError, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
+    mpn_error_set(comm, code, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
     return;
   }
   ucs_status_t status = (ucs_status_t)f->status;
-  mpn_error_set(comm, ncclRemoteError, "a UCX %s with rank %d failed: %s (%s)", mpn_ucx_cmd_kind_name(f->kind), f->peer,
+  mpn_error_set(comm, code, "a UCX %s with rank %d failed: %s (%s)", mpn_ucx_cmd_kind_name(f->kind), f->peer,
                 ucs_status_string(status),
                 status_of_peer(status) ? "the peer is gone or unreachable" : "on this rank's side");
 }
 
+/* The communicator's first error decides the code: a size mismatch found
+ * after this rank failed on its own (its receive's message then taken by
+ * a later receive) is not reported over it. */
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
@@ -693,15 +704,16 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   if (u == NULL || error == ncclSuccess || __atomic_exchange_n(&u->reported, 1, __ATOMIC_ACQ_REL)) return;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
-  ncclResult_t code = ncclRemoteError;
+  ncclResult_t code = error == ncclInvalidUsage ? ncclRemoteError : (ncclResult_t)error;
   if (from >= 0) {
+    code = ncclRemoteError;
     mpn_error_set(comm, code, "rank %d aborted its communicator; abort this one too", from);
-  } else if (error != ncclRemoteError && error != ncclInvalidUsage) {
-    code = (ncclResult_t)error; /* this rank's own (a copy CUDA refused, out of memory: staged.c) */
+  } else if (code != ncclRemoteError && !failure_told(u, code)) {
+    /* this rank's own, off the proxy (a copy CUDA refused, out of memory: staged.c) */
     mpn_error_set(comm, code, "a transfer over UCX could not be issued on this rank: %s (see the warning logged then)",
                   ncclGetErrorString(code));
   } else {
-    failure_report(comm, u);
+    failure_report(comm, u, code);
   }
   mpn_comm_set_broken(comm, code);
 }

@@ -118,10 +118,12 @@ int mpn_ucx_peer_idle(struct ncclComm* comm, int peer);
  * first peer's: one notice is received per communicator). */
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer);
 
-/** Folds a failed UCX transfer into the communicator's async error:
- *  ncclInvalidUsage for a message whose receive had another size (the send
- *  differs in count or datatype: the receiving side finds it, the sending
- *  side hears of it through a notice), else ncclRemoteError. */
+/** Folds a failed UCX transfer into the communicator's async error, the
+ *  first one's code: ncclInvalidUsage for a message whose receive had
+ *  another size (the send differs in count or datatype: the receiving side
+ *  finds it, the sending side hears of it through a notice), this rank's
+ *  own code for a failure of its own (out of memory, a copy CUDA refused),
+ *  else ncclRemoteError. */
 void mpn_ucx_poll_errors(struct ncclComm* comm);
 
 /**

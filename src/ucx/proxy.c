@@ -92,16 +92,24 @@ static int early_noted(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   return 1;
 }
 
+/* The ncclResult_t of a command that failed with status.  A receive of
+ * another size than its message is the caller's error (the matching send
+ * differs in count or datatype), as within a host; an allocation UCX could
+ * not make on this rank (a request, an endpoint) is this rank's own. */
+static int failure_code(const mpn_ucx_cmd_t* cmd, ucs_status_t status) {
+  if (status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch) return ncclInvalidUsage;
+  return status == UCS_ERR_NO_MEMORY ? ncclSystemError : ncclRemoteError;
+}
+
 /* A failed command's error words, the owner's first failure told, and a
  * warning. */
 static void failure_note(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
-  /* A receive of another size than its message is the caller's error (the
-   * matching send differs in count or datatype), as within a host. */
-  int code = status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch ? ncclInvalidUsage : ncclRemoteError;
+  int code = failure_code(cmd, status);
   if (cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
   mpn_ucx_failure_t* f = cmd->failure; /* (before the owner's word, which its reader checks first) */
   if (f && !__atomic_exchange_n(&f->taken, 1, __ATOMIC_ACQ_REL)) {
     f->status = (int)status;
+    f->code = code;
     f->kind = cmd->kind;
     f->peer = cmd->from;
     __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);

@@ -83,6 +83,7 @@ typedef struct {
   int taken;  /**< claimed by the first failure, which writes the fields below */
   int ready;  /**< the fields are written */
   int status; /**< its ucs_status_t */
+  int code;   /**< the ncclResult_t it was given (failure_note in proxy.c) */
   mpn_ucx_cmd_kind_t kind;
   int peer; /**< the rank it was with (mpn_ucx_cmd_t from) */
 } mpn_ucx_failure_t;

@@ -1,0 +1,108 @@
+/*
+ * test_ucx_local_fail.c - failures of this rank's own on the UCX path, 2
+ * ranks, UCX forced, against a stand-in for ucp_tag_recv_nbx that fails a
+ * chosen receive as UCX does when it cannot allocate its request:
+ *  - a receive that failed so (out of memory, on the receiving side), whose
+ *    message a later receive of another size then takes: the receiver's
+ *    communicator reports ncclSystemError with UCX's reason, not the
+ *    ncclRemoteError it reported before, and the size mismatch found after
+ *    it does not replace it; the sender hears of the mismatch.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "mpi_test.h"
+#include "mpinccl.h"
+#include "ucx/net.h"
+#include "ucx/proxy.h"
+
+static int rank;
+
+#define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "rank", rank, NULL)
+
+ucs_status_ptr_t __real_ucp_tag_recv_nbx(ucp_worker_h worker, void* buffer, size_t count, ucp_tag_t tag,
+                                         ucp_tag_t tag_mask, const ucp_request_param_t* param);
+
+/* A receive of this tag fails once, with UCS_ERR_NO_MEMORY (0: none);
+ * written by the test, read on the proxy thread. */
+static uint64_t fail_tag;
+
+ucs_status_ptr_t __wrap_ucp_tag_recv_nbx(ucp_worker_h worker, void* buffer, size_t count, ucp_tag_t tag,
+                                         ucp_tag_t tag_mask, const ucp_request_param_t* param) {
+  uint64_t armed = __atomic_load_n(&fail_tag, __ATOMIC_ACQUIRE);
+  if (armed != 0 && tag == armed &&
+      __atomic_compare_exchange_n(&fail_tag, &armed, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+  return __real_ucp_tag_recv_nbx(worker, buffer, count, tag, tag_mask, param);
+}
+
+static int wait_flag(const uint64_t* flag) {
+  for (int i = 0; i < 30000; i++) {
+    if (__atomic_load_n(flag, __ATOMIC_ACQUIRE)) return 0;
+    usleep(1000);
+  }
+  return -1;
+}
+
+/* Waits (10 s at most) until comm reports an asynchronous error; returns it. */
+static ncclResult_t wait_async(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  for (int i = 0; i < 10000 && async == ncclSuccess; i++) {
+    EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+    if (async == ncclSuccess) usleep(1000);
+  }
+  return async;
+}
+
+/* Rank 1's receive of rank 0's 64-byte message fails on rank 1 (out of
+ * memory); a 32-byte receive of the same tag then takes that message. */
+static void recv_out_of_memory(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  static char buf[64];
+  uint64_t tag = mpn_ucx_graph_tag(comm, 0, 1, 3), done = 0, again = 0;
+  int err = 0, err2 = 0;
+  mpn_error_clear();
+  if (rank == 1) {
+    __atomic_store_n(&fail_tag, tag, __ATOMIC_RELEASE);
+    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, buf, 64, tag, NULL, NULL, &done, 1, &err, NULL, 0) == ncclSuccess);
+    EXPECT(wait_flag(&done) == 0);
+    EXPECT(err == ncclSystemError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    memset(buf, 7, sizeof(buf));
+    EXPECT(mpn_ucx_tagged_on(comm, 1, 1, buf, 64, tag, NULL, NULL, &done, 1, &err, NULL, 0) == ncclSuccess);
+    EXPECT(wait_flag(&done) == 0);
+    ncclResult_t async = wait_async(comm); /* rank 1's notice of the mismatch */
+    EXPECT(async == ncclInvalidUsage);
+    EXPECT(strstr(ncclGetLastError(comm), "(rank 1's report)") != NULL);
+  } else {
+    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, buf, 32, tag, NULL, NULL, &again, 1, &err2, NULL, 0) == ncclSuccess);
+    EXPECT(wait_flag(&again) == 0);
+    EXPECT(err2 == ncclInvalidUsage);
+    ncclResult_t async = wait_async(comm);
+    const char* text = ncclGetLastError(comm);
+    if (async != ncclSystemError) fprintf(stderr, "[rank 1] reported %s: %s\n", ncclGetErrorString(async), text);
+    EXPECT(async == ncclSystemError);
+    EXPECT(strstr(text, "a UCX receive with rank 0 failed: Out of memory (on this rank's side)") != NULL);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT(ncclCommAbort(comm) == ncclSuccess);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
+    puts("2");
+    return 0;
+  }
+  setenv("MPINCCL_TRANSPORT", "ucx", 1);
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  recv_out_of_memory();
+  return mpi_test_finish(rank, "test_ucx_local_fail: ");
+}

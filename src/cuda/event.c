@@ -82,52 +82,110 @@ void mpn_event_put(int dev, cudaEvent_t ev) {
 
 static struct {
   cudaStream_t s;
-  unsigned long long id; /* for the per-thread default stream: which thread's */
+  unsigned long long id; /* mpn_cuda_stream_id of the stream s named when ev was made or renewed */
   int dev;
   cudaEvent_t ev;
 } * stream_events;
 static int n_stream_events, cap_stream_events;
 
+/* Events of destroyed streams whose last record had not completed when a
+ * new stream came back at their handle: whoever keeps one waits for that
+ * record, so none is recorded again until it completed (then one serves a
+ * new stream: a later record only makes its keepers wait longer). */
+static struct {
+  int dev;
+  cudaEvent_t ev;
+} * retired;
+static int n_retired, cap_retired;
+
 /* The handles that name a different stream in each thread (the per-thread
  * default stream, and handle 0 where a program is built to mean it): their
  * events are told apart by stream id, so that one thread's record never
  * stands for another thread's work.  Other handles name one stream while it
- * lives (keyed by handle, the table stays as small as the live streams). */
-static unsigned long long per_thread_id(cudaStream_t s) {
-  return s == cudaStreamPerThread || s == NULL ? mpn_cuda_stream_id(s) : 0;
+ * lives (keyed by handle, the table stays as small as the live streams);
+ * the id tells when a handle came back for a new stream. */
+static int per_thread(cudaStream_t s) { return s == cudaStreamPerThread || s == NULL; }
+
+/* Whether ev's last record completed (a failed query: not known). */
+static int event_done(cudaEvent_t ev) {
+  mpn_capture_mode_t mode = mpn_cuda_relaxed_enter(); /* (another thread may be capturing) */
+  cudaError_t err = cudaEventQuery(ev);
+  mpn_cuda_relaxed_leave(mode);
+  mpn_cuda_forget(err);
+  return err == cudaSuccess;
+}
+
+/* A new stream's event (under event_lock): a retired one of dev whose
+ * record completed, else a new one. */
+static ncclResult_t stream_event_new(int dev, cudaEvent_t* out) {
+  for (int i = 0; i < n_retired; i++)
+    if (retired[i].dev == dev && event_done(retired[i].ev)) {
+      *out = retired[i].ev;
+      retired[i] = retired[--n_retired];
+      return ncclSuccess;
+    }
+  cudaError_t err = cudaEventCreateWithFlags(out, cudaEventDisableTiming);
+  if (err == cudaSuccess) return ncclSuccess;
+  cudaGetLastError();
+  return mpn_error_set(NULL, ncclUnhandledCudaError, "cudaEventCreateWithFlags: %s", cudaGetErrorString(err));
+}
+
+/* The handle of entry i now names the stream numbered id (the program
+ * destroyed i's stream and made another): i's event goes on serving only if
+ * its last record completed (under event_lock). */
+static ncclResult_t stream_event_renew(int i, unsigned long long id) {
+  cudaEvent_t ev = stream_events[i].ev;
+  if (!event_done(ev)) {
+    if (n_retired == cap_retired) {
+      int cap = cap_retired ? 2 * cap_retired : 8;
+      void* grown = realloc(retired, (size_t)cap * sizeof(*retired));
+      if (grown == NULL) return mpn_error_set(NULL, ncclSystemError, "out of memory");
+      retired = grown;
+      cap_retired = cap;
+    }
+    MPN_CHECK(stream_event_new(stream_events[i].dev, &ev));
+    retired[n_retired].dev = stream_events[i].dev;
+    retired[n_retired++].ev = stream_events[i].ev;
+  }
+  stream_events[i].ev = ev;
+  stream_events[i].id = id;
+  return ncclSuccess;
+}
+
+/* A new entry for stream s (under event_lock); its index, or -1. */
+static int stream_event_add(cudaStream_t s, unsigned long long id, int dev, ncclResult_t* res) {
+  if (n_stream_events == cap_stream_events) {
+    int cap = cap_stream_events ? 2 * cap_stream_events : 16;
+    void* grown = realloc(stream_events, (size_t)cap * sizeof(*stream_events));
+    if (grown == NULL) {
+      *res = mpn_error_set(NULL, ncclSystemError, "out of memory");
+      return -1;
+    }
+    stream_events = grown;
+    cap_stream_events = cap;
+  }
+  cudaEvent_t ev;
+  *res = stream_event_new(dev, &ev);
+  if (*res != ncclSuccess) return -1;
+  stream_events[n_stream_events].s = s;
+  stream_events[n_stream_events].id = id;
+  stream_events[n_stream_events].dev = dev;
+  stream_events[n_stream_events].ev = ev;
+  return n_stream_events++;
 }
 
 ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out) {
   ncclResult_t res = ncclSuccess;
-  unsigned long long id = per_thread_id(s);
+  unsigned long long id = mpn_cuda_stream_id(s);
   pthread_mutex_lock(&event_lock);
   int i = 0;
-  while (i < n_stream_events && (stream_events[i].s != s || stream_events[i].id != id || stream_events[i].dev != dev))
+  while (i < n_stream_events &&
+         (stream_events[i].s != s || stream_events[i].dev != dev || (per_thread(s) && stream_events[i].id != id)))
     i++;
-  if (i == n_stream_events) {
-    if (n_stream_events == cap_stream_events) {
-      int cap = cap_stream_events ? 2 * cap_stream_events : 16;
-      void* grown = realloc(stream_events, (size_t)cap * sizeof(*stream_events));
-      if (grown == NULL) {
-        pthread_mutex_unlock(&event_lock);
-        return mpn_error_set(NULL, ncclSystemError, "out of memory");
-      }
-      stream_events = grown;
-      cap_stream_events = cap;
-    }
-    cudaEvent_t ev;
-    cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      res = mpn_error_set(NULL, ncclUnhandledCudaError, "cudaEventCreateWithFlags: %s",
-                          cudaGetErrorString(err));
-    } else {
-      stream_events[n_stream_events].s = s;
-      stream_events[n_stream_events].id = id;
-      stream_events[n_stream_events].dev = dev;
-      stream_events[n_stream_events++].ev = ev;
-    }
-  }
+  if (i == n_stream_events)
+    i = stream_event_add(s, id, dev, &res);
+  else if (stream_events[i].id != id)
+    res = stream_event_renew(i, id);
   if (res == ncclSuccess) *out = stream_events[i].ev;
   pthread_mutex_unlock(&event_lock);
   return res;
@@ -139,6 +197,11 @@ void mpn_event_forget(int dev) {
   for (int i = 0; i < n_stream_events;)
     if (stream_events[i].dev == dev)
       stream_events[i] = stream_events[--n_stream_events];
+    else
+      i++;
+  for (int i = 0; i < n_retired;)
+    if (retired[i].dev == dev)
+      retired[i] = retired[--n_retired];
     else
       i++;
   pthread_mutex_unlock(&event_lock);

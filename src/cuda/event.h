@@ -31,7 +31,11 @@ int mpn_event_out(int dev);
  * The event that stands for "stream s got this far", one per stream of
  * device dev (the current device) for the life of the process (one per
  * thread for the per-thread default stream): recorded again by every
- * launch, so whoever keeps it sees the latest record.
+ * launch, so whoever keeps it sees the latest record.  Never for a stream
+ * being captured (asks s's mpn_cuda_stream_id).  A handle that comes back
+ * for a new stream (cudaStreamGetId tells) gets another event while the
+ * old one's last record has not completed: the old stream's keepers are
+ * not made to wait for the new stream's work instead of their own.
  */
 ncclResult_t mpn_event_of_stream(cudaStream_t s, int dev, cudaEvent_t* out);
 

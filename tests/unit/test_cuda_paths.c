@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cuda/device.h"
+#include "cuda/event.h"
 #include "cuda/sync.h"
 #include "run_suite.h"
 
@@ -90,13 +91,62 @@ START_TEST(not_capturing_keeps_program_error) {
 }
 END_TEST
 
+/* Streams as a program makes them: CUDA's id of the stream a handle names
+ * now, and events, of which one may have a record still running. */
+static unsigned long long stream_id_now;
+cudaError_t __wrap_cudaStreamGetId(cudaStream_t s, unsigned long long* id) {
+  (void)s;
+  *id = stream_id_now;
+  return cudaSuccess;
+}
+static int events_made;
+cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned flags) {
+  (void)flags;
+  *ev = (cudaEvent_t)(uintptr_t)(0x1000 + ++events_made);
+  return cudaSuccess;
+}
+static cudaEvent_t busy_event;
+cudaError_t __wrap_cudaEventQuery(cudaEvent_t ev) { return ev == busy_event ? cudaErrorNotReady : cudaSuccess; }
+
+/* A program destroys a stream whose last work still runs and gets its
+ * handle back for a new one: the new stream's records must not move the
+ * event that the old one's keepers (imports its copies used) wait for. */
+START_TEST(reused_handle_gets_own_event) {
+  cudaStream_t h = (cudaStream_t)(uintptr_t)0x5000;
+  cudaEvent_t first, second, again, third;
+  stream_id_now = 7;
+  ck_assert_int_eq(mpn_event_of_stream(h, 0, &first), ncclSuccess);
+  busy_event = first;
+  stream_id_now = 8;
+  ck_assert_int_eq(mpn_event_of_stream(h, 0, &second), ncclSuccess);
+  ck_assert_msg(second != first, "stream 8 got the event %p of stream 7 at the same handle, whose record still runs",
+                (void*)first);
+  ck_assert_int_eq(mpn_event_of_stream(h, 0, &again), ncclSuccess);
+  ck_assert_ptr_eq(again, second); /* one stream, one event */
+  /* Stream 7's record completed: its event serves the next new stream. */
+  busy_event = second;
+  stream_id_now = 9;
+  ck_assert_int_eq(mpn_event_of_stream(h, 0, &third), ncclSuccess);
+  ck_assert_ptr_eq(third, first);
+  ck_assert_int_eq(events_made, 2);
+  /* No record running: the handle's event stays. */
+  busy_event = NULL;
+  stream_id_now = 10;
+  ck_assert_int_eq(mpn_event_of_stream(h, 0, &again), ncclSuccess);
+  ck_assert_ptr_eq(again, first);
+  ck_assert_int_eq(events_made, 2);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("cuda_paths");
   /* One case per file of src/cuda. */
   const struct {
     const char* name;
     const TTest* test;
-  } cases[] = {{"sync_grid", grid_pool_failure_frees_host_words}, {"device", not_capturing_keeps_program_error}};
+  } cases[] = {{"sync_grid", grid_pool_failure_frees_host_words},
+               {"device", not_capturing_keeps_program_error},
+               {"event", reused_handle_gets_own_event}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     TCase* tc = tcase_create(cases[i].name);
     tcase_add_test(tc, cases[i].test);

@@ -25,7 +25,7 @@ static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
   mpn_lane_set_t* oldest = &l->set[0];
   for (int i = 0; i < MPN_LANE_SETS; i++) {
     mpn_lane_set_t* s = &l->set[i];
-    if (s->owner == id) {
+    if (s->made && s->owner == id) {
       s->used = ++l->clock;
       return s;
     }
@@ -46,6 +46,7 @@ static mpn_lane_set_t* lane_set(mpn_lanes_t* l, cudaStream_t origin) {
       return NULL;
     }
   oldest->owner = id;
+  oldest->made = 1;
   oldest->used = ++l->clock;
   return oldest;
 }

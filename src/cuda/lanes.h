@@ -22,7 +22,8 @@
 #define MPN_LANE_SETS 4
 
 typedef struct {
-  unsigned long long owner; /* the caller's stream (mpn_cuda_stream_id), 0: unused */
+  unsigned long long owner; /* the caller's stream (mpn_cuda_stream_id; CUDA may number one 0) */
+  int made;                 /* the lanes exist and serve owner; 0: unused */
   unsigned long long used;  /* when last forked from, for eviction */
   cudaStream_t lane[MPN_LANES];
 } mpn_lane_set_t;

@@ -7,9 +7,11 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/device.h"
 #include "cuda/event.h"
+#include "cuda/lanes.h"
 #include "cuda/sync.h"
 #include "run_suite.h"
 
@@ -114,6 +116,7 @@ cudaError_t __wrap_cudaEventQuery(cudaEvent_t ev) { return ev == busy_event ? cu
 START_TEST(reused_handle_gets_own_event) {
   cudaStream_t h = (cudaStream_t)(uintptr_t)0x5000;
   cudaEvent_t first, second, again, third;
+  int made = events_made;
   stream_id_now = 7;
   ck_assert_int_eq(mpn_event_of_stream(h, 0, &first), ncclSuccess);
   busy_event = first;
@@ -128,13 +131,62 @@ START_TEST(reused_handle_gets_own_event) {
   stream_id_now = 9;
   ck_assert_int_eq(mpn_event_of_stream(h, 0, &third), ncclSuccess);
   ck_assert_ptr_eq(third, first);
-  ck_assert_int_eq(events_made, 2);
+  ck_assert_int_eq(events_made - made, 2);
   /* No record running: the handle's event stays. */
   busy_event = NULL;
   stream_id_now = 10;
   ck_assert_int_eq(mpn_event_of_stream(h, 0, &again), ncclSuccess);
   ck_assert_ptr_eq(again, first);
-  ck_assert_int_eq(events_made, 2);
+  ck_assert_int_eq(events_made - made, 2);
+}
+END_TEST
+
+/* The lanes a fork makes and uses (src/cuda/lanes.c). */
+static int lanes_made;
+cudaError_t __wrap_cudaStreamGetPriority(cudaStream_t s, int* priority) {
+  (void)s;
+  *priority = 0;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+  (void)flags, (void)priority;
+  *s = (cudaStream_t)(uintptr_t)(0x9000 + ++lanes_made);
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaStreamDestroy(cudaStream_t s) {
+  (void)s;
+  lanes_made--;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  (void)ev, (void)s;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags) {
+  ck_assert_msg(s != NULL, "a lane's wait went to stream 0, the legacy default stream");
+  (void)ev, (void)flags;
+  return cudaSuccess;
+}
+
+/* CUDA's documentation promises a stream id unique for the life of the
+ * program, not one other than 0: a caller's stream numbered 0 gets lanes of
+ * its own, not an unused set's empty ones. */
+START_TEST(stream_id_zero_gets_lanes) {
+  mpn_lanes_t lanes;
+  memset(&lanes, 0, sizeof(lanes));
+  cudaStream_t origin = (cudaStream_t)(uintptr_t)0x6000, on[MPN_LANES + 1];
+  stream_id_now = 0;
+  lanes_made = 0;
+  mpn_fork_t f;
+  mpn_fork_init(&f, origin, 0, &lanes);
+  for (int k = 0; k <= MPN_LANES; k++) ck_assert_int_eq(mpn_fork_next(&f, &on[k]), ncclSuccess);
+  ck_assert_ptr_eq(on[0], origin);
+  for (int k = 1; k <= MPN_LANES; k++)
+    ck_assert_msg(on[k] != NULL && on[k] != origin, "copy %d of stream id 0 went to stream %p", k, (void*)on[k]);
+  ck_assert_int_eq(lanes_made, MPN_LANES);
+  ck_assert_int_eq(mpn_fork_join(&f), ncclSuccess);
+  mpn_lanes_destroy(&lanes);
+  ck_assert_int_eq(lanes_made, 0);
 }
 END_TEST
 
@@ -146,7 +198,8 @@ int main(void) {
     const TTest* test;
   } cases[] = {{"sync_grid", grid_pool_failure_frees_host_words},
                {"device", not_capturing_keeps_program_error},
-               {"event", reused_handle_gets_own_event}};
+               {"event", reused_handle_gets_own_event},
+               {"lanes", stream_id_zero_gets_lanes}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     TCase* tc = tcase_create(cases[i].name);
     tcase_add_test(tc, cases[i].test);

@@ -34,6 +34,8 @@ typedef struct {
   uint64_t serial;     /* imported: this entry's own number, which a pin names */
   int pool;            /* exported: a memory-pool allocation, which has no handle */
   int forget;          /* imported: to be closed once idle (mpn_ipc_forget) */
+  int stale;           /* imported: forgotten as a freed allocation's mapping, for good (use
+                          does not take it back: a new allocation may lie at its addresses) */
   cudaEvent_t used[MPN_IPC_USED_EVENTS]; /* imported: per stream that used it, an event recorded
                           after its last copies (the caller's, recorded again later: a later
                           record only makes the import look busy longer); NULL: none */
@@ -454,7 +456,7 @@ static void retire_overlapped(ipc_entry_t* fresh) {
     }
     if (e->mapping != fresh->mapping) {
       for (int j = 0; j < imported.n; j++)
-        if (imported.entries[j].mapping == e->mapping) imported.entries[j].forget = 1;
+        if (imported.entries[j].mapping == e->mapping) imported.entries[j].forget = imported.entries[j].stale = 1;
       i++;
       continue;
     }
@@ -573,7 +575,7 @@ void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int forever) 
   if (e != NULL) {
     if (e->pending > 0) e->pending--;
     if (forever || !note_used(e, used)) e->pinned = 1;
-    e->forget = 0; /* used again: imported again, in effect */
+    e->forget = e->stale; /* used again: imported again, in effect (not a freed allocation's) */
   }
   sweep_forgotten();
   pthread_mutex_unlock(&ipc_lock);
@@ -610,7 +612,7 @@ mpn_ipc_pin_t* mpn_ipc_mark_captured(const mpn_ipc_ref_t* ref) {
   ipc_entry_t* e = cache_find(&imported, ref->owner, ref->buffer_id, ref->dev);
   if (e != NULL) {
     if (e->pending > 0) e->pending--;
-    e->forget = 0; /* used again: imported again, in effect */
+    e->forget = e->stale; /* used again: imported again, in effect (not a freed allocation's) */
     pin = malloc(sizeof(*pin));
     if (pin != NULL) {
       *pin = (mpn_ipc_pin_t){.serial = e->serial, .news = PIN_HELD, .next = pins};

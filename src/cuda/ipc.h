@@ -74,7 +74,9 @@ ncclResult_t mpn_ipc_import(uint64_t owner, const mpn_ipc_desc_t* desc, void** p
  * pins the mapping for good; a NULL event pins it too, as does a fifth
  * stream's event while the copies of four others may still run.  Only
  * imports whose last copies completed may be closed to make room (see
- * ipc.c).
+ * ipc.c).  Use takes a forgotten import back (mpn_ipc_forget), but not one
+ * of an allocation that a new one of its owner proved freed: that one is
+ * still closed once idle.
  */
 void mpn_ipc_mark_used(const mpn_ipc_ref_t* ref, cudaEvent_t used, int forever);
 

@@ -292,6 +292,35 @@ START_TEST(import_two_streams_closable) {
 }
 END_TEST
 
+/* An import handed out (its copies not yet issued) when the owner's new
+ * allocation over it proves it freed: the report of use, or of capture,
+ * that follows leaves it forgotten, so it is closed once idle (before, the
+ * report took it back, and its mapping stayed open, holding the freed
+ * memory, a mapping an import at its addresses could borrow as its own). */
+START_TEST(stale_import_stays_forgotten_after_use) {
+  done[0] = 0;
+  done[1] = 1;
+  mpn_ipc_desc_t a = owner_buffer(1, size, 1), b = owner_buffer(2, size, 2), c = owner_buffer(3, size, 3),
+                 d = owner_buffer(4, size, 4);
+  void* p = NULL;
+  mpn_ipc_ref_t ref_a, ref_c;
+  ck_assert_int_eq(mpn_ipc_import(owner, &a, &p, &ref_a), ncclSuccess);
+  import_once(&b, event(1));
+  ck_assert(!mpn_ipc_import_live(owner, 1, 0));
+  mpn_ipc_mark_used(&ref_a, event(0), 0);
+  ck_assert_msg(!mpn_ipc_import_live(owner, 1, 0), "the import of freed buffer 1 was taken back by its use");
+  done[0] = 1;
+  import_once(&c, event(1)); /* a's import, idle now, is closed; b's, stale and idle, too */
+  expect_counts(1, 2, 1);
+  ck_assert_int_eq(mpn_ipc_import(owner, &c, &p, &ref_c), ncclSuccess);
+  import_once(&d, event(1));
+  mpn_ipc_pin_t* pin = mpn_ipc_mark_captured(&ref_c);
+  ck_assert_ptr_nonnull(pin);
+  ck_assert_msg(!mpn_ipc_import_live(owner, 3, 0), "the import of freed buffer 3 was taken back by its capture");
+  mpn_ipc_pin_gone(pin, 0, 1, 0);
+}
+END_TEST
+
 /* More streams with copies running than an import tells apart: pinned. */
 START_TEST(import_too_many_streams_pinned) {
   mpn_ipc_desc_t a = owner_buffer(1, size, 1);
@@ -794,6 +823,7 @@ int main(void) {
   tcase_add_test(tc, import_recycled_handle);
   tcase_add_test(tc, import_two_streams_closable);
   tcase_add_test(tc, import_too_many_streams_pinned);
+  tcase_add_test(tc, stale_import_stays_forgotten_after_use);
   tcase_add_test(tc, export_freed_overlap_dropped);
   tcase_add_test(tc, import_never_waits_for_closes);
   tcase_add_test(tc, import_over_stale_same_range_borrows);

@@ -108,14 +108,6 @@ static alloc_t** alloc_link(const alloc_t* a) {
   return pa;
 }
 
-/* Frees a's memory and record (out of allocs already); CUDA's verdict. */
-static cudaError_t alloc_release(alloc_t* a) {
-  cudaError_t err = a->gone ? cudaSuccess : cudaFree(a->base);
-  free(a);
-  if (err != cudaSuccess) cudaGetLastError();
-  return err;
-}
-
 /* Whether a's memory went with a reset that forget_stale could not see
  * (of a device other than the current one): the driver finds an allocation
  * of another context at its base, which the program made there since, and
@@ -127,6 +119,23 @@ static int alloc_moved(const alloc_t* a) {
   return a->ctx != 0 && mpn_driver_get(&drv) == ncclSuccess &&
          drv->pointer_get_attribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)a->base) == CUDA_SUCCESS &&
          ctx != NULL && drv->ctx_get_id(ctx, &id) == CUDA_SUCCESS && id != 0 && id != a->ctx;
+}
+
+/* Whether a's memory is still there (under alloc_lock, or with a out of
+ * allocs): one that went with a reset of any device is marked gone. */
+static int alloc_live(alloc_t* a) {
+  if (!a->gone && alloc_moved(a)) a->gone = 1;
+  return !a->gone;
+}
+
+/* Frees a's memory and record (out of allocs already); CUDA's verdict.
+ * Memory that went with a reset is not freed through CUDA (a deferred free
+ * may come after a reset of another device than the current one). */
+static cudaError_t alloc_release(alloc_t* a) {
+  cudaError_t err = alloc_live(a) ? cudaFree(a->base) : cudaSuccess;
+  free(a);
+  if (err != cudaSuccess) cudaGetLastError();
+  return err;
 }
 
 /* The record whose user pointer is ptr (under alloc_lock): one of this
@@ -146,7 +155,6 @@ MPN_API(ncclResult_t, ncclMemFree, void* ptr) {
   forget_stale();
   pthread_mutex_lock(&alloc_lock);
   alloc_t* a = alloc_find(ptr);
-  if (a && !a->gone && alloc_moved(a)) a->gone = 1;
   int again = a && a->freed, windows = a ? a->windows : 0;
   if (a && !again) {
     if (windows > 0)
@@ -179,7 +187,9 @@ ncclResult_t mpn_mem_pin(struct ncclComm* comm, const char* caller, const void* 
   forget_stale();
   pthread_mutex_lock(&alloc_lock);
   alloc_t* a = allocs;
-  while (a && (a->gone || !(p >= (uintptr_t)a->base && p - (uintptr_t)a->base < a->bytes))) a = a->next;
+  /* (forget_stale saw the current device only: a record of another device
+   * that was reset holds no memory, whatever the program made there since) */
+  while (a && !(p >= (uintptr_t)a->base && p - (uintptr_t)a->base < a->bytes && alloc_live(a))) a = a->next;
   int freed = a && a->freed;
   void* user = a ? a->user : NULL; /* read here: a freed record goes with its last window */
   if (a && !freed) a->windows++;

@@ -20,7 +20,9 @@ typedef struct mpn_mem_alloc mpn_mem_alloc_t;
  * for other memory (plain cudaMalloc), which has nothing to defer.
  * Refuses, with ncclInvalidArgument and a message naming caller, buff and
  * the allocation (set on comm too), an allocation that ncclMemFree already
- * freed: its memory goes with its last window.
+ * freed: its memory goes with its last window.  A record whose memory went
+ * with a reset of its device (any device, current or not: the driver names
+ * the context of the allocation at its base) holds nothing.
  */
 ncclResult_t mpn_mem_pin(struct ncclComm* comm, const char* caller, const void* buff, mpn_mem_alloc_t** out);
 

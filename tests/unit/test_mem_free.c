@@ -239,6 +239,40 @@ START_TEST(reset_of_another_device) {
 }
 END_TEST
 
+/* The same for windows: with device 0 current, records of device 1 from
+ * before its reset, whose ncclMemFree waited for windows that outlived the
+ * reset, neither free the program's new allocation at their address when
+ * their window goes (b) nor refuse a window over it as memory ncclMemFree
+ * freed (a). */
+START_TEST(reset_of_another_device_windows) {
+  fake_driver_on = 1;
+  current_device = 1;
+  char *a = alloc_mib(), *b = alloc_mib();
+  mpn_mem_alloc_t *old_a = NULL, *old_b = NULL, *pin = NULL;
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", a, &old_a), ncclSuccess);
+  ck_assert_int_eq(mpn_mem_pin(NULL, "test", b, &old_b), ncclSuccess);
+  ck_assert_int_eq(ncclMemFree(a), ncclSuccess); /* deferred to the windows */
+  ck_assert_int_eq(ncclMemFree(b), ncclSuccess);
+  model_reset_device(1);
+  void *mine_a = NULL, *mine_b = NULL;
+  ck_assert_int_eq(cudaMalloc(&mine_a, 1 << 20), cudaSuccess);
+  ck_assert_int_eq(cudaMalloc(&mine_b, 1 << 20), cudaSuccess);
+  ck_assert(mine_a == a && mine_b == b);
+  current_device = 0;
+  mpn_mem_unpin(old_b);
+  ck_assert_msg(frees == 0, "the window of before device 1's reset freed the program's new allocation as it went");
+  ncclResult_t res = mpn_mem_pin(NULL, "ncclCommWindowRegister", mine_a, &pin);
+  ck_assert_msg(res == ncclSuccess, "a window over the program's new allocation on device 1 was refused: \"%s\"",
+                ncclGetLastError(NULL));
+  ck_assert_ptr_null(pin); /* (plain cudaMalloc memory: nothing to hold) */
+  mpn_mem_unpin(old_a);
+  ck_assert_int_eq(frees, 0);
+  ck_assert_int_eq(cudaFree(mine_a), cudaSuccess);
+  ck_assert_int_eq(cudaFree(mine_b), cudaSuccess);
+  fake_driver_on = 0;
+}
+END_TEST
+
 /* A window registration whose rank refuses its own part (it runs past its
  * allocation) while its peer never registers: the allgather runs out, and
  * no rank can have a window over the part (a peer that got it refuses it).
@@ -278,6 +312,7 @@ int main(void) {
   tcase_add_test(tc, last_window_frees);
   tcase_add_test(tc, own_refusal_lets_memory_go);
   tcase_add_test(tc, reset_of_another_device);
+  tcase_add_test(tc, reset_of_another_device_windows);
   tcase_add_test(tc, reset_forgets_records); /* (last: the model's context changes) */
   suite_add_tcase(s, tc);
   return unit_suite_run(s);

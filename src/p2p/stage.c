@@ -6,6 +6,7 @@
 #include "p2p/stage.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "core/debug.h"
@@ -69,6 +70,12 @@ ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out) {
 }
 
 static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
+  /* Rounded up to whole blocks below: a size within a block of SIZE_MAX
+   * would wrap to 0, and cudaMalloc of 0 bytes "succeeds" with NULL. */
+  if (bytes > SIZE_MAX - (MPN_IPC_BLOCK_BYTES - 1))
+    return mpn_error_set(NULL, ncclInvalidArgument,
+                         "a staging buffer of %zu bytes for a memory-pool buffer is too large (at most %zu)", bytes,
+                         SIZE_MAX - (MPN_IPC_BLOCK_BYTES - 1));
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&stage_lock);

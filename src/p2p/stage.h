@@ -16,7 +16,9 @@
 
 typedef struct mpn_stage mpn_stage_t;
 
-/** A stage of at least bytes on the current device, for one message. */
+/** A stage of at least bytes on the current device, for one message;
+ *  ncclInvalidArgument for a size that whole IPC blocks cannot hold
+ *  (within a block of SIZE_MAX). */
 ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out);
 
 /** The stage's device address. */

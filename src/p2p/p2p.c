@@ -344,15 +344,7 @@ static ncclResult_t plan_post(plan_t* p) {
   ncclResult_t bad = mpn_side_describe(p, &mine);
   ncclResult_t refused = mpn_pair_post(p->pair, p->seq, p->graph, op->capture_id, side, &mine, &p->role);
   if (refused != ncclSuccess) {
-    /* Its number is spent on this side only: the message numbering with
-     * that rank is out of step, and the peer's side of this message waits
-     * for flags nobody writes.  Both communicators are failed (the peer's
-     * through the pair).  A graph message too: the graph that holds its
-     * slot may be gone on one side only. */
-    char text[256];
-    snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
-             mpn_error_last(NULL), comm->rank, op->peer);
-    mpn_plan_report_both(p, refused, text);
+    mpn_plan_report_refused_post(p, &mine, refused);
     return refused;
   }
   p->posted = 1;

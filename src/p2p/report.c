@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/error.h"
+#include "cuda/event.h"
 #include "p2p/pair.h"
 
 /* Writes the message's "message N from rank A to rank B: " into text
@@ -28,6 +29,21 @@ void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
   mpn_pair_report(p->pair, code, text);
   mpn_error_set(p->op->comm, code, "%s", text);
   mpn_comm_set_async(p->op->comm, code);
+}
+
+/* Its number is spent on this side only: the message numbering with that
+ * rank is out of step, and the peer's side of this message waits for flags
+ * nobody writes.  Both communicators are failed (the peer's through the
+ * pair).  A graph message too: the graph that holds its slot may be gone
+ * on one side only. */
+void mpn_plan_report_refused_post(plan_t* p, const mpn_side_t* mine, ncclResult_t refused) {
+  /* Ranks of one process: the event describe recorded for this side; no
+   * peer will wait for it and give it back (p2p.c, plan_second). */
+  if (p->local) mpn_event_put(mine->event_dev, (cudaEvent_t)(uintptr_t)mine->event);
+  char text[256];
+  snprintf(text, sizeof(text), "%s; message numbering between ranks %d and %d is out of step: abort the communicator",
+           mpn_error_last(NULL), p->op->comm->rank, p->op->peer);
+  mpn_plan_report_both(p, refused, text);
 }
 
 /* Records a mismatch where both sides find it (peer through the pair). */

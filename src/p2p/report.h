@@ -16,6 +16,13 @@ static inline int mpn_plan_sides_differ(const mpn_side_t* mine, const mpn_side_t
   return mine->count != other->count || (mine->count != 0 && mine->dtype != other->dtype);
 }
 
+/** This side of p could not be posted (refused: mpn_pair_post, whose text
+ *  is the thread's last error): gives back what mpn_side_describe took for
+ *  mine that only a posted side hands on (the event of ranks of one
+ *  process), and fails both communicators, the message numbering with the
+ *  peer being out of step. */
+void mpn_plan_report_refused_post(plan_t* p, const mpn_side_t* mine, ncclResult_t refused);
+
 /** Records a count or datatype mismatch of mine and other (the peer's side)
  *  on both communicators, naming the message and both calls. */
 void mpn_plan_report_mismatch(plan_t* p, const mpn_side_t* mine, const mpn_side_t* other);

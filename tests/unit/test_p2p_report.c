@@ -1,0 +1,99 @@
+/*
+ * test_p2p_report.c - what a message's side says when it cannot move data
+ * (src/p2p/report.c), on a communicator of one rank of this process whose
+ * pair with itself is mapped in host memory: the CUDA calls of the mapping
+ * and of the event pool are stand-ins (--wrap).
+ */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "cuda/event.h"
+#include "local_comm.h"
+#include "p2p/p2p.h"
+#include "p2p/plan.h"
+#include "p2p/report.h"
+#include "run_suite.h"
+
+cudaError_t __wrap_cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  (void)ptr, (void)size, (void)flags;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaHostGetDevicePointer(void** dev, void* host, unsigned int flags) {
+  (void)flags;
+  *dev = host;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaHostUnregister(void* ptr) {
+  (void)ptr;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  (void)mode;
+  return cudaErrorNotSupported; /* nothing to give back */
+}
+/* Events are numbers; a record always succeeds. */
+static uintptr_t events_made;
+cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int flags) {
+  (void)flags;
+  *ev = (cudaEvent_t)++events_made;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  (void)ev, (void)s;
+  return cudaSuccess;
+}
+
+/* A message from the rank of comm (a communicator of one) to itself, as
+ * the launch plans it: its pair mapped, its number seq. */
+typedef struct {
+  mpn_op_t op;
+  plan_t p;
+} self_message_t;
+
+static void self_message(ncclComm_t comm, mpn_op_kind_t kind, uint64_t seq, self_message_t* m) {
+  mpn_pair_t *send = NULL, *recv = NULL;
+  ck_assert_int_eq(mpn_p2p_pairs(comm, 0, &send, &recv), ncclSuccess);
+  memset(m, 0, sizeof(*m));
+  m->op = (mpn_op_t){.kind = kind, .comm = comm, .count = 4, .dtype = ncclFloat32, .bytes = 16, .peer = 0};
+  m->p.op = &m->op;
+  m->p.pair = kind == MPN_OP_SEND ? send : recv;
+  m->p.seq = seq;
+  m->p.prepared = 1;
+}
+
+/* A post refused between ranks of one process under MPS (p2p.c,
+ * plan_post; docs/P2P.md, known problem 6): the event its description
+ * recorded goes back to the device's pool, as nobody waits for it. */
+START_TEST(refused_post_gives_its_event_back) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  self_message_t m;
+  self_message(comm, MPN_OP_SEND, 513, &m);
+  m.p.local = 1;
+  mpn_side_t mine = {.count = 4, .dtype = ncclFloat32, .event_dev = 0};
+  cudaEvent_t ev = NULL;
+  ck_assert(mpn_event_mark(0, NULL, &ev));
+  mine.event = (uint64_t)(uintptr_t)ev;
+  ck_assert_int_eq(mpn_event_out(0), 1);
+  ncclResult_t refused = mpn_error_set(NULL, ncclInvalidUsage, "more than 512 messages outstanding");
+  mpn_plan_report_refused_post(&m.p, &mine, refused);
+  ck_assert_msg(mpn_event_out(0) == 0, "%d event(s) of device 0 held after a refused post", mpn_event_out(0));
+  ncclResult_t async = ncclSuccess;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(comm), "is out of step: abort the communicator"));
+}
+END_TEST
+
+int main(void) {
+  Suite* s = suite_create("p2p_report");
+  TCase* tc = tcase_create("self");
+  tcase_add_test(tc, refused_post_gives_its_event_back);
+  suite_add_tcase(s, tc);
+  return unit_suite_run_forked(s);
+}

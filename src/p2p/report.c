@@ -25,8 +25,16 @@ static size_t plan_message_head(const plan_t* p, char* text, size_t size) {
   return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
+/* Leaves text for the message's other side, unless that side is this
+ * communicator (a rank to itself), which has it already: it polls the same
+ * pair (mpn_p2p_poll_errors) and would take it as a second report, later
+ * than and over whatever error came since. */
+static void tell_peer(plan_t* p, ncclResult_t code, const char* text) {
+  if (p->op->peer != p->op->comm->rank) mpn_pair_report(p->pair, code, text);
+}
+
 void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
-  mpn_pair_report(p->pair, code, text);
+  tell_peer(p, code, text);
   mpn_error_set(p->op->comm, code, "%s", text);
   mpn_comm_set_async(p->op->comm, code);
 }
@@ -77,7 +85,7 @@ void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {
   size_t n = plan_message_head(p, text, sizeof(text));
   snprintf(text + n, sizeof(text) - n, "rank %d could not use the buffers and moved no data (%s)", op->comm->rank,
            ncclGetErrorString(res));
-  mpn_pair_report(p->pair, ncclRemoteError, text);
+  tell_peer(p, ncclRemoteError, text);
   mpn_comm_set_async(op->comm, res);
 }
 

@@ -55,7 +55,9 @@ typedef struct {
   plan_t p;
 } self_message_t;
 
-static void self_message(ncclComm_t comm, mpn_op_kind_t kind, uint64_t seq, self_message_t* m) {
+static ncclComm_t self_message(mpn_op_kind_t kind, uint64_t seq, self_message_t* m) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
   mpn_pair_t *send = NULL, *recv = NULL;
   ck_assert_int_eq(mpn_p2p_pairs(comm, 0, &send, &recv), ncclSuccess);
   memset(m, 0, sizeof(*m));
@@ -64,16 +66,25 @@ static void self_message(ncclComm_t comm, mpn_op_kind_t kind, uint64_t seq, self
   m->p.pair = kind == MPN_OP_SEND ? send : recv;
   m->p.seq = seq;
   m->p.prepared = 1;
+  return comm;
+}
+
+/* After ncclCommGetAsyncError, which takes in what the pairs hold for
+ * comm: its asynchronous error is code and its last error holds text. */
+static void expect_after_poll(ncclComm_t comm, ncclResult_t code, const char* text) {
+  ncclResult_t async = ncclSuccess;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  const char* last = ncclGetLastError(comm);
+  ck_assert_msg(async == code && strstr(last, text) != NULL,
+                "asynchronous error %d, last error \"%s\"; expected %d and \"%s\"", (int)async, last, (int)code, text);
 }
 
 /* A post refused between ranks of one process under MPS (p2p.c,
  * plan_post; docs/P2P.md, known problem 6): the event its description
  * recorded goes back to the device's pool, as nobody waits for it. */
 START_TEST(refused_post_gives_its_event_back) {
-  use_local_bootstrap();
-  ncclComm_t comm = comm_of_one();
   self_message_t m;
-  self_message(comm, MPN_OP_SEND, 513, &m);
+  ncclComm_t comm = self_message(MPN_OP_SEND, 513, &m);
   m.p.local = 1;
   mpn_side_t mine = {.count = 4, .dtype = ncclFloat32, .event_dev = 0};
   cudaEvent_t ev = NULL;
@@ -83,10 +94,33 @@ START_TEST(refused_post_gives_its_event_back) {
   ncclResult_t refused = mpn_error_set(NULL, ncclInvalidUsage, "more than 512 messages outstanding");
   mpn_plan_report_refused_post(&m.p, &mine, refused);
   ck_assert_msg(mpn_event_out(0) == 0, "%d event(s) of device 0 held after a refused post", mpn_event_out(0));
-  ncclResult_t async = ncclSuccess;
-  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
-  ck_assert_int_eq(async, ncclInvalidUsage);
-  ck_assert_ptr_nonnull(strstr(ncclGetLastError(comm), "is out of step: abort the communicator"));
+  expect_after_poll(comm, ncclInvalidUsage, "is out of step: abort the communicator");
+}
+END_TEST
+
+/* A count mismatch between a rank's send to itself and its receive from
+ * itself is its communicator's error once: an error that came after it
+ * stays the last error when ncclCommGetAsyncError asks the pairs. */
+START_TEST(self_mismatch_reported_once) {
+  self_message_t m;
+  ncclComm_t comm = self_message(MPN_OP_RECV, 1, &m);
+  mpn_side_t mine = {.count = 4, .dtype = ncclFloat32}, other = {.count = 8, .dtype = ncclFloat32};
+  mpn_plan_report_mismatch(&m.p, &mine, &other);
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(comm), "ncclSend of 8 x ncclFloat32, ncclRecv of 4 x ncclFloat32"));
+  mpn_error_set(comm, ncclInvalidArgument, "a later error");
+  expect_after_poll(comm, ncclInvalidUsage, "a later error"); /* (not the mismatch reported again over it) */
+}
+END_TEST
+
+/* A rank's own buffer refused in a message to itself: its text and code
+ * stay (the pair would have told it "ncclRemoteError: rank 0 could not use
+ * the buffers", as if another rank had failed). */
+START_TEST(self_refused_buffer_stays_its_own) {
+  self_message_t m;
+  ncclComm_t comm = self_message(MPN_OP_SEND, 1, &m);
+  ncclResult_t bad = mpn_error_set(comm, ncclInvalidArgument, "ncclSend: sendbuff runs past the end");
+  mpn_plan_report_failed_move(&m.p, bad);
+  expect_after_poll(comm, ncclInvalidArgument, "ncclSend: sendbuff runs past the end");
 }
 END_TEST
 
@@ -94,6 +128,8 @@ int main(void) {
   Suite* s = suite_create("p2p_report");
   TCase* tc = tcase_create("self");
   tcase_add_test(tc, refused_post_gives_its_event_back);
+  tcase_add_test(tc, self_mismatch_reported_once);
+  tcase_add_test(tc, self_refused_buffer_stays_its_own);
   suite_add_tcase(s, tc);
   return unit_suite_run_forked(s);
 }

@@ -178,11 +178,15 @@ static pthread_once_t marks_key_once = PTHREAD_ONCE_INIT;
 
 static void marks_key_make(void) { marks_key_made = pthread_key_create(&marks_key, free) == 0; }
 
-void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too) {
+ncclResult_t mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too) {
   if (n_marks == cap_marks) {
     int cap = cap_marks ? 2 * cap_marks : 16;
     group_mark_t* grown = realloc(marks, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) return; /* left out of the waits, as a failed record */
+    if (grown == NULL) /* (unlisted, the stream would be left out of the finalize's waits) */
+      return mpn_error_set(comm, ncclSystemError,
+                           "out of memory listing rank %d's work on stream %p for ncclCommFinalize to wait for (%d "
+                           "marks): the group was not launched",
+                           comm->rank, (void*)s, cap);
     marks = grown;
     cap_marks = cap;
     pthread_once(&marks_key_once, marks_key_make);
@@ -192,6 +196,7 @@ void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long i
   for (int i = 0; i < n_marks; i++)
     if (marks[i].s == s) shared = marks[i].shared = 1;
   marks[n_marks++] = (group_mark_t){comm, s, id, rma_too, shared, 0, 0};
+  return ncclSuccess;
 }
 
 static group_mark_t* mark_of(cudaStream_t s) {

@@ -24,9 +24,11 @@ struct ncclComm;
  * Before a group's launch, in the launching thread: comm's operations go to s
  * (not a capturing stream: a graph's work is the graph's owner's to wait
  * for), whose mpn_cuda_stream_id is id; rma_too: one-sided operations of
- * the group use s too (they are issued after send/receive).
+ * the group use s too (they are issued after send/receive).  ncclSystemError
+ * (comm's text set) when s cannot be listed for want of memory: the group
+ * must not be launched then, as comm's finalize would not wait for it.
  */
-void mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too);
+ncclResult_t mpn_drain_begin(struct ncclComm* comm, cudaStream_t s, unsigned long long id, int rma_too);
 
 /**
  * For the flag kernel or memory-operation batch that is the last thing a

@@ -154,16 +154,18 @@ static ncclResult_t capture_check(mpn_op_t* lists[2], int dev) {
 
 /* Before the launch: each stream a communicator's operations go to, once,
  * for its finalize's mark (drain.h); a capturing stream's work is the
- * graph's (capture_check told which).  dev as capture_check's. */
-static void work_begin(mpn_op_t* lists[2], int dev) {
+ * graph's (capture_check told which).  dev as capture_check's.  Fails
+ * (out of memory) before anything is posted. */
+static ncclResult_t work_begin(mpn_op_t* lists[2], int dev) {
+  ncclResult_t res = ncclSuccess;
   int current = dev; /* stream ids on each comm's device */
   struct {
     struct ncclComm* comm;
     cudaStream_t s;
   } seen[16]; /* beyond that many pairs one may be begun twice: it then takes an event */
   int n = 0;
-  for (int k = 0; k < 2; k++)
-    for (mpn_op_t* op = lists[k]; op; op = op->next) {
+  for (int k = 0; k < 2 && res == ncclSuccess; k++)
+    for (mpn_op_t* op = lists[k]; op && res == ncclSuccess; op = op->next) {
       if (op->capturing) continue;
       int i = 0;
       while (i < n && (seen[i].comm != op->comm || seen[i].s != op->stream)) i++;
@@ -175,9 +177,10 @@ static void work_begin(mpn_op_t* lists[2], int dev) {
       int rma_too = k == 1;
       for (mpn_op_t* r = lists[1]; r && !rma_too; r = r->next) rma_too = r->stream == op->stream;
       mpn_cuda_switch_device(&current, op->comm->cuda_dev);
-      mpn_drain_begin(op->comm, op->stream, mpn_op_stream_id(op), rma_too);
+      res = mpn_drain_begin(op->comm, op->stream, mpn_op_stream_id(op), rma_too);
     }
   if (dev >= 0) mpn_cuda_switch_device(&current, dev);
+  return res;
 }
 
 /* Whether a held comm still takes work: finalized (by another thread, or
@@ -251,13 +254,16 @@ static ncclResult_t ops_launch(mpn_op_t* ops) {
   if (res != ncclSuccess) mpn_alias_join(&alias); /* (nothing was issued on the aliases) */
   if (res == ncclSuccess) {
     if (dev < 0) dev = mpn_cuda_device_enter(-1);
-    /* Both always run once checked: send/receive may report an error after
-     * posting everything, and a signal left out would leave its peer behind. */
-    work_begin(lists, dev);
-    ncclResult_t sent = p2p ? mpn_p2p_launch(p2p, dev) : ncclSuccess;
-    ncclResult_t put = rma ? mpn_rma_launch(rma, dev) : ncclSuccess;
-    res = sent != ncclSuccess ? sent : put;
-    mpn_drain_end(dev);
+    /* Both always run once checked and listed for the drain: send/receive
+     * may report an error after posting everything, and a signal left out
+     * would leave its peer behind. */
+    res = work_begin(lists, dev);
+    if (res == ncclSuccess) {
+      ncclResult_t sent = p2p ? mpn_p2p_launch(p2p, dev) : ncclSuccess;
+      ncclResult_t put = rma ? mpn_rma_launch(rma, dev) : ncclSuccess;
+      res = sent != ncclSuccess ? sent : put;
+    }
+    mpn_drain_end(dev); /* (after a failed begin: marks of streams where nothing new was enqueued) */
     mpn_keep(&res, mpn_alias_join(&alias));
   }
   mpn_ipc_closer_launch_end(gated);

@@ -648,12 +648,14 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
     pairs_in(peers, peer, pairs);
     for (int k = 0; k < 2; k++) {
       if (pairs[k] == NULL) continue;
-      uint64_t errors = __atomic_load_n(&pairs[k]->mem->errors, __ATOMIC_ACQUIRE);
+      /* (k: this rank's side of pairs[k], MPN_SIDE_SEND of its pair to peer) */
+      const mpn_pair_error_t* e = &pairs[k]->mem->error[k];
+      uint64_t errors = __atomic_load_n(&e->count, __ATOMIC_ACQUIRE);
       /* (threads may poll at once, comm.c's comm_failed: one reports each error) */
       if (__atomic_exchange_n(&ps->errors_seen[k], errors, __ATOMIC_ACQ_REL) == errors) continue;
-      ncclResult_t code = (ncclResult_t)__atomic_load_n(&pairs[k]->mem->error_code, __ATOMIC_RELAXED);
+      ncclResult_t code = (ncclResult_t)__atomic_load_n(&e->code, __ATOMIC_RELAXED);
       if (code == ncclSuccess) code = ncclInvalidUsage;
-      mpn_error_set(comm, code, "%s", pairs[k]->mem->error);
+      mpn_error_set(comm, code, "%s", e->text);
       if (__atomic_load_n(&pairs[k]->mem->aborted, __ATOMIC_ACQUIRE))
         mpn_comm_set_broken(comm, code); /* its flags are released: later messages would move nothing */
       else
@@ -738,7 +740,7 @@ void mpn_p2p_abort(struct ncclComm* comm) {
     if (pairs[0] == NULL && pairs[1] == NULL) continue;
     mpn_p2p_mark_aborted(comm, peer); /* (done at the abort's start already; before the report the peer polls) */
     for (int k = 0; k < 2; k++)
-      if (peer != comm->rank && pairs[k]) mpn_pair_report(pairs[k], ncclRemoteError, text);
+      if (peer != comm->rank && pairs[k]) mpn_pair_report(pairs[k], k ^ 1, ncclRemoteError, text); /* (k: our side) */
     mpn_p2p_release_peer(comm, peer);
   }
 }

@@ -273,7 +273,7 @@ static void pair_tell_creator(mpn_pair_t* p, ncclResult_t res) {
   if (p->created || p->mem == NULL) return;
   char text[256];
   snprintf(text, sizeof(text), "the peer could not set up %s: %s", p->name, mpn_error_last(NULL));
-  mpn_pair_report(p, res == ncclSuccess ? ncclRemoteError : res, text);
+  mpn_pair_report(p, MPN_PAIR_TO_BOTH, res == ncclSuccess ? ncclRemoteError : res, text); /* (its side unknown here) */
   __atomic_store_n(&p->mem->aborted, 1, __ATOMIC_RELEASE);
 }
 
@@ -719,11 +719,14 @@ void mpn_pair_consume(mpn_pair_t* pair, uint64_t seq, int graph) {
   __atomic_fetch_or(&s->state, (uint64_t)MPN_SLOT_DONE, __ATOMIC_RELEASE);
 }
 
-void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text) {
-  mpn_pair_mem_t* mem = pair->mem;
-  snprintf(mem->error, sizeof(mem->error), "%s", text);
-  __atomic_store_n(&mem->error_code, (uint32_t)code, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&mem->errors, 1, __ATOMIC_RELEASE);
+void mpn_pair_report(mpn_pair_t* pair, int to_side, ncclResult_t code, const char* text) {
+  for (int side = 0; side < 2; side++) {
+    if (to_side != MPN_PAIR_TO_BOTH && side != to_side) continue;
+    mpn_pair_error_t* e = &pair->mem->error[side];
+    snprintf(e->text, sizeof(e->text), "%s", text);
+    __atomic_store_n(&e->code, (uint32_t)code, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->count, 1, __ATOMIC_RELEASE);
+  }
 }
 
 /* Device flags and signals are written with copies on the device's service

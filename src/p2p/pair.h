@@ -96,11 +96,20 @@ typedef struct {
 /* Where the pair's stream flags live, as published by the file's creator. */
 enum { MPN_FLAGS_UNSET = 0, MPN_FLAGS_HOST = 1, MPN_FLAGS_DEVICE = 2, MPN_FLAGS_FAILED = 3 };
 
+/** Errors left for one side of a pair by the other (mpn_pair_report). */
 typedef struct {
-  char error[256]; /**< last error, for the other side's ncclGetLastError */
-  uint64_t errors; /**< errors reported on this pair (mismatches, failed mappings) */
+  char text[256]; /**< the last one, for that side's ncclGetLastError */
+  uint64_t count; /**< how many were left (mismatches, failed mappings) */
+  uint32_t code;  /**< ncclResult_t of the last one */
+  uint32_t pad;
+} mpn_pair_error_t;
+
+typedef struct {
+  /** [side] (MPN_SIDE_*): what the other side left for it.  Apart, so that
+   *  a side that polls the pair never takes its own report for its peer's. */
+  mpn_pair_error_t error[2];
   uint32_t flags_where;             /**< MPN_FLAGS_*, set last by the creator */
-  uint32_t error_code;              /**< ncclResult_t of the last error */
+  uint32_t pad0;
   uint64_t flags_owner;              /**< device flags: the creator's process ... */
   mpn_ipc_desc_t flags_desc;         /**< ... and its allocation */
   uint32_t name_gone;                /**< the second side unlinked the file's name (pair.c) */
@@ -333,9 +342,14 @@ static inline CUdeviceptr mpn_pair_flag(const mpn_pair_t* pair, uint64_t seq, in
   return pair->dev + (CUdeviceptr)(host - (const char*)pair->mem);
 }
 
-/** Leaves an error (code and text) for the pair's other process, which
- * folds it into its communicator's (mpn_p2p_poll_errors). */
-void mpn_pair_report(mpn_pair_t* pair, ncclResult_t code, const char* text);
+/** mpn_pair_report's to_side for a teller that does not know its side. */
+#define MPN_PAIR_TO_BOTH 2
+
+/** Leaves an error (code and text) for side to_side of the pair (MPN_SIDE_*,
+ * the reporter's other side; MPN_PAIR_TO_BOTH: either), which folds it into
+ * its communicator's (mpn_p2p_poll_errors).  A rank's pair with itself is
+ * polled as both sides: its own errors are not left there. */
+void mpn_pair_report(mpn_pair_t* pair, int to_side, ncclResult_t code, const char* text);
 
 /**
  * Satisfies every wait on the pair, of either side (a peer gone, an abort):

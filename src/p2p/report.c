@@ -30,7 +30,7 @@ static size_t plan_message_head(const plan_t* p, char* text, size_t size) {
  * pair (mpn_p2p_poll_errors) and would take it as a second report, later
  * than and over whatever error came since. */
 static void tell_peer(plan_t* p, ncclResult_t code, const char* text) {
-  if (p->op->peer != p->op->comm->rank) mpn_pair_report(p->pair, code, text);
+  if (p->op->peer != p->op->comm->rank) mpn_pair_report(p->pair, plan_side(p) ^ 1, code, text);
 }
 
 void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {

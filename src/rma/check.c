@@ -186,7 +186,8 @@ static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, in
                   : "whose CUDA graph is not destroyed on this side, or (over UCX) whose last replay's signal the "
                     "peer did not take, within MPINCCL_AHEAD_TIMEOUT (or a communicator failed): signal numbering "
                     "with that rank is out of step, abort the communicator");
-  if (pair) mpn_pair_report(pair, ncclInvalidUsage, text);
+  if (pair && peer != op->comm->rank)
+    mpn_pair_report(pair, send ? MPN_SIDE_RECV : MPN_SIDE_SEND, ncclInvalidUsage, text);
   mpn_comm_set_async(op->comm, ncclInvalidUsage);
   return MPN_REFUSE(op->comm, ncclInvalidUsage, "%s", text);
 }

@@ -644,7 +644,10 @@ static ncclResult_t tell_peer_failed(launch_t* l, mpn_op_t* op, int peer, void* 
            "rank %d could not issue a group of one-sided calls with rank %d (%s): not every signal of that "
            "group went, nor every wait; abort the communicator",
            op->comm->rank, peer, (const char*)arg);
-  mpn_pair_report(op->kind == MPN_OP_WAIT_SIGNAL ? from : to, ncclRemoteError, text);
+  if (op->kind == MPN_OP_WAIT_SIGNAL)
+    mpn_pair_report(from, MPN_SIDE_SEND, ncclRemoteError, text);
+  else
+    mpn_pair_report(to, MPN_SIDE_RECV, ncclRemoteError, text);
   return ncclSuccess;
 }
 

@@ -1,8 +1,8 @@
 /*
  * test_p2p_report.c - what a message's side says when it cannot move data
- * (src/p2p/report.c), on a communicator of one rank of this process whose
- * pair with itself is mapped in host memory: the CUDA calls of the mapping
- * and of the event pool are stand-ins (--wrap).
+ * (src/p2p/report.c), on communicators of one and of two ranks of this
+ * process whose pairs are mapped in host memory: the CUDA calls of the
+ * mapping and of the event pool are stand-ins (--wrap).
  */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -48,24 +48,29 @@ cudaError_t __wrap_cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
   return cudaSuccess;
 }
 
-/* A message from the rank of comm (a communicator of one) to itself, as
- * the launch plans it: its pair mapped, its number seq. */
+/* A message of a communicator's rank with peer, as the launch plans it:
+ * its pairs mapped, its number seq. */
 typedef struct {
   mpn_op_t op;
   plan_t p;
-} self_message_t;
+} message_t;
 
-static ncclComm_t self_message(mpn_op_kind_t kind, uint64_t seq, self_message_t* m) {
-  use_local_bootstrap();
-  ncclComm_t comm = comm_of_one();
+static void message_of(ncclComm_t comm, int peer, mpn_op_kind_t kind, uint64_t seq, message_t* m) {
   mpn_pair_t *send = NULL, *recv = NULL;
-  ck_assert_int_eq(mpn_p2p_pairs(comm, 0, &send, &recv), ncclSuccess);
+  ck_assert_int_eq(mpn_p2p_pairs(comm, peer, &send, &recv), ncclSuccess);
   memset(m, 0, sizeof(*m));
-  m->op = (mpn_op_t){.kind = kind, .comm = comm, .count = 4, .dtype = ncclFloat32, .bytes = 16, .peer = 0};
+  m->op = (mpn_op_t){.kind = kind, .comm = comm, .count = 4, .dtype = ncclFloat32, .bytes = 16, .peer = peer};
   m->p.op = &m->op;
   m->p.pair = kind == MPN_OP_SEND ? send : recv;
   m->p.seq = seq;
   m->p.prepared = 1;
+}
+
+/* The same from the rank of a new communicator of one to itself. */
+static ncclComm_t self_message(mpn_op_kind_t kind, uint64_t seq, message_t* m) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one();
+  message_of(comm, 0, kind, seq, m);
   return comm;
 }
 
@@ -83,7 +88,7 @@ static void expect_after_poll(ncclComm_t comm, ncclResult_t code, const char* te
  * plan_post; docs/P2P.md, known problem 6): the event its description
  * recorded goes back to the device's pool, as nobody waits for it. */
 START_TEST(refused_post_gives_its_event_back) {
-  self_message_t m;
+  message_t m;
   ncclComm_t comm = self_message(MPN_OP_SEND, 513, &m);
   m.p.local = 1;
   mpn_side_t mine = {.count = 4, .dtype = ncclFloat32, .event_dev = 0};
@@ -102,7 +107,7 @@ END_TEST
  * itself is its communicator's error once: an error that came after it
  * stays the last error when ncclCommGetAsyncError asks the pairs. */
 START_TEST(self_mismatch_reported_once) {
-  self_message_t m;
+  message_t m;
   ncclComm_t comm = self_message(MPN_OP_RECV, 1, &m);
   mpn_side_t mine = {.count = 4, .dtype = ncclFloat32}, other = {.count = 8, .dtype = ncclFloat32};
   mpn_plan_report_mismatch(&m.p, &mine, &other);
@@ -116,11 +121,32 @@ END_TEST
  * stay (the pair would have told it "ncclRemoteError: rank 0 could not use
  * the buffers", as if another rank had failed). */
 START_TEST(self_refused_buffer_stays_its_own) {
-  self_message_t m;
+  message_t m;
   ncclComm_t comm = self_message(MPN_OP_SEND, 1, &m);
   ncclResult_t bad = mpn_error_set(comm, ncclInvalidArgument, "ncclSend: sendbuff runs past the end");
   mpn_plan_report_failed_move(&m.p, bad);
   expect_after_poll(comm, ncclInvalidArgument, "ncclSend: sendbuff runs past the end");
+}
+END_TEST
+
+/* A mismatch the receiving rank finds is told to the sending rank through
+ * their pair, and is the receiver's error once: it maps that pair too. */
+START_TEST(peer_mismatch_told_once) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comms[2];
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommInitRank(&comms[i], 2, id, i), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  message_t sent, received;
+  message_of(comms[0], 1, MPN_OP_SEND, 1, &sent);
+  message_of(comms[1], 0, MPN_OP_RECV, 1, &received);
+  mpn_side_t mine = {.count = 4, .dtype = ncclFloat32}, other = {.count = 8, .dtype = ncclFloat32};
+  mpn_plan_report_mismatch(&received.p, &mine, &other);
+  mpn_error_set(comms[1], ncclInvalidArgument, "a later error");
+  expect_after_poll(comms[1], ncclInvalidUsage, "a later error");
+  expect_after_poll(comms[0], ncclInvalidUsage, "ncclSend of 8 x ncclFloat32, ncclRecv of 4 x ncclFloat32");
 }
 END_TEST
 
@@ -130,6 +156,7 @@ int main(void) {
   tcase_add_test(tc, refused_post_gives_its_event_back);
   tcase_add_test(tc, self_mismatch_reported_once);
   tcase_add_test(tc, self_refused_buffer_stays_its_own);
+  tcase_add_test(tc, peer_mismatch_told_once);
   suite_add_tcase(s, tc);
   return unit_suite_run_forked(s);
 }

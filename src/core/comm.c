@@ -310,6 +310,12 @@ static void comm_free(struct ncclComm* comm, int abort) {
 
 void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }
 
+void mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t res, const char* text) {
+  int ok = ncclSuccess;
+  mpn_error_set(comm, res, "%s", text);
+  __atomic_compare_exchange_n(&comm->async_error, &ok, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 /* A data call on comm after a peer was found gone or aborted: refused, as
  * NCCL refuses one on a communicator with an asynchronous error.  Flags
  * shared with that peer are released, so the call would complete and move
@@ -430,7 +436,9 @@ static ncclResult_t get_async_error(struct ncclComm* comm, ncclResult_t* asyncEr
   int state = __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE);
   (void)comm_failed(comm);
   ncclResult_t res = mpn_comm_async(comm);
-  if (res == ncclSuccess && mpn_win_async_pending(comm)) res = ncclInProgress; /* a window call under way */
+  /* A window call, or a split without a color, under way. */
+  if (res == ncclSuccess && (mpn_win_async_pending(comm) || __atomic_load_n(&comm->split_pending, __ATOMIC_ACQUIRE)))
+    res = ncclInProgress;
   /* A finalize that has not returned ncclSuccess yet (non-blocking), for at
    * most MPINCCL_FINALIZE_TIMEOUT seconds if set. */
   if (res == ncclSuccess && state == MPN_COMM_FINALIZED && !mpn_drain_done(comm)) {

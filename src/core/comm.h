@@ -112,6 +112,8 @@ struct ncclComm {
   int closing;  /**< atomic: a destroy or abort has taken the freeing of this comm (comm.c) */
   int launches; /**< group launches in flight that use this comm (group.c): freeing waits for them */
   int win_pending;                       /**< window calls of a non-blocking comm still running (rma/winasync.c) */
+  int split_pending;                     /**< its non-blocking splits without a color still running in the
+                                              background (init.c): ncclCommGetAsyncError answers ncclInProgress */
   mpn_order_t split_order;               /**< splits of this comm run one at a time, in call order (init.c) */
   volatile int* split_abort;             /**< the abort flag of the child whose split runs now (its waits watch
                                               it), under split_order's lock (init.c) */
@@ -203,6 +205,11 @@ void mpn_comm_release(struct ncclComm* comm);
 static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
   __atomic_store_n(&comm->async_error, (int)res, __ATOMIC_RELEASE);
 }
+
+/** A background call of comm failed (a window call, a split without a
+ *  color): res becomes its asynchronous result unless an earlier one is
+ *  there, and text (the call's reason) its last error. */
+void mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t res, const char* text);
 
 /** A peer was found gone or aborted (code: ncclRemoteError, ncclTimeout):
  *  the asynchronous result, and data calls refused from here on, naming

@@ -372,12 +372,22 @@ static void* job_main(void* arg) {
   return (void*)(intptr_t)res;
 }
 
-/* A split without a color has no communicator to join it: it frees itself. */
+/* A split without a color has no communicator to join it: it frees itself.
+ * Its parent, held until the job's release, answers ncclInProgress to
+ * ncclCommGetAsyncError until it is done (split_pending, taken by
+ * jobs_background), then its failure, as NCCL's parent of a non-blocking
+ * split does: nothing else could tell the caller. */
 static void* job_main_detached(void* arg) {
+  mpn_init_job_t* job = arg;
+  struct ncclComm* parent = job->parent;
   mpn_chan_worker_begin();
-  mpn_init_job_run(arg);
+  ncclResult_t res = job_run(job);
+  job->result = res;
+  if (res != ncclSuccess) mpn_comm_fail_async(parent, res, job->error);
+  __atomic_sub_fetch(&parent->split_pending, 1, __ATOMIC_ACQ_REL);
+  mpn_init_job_release(job);
   mpn_chan_worker_end();
-  free(arg);
+  free(job);
   return NULL;
 }
 
@@ -425,9 +435,11 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
       continue;
     }
     if (first == ncclSuccess) first = ncclInProgress;
+    if (job->comm == NULL) __atomic_add_fetch(&job->parent->split_pending, 1, __ATOMIC_ACQ_REL);
     pthread_t t;
     int err = pthread_create(&t, NULL, job->comm ? job_main : job_main_detached, job);
     if (err != 0) {
+      if (job->comm == NULL) __atomic_sub_fetch(&job->parent->split_pending, 1, __ATOMIC_ACQ_REL);
       ncclResult_t res = job_not_started(job, err);
       if (job->comm) {
         __atomic_store_n(&job->comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);

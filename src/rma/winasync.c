@@ -26,14 +26,6 @@ int mpn_win_async_pending(const struct ncclComm* comm) {
   return __atomic_load_n(&comm->win_pending, __ATOMIC_ACQUIRE) > 0;
 }
 
-/* A background call's failure: the communicator's first asynchronous error,
- * with the call's text. */
-static void async_fail(struct ncclComm* comm, ncclResult_t res, const char* text) {
-  int ok = ncclSuccess;
-  mpn_error_set(comm, res, "%s", text);
-  __atomic_compare_exchange_n(&comm->async_error, &ok, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
 /* A background thread's start: below MPI_THREAD_MULTIPLE its MPI calls go
  * through the threads that poll (ncclCommGetAsyncError drives them, as for
  * a creation); a new thread has no CUDA context until it sets a device. */
@@ -55,7 +47,7 @@ static void* async_main(void* arg) {
   struct ncclComm* comm = job->comm;
   async_begin(comm);
   ncclResult_t res = mpn_win_jobs_run(job); /* (frees job) */
-  if (res != ncclSuccess) async_fail(comm, res, mpn_error_last(NULL));
+  if (res != ncclSuccess) mpn_comm_fail_async(comm, res, mpn_error_last(NULL));
   mpn_chan_worker_end();
   async_done(comm);
   return NULL;
@@ -123,7 +115,7 @@ static void* group_main(void* arg) {
     /* (not a call of a group that failed: the group returned its error) */
     while (job && (job->comm != g->comms[i] || job->result == ncclSuccess || job->forced != ncclSuccess))
       job = job->next;
-    if (job) async_fail(g->comms[i], job->result, job->error);
+    if (job) mpn_comm_fail_async(g->comms[i], job->result, job->error);
   }
   mpn_win_jobs_free(g->jobs);
   mpn_chan_worker_end();

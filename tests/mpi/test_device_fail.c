@@ -1,9 +1,11 @@
 /*
  * test_device_fail.c - a rank whose creation cannot set its CUDA device
- * (mpincclCommInitMPI, ncclCommSplit with and without a color) gets that
- * failure, and its peers are told at once (ncclRemoteError naming it), not
- * at MPINCCL_BOOTSTRAP_TIMEOUT (ncclTimeout); a split on its parent's
- * device leaves the caller's current device as it was.  No GPU: the device
+ * (mpincclCommInitMPI, ncclCommSplit with and without a color, also a
+ * non-blocking one without: through its parent where it ran in the
+ * background) gets that failure, and its peers are told at once
+ * (ncclRemoteError naming it), not at MPINCCL_BOOTSTRAP_TIMEOUT
+ * (ncclTimeout); a split on its parent's device leaves the caller's
+ * current device as it was.  No GPU: the device
  * calls are stand-ins, wrapped at link time (Makefile.am).
  */
 #include <stdio.h>
@@ -115,23 +117,54 @@ static void test_init_mpi(int blocking) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* A split of a host-only parent; rank FAULTY splits with faulty_color, the
- * others with color 0.  A split's device is its parent's: rank FAULTY's
- * parent says device 0 for the split's call. */
-static void test_split(int faulty_color) {
+/* How rank FAULTY splits: blocking; non-blocking, run in the call (its
+ * parent has no other rank in this process, below MPI_THREAD_MULTIPLE);
+ * non-blocking, run in the background (its parent said to have two ranks
+ * here: a thread of its own, whose MPI work the parent's polls do). */
+enum { SPLIT_BLOCKING, SPLIT_INLINE, SPLIT_BACKGROUND };
+
+/* Rank FAULTY's split without a color, not blocking: its failure, which
+ * no communicator of its own keeps, is the call's (run in it) or, run in
+ * the background, the parent's asynchronous error once
+ * ncclCommGetAsyncError stops answering ncclInProgress, with the device's
+ * text.  faulty stays set until then: the thread sets the device. */
+static void expect_nocolor_failure(ncclComm_t parent, ncclResult_t res, int how) {
+  if (how == SPLIT_BACKGROUND) {
+    EXPECT(res == ncclInProgress);
+    while (res == ncclInProgress && ncclCommGetAsyncError(parent, &res) == ncclSuccess) continue;
+  }
+  EXPECT(res == ncclUnhandledCudaError);
+  const char* text = ncclGetLastError(how == SPLIT_BACKGROUND ? parent : NULL);
+  EXPECT(strstr(text, "cudaSetDevice(0) failed") != NULL);
+}
+
+/* A split of a host-only parent; rank FAULTY splits with faulty_color, how
+ * says, the others with color 0, blocking.  A split's device is its
+ * parent's: rank FAULTY's parent says device 0 for the split's call. */
+static void test_split(int faulty_color, int how) {
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   ncclComm_t parent = NULL;
   EXPECT_OK(mpincclCommInitMPI(&parent, dup, NULL));
   if (parent == NULL) MPI_Abort(MPI_COMM_WORLD, 1); /* (its peers would wait in the split) */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = how == SPLIT_BLOCKING;
+  int nocolor_here = faulty_color == NCCL_SPLIT_NOCOLOR && world_rank == FAULTY;
   if (world_rank == FAULTY) parent->cuda_dev = 0;
+  if (world_rank == FAULTY && how == SPLIT_BACKGROUND) parent->topo.n_same_process = 2;
   faulty = 1;
   ncclComm_t child = (ncclComm_t)0x1;
   double start = now_s();
-  ncclResult_t res = ncclCommSplit(parent, world_rank == FAULTY ? faulty_color : 0, world_rank, &child, NULL);
+  ncclResult_t res = ncclCommSplit(parent, world_rank == FAULTY ? faulty_color : 0, world_rank, &child,
+                                   world_rank == FAULTY ? &cfg : NULL);
   double secs = now_s() - start;
+  if (nocolor_here && how != SPLIT_BLOCKING) {
+    EXPECT(child == NULL);
+    expect_nocolor_failure(parent, res, how);
+  }
   faulty = 0;
   parent->cuda_dev = -1;
+  parent->topo.n_same_process = 1;
   if (faulty_color == NCCL_SPLIT_NOCOLOR && world_rank != FAULTY) { /* not its communicator: made at once */
     int n = 0;
     EXPECT_OK(res);
@@ -139,7 +172,7 @@ static void test_split(int faulty_color) {
     EXPECT_OK(ncclCommCount(child, &n));
     EXPECT(n == world_size - 1);
     EXPECT_OK(ncclCommDestroy(child));
-  } else {
+  } else if (!nocolor_here || how == SPLIT_BLOCKING) {
     expect_told(res, ncclGetLastError(NULL), secs);
     EXPECT(child == NULL);
   }
@@ -188,8 +221,10 @@ int main(int argc, char** argv) {
   EXPECT_OK(mpn_params_reload());
   test_init_mpi(1);
   test_init_mpi(0);
-  test_split(0);
-  test_split(NCCL_SPLIT_NOCOLOR);
+  test_split(0, SPLIT_BLOCKING);
+  test_split(NCCL_SPLIT_NOCOLOR, SPLIT_BLOCKING);
+  test_split(NCCL_SPLIT_NOCOLOR, SPLIT_INLINE);
+  test_split(NCCL_SPLIT_NOCOLOR, SPLIT_BACKGROUND);
   test_split_keeps_device();
   return mpi_test_finish(world_rank, "test_device_fail: %d ranks, ", world_size);
 }

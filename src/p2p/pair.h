@@ -46,8 +46,9 @@ typedef struct {
   uint64_t bytes;
   uint64_t count;
   int32_t dtype;
-  int32_t exported;    /**< 1: ipc is valid (owner is another process); -1: this side refused its buffer
-                            (not shareable, or shorter than the message: nothing moves); 0: neither */
+  int32_t exported;    /**< 1: ipc is valid (owner is another process); negative: this side refused its buffer
+                            (not shareable, or shorter than the message: nothing moves), minus the refusal's
+                            ncclResult_t; 0: neither */
   int32_t event_dev;   /**< device of event */
   int32_t eager;       /**< the inbox ring (eager.h, MPN_EAGER_*) the message takes if this side posted first */
   uint64_t event;      /**< same process: cudaEvent_t recorded where this side posted, or 0 */

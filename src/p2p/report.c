@@ -93,16 +93,20 @@ void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {
  * on both sides (bad: this side's refusal, other: the peer's side).  The
  * side that did not refuse gets ncclRemoteError whichever side posted
  * first (the peer's report through the pair, when this side refused,
- * says the same). */
+ * says the same), unless the peer is this very rank: its own refusal,
+ * whose text it has, keeps its own code (other's exported carries it). */
 int mpn_plan_buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other) {
-  if (other->exported < 0) {               /* the peer could not use its buffer (and was told so) */
+  struct ncclComm* comm = p->op->comm;
+  if (other->exported < 0 && p->op->peer == comm->rank) {
+    mpn_comm_set_async(comm, (ncclResult_t)-other->exported);
+  } else if (other->exported < 0) {        /* the peer could not use its buffer (and was told so) */
     if (other->proc != mpn_chan_proc_id()) /* (else the text of this process names the buffer already) */
-      mpn_error_set(p->op->comm, ncclRemoteError,
+      mpn_error_set(comm, ncclRemoteError,
                     "message %llu with rank %d: the peer refused its buffer (shorter than the message, not memory "
                     "the GPU reaches, or one CUDA IPC cannot share with this process: its ncclGetLastError says "
                     "which); nothing moved",
                     (unsigned long long)p->seq, p->op->peer);
-    mpn_comm_set_async(p->op->comm, ncclRemoteError);
+    mpn_comm_set_async(comm, ncclRemoteError);
   }
   if (bad != ncclSuccess)
     mpn_plan_report_failed_move(p, bad); /* own buffer unusable: the peer's message completes empty */

@@ -37,6 +37,11 @@ static ncclResult_t range_check(const mpn_op_t* op, const char* name) {
   return mpn_cuda_buffer_check(op->comm, op_fn(op), name, op->buf, op->bytes, op->capturing ? MPN_BUFFER_CAPTURING : 0);
 }
 
+/* What a side's exported says (pair.h): ok where the buffer is usable,
+ * else minus the refusal's code, for a rank's message to itself to report
+ * as its own (report.c). */
+static int32_t exported_as(ncclResult_t res, int32_t ok) { return res == ncclSuccess ? ok : -(int32_t)res; }
+
 static uint64_t staged_in_way; /* (mpn_side_staged) */
 
 /* Whether the peer still maps a freed allocation of this process that
@@ -79,7 +84,7 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
     /* No export looks the buffer up here: the copy (into or out of the
      * inbox, or between buffers of this process) would run past it. */
     ncclResult_t res = range_check(op, name);
-    d->exported = res == ncclSuccess ? 0 : -1;
+    d->exported = exported_as(res, 0);
     return res;
   }
   if (op->bytes == 0) { /* nothing to map: its flags alone (the pointer may be anything, NULL too) */
@@ -103,7 +108,7 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
       res = mpn_error_set(op->comm, ncclInvalidUsage, "%s: CUDA IPC cannot share the staging buffer for %s %p",
                           op_fn(op), name, op->buf);
   }
-  d->exported = res == ncclSuccess ? 1 : -1;
+  d->exported = exported_as(res, 1);
   return res;
 }
 

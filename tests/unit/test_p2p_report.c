@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bootstrap/channel.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "cuda/event.h"
@@ -129,6 +130,20 @@ START_TEST(self_refused_buffer_stays_its_own) {
 }
 END_TEST
 
+/* The same where its first-posted side refused its buffer: the second
+ * side, which finds the refusal in the pair (exported: minus its code,
+ * pair.h), reports that code, not ncclRemoteError, as no other rank is
+ * involved, and the refusal's text stays. */
+START_TEST(self_first_side_refusal_keeps_its_code) {
+  message_t m;
+  ncclComm_t comm = self_message(MPN_OP_RECV, 1, &m);
+  ncclResult_t bad = mpn_error_set(comm, ncclInvalidArgument, "ncclSend: sendbuff runs past the end");
+  mpn_side_t refused = {.count = 4, .dtype = ncclFloat32, .exported = -(int32_t)bad, .proc = mpn_chan_proc_id()};
+  ck_assert(mpn_plan_buffer_refused(&m.p, ncclSuccess, &refused));
+  expect_after_poll(comm, ncclInvalidArgument, "ncclSend: sendbuff runs past the end");
+}
+END_TEST
+
 /* A mismatch the receiving rank finds is told to the sending rank through
  * their pair, and is the receiver's error once: it maps that pair too. */
 START_TEST(peer_mismatch_told_once) {
@@ -156,6 +171,7 @@ int main(void) {
   tcase_add_test(tc, refused_post_gives_its_event_back);
   tcase_add_test(tc, self_mismatch_reported_once);
   tcase_add_test(tc, self_refused_buffer_stays_its_own);
+  tcase_add_test(tc, self_first_side_refusal_keeps_its_code);
   tcase_add_test(tc, peer_mismatch_told_once);
   suite_add_tcase(s, tc);
   return unit_suite_run_forked(s);

@@ -168,6 +168,16 @@ ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* o
   return ncclSuccess;
 }
 
+ncclResult_t mpn_ipc_export_own(ncclComm_t comm, const char* who, const void* ptr, const char* what,
+                                mpn_ipc_desc_t* out) {
+  int pool = 0;
+  MPN_CHECK(mpn_ipc_export(ptr, what, out, &pool));
+  if (pool) /* (no descriptor then) */
+    return mpn_error_set(comm, ncclInvalidUsage, "%s: CUDA IPC cannot share %s %p (memory from cudaMalloc)", who, what,
+                         ptr);
+  return ncclSuccess;
+}
+
 /* Hands e's open to the closing thread: the driver's close waits for all
  * of this process's GPU work, which may wait for peers that wait for this
  * host (docs/P2P.md, known problem 17). */

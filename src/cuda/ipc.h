@@ -42,6 +42,16 @@ typedef struct {
  */
 ncclResult_t mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool);
 
+/**
+ * mpn_ipc_export of memory the library allocated itself with cudaMalloc for
+ * a peer to map (a stage, a pair's device flags): on a system whose
+ * cudaMalloc memory CUDA IPC cannot share (mpn_ipc_export would have it
+ * staged), ncclInvalidUsage, "who: CUDA IPC cannot share what ptr", the
+ * text comm's too where comm is not NULL.
+ */
+ncclResult_t mpn_ipc_export_own(ncclComm_t comm, const char* who, const void* ptr, const char* what,
+                                mpn_ipc_desc_t* out);
+
 /** Names an import, for mpn_ipc_mark_used. */
 typedef struct {
   uint64_t owner, buffer_id;

@@ -305,12 +305,9 @@ static ncclResult_t flags_publish(mpn_pair_t* p) {
     int graph_inbox = mpn_param_int(MPN_PARAM_EAGER_GRAPH) && mpn_driver_wait_nor(dev);
     cudaError_t err =
         mpn_cuda_alloc_zeroed(graph_inbox ? MPN_PAIR_DBLOCK_BYTES : MPN_IPC_BLOCK_BYTES, MPN_PAIR_DZERO_BYTES, &d);
-    int pool = 0;
-    ncclResult_t res = err == cudaSuccess ? mpn_ipc_export(d, "device flags", &mem->flags_desc, &pool)
+    ncclResult_t res = err == cudaSuccess ? mpn_ipc_export_own(NULL, p->name, d, "the device flags", &mem->flags_desc)
                                           : ncclUnhandledCudaError;
     if (err != cudaSuccess) mpn_error_set(NULL, res, "device flags for %s: %s", p->name, cudaGetErrorString(err));
-    if (res == ncclSuccess && pool) /* (no descriptor then: a system whose cudaMalloc memory CUDA IPC cannot share) */
-      res = mpn_error_set(NULL, ncclInvalidUsage, "device flags for %s: CUDA IPC cannot share the block", p->name);
     if (res != ncclSuccess) {
       if (d) mpn_cuda_forget(cudaFree(d));
       if (forced) return res;

@@ -103,10 +103,8 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
   }
   if (res == ncclSuccess && pool) {
     res = mpn_stage_get(op->bytes, &p->stage);
-    if (res == ncclSuccess) res = mpn_ipc_export(mpn_stage_ptr(p->stage), "stage", &d->ipc, &pool);
-    if (res == ncclSuccess && pool) /* (no descriptor then: a system whose cudaMalloc memory CUDA IPC cannot share) */
-      res = mpn_error_set(op->comm, ncclInvalidUsage, "%s: CUDA IPC cannot share the staging buffer for %s %p",
-                          op_fn(op), name, op->buf);
+    if (res == ncclSuccess)
+      res = mpn_ipc_export_own(op->comm, op_fn(op), mpn_stage_ptr(p->stage), "the staging buffer", &d->ipc);
   }
   d->exported = exported_as(res, 1);
   return res;

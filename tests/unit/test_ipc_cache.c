@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "cuda/driver.h"
 #include "cuda/ipc.h"
 #include "cuda/ipc_closer.h"
@@ -38,8 +39,10 @@ static char* mapping_ptr(int i) { return (char*)(uintptr_t)(0x100000000ull + (ui
 static int done[16];
 static cudaEvent_t event(int k) { return (cudaEvent_t)(void*)&done[k]; }
 
-/* This process's allocations, for exports: one live buffer id per base. */
+/* This process's allocations, for exports: one live buffer id per base;
+ * alloc_pooled: the driver says it is a memory pool's. */
 static uint64_t alloc_base, alloc_size, alloc_id;
+static int alloc_pooled;
 
 cudaError_t __wrap_cudaGetDevice(int* dev) {
   *dev = 0;
@@ -143,7 +146,7 @@ static CUresult fake_attribute(void* out, CUpointer_attribute attr, CUdeviceptr 
   if (attr == CU_POINTER_ATTRIBUTE_BUFFER_ID)
     *(unsigned long long*)out = alloc_id;
   else if (attr == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE)
-    *(CUmemoryPool*)out = NULL;
+    *(CUmemoryPool*)out = alloc_pooled ? (CUmemoryPool)(uintptr_t)0x1 : NULL;
   else
     return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
@@ -350,6 +353,25 @@ START_TEST(export_freed_overlap_dropped) {
     ck_assert_uint_eq(d.size, alloc_size);
     ck_assert_int_eq(exports(), 1);
   }
+}
+END_TEST
+
+/* Memory the library allocated for a peer to map (mpn_ipc_export_own):
+ * exported where CUDA IPC shares it; where it cannot (the driver calls it
+ * a pool's), refused with ncclInvalidUsage naming who and what, not left
+ * for the caller to stage. */
+START_TEST(own_memory_must_be_shareable) {
+  alloc_base = base;
+  alloc_size = size;
+  alloc_id = 7;
+  mpn_ipc_desc_t d;
+  ck_assert_int_eq(mpn_ipc_export_own(NULL, "pair p", (void*)(uintptr_t)base, "the device flags", &d), ncclSuccess);
+  ck_assert_uint_eq(d.buffer_id, 7);
+  alloc_id = 8;
+  alloc_pooled = 1;
+  ck_assert_int_eq(mpn_ipc_export_own(NULL, "ncclSend", (void*)(uintptr_t)base, "the staging buffer", &d),
+                   ncclInvalidUsage);
+  ck_assert_ptr_nonnull(strstr(mpn_error_last(NULL), "ncclSend: CUDA IPC cannot share the staging buffer 0x"));
 }
 END_TEST
 
@@ -825,6 +847,7 @@ int main(void) {
   tcase_add_test(tc, import_too_many_streams_pinned);
   tcase_add_test(tc, stale_import_stays_forgotten_after_use);
   tcase_add_test(tc, export_freed_overlap_dropped);
+  tcase_add_test(tc, own_memory_must_be_shareable);
   tcase_add_test(tc, import_never_waits_for_closes);
   tcase_add_test(tc, import_over_stale_same_range_borrows);
   tcase_add_test(tc, import_in_recycled_mapping_borrows);

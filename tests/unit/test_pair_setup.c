@@ -103,10 +103,10 @@ cudaError_t __wrap_mpn_cuda_alloc_zeroed(size_t bytes, size_t zero_bytes, void**
   *out = FAKE_BLOCK;
   return cudaSuccess;
 }
-ncclResult_t __wrap_mpn_ipc_export(const void* ptr, const char* what, mpn_ipc_desc_t* out, int* pool) {
-  (void)ptr, (void)what;
+ncclResult_t __wrap_mpn_ipc_export_own(ncclComm_t comm, const char* who, const void* ptr, const char* what,
+                                       mpn_ipc_desc_t* out) {
+  (void)comm, (void)who, (void)ptr, (void)what;
   memset(out, 0, sizeof(*out));
-  *pool = 0;
   return ncclSuccess;
 }
 cudaError_t __wrap_cudaFree(void* ptr) {

@@ -680,22 +680,25 @@ static int failure_told(const struct mpn_ucx_comm* u, ncclResult_t code) {
 
 /* The communicator's first failed transfer, as the proxy told it, with
  * code (ncclRemoteError, or ncclSystemError where UCX could not allocate
- * on this rank: proxy.c, failure_code). */
-static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u, ncclResult_t code) {
+ * on this rank: proxy.c, failure_code); then after (may be ""). */
+static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u, ncclResult_t code, const char* after) {
   const mpn_ucx_failure_t* f = &u->failure;
   if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
-    mpn_error_set(comm, code, "a transfer with a peer over UCX failed (the peer is gone or unreachable)");
+    mpn_error_set(comm, code, "a transfer with a peer over UCX failed (the peer is gone or unreachable)%s", after);
     return;
   }
   ucs_status_t status = (ucs_status_t)f->status;
-  mpn_error_set(comm, code, "a UCX %s with rank %d failed: %s (%s)", mpn_ucx_cmd_kind_name(f->kind), f->peer,
+  mpn_error_set(comm, code, "a UCX %s with rank %d failed: %s (%s)%s", mpn_ucx_cmd_kind_name(f->kind), f->peer,
                 ucs_status_string(status),
-                status_of_peer(status) ? "the peer is gone or unreachable" : "on this rank's side");
+                status_of_peer(status) ? "the peer is gone or unreachable" : "on this rank's side", after);
 }
 
-/* The communicator's first error decides the code: a size mismatch found
- * after this rank failed on its own (its receive's message then taken by
- * a later receive) is not reported over it. */
+/* The communicator's first error decides the code and the text: a size
+ * mismatch found after this rank failed on its own (its receive's message
+ * then taken by a later receive) is not reported over it, nor is a peer's
+ * abort that came after it (only mentioned).  A peer's abort after a
+ * failed transfer (ncclRemoteError, as the abort's) is reported as the
+ * abort: its notice fails the transfers with that peer, and says why. */
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
@@ -705,15 +708,18 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
   ncclResult_t code = error == ncclInvalidUsage ? ncclRemoteError : (ncclResult_t)error;
-  if (from >= 0) {
-    code = ncclRemoteError;
+  char after[64] = "";
+  if (from >= 0 && code != ncclRemoteError)
+    snprintf(after, sizeof(after), "; rank %d aborted its communicator since", from);
+  if (from >= 0 && code == ncclRemoteError) {
     mpn_error_set(comm, code, "rank %d aborted its communicator; abort this one too", from);
   } else if (code != ncclRemoteError && !failure_told(u, code)) {
     /* this rank's own, off the proxy (a copy CUDA refused, out of memory: staged.c) */
-    mpn_error_set(comm, code, "a transfer over UCX could not be issued on this rank: %s (see the warning logged then)",
-                  ncclGetErrorString(code));
+    mpn_error_set(comm, code,
+                  "a transfer over UCX could not be issued on this rank: %s (see the warning logged then)%s",
+                  ncclGetErrorString(code), after);
   } else {
-    failure_report(comm, u, code);
+    failure_report(comm, u, code, after);
   }
   mpn_comm_set_broken(comm, code);
 }

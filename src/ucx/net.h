@@ -119,7 +119,8 @@ int mpn_ucx_peer_idle(struct ncclComm* comm, int peer);
 int mpn_ucx_peer_aborted(struct ncclComm* comm, int peer);
 
 /** Folds a failed UCX transfer into the communicator's async error, the
- *  first one's code: ncclInvalidUsage for a message whose receive had
+ *  first one's code and text (a peer's abort that came after this rank's
+ *  own failure is only mentioned): ncclInvalidUsage for a message whose receive had
  *  another size (the send differs in count or datatype: the receiving side
  *  finds it, the sending side hears of it through a notice), this rank's
  *  own code for a failure of its own (out of memory, a copy CUDA refused),

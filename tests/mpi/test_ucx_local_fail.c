@@ -7,6 +7,9 @@
  *    communicator reports ncclSystemError with UCX's reason, not the
  *    ncclRemoteError it reported before, and the size mismatch found after
  *    it does not replace it; the sender hears of the mismatch.
+ *  - a send that failed so, after which the peer aborts: the communicator's
+ *    first error, this rank's own, keeps its code (ncclSystemError, not
+ *    the abort's ncclRemoteError); the abort is mentioned.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,17 +29,30 @@ static int rank;
 ucs_status_ptr_t __real_ucp_tag_recv_nbx(ucp_worker_h worker, void* buffer, size_t count, ucp_tag_t tag,
                                          ucp_tag_t tag_mask, const ucp_request_param_t* param);
 
-/* A receive of this tag fails once, with UCS_ERR_NO_MEMORY (0: none);
- * written by the test, read on the proxy thread. */
-static uint64_t fail_tag;
+ucs_status_ptr_t __real_ucp_tag_send_nbx(ucp_ep_h ep, const void* buffer, size_t count, ucp_tag_t tag,
+                                         const ucp_request_param_t* param);
+
+/* A receive (a send) of this tag fails once, with UCS_ERR_NO_MEMORY (0:
+ * none); written by the test, read on the proxy thread. */
+static uint64_t fail_tag, fail_send_tag;
+
+/* Whether an operation of tag is to fail (once) as *armed says. */
+static int fails_now(uint64_t* armed_tag, ucp_tag_t tag) {
+  uint64_t armed = __atomic_load_n(armed_tag, __ATOMIC_ACQUIRE);
+  return armed != 0 && tag == armed &&
+         __atomic_compare_exchange_n(armed_tag, &armed, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
 
 ucs_status_ptr_t __wrap_ucp_tag_recv_nbx(ucp_worker_h worker, void* buffer, size_t count, ucp_tag_t tag,
                                          ucp_tag_t tag_mask, const ucp_request_param_t* param) {
-  uint64_t armed = __atomic_load_n(&fail_tag, __ATOMIC_ACQUIRE);
-  if (armed != 0 && tag == armed &&
-      __atomic_compare_exchange_n(&fail_tag, &armed, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-    return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+  if (fails_now(&fail_tag, tag)) return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
   return __real_ucp_tag_recv_nbx(worker, buffer, count, tag, tag_mask, param);
+}
+
+ucs_status_ptr_t __wrap_ucp_tag_send_nbx(ucp_ep_h ep, const void* buffer, size_t count, ucp_tag_t tag,
+                                         const ucp_request_param_t* param) {
+  if (fails_now(&fail_send_tag, tag)) return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+  return __real_ucp_tag_send_nbx(ep, buffer, count, tag, param);
 }
 
 static int wait_flag(const uint64_t* flag) {
@@ -57,6 +73,18 @@ static ncclResult_t wait_async(ncclComm_t comm) {
   return async;
 }
 
+/* A 64-byte send (receive) of tag with peer, which fails on this rank
+ * (armed: the stand-in's word), as it must: ncclSystemError. */
+static void fail_own(ncclComm_t comm, int send, int peer, uint64_t* armed, uint64_t tag) {
+  static char mine[64];
+  uint64_t done = 0;
+  int err = 0;
+  __atomic_store_n(armed, tag, __ATOMIC_RELEASE);
+  EXPECT(mpn_ucx_tagged_on(comm, send, peer, mine, 64, tag, NULL, NULL, &done, 1, &err, NULL, 0) == ncclSuccess);
+  EXPECT(wait_flag(&done) == 0);
+  EXPECT(err == ncclSystemError);
+}
+
 /* Rank 1's receive of rank 0's 64-byte message fails on rank 1 (out of
  * memory); a 32-byte receive of the same tag then takes that message. */
 static void recv_out_of_memory(void) {
@@ -67,12 +95,7 @@ static void recv_out_of_memory(void) {
   uint64_t tag = mpn_ucx_graph_tag(comm, 0, 1, 3), done = 0, again = 0;
   int err = 0, err2 = 0;
   mpn_error_clear();
-  if (rank == 1) {
-    __atomic_store_n(&fail_tag, tag, __ATOMIC_RELEASE);
-    EXPECT(mpn_ucx_tagged_on(comm, 0, 0, buf, 64, tag, NULL, NULL, &done, 1, &err, NULL, 0) == ncclSuccess);
-    EXPECT(wait_flag(&done) == 0);
-    EXPECT(err == ncclSystemError);
-  }
+  if (rank == 1) fail_own(comm, 0, 0, &fail_tag, tag);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     memset(buf, 7, sizeof(buf));
@@ -95,6 +118,36 @@ static void recv_out_of_memory(void) {
   EXPECT(ncclCommAbort(comm) == ncclSuccess);
 }
 
+/* Rank 0's send to rank 1 fails on rank 0 (out of memory); rank 1 then
+ * aborts.  Rank 0 reads its error once the abort's notice came. */
+static void send_out_of_memory_then_abort(void) {
+  ncclComm_t comm = NULL;
+  EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
+  if (comm == NULL) return;
+  uint64_t tag = mpn_ucx_graph_tag(comm, 0, 1, 5);
+  mpn_error_clear();
+  if (rank == 0) fail_own(comm, 1, 1, &fail_send_tag, tag);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  } else {
+    int heard = 0;
+    for (int i = 0; i < 10000 && !heard; i++) {
+      heard = mpn_ucx_peer_aborted(comm, 1);
+      if (!heard) usleep(1000);
+    }
+    EXPECT(heard);
+    ncclResult_t async = wait_async(comm);
+    const char* text = ncclGetLastError(comm);
+    if (async != ncclSystemError) fprintf(stderr, "[rank 0] reported %s: %s\n", ncclGetErrorString(async), text);
+    EXPECT(async == ncclSystemError);
+    EXPECT(strstr(text, "a UCX send with rank 1 failed: Out of memory (on this rank's side)") != NULL);
+    EXPECT(strstr(text, "rank 1 aborted its communicator since") != NULL);
+    EXPECT(ncclCommAbort(comm) == ncclSuccess);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--np-list") == 0) {
     puts("2");
@@ -104,5 +157,6 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   recv_out_of_memory();
+  send_out_of_memory_then_abort();
   return mpi_test_finish(rank, "test_ucx_local_fail: ");
 }

@@ -32,12 +32,15 @@
  * aborted, or a receive found that the message sent to it has another size
  * (the sender learns of it so; ucx/proxy.c, recv_came), or a rank closed
  * its communicator cleanly (its endpoints fail next, which is then no
- * crash).  Fits a proxy send's inline payload (mpn_ucx_proxy_send_here). */
-enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2, NOTICE_CLOSED = 3 };
+ * crash), or a receive of the sender's message failed on the receiving
+ * rank (out of memory: the message is never taken; proxy.c,
+ * failed_here_note).  Fits a proxy send's inline payload
+ * (mpn_ucx_proxy_send_here). */
+enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2, NOTICE_CLOSED = 3, NOTICE_FAILED = 4 };
 
 typedef struct {
   int32_t from; /* the rank that sends it */
-  int32_t kind; /* NOTICE_ABORT or NOTICE_MISMATCH */
+  int32_t kind; /* NOTICE_* */
   int32_t came; /* mismatch: an mpn_ucx_came_t */
   int32_t unused;
   uint64_t expected, got; /* mismatch: as in mpn_ucx_mismatch_t */
@@ -57,6 +60,7 @@ struct mpn_ucx_comm {
   notice_t notice_in;     /* the notice receive's payload */
   notice_t notice_out;    /* what an abort sends */
   int aborted_by;         /* the rank whose abort notice came, else -1 */
+  int failed_by;          /* the rank whose notice that it failed on its own came, else -1 */
   uint64_t notice_done;   /* the notice receive's flag */
   int closed;                  /* mpn_ucx_abort closed the endpoints */
   int closing;                 /* a close or an abort began: the notice receive is not posted again */
@@ -135,7 +139,7 @@ static void notice_again(struct mpn_ucx_comm* u) {
 /* What makes a notice that came unusable, in words; NULL: nothing. */
 static const char* notice_fault(const struct mpn_ucx_comm* u, const notice_t* n) {
   if (n->from < 0 || n->from >= u->nranks || u->peers[n->from].address == NULL) return "that rank is no UCX peer of it";
-  if (n->kind != NOTICE_ABORT && n->kind != NOTICE_CLOSED && n->kind != NOTICE_MISMATCH) return "its kind is unknown";
+  if (n->kind < NOTICE_ABORT || n->kind > NOTICE_FAILED) return "its kind is unknown";
   if (n->kind == NOTICE_MISMATCH && (n->came < MPN_UCX_CAME_BYTES || n->came > MPN_UCX_CAME_FEWER))
     return "its report of what came is unknown";
   return NULL;
@@ -159,15 +163,16 @@ static void notice_misfit(void* arg, mpn_ucx_came_t came, size_t got) {
 
 /* On the proxy thread, once a peer's notice came: everything with that
  * peer fails (its streams' waits are released), and the communicator
- * reports it (mpn_ucx_poll_errors): ncclRemoteError for an abort,
- * ncclInvalidUsage for a send of this rank that did not fit its receive.
- * After a mismatch the peer takes no more of this rank's messages, so the
- * sends to it in flight, which UCX cannot cancel, are released too.  A
+ * reports it (mpn_ucx_poll_errors): ncclRemoteError for an abort or a
+ * failure of the peer's own, ncclInvalidUsage for a send of this rank that
+ * did not fit its receive.  After a mismatch or a failure the peer takes
+ * no more of this rank's messages, so the sends to it in flight, which UCX
+ * cannot cancel, are released too.  A
  * malformed notice is dropped, as one of another size (notice_misfit). */
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
   const notice_t* n = &u->notice_in;
-  int from = n->from, mismatch = n->kind == NOTICE_MISMATCH;
+  int from = n->from, mismatch = n->kind == NOTICE_MISMATCH, failed = n->kind == NOTICE_FAILED;
   const char* fault = notice_fault(u, n);
   if (fault) {
     MPN_WARN("UCX: rank %d drops a notice from rank %d (kind %d, report %d): %s; it takes the next one", u->rank, from,
@@ -187,20 +192,21 @@ static void notice_arrived(void* arg) {
     u->told.came = (mpn_ucx_came_t)n->came;
     __atomic_store_n(&u->told.claimed, 1, __ATOMIC_RELEASE);
   } else {
-    __atomic_store_n(&u->aborted_by, from, __ATOMIC_RELEASE);
+    __atomic_store_n(failed ? &u->failed_by : &u->aborted_by, from, __ATOMIC_RELEASE);
   }
   int ok = ncclSuccess;
   __atomic_compare_exchange_n(&u->error, &ok, (int)(mismatch ? ncclInvalidUsage : ncclRemoteError), 0, __ATOMIC_RELEASE,
                               __ATOMIC_RELAXED);
   u->peers[from].notified = 1; /* (its messages still queued are not taken) */
   mpn_ucx_proxy_fail_peer(&u->peers[from]);
-  if (mismatch) mpn_ucx_proxy_release_sends(&u->peers[from]);
+  if (mismatch || failed) mpn_ucx_proxy_release_sends(&u->peers[from]);
 }
 
 /*
  * On the proxy thread, outside UCX's callbacks, once a receive of this
- * communicator found a message of another size (u->mismatch): the sender
- * gets a notice, then this side's operations with it end, as the sender's
+ * communicator found a message of another size (u->mismatch, or the
+ * peer's record), or failed on this rank (failed_here): the sender gets a
+ * notice, then this side's operations with it end, as the sender's
  * do when the notice comes (notice_arrived).  Failing the peer cancels this
  * rank's receives from it still posted (the rest of the message's chunks,
  * later messages of the lane) and makes those armed fail instead of being
@@ -216,8 +222,11 @@ static void notice_arrived(void* arg) {
 static void mismatch_found(mpn_ucx_mismatch_t* m) {
   struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)m->owner; /* (the receive's owner: this state) */
   mpn_ucx_peer_t* peer = &u->peers[m->from];
-  notice_t n = {
-      .from = u->rank, .kind = NOTICE_MISMATCH, .came = (int32_t)m->came, .expected = m->expected, .got = m->got};
+  notice_t n = {.from = u->rank,
+                .kind = m->failed_here ? NOTICE_FAILED : NOTICE_MISMATCH,
+                .came = (int32_t)m->came,
+                .expected = m->expected,
+                .got = m->got};
   mpn_ucx_cmd_t cmd = {
       .owner = u, .peer = peer, .tag = notice_tag(u->key, m->from), .flag = &peer->notice_sent, .value = 1, .quiet = 1};
   mpn_ucx_proxy_release_sends(peer);
@@ -225,8 +234,8 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
   cmd.flag = &peer->notice_flushed;
   if (res == ncclSuccess) res = mpn_ucx_proxy_flush_here(&cmd);
   if (res != ncclSuccess) {
-    MPN_WARN("UCX: rank %d could not tell rank %d that its message did not fit: %s", u->rank, m->from,
-             ncclGetLastError(NULL));
+    MPN_WARN("UCX: rank %d could not tell rank %d that %s: %s", u->rank, m->from,
+             m->failed_here ? "it failed on its own" : "its message did not fit", ncclGetLastError(NULL));
     /* Nothing for a close to wait for (a notice that went without its flush is let go too). */
     __atomic_store_n(&peer->notice_sent, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&peer->notice_flushed, 1, __ATOMIC_RELEASE);
@@ -339,6 +348,7 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   u->nranks = comm->nranks;
   u->rank = comm->rank;
   u->aborted_by = -1;
+  u->failed_by = -1;
   u->key = (uint64_t)prefix << (64 - MPN_UCX_PREFIX_BITS);
   u->holder = comm->bootstrap->key;
   u->mismatch.found = mismatch_found;
@@ -706,6 +716,7 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
    * called from several at once). */
   if (u == NULL || error == ncclSuccess || __atomic_exchange_n(&u->reported, 1, __ATOMIC_ACQ_REL)) return;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
+  int failed_by = __atomic_load_n(&u->failed_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
   ncclResult_t code = error == ncclInvalidUsage ? ncclRemoteError : (ncclResult_t)error;
   char after[64] = "";
@@ -713,6 +724,11 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
     snprintf(after, sizeof(after), "; rank %d aborted its communicator since", from);
   if (from >= 0 && code == ncclRemoteError) {
     mpn_error_set(comm, code, "rank %d aborted its communicator; abort this one too", from);
+  } else if (failed_by >= 0 && code == ncclRemoteError) {
+    mpn_error_set(comm, code,
+                  "rank %d failed on its own (a UCX receive of this rank's message could not be posted there: "
+                  "out of memory) and takes no more of this rank's messages; abort this communicator",
+                  failed_by);
   } else if (code != ncclRemoteError && !failure_told(u, code)) {
     /* this rank's own, off the proxy (a copy CUDA refused, out of memory: staged.c) */
     mpn_error_set(comm, code,

@@ -101,8 +101,10 @@ static int failure_code(const mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   return status == UCS_ERR_NO_MEMORY ? ncclSystemError : ncclRemoteError;
 }
 
+static void failed_here_note(const mpn_ucx_cmd_t* cmd);
+
 /* A failed command's error words, the owner's first failure told, and a
- * warning. */
+ * warning; a receive that failed on this rank has its sender told. */
 static void failure_note(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   int code = failure_code(cmd, status);
   if (cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
@@ -116,6 +118,7 @@ static void failure_note(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   }
   int ok = ncclSuccess; /* the communicator keeps its first error */
   if (cmd->owner_error) __atomic_compare_exchange_n(cmd->owner_error, &ok, code, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+  if (code == ncclSystemError) failed_here_note(cmd);
   if (!cmd->quiet) MPN_WARN("UCX %s failed: %s", mpn_ucx_cmd_kind_name(cmd->kind), ucs_status_string(status));
 }
 
@@ -176,32 +179,50 @@ static int recv_came(const mpn_ucx_cmd_t* cmd, ucs_status_t status, const ucp_ta
   return 1;
 }
 
-/* A receive found a message of another size: the communicator's record
- * is described by the first one (callbacks all run on this thread) and
- * published by the release of claimed, then of the error; a later sender
- * gets a copy of its own, so that it is told too, once. */
-static void mismatch_note(const mpn_ucx_cmd_t* cmd, mpn_ucx_came_t came, size_t got) {
-  mpn_ucx_mismatch_t *m = cmd->mismatch, *r = m;
-  mpn_ucx_peer_t* peer = cmd->peer;
-  if (m->claimed && (peer == NULL || peer->mismatch_due)) return; /* (told already, or no way to tell it) */
-  if (m->claimed) {
-    r = malloc(sizeof(*r));
-    if (r == NULL) return; /* that sender learns nothing, as before copies */
-    *r = (mpn_ucx_mismatch_t){.found = m->found, .extra = 1};
-  }
-  if (peer) __atomic_store_n(&peer->mismatch_due, 1, __ATOMIC_RELEASE);
+/* The record r (the communicator's, or the peer's own) describes cmd's
+ * sender and is due: its hook runs from the proxy's loop, not from inside
+ * UCX.  Published by the release of claimed, then of the error. */
+static void report_due(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_came_t came, size_t got) {
+  if (cmd->peer) __atomic_store_n(&cmd->peer->mismatch_due, 1, __ATOMIC_RELEASE);
+  r->found = cmd->mismatch->found;
   r->from = cmd->from;
   r->expected = cmd->msg_bytes ? cmd->msg_bytes : cmd->bytes;
   r->got = got;
   r->came = came;
   r->owner = cmd->owner;
-  if (r == m) __atomic_store_n(&m->claimed, 1, __ATOMIC_RELEASE);
-  if (r->found) { /* run from the proxy's loop: not from inside UCX */
+  if (r == cmd->mismatch) __atomic_store_n(&r->claimed, 1, __ATOMIC_RELEASE);
+  if (r->found) {
     r->next = px.found;
     px.found = r;
-  } else if (r->extra) {
-    free(r);
   }
+}
+
+/* A receive found a message of another size: the communicator's record
+ * is described by the first one (callbacks all run on this thread); a
+ * later sender is described in its peer's record, so that it is told too,
+ * once. */
+static void mismatch_note(const mpn_ucx_cmd_t* cmd, mpn_ucx_came_t came, size_t got) {
+  mpn_ucx_mismatch_t* m = cmd->mismatch;
+  mpn_ucx_peer_t* peer = cmd->peer;
+  if (peer ? peer->mismatch_due : m->claimed) return; /* (told already, or no way to tell it) */
+  report_due(cmd, m->claimed ? &peer->report : m, came, got);
+}
+
+/* A receive of a communicator failed on this rank (UCX could not allocate
+ * its request): the sender's message stays among UCX's unexpected ones,
+ * where a later receive of its tag would take it.  So the sender is told
+ * (failed_here: net.c's hook sends the notice, then fails the receives
+ * from it), and no later receive from it is posted (refused_here). */
+static void failed_here_note(const mpn_ucx_cmd_t* cmd) {
+  mpn_ucx_peer_t* peer = cmd->peer;
+  if (cmd->kind != MPN_UCX_RECV || cmd->mismatch == NULL || peer == NULL || peer->mismatch_due) return;
+  peer->report.failed_here = 1;
+  report_due(cmd, &peer->report, MPN_UCX_CAME_BYTES, 0);
+}
+
+/* A receive from a peer that a receive of this rank failed on (above). */
+static int refused_here(const mpn_ucx_cmd_t* cmd) {
+  return cmd->kind == MPN_UCX_RECV && cmd->peer && cmd->peer->report.failed_here;
 }
 
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
@@ -224,7 +245,6 @@ static void found_run(void) {
     px.found = m->next;
     m->next = NULL;
     m->found(m);
-    if (m->extra) free(m);
   }
 }
 
@@ -237,7 +257,6 @@ static void found_drop(const void* owner) {
       continue;
     }
     *p = m->next;
-    if (m->extra) free(m);
   }
 }
 
@@ -426,7 +445,7 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     complete(NULL, UCS_OK, cmd);
     return;
   }
-  if (cmd->user_buffer && failed_before(cmd) && !signals_loss(cmd)) {
+  if ((cmd->user_buffer && failed_before(cmd) && !signals_loss(cmd)) || refused_here(cmd)) {
     complete(NULL, UCS_ERR_CANCELED, cmd);
     return;
   }

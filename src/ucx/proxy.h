@@ -13,6 +13,37 @@
 
 #include "nccl.h"
 
+/** What came instead of the message a receive expected. */
+typedef enum {
+  MPN_UCX_CAME_BYTES, /**< a message of got bytes */
+  MPN_UCX_CAME_MORE,  /**< a longer message (how long is not known) */
+  MPN_UCX_CAME_FEWER  /**< a shorter message (how short is not known) */
+} mpn_ucx_came_t;
+
+/** Where a communicator's receives record the first message whose size
+ *  differs from the receive's (the matching send's count or datatype
+ *  differs); read by mpn_ucx_poll_errors once the error is seen.  Every
+ *  other sender whose message did not fit is described in its peer's own
+ *  record (mpn_ucx_peer_t report), so that the hook tells that sender too,
+ *  once per sender; so is a sender whose message a receive failed to take
+ *  on this rank (failed_here). */
+typedef struct mpn_ucx_mismatch {
+  int claimed;     /**< stored (release) once the fields below are written (proxy thread) */
+  int from;        /**< that receive's sender */
+  size_t expected; /**< bytes of the message the receive was posted for */
+  size_t got;      /**< bytes that came, with MPN_UCX_CAME_BYTES */
+  mpn_ucx_came_t came;
+  /** Run once the record is claimed, on the proxy thread but outside UCX's
+   * callbacks (so it may post and cancel): net.c tells the sender.  Not run
+   * when the owner of the claiming receive closes first.  May be NULL. */
+  void (*found)(struct mpn_ucx_mismatch* m);
+  const void* owner; /**< the claiming receive's owner (proxy thread) */
+  /** No size mismatch: a receive from this sender failed on this rank
+   *  (UCX could not allocate), which tells it so instead (a peer's record) */
+  int failed_here;
+  struct mpn_ucx_mismatch* next; /**< records whose found is due (proxy thread) */
+} mpn_ucx_mismatch_t;
+
 /** A peer's endpoint, created by the proxy on first use from its address. */
 typedef struct {
   void* address;      /**< the peer worker's address (owned) */
@@ -25,15 +56,19 @@ typedef struct {
    *  or its process is gone), or a notice or a size mismatch failed it.  A
    *  receive of a message that came before it went still takes it (only). */
   int went, notified;
-  /** A size-mismatch notice is due to it (set by the proxy thread when a
-   *  receive from it finds one; read by a close, which waits for the
-   *  notice's flags below, written by net.c). */
+  /** A notice is due to it (set by the proxy thread when a receive from
+   *  it finds a size mismatch, or failed on this rank; read by a close,
+   *  which waits for the notice's flags below, written by net.c). */
   int mismatch_due;
   uint64_t notice_sent, notice_flushed;
   /** Its notice that it closed its communicator cleanly came (net.c, on the
    *  proxy thread; read by the watchdog): its endpoint's failure that
    *  follows is an end, not a crash. */
   int closed;
+  /** The report its hook sends it, where the communicator's record is
+   *  another sender's, or it failed a receive on this rank (proxy thread;
+   *  mismatch_due set once it is due). */
+  mpn_ucx_mismatch_t report;
 } mpn_ucx_peer_t;
 
 typedef enum {
@@ -43,33 +78,6 @@ typedef enum {
                            remote counter; then flush */
   MPN_UCX_CALL        /**< run fn(arg) on the proxy thread (context-level UCX calls) */
 } mpn_ucx_cmd_kind_t;
-
-/** What came instead of the message a receive expected. */
-typedef enum {
-  MPN_UCX_CAME_BYTES, /**< a message of got bytes */
-  MPN_UCX_CAME_MORE,  /**< a longer message (how long is not known) */
-  MPN_UCX_CAME_FEWER  /**< a shorter message (how short is not known) */
-} mpn_ucx_came_t;
-
-/** Where a communicator's receives record the first message whose size
- *  differs from the receive's (the matching send's count or datatype
- *  differs); read by mpn_ucx_poll_errors once the error is seen.  Every
- *  other sender whose message did not fit gets a copy (extra), so that its
- *  hook tells that sender too, once per sender. */
-typedef struct mpn_ucx_mismatch {
-  int claimed;     /**< stored (release) once the fields below are written (proxy thread) */
-  int from;        /**< that receive's sender */
-  size_t expected; /**< bytes of the message the receive was posted for */
-  size_t got;      /**< bytes that came, with MPN_UCX_CAME_BYTES */
-  mpn_ucx_came_t came;
-  /** Run once the record is claimed, on the proxy thread but outside UCX's
-   * callbacks (so it may post and cancel): net.c tells the sender.  Not run
-   * when the owner of the claiming receive closes first.  May be NULL. */
-  void (*found)(struct mpn_ucx_mismatch* m);
-  const void* owner;             /**< the claiming receive's owner (proxy thread) */
-  int extra;                     /**< a copy for a later sender: freed once its hook ran or was dropped */
-  struct mpn_ucx_mismatch* next; /**< records whose found is due (proxy thread) */
-} mpn_ucx_mismatch_t;
 
 /** A remote region as a peer sees it: address and packed key, unpacked on first use. */
 typedef struct {

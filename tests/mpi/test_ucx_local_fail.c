@@ -2,11 +2,12 @@
  * test_ucx_local_fail.c - failures of this rank's own on the UCX path, 2
  * ranks, UCX forced, against a stand-in for ucp_tag_recv_nbx that fails a
  * chosen receive as UCX does when it cannot allocate its request:
- *  - a receive that failed so (out of memory, on the receiving side), whose
- *    message a later receive of another size then takes: the receiver's
- *    communicator reports ncclSystemError with UCX's reason, not the
- *    ncclRemoteError it reported before, and the size mismatch found after
- *    it does not replace it; the sender hears of the mismatch.
+ *  - a receive that failed so (out of memory, on the receiving side): the
+ *    receiver's communicator reports ncclSystemError with UCX's reason,
+ *    not the ncclRemoteError it reported before; a later receive of the
+ *    tag (of another size) is refused instead of taking the message, and
+ *    the sender is told that the receiver failed (ncclRemoteError), not
+ *    of a size mismatch that stems from that failure.
  *  - a send that failed so, after which the peer aborts: the communicator's
  *    first error, this rank's own, keeps its code (ncclSystemError, not
  *    the abort's ncclRemoteError); the abort is mentioned.
@@ -86,7 +87,7 @@ static void fail_own(ncclComm_t comm, int send, int peer, uint64_t* armed, uint6
 }
 
 /* Rank 1's receive of rank 0's 64-byte message fails on rank 1 (out of
- * memory); a 32-byte receive of the same tag then takes that message. */
+ * memory); a 32-byte receive of the same tag must not take that message. */
 static void recv_out_of_memory(void) {
   ncclComm_t comm = NULL;
   EXPECT(mpincclCommInitMPI(&comm, MPI_COMM_WORLD, NULL) == ncclSuccess);
@@ -101,13 +102,16 @@ static void recv_out_of_memory(void) {
     memset(buf, 7, sizeof(buf));
     EXPECT(mpn_ucx_tagged_on(comm, 1, 1, buf, 64, tag, NULL, NULL, &done, 1, &err, NULL, 0) == ncclSuccess);
     EXPECT(wait_flag(&done) == 0);
-    ncclResult_t async = wait_async(comm); /* rank 1's notice of the mismatch */
-    EXPECT(async == ncclInvalidUsage);
-    EXPECT(strstr(ncclGetLastError(comm), "(rank 1's report)") != NULL);
+    ncclResult_t async = wait_async(comm); /* rank 1's notice of its failure */
+    const char* text = ncclGetLastError(comm);
+    if (async != ncclRemoteError) fprintf(stderr, "[rank 0] reported %s: %s\n", ncclGetErrorString(async), text);
+    EXPECT(async == ncclRemoteError);
+    EXPECT(strstr(text, "rank 1 failed on its own") != NULL);
   } else {
     EXPECT(mpn_ucx_tagged_on(comm, 0, 0, buf, 32, tag, NULL, NULL, &again, 1, &err2, NULL, 0) == ncclSuccess);
     EXPECT(wait_flag(&again) == 0);
-    EXPECT(err2 == ncclInvalidUsage);
+    if (err2 != ncclRemoteError) fprintf(stderr, "[rank 1] the later receive: %s\n", ncclGetErrorString(err2));
+    EXPECT(err2 == ncclRemoteError); /* refused, not a size mismatch */
     ncclResult_t async = wait_async(comm);
     const char* text = ncclGetLastError(comm);
     if (async != ncclSystemError) fprintf(stderr, "[rank 1] reported %s: %s\n", ncclGetErrorString(async), text);

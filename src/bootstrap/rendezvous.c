@@ -375,11 +375,12 @@ static void linger_check(void* arg) {
  * A failed rendezvous must still answer callers that arrive later, but the
  * creator's process serves them only while it progresses the channel: it
  * stays until every claimed rank was answered or nobody came for
- * MPINCCL_BOOTSTRAP_LINGER seconds.
+ * MPINCCL_BOOTSTRAP_LINGER seconds, or until *abort (may be NULL) is set:
+ * a destroy or abort of the creation waits for it.
  */
-static void service_linger(uint64_t key) {
+static void service_linger(uint64_t key, const volatile int* abort) {
   linger_t l = {key, 0};
-  while (mpn_chan_locked(linger_check, &l), !l.done) {
+  while (mpn_chan_locked(linger_check, &l), !l.done && !(abort && *abort)) {
     mpn_chan_progress();
     usleep(500);
   }
@@ -454,7 +455,7 @@ static ncclResult_t table_read(const mpn_bootstrap_id_t* id, int nranks, int ran
   table_head_t head;
   memcpy(&head, msg, sizeof(head));
   if (head.status != ncclSuccess) {
-    if (linger && id->root.proc == mpn_chan_proc_id()) service_linger(id->key);
+    if (linger && id->root.proc == mpn_chan_proc_id()) service_linger(id->key, abort);
     return mpn_error_set(NULL, (ncclResult_t)head.status, "%s", head.error);
   }
   return mpn_bootstrap_create(round_key(id->key, head.round), nranks, rank, (const mpn_endpoint_t*)(msg + sizeof(head)),

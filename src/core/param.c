@@ -38,7 +38,8 @@ const mpn_param_desc_t mpn_param_table[MPN_PARAM_COUNT] = {
                                     "callers that come later with its error, counted from the last "
                                     "caller; the process that made the id serves them meanwhile (its "
                                     "own ncclCommInitRank returns once every rank a caller claimed was "
-                                    "answered, or this time passed). A caller after that starts a new "
+                                    "answered, this time passed, or the creation was aborted). A caller "
+                                    "after that starts a new "
                                     "rendezvous on the id and waits for its peers."},
     [MPN_PARAM_BOOTSTRAP_TAG] = {"MPINCCL_BOOTSTRAP_TAG", MPN_PARAM_INT, "29743", NULL, 0, 32767,
                                  "MPI tag of the library's set-up messages on MPI_COMM_WORLD; "

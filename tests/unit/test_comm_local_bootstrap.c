@@ -13,6 +13,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/channel.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "local_comm.h"
 #include "mpinccl.h"
@@ -254,6 +255,31 @@ START_TEST(gone_rank_outlives_given_up_answers) {
 }
 END_TEST
 
+/* The process that made an id whose rendezvous failed goes on answering
+ * late callers while a rank some caller claimed was not answered
+ * (MPINCCL_BOOTSTRAP_LINGER, here 20 s), inside its own creation; an abort
+ * of that creation ends the wait at once.  It used to ignore the abort,
+ * and ncclCommAbort, which joins the creation, took the whole 20 s. */
+START_TEST(linger_ends_at_abort) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "20");
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ck_assert_int_eq(ncclCommInitRank(NULL, 3, id, 1), ncclInvalidArgument); /* rank 1 tells the rendezvous */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRankConfig(&comm, 3, id, 0, &cfg);
+  ck_assert(res == ncclSuccess || res == ncclInProgress);
+  ck_assert_ptr_nonnull(comm);
+  usleep(300000); /* its answer came: it lingers for rank 2 */
+  uint64_t t0 = mpn_clock_now_ns();
+  ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
+  double secs = (double)(mpn_clock_now_ns() - t0) / 1e9;
+  ck_assert_msg(secs < 5, "ncclCommAbort took %.1f s", secs);
+}
+END_TEST
+
 void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
@@ -262,4 +288,5 @@ void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, stale_answer_dropped);
   tcase_add_test(tc, late_answer_dropped);
   tcase_add_test(tc, gone_rank_outlives_given_up_answers);
+  tcase_add_test(tc, linger_ends_at_abort);
 }

@@ -286,13 +286,16 @@ static void* service_main(void* arg) {
 
 typedef struct {
   uint64_t key;
-  int start;
+  int start, no_memory;
 } open_req_t;
 
 static void service_open(void* arg) {
   open_req_t* req = arg;
   open_id_t* grown = realloc(open_ids, (size_t)(n_open + 1) * sizeof(*open_ids));
-  if (grown == NULL) return;
+  if (grown == NULL) {
+    req->no_memory = 1;
+    return;
+  }
   open_ids = grown;
   record_t* r = record_find(req->key, 0);
   open_ids[n_open++] = (open_id_t){req->key, mpn_chan_deadline(), r ? r->round : 0};
@@ -300,14 +303,27 @@ static void service_open(void* arg) {
   service_running = 1;
 }
 
+/* The helper thread did not start: the id (arg) is not served, and none
+ * runs, so that the next id's watch starts one (it serves the ids listed
+ * meanwhile too). */
+static void service_unopen(void* arg) {
+  uint64_t key = *(const uint64_t*)arg;
+  int j = 0;
+  for (int i = 0; i < n_open; i++)
+    if (open_ids[i].key != key) open_ids[j++] = open_ids[i];
+  n_open = j;
+  service_running = 0;
+}
+
 static ncclResult_t service_watch(uint64_t key) {
-  open_req_t req = {key, 0};
+  open_req_t req = {key, 0, 0};
   mpn_chan_locked(service_open, &req);
+  if (req.no_memory)
+    return mpn_error_set(NULL, ncclSystemError, "out of memory listing the unique id for the rendezvous thread");
   if (!req.start) return ncclSuccess;
   int err = mpn_proc_thread_detached(service_main, NULL);
   if (err != 0) {
-    service_state_t st;
-    mpn_chan_locked(service_sweep, &st);
+    mpn_chan_locked(service_unopen, &key);
     return mpn_error_set(NULL, ncclSystemError, "cannot start the rendezvous thread: %s",
                          strerror(err));
   }

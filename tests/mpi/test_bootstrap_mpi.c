@@ -4,9 +4,10 @@
  * messages that arrive before they are received, split, contexts from an
  * MPI communicator, many contexts alive at once, (MPI_THREAD_MULTIPLE) a
  * rendezvous served by the helper thread of a process that does not join,
- * and a rank that fails: before a rendezvous, or leaving a context's
- * collectives.
+ * a rank that fails: before a rendezvous, or leaving a context's
+ * collectives, and a rendezvous thread that cannot start.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,16 @@ static int world_rank, world_size;
 
 #define EXPECT(cond) MPI_TEST_EXPECT(cond, #cond, "world", world_rank, NULL)
 #define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
+
+/* A stand-in for the library's thread starts (Makefile.am: --wrap): fails
+ * the next one, with EAGAIN, while thread_fails is set. */
+int __real_mpn_proc_thread_detached(void* (*fn)(void*), void* arg);
+int __wrap_mpn_proc_thread_detached(void* (*fn)(void*), void* arg);
+static int thread_fails;
+int __wrap_mpn_proc_thread_detached(void* (*fn)(void*), void* arg) {
+  if (__atomic_exchange_n(&thread_fails, 0, __ATOMIC_ACQ_REL)) return EAGAIN;
+  return __real_mpn_proc_thread_detached(fn, arg);
+}
 
 static void exercise(mpn_bootstrap_t* b) {
   int n = b->nranks, me = b->rank;
@@ -121,6 +132,36 @@ static void test_unjoined_served_late(int provided) {
       EXPECT(b->rank == world_rank - 1 && b->nranks == world_size - 1);
       mpn_bootstrap_destroy(b);
     }
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+}
+
+/* An id whose rendezvous thread could not start is refused
+ * (ncclSystemError), and the next id of the process starts one: its
+ * creator (world rank 0), which does not join, serves it.  The failed
+ * start used to leave the thread counted as running, so no later id of the
+ * process got one, and their callers timed out (MPINCCL_BOOTSTRAP_TIMEOUT,
+ * 5 s here).  Run first: no rendezvous thread runs yet. */
+static void test_service_thread_fails(int provided) {
+  if (world_size < 2 || provided != MPI_THREAD_MULTIPLE) return;
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "5", 1);
+  EXPECT_OK(mpn_params_reload());
+  mpn_bootstrap_id_t id;
+  if (world_rank == 0) {
+    thread_fails = 1;
+    EXPECT(mpn_bootstrap_id_create(&id) == ncclSystemError);
+    EXPECT(strstr(mpn_error_last(NULL), "cannot start the rendezvous thread") != NULL);
+    EXPECT_OK(mpn_bootstrap_id_create(&id));
+  }
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (world_rank > 0) {
+    mpn_bootstrap_t* b = NULL;
+    ncclResult_t res = mpn_bootstrap_rendezvous(&id, world_size - 1, world_rank - 1, NULL, &b);
+    EXPECT(res == ncclSuccess);
+    if (res != ncclSuccess) fprintf(stderr, "[world %d] the rendezvous: %s\n", world_rank, mpn_error_last(NULL));
+    mpn_bootstrap_destroy(b);
   }
   MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
@@ -235,6 +276,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  test_service_thread_fails(provided);
 
   mpn_bootstrap_id_t id;
   if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&id));

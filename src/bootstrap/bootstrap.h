@@ -43,7 +43,7 @@ typedef struct mpn_bootstrap {
  * Creates a unique id.  With MPI (MPINCCL_BOOTSTRAP=mpi, or auto under an
  * MPI launcher or with MPI initialized) the calling process serves the
  * rendezvous; under MPI_THREAD_MULTIPLE a helper thread serves it even if
- * this process never joins.  Otherwise the id is valid within this process.
+ * this process never joins, until a round of it succeeds.  Otherwise the id is valid within this process.
  */
 ncclResult_t mpn_bootstrap_id_create(mpn_bootstrap_id_t* id);
 

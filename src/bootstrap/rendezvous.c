@@ -253,15 +253,17 @@ static int record_lingers(const record_t* r) {
   return r->failed && r->answered < r->max_nranks && mpn_clock_now_ns() - r->last_ns <= linger_ns();
 }
 
-/* Keeps the ids not served yet, while MPI lasts (an id is served until its
- * round is, or MPI is finalized, however late its callers come). */
+/* Keeps the ids not served yet, while MPI lasts (an id is served until a
+ * round of it succeeds, or MPI is finalized, however late its callers
+ * come): a failed id owes its error to late callers, and then serves a new
+ * attempt by all ranks (README, Errors), whose round is open meanwhile. */
 static void service_sweep(void* arg) {
   service_state_t* st = arg;
   uint64_t now = mpn_clock_now_ns();
   int j = 0, young = 0;
   for (int i = 0; i < n_open; i++) {
     record_t* r = record_find(open_ids[i].key, 0);
-    int served = r && r->round != open_ids[i].round && !record_lingers(r);
+    int served = r && r->round != open_ids[i].round && !r->failed && r->count == 0;
     if (served || !mpn_chan_mpi_ready()) continue;
     young |= now < open_ids[i].deadline || (r && now - r->last_ns < SERVICE_IDLE_POLL_US * 1000ull);
     open_ids[j++] = open_ids[i];

@@ -4,8 +4,9 @@
  * messages that arrive before they are received, split, contexts from an
  * MPI communicator, many contexts alive at once, (MPI_THREAD_MULTIPLE) a
  * rendezvous served by the helper thread of a process that does not join,
- * a rank that fails: before a rendezvous, or leaving a context's
- * collectives, and a rendezvous thread that cannot start.
+ * a rank that fails: before a rendezvous (and the new attempt after it,
+ * also served by that helper thread), or leaving a context's collectives,
+ * and a rendezvous thread that cannot start.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -168,6 +169,44 @@ static void test_service_thread_fails(int provided) {
   EXPECT_OK(mpn_params_reload());
 }
 
+/* A rendezvous that failed (a rank that could not join) serves a new
+ * attempt by all ranks MPINCCL_BOOTSTRAP_LINGER seconds after the last
+ * caller (README, Errors), also when its creator (world rank 0) does not
+ * join: its rendezvous thread used to leave once the failed round was
+ * answered, and the new attempt timed out (MPINCCL_BOOTSTRAP_TIMEOUT, 5 s
+ * here). */
+static void test_unjoined_retry(int provided) {
+  if (world_size < 3 || provided != MPI_THREAD_MULTIPLE) return;
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "5", 1);
+  setenv("MPINCCL_BOOTSTRAP_LINGER", "1", 1);
+  EXPECT_OK(mpn_params_reload());
+  mpn_bootstrap_id_t id;
+  if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int n = world_size - 1, rank = world_rank - 1;
+  mpn_bootstrap_t* b = NULL;
+  if (rank == n - 1) {
+    usleep(300000); /* the others' hellos are in: the failure ends their round */
+    mpn_bootstrap_rendezvous_fail(&id, n, rank, mpn_error_set(NULL, ncclSystemError, "test: no device"));
+  } else if (rank >= 0) {
+    EXPECT(mpn_bootstrap_rendezvous(&id, n, rank, NULL, &b) == ncclRemoteError);
+    EXPECT(b == NULL);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  usleep(1500000); /* MPINCCL_BOOTSTRAP_LINGER after the last caller */
+  if (rank >= 0) {
+    ncclResult_t res = mpn_bootstrap_rendezvous(&id, n, rank, NULL, &b);
+    EXPECT(res == ncclSuccess);
+    if (res != ncclSuccess) fprintf(stderr, "[world %d] the new attempt: %s\n", world_rank, mpn_error_last(NULL));
+    if (b) EXPECT_OK(mpn_bootstrap_barrier(b));
+    mpn_bootstrap_destroy(b);
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+}
+
 /* The thread's last error names the failed rank (who, a format of its
  * rank) and its reason, and came well before the deadline (60 s). */
 static void expect_told(const char* who, int rank, const char* reason, double t0) {
@@ -316,6 +355,7 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(b);
   test_late_caller_unjoined(provided);
   test_unjoined_served_late(provided);
+  test_unjoined_retry(provided);
   test_rank_leaves();
   test_rendezvous_fail();
   test_rendezvous_withdraw(1);

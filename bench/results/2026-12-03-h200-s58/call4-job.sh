@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# session 58, call 4: the whole make check (unit, MPI and GPU tests) on the
+# GPU machine after the session's second round of fixes (a background split
+# without a color fails its parent; a rank's message to itself keeps its
+# refusal's code; one refusal of memory CUDA IPC cannot share; UCX: a
+# peer's abort keeps this rank's first error, a receive that failed here
+# tells its sender; bootstrap fixes), then test_p2p and test_rma under MPS
+# at 2 and 4 ranks.
+out=$1
+mkdir -p $out
+(autoreconf -fi && ./configure -q && make -j16) > $out/build.log 2>&1 || { tail -20 $out/build.log; exit 1; }
+echo "warnings: $(grep -c 'warning:' $out/build.log)"
+MPINCCL_TEST_TIMEOUT=120 timeout 420 make -j4 check > $out/check.log 2>&1
+echo "make check exit $?"
+grep -E '^# (TOTAL|PASS|SKIP|FAIL|ERROR)|^(FAIL|ERROR):' $out/check.log
+grep -h 'failures$' tests/gpu/test_p2p.log tests/gpu/test_rma.log tests/gpu/test_gpu_comm.log 2>/dev/null | sort | uniq -c
+for f in $(grep -l -E '^:test-result: (FAIL|ERROR)' tests/*/*.trs 2>/dev/null); do cp "${f%.trs}.log" $out/; done
+flags=$(tests/run-test --mpirun-flags)
+mps_start || exit 1; sleep 1
+for np in 2 4; do
+  for t in test_p2p test_rma; do
+    timeout 100 mpirun -np $np $flags -x CUDA_MPS_PIPE_DIRECTORY ./tests/gpu/$t > $out/mps-$t-$np.log 2>&1
+    rc=$?
+    echo "MPS $t np=$np: exit $rc; $(grep -E 'failures$' $out/mps-$t-$np.log | tail -1)"
+    [ $rc = 0 ] && rm -f $out/mps-$t-$np.log
+  done
+done
+mps_stop
+rm -f $out/build.log

@@ -112,6 +112,24 @@ static void test_late_caller_unjoined(int provided) {
   EXPECT_OK(mpn_params_reload());
 }
 
+/* Every rank but world rank 0 (the id's creator, which does not join)
+ * meets at id, which must succeed; then the default timeout again. */
+static void join_without_world_0(const mpn_bootstrap_id_t* id, const char* what) {
+  if (world_rank > 0) {
+    mpn_bootstrap_t* b = NULL;
+    ncclResult_t res = mpn_bootstrap_rendezvous(id, world_size - 1, world_rank - 1, NULL, &b);
+    EXPECT(res == ncclSuccess);
+    if (res != ncclSuccess) fprintf(stderr, "[world %d] %s: %s\n", world_rank, what, mpn_error_last(NULL));
+    if (b) {
+      EXPECT(b->rank == world_rank - 1 && b->nranks == world_size - 1);
+      mpn_bootstrap_destroy(b);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
+  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
+  EXPECT_OK(mpn_params_reload());
+}
+
 /* An id whose creator does not join is served however late its callers
  * come: here after twice MPINCCL_BOOTSTRAP_TIMEOUT (2 s).  Each caller's
  * own wait is bounded from its own call.  The helper thread used to drop
@@ -123,20 +141,8 @@ static void test_unjoined_served_late(int provided) {
   mpn_bootstrap_id_t id;
   if (world_rank == 0) EXPECT_OK(mpn_bootstrap_id_create(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  if (world_rank > 0) {
-    sleep(4);
-    mpn_bootstrap_t* b = NULL;
-    ncclResult_t res = mpn_bootstrap_rendezvous(&id, world_size - 1, world_rank - 1, NULL, &b);
-    EXPECT(res == ncclSuccess);
-    if (res != ncclSuccess) fprintf(stderr, "[world %d] the late rendezvous: %s\n", world_rank, mpn_error_last(NULL));
-    if (b) {
-      EXPECT(b->rank == world_rank - 1 && b->nranks == world_size - 1);
-      mpn_bootstrap_destroy(b);
-    }
-  }
-  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
-  EXPECT_OK(mpn_params_reload());
+  if (world_rank > 0) sleep(4);
+  join_without_world_0(&id, "the late rendezvous");
 }
 
 /* An id whose rendezvous thread could not start is refused
@@ -157,16 +163,7 @@ static void test_service_thread_fails(int provided) {
     EXPECT_OK(mpn_bootstrap_id_create(&id));
   }
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  if (world_rank > 0) {
-    mpn_bootstrap_t* b = NULL;
-    ncclResult_t res = mpn_bootstrap_rendezvous(&id, world_size - 1, world_rank - 1, NULL, &b);
-    EXPECT(res == ncclSuccess);
-    if (res != ncclSuccess) fprintf(stderr, "[world %d] the rendezvous: %s\n", world_rank, mpn_error_last(NULL));
-    mpn_bootstrap_destroy(b);
-  }
-  MPI_Barrier(MPI_COMM_WORLD); /* world rank 0 calls nothing of the library meanwhile */
-  setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "60", 1);
-  EXPECT_OK(mpn_params_reload());
+  join_without_world_0(&id, "the rendezvous");
 }
 
 /* A rendezvous that failed (a rank that could not join) serves a new

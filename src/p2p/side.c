@@ -102,7 +102,7 @@ ncclResult_t mpn_side_describe(plan_t* p, mpn_side_t* d) {
     pool = 1; /* staged like a memory-pool buffer, until the peer has closed those imports */
   }
   if (res == ncclSuccess && pool) {
-    res = mpn_stage_get(op->bytes, &p->stage);
+    res = mpn_stage_get(op->comm, op_fn(op), name, op->bytes, &p->stage);
     if (res == ncclSuccess)
       res = mpn_ipc_export_own(op->comm, op_fn(op), mpn_stage_ptr(p->stage), "the staging buffer", &d->ipc);
   }

@@ -58,24 +58,26 @@ static int stage_idle(struct mpn_stage* st) {
   return err == cudaSuccess;
 }
 
-static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out);
+static ncclResult_t stage_get(struct ncclComm* comm, const char* fn, const char* name, size_t bytes, mpn_stage_t** out);
 
 /* The caller's stream may be capturing a graph: event queries and
  * allocations here are not part of it (relaxed capture mode). */
-ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out) {
+ncclResult_t mpn_stage_get(struct ncclComm* comm, const char* fn, const char* name, size_t bytes, mpn_stage_t** out) {
   mpn_capture_mode_t mode = mpn_cuda_relaxed_enter();
-  ncclResult_t res = stage_get(bytes, out);
+  ncclResult_t res = stage_get(comm, fn, name, bytes, out);
   mpn_cuda_relaxed_leave(mode);
   return res;
 }
 
-static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
+/* comm, fn and name are the caller's, for the text of a refusal. */
+static ncclResult_t stage_get(struct ncclComm* comm, const char* fn, const char* name, size_t bytes,
+                              mpn_stage_t** out) {
   /* Rounded up to whole blocks below: a size within a block of SIZE_MAX
    * would wrap to 0, and cudaMalloc of 0 bytes "succeeds" with NULL. */
   if (bytes > SIZE_MAX - (MPN_IPC_BLOCK_BYTES - 1))
-    return mpn_error_set(NULL, ncclInvalidArgument,
-                         "a staging buffer of %zu bytes for a memory-pool buffer is too large (at most %zu)", bytes,
-                         SIZE_MAX - (MPN_IPC_BLOCK_BYTES - 1));
+    return mpn_error_set(comm, ncclInvalidArgument,
+                         "%s: %s of %zu bytes is too large to stage (a staging buffer is at most %zu bytes)", fn, name,
+                         bytes, SIZE_MAX - (MPN_IPC_BLOCK_BYTES - 1));
   int dev = -1;
   MPN_CUDA_CHECK(cudaGetDevice(&dev));
   pthread_mutex_lock(&stage_lock);
@@ -103,8 +105,7 @@ static ncclResult_t stage_get(size_t bytes, mpn_stage_t** out) {
     cudaGetLastError();
     if (st->ptr) mpn_cuda_forget(cudaFree(st->ptr));
     free(st);
-    return mpn_error_set(NULL, ncclUnhandledCudaError,
-                         "a staging buffer of %zu bytes for a memory-pool buffer: %s", bytes,
+    return mpn_error_set(comm, ncclUnhandledCudaError, "%s: a staging buffer of %zu bytes for %s: %s", fn, bytes, name,
                          cudaGetErrorString(err));
   }
   MPN_TRACE(MPN_SUBSYS_P2P, "new staging buffer of %zu bytes on device %d", st->bytes, dev);

@@ -16,10 +16,12 @@
 
 typedef struct mpn_stage mpn_stage_t;
 
-/** A stage of at least bytes on the current device, for one message;
+/** A stage of at least bytes on the current device, for one message of
+ *  fn (the public call, "ncclSend") on comm, whose buffer name is;
  *  ncclInvalidArgument for a size that whole IPC blocks cannot hold
- *  (within a block of SIZE_MAX). */
-ncclResult_t mpn_stage_get(size_t bytes, mpn_stage_t** out);
+ *  (within a block of SIZE_MAX).  A refusal's text names fn and name, as
+ *  the user knows the call by them; it is comm's too when comm is set. */
+ncclResult_t mpn_stage_get(struct ncclComm* comm, const char* fn, const char* name, size_t bytes, mpn_stage_t** out);
 
 /** The stage's device address. */
 void* mpn_stage_ptr(const mpn_stage_t* st);

@@ -2,7 +2,7 @@
  * test_stage.c - the process's staging buffers (src/p2p/stage.c) on the
  * host, against stand-ins (--wrap) for the CUDA calls that make one: the
  * sizes they are asked for, and the refusal of sizes no whole number of
- * IPC blocks can hold.
+ * IPC blocks can hold, in words that name the user's call.
  */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -48,29 +48,38 @@ cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int flags)
 }
 
 /* A size that whole blocks cannot hold (rounding it up would wrap to 0
- * bytes) is refused before any allocation, naming the size; the largest
- * size they hold is asked of CUDA as it is. */
+ * bytes) is refused before any allocation; the text names the public call
+ * and the buffer the stage is for, and the size, for the user knows the
+ * call, not the stage.  The largest size they hold is asked of CUDA as it
+ * is, and its failure names the call too. */
 START_TEST(sizes_near_size_max) {
   const size_t largest = SIZE_MAX - MPN_IPC_BLOCK_BYTES + 1;
   static const size_t too_large[] = {SIZE_MAX, SIZE_MAX - MPN_IPC_BLOCK_BYTES + 2};
+  static const char* const fn[] = {"ncclSend", "ncclRecv"};
+  static const char* const name[] = {"sendbuff", "recvbuff"};
   for (int i = 0; i < 2; i++) {
     mpn_stage_t* st = NULL;
     nasked = 0;
-    ncclResult_t res = mpn_stage_get(too_large[i], &st);
-    char size[32];
-    snprintf(size, sizeof(size), "%zu bytes", too_large[i]);
+    ncclResult_t res = mpn_stage_get(NULL, fn[i], name[i], too_large[i], &st);
+    char says[96];
+    snprintf(says, sizeof(says), "%s: %s of %zu bytes", fn[i], name[i], too_large[i]);
     const char* text = mpn_error_last(NULL);
-    ck_assert_msg(
-        res == ncclInvalidArgument && st == NULL && nasked == 0 && strstr(text, size) && strstr(text, "too large"),
-        "a stage of %zu bytes: result %d, stage %p, %d allocation(s) (the first of %zu bytes), text \"%s\"",
-        too_large[i], (int)res, (void*)st, nasked, nasked ? asked[0] : 0, text);
+    ck_assert_msg(res == ncclInvalidArgument && st == NULL && nasked == 0 && strncmp(text, says, strlen(says)) == 0 &&
+                      strstr(text, "too large"),
+                  "%s's stage of %zu bytes: result %d, stage %p, %d allocation(s) (the first of %zu bytes), text "
+                  "\"%s\", not opening with \"%s\"",
+                  fn[i], too_large[i], (int)res, (void*)st, nasked, nasked ? asked[0] : 0, text, says);
   }
   mpn_stage_t* st = NULL;
   nasked = 0;
-  ck_assert_int_eq(mpn_stage_get(largest, &st), ncclUnhandledCudaError); /* (more than the device holds) */
+  ck_assert_int_eq(mpn_stage_get(NULL, "ncclSend", "sendbuff", largest, &st),
+                   ncclUnhandledCudaError); /* (more than the device holds) */
   ck_assert_ptr_null(st);
   ck_assert_int_eq(nasked, 1);
   ck_assert_uint_eq(asked[0], largest);
+  const char* text = mpn_error_last(NULL);
+  ck_assert_msg(strncmp(text, "ncclSend: ", 10) == 0 && strstr(text, "sendbuff"),
+                "a failed allocation's text \"%s\" does not name ncclSend and sendbuff", text);
 }
 END_TEST
 
@@ -78,7 +87,7 @@ END_TEST
 START_TEST(small_size_takes_a_block) {
   mpn_stage_t* st = NULL;
   nasked = 0;
-  ck_assert_int_eq(mpn_stage_get(1, &st), ncclSuccess);
+  ck_assert_int_eq(mpn_stage_get(NULL, "ncclRecv", "recvbuff", 1, &st), ncclSuccess);
   ck_assert_ptr_nonnull(st);
   ck_assert_int_eq(nasked, 1);
   ck_assert_uint_eq(asked[0], MPN_IPC_BLOCK_BYTES);

@@ -30,6 +30,7 @@ static struct {
   pid_t pid; /* the process whose thread serves the queue; 0: none yet */
   int hurry; /* threads waiting in mpn_ipc_closer_wait: closes start at once */
   int running; /* items[0] is being closed */
+  int joined;  /* the thread was joined (or is being: mpn_ipc_closer_stop) */
 } closer = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 /*
@@ -184,17 +185,19 @@ static void* closer_main(void* arg) {
   return NULL;
 }
 
-/* At exit, an idle thread is ended and joined; one still in a close (which
- * waits for GPU work that may never end) is left to the process's end, and
- * one waiting for the process to be quiet starts no more closes (CUDA is
- * being torn down). */
+/* At exit, an idle thread is ended and joined, unless mpn_ipc_closer_stop
+ * (atexit, earlier) joined it; one still in a close (which waits for GPU
+ * work that may never end) is left to the process's end, and one waiting
+ * for the process to be quiet starts no more closes (CUDA is being torn
+ * down). */
 __attribute__((destructor)) static void closer_stop(void) {
   /* A child of fork has no thread of its own, and its copy of the lock may
    * have been taken by another thread at the fork: it is left alone. */
   if (__atomic_load_n(&closer.pid, __ATOMIC_ACQUIRE) != getpid()) return;
   pthread_mutex_lock(&closer.lock);
-  int idle = closer.n == 0;
+  int idle = closer.n == 0 && !closer.joined;
   closer.stop = 1;
+  closer.joined |= idle;
   pthread_cond_signal(&closer.work);
   pthread_mutex_unlock(&closer.lock);
   if (idle) pthread_join(closer.thread, NULL);
@@ -210,7 +213,19 @@ int mpn_ipc_closer_stop(int64_t timeout_ms) {
   while (closer.running && rc != ETIMEDOUT)
     rc = pthread_cond_clockwait(&closer.done, &closer.lock, CLOCK_MONOTONIC, &until);
   int idle = !closer.running;
+  /* With no close running, none starts any more (closer_main looks at the
+   * stop before each): the thread ends within a poll or one check of quiet,
+   * closes queued or not, and is joined here within the same deadline, so
+   * that a stop with closes still queued leaves no ended thread unjoined
+   * (the destructor joins only a thread with nothing queued). */
+  int join = idle && !closer.joined;
+  closer.joined |= join;
   pthread_mutex_unlock(&closer.lock);
+  if (join && pthread_clockjoin_np(closer.thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
+    pthread_mutex_lock(&closer.lock); /* (still in its check of quiet: the destructor may join it) */
+    closer.joined = 0;
+    pthread_mutex_unlock(&closer.lock);
+  }
   return idle;
 }
 
@@ -228,7 +243,8 @@ static int thread_ready(void) {
   if (pthread_create(&closer.thread, NULL, closer_main, NULL) != 0) return 0;
   int first = closer.pid == 0; /* (a child of fork has its parent's handler) */
   __atomic_store_n(&closer.pid, self, __ATOMIC_RELEASE);
-  closer.n = 0; /* (a parent's entries are not this process's) */
+  closer.n = 0;      /* (a parent's entries are not this process's) */
+  closer.joined = 0; /* (nor its thread) */
   if (first) atexit(closer_stop_at_exit);
   return 1;
 }

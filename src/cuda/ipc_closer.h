@@ -89,6 +89,8 @@ void mpn_ipc_closer_forget(int dev);
  * Starts no more closes, for good (done at the start of the process's exit,
  * before CUDA's teardown), and waits at most timeout_ms for one under way;
  * returns whether none runs (0 where this process runs no closing thread).
+ * Where none runs, the thread ends (closes still queued stay so) and is
+ * joined within the same timeout_ms.
  */
 int mpn_ipc_closer_stop(int64_t timeout_ms);
 

@@ -5,6 +5,7 @@
  * process's quiet, a device reset and the stop at the process's exit.
  */
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -323,15 +324,31 @@ START_TEST(no_close_beside_an_ungated_launch) {
 }
 END_TEST
 
+/* The threads of this process (the closing thread among them until it
+ * has ended). */
+static int threads_now(void) {
+  DIR* dir = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(dir);
+  int n = 0;
+  for (struct dirent* e = readdir(dir); e; e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
 /* A stop (mpn_ipc_closer_stop, at the process's exit) that comes while the
  * closing thread asks whether the process is quiet finds no close running
  * and says so: that close must then not start, quiet or not (found in
- * review). */
+ * review).  The thread has ended and was joined when the stop returns,
+ * though a close is still queued (before, it was left unjoined: valgrind
+ * saw its stack "possibly lost"). */
 START_TEST(stop_during_quiet_check) {
+  int before = threads_now();
   close_in_slow_check();
   ck_assert_int_eq(mpn_ipc_closer_stop(1000), 1); /* no close runs yet */
-  usleep(400000);                                 /* the check says quiet meanwhile */
-  ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 0);
+  ck_assert_msg(threads_now() == before, "%d threads after the stop, %d before the closing thread", threads_now(),
+                before);
+  usleep(200000);
+  ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 0); /* (the check said quiet before it ended) */
   ck_assert_int_eq(mpn_ipc_closer_pending(), 1);
 }
 END_TEST
@@ -369,13 +386,15 @@ END_TEST
 
 /* The start of the process's exit (mpn_ipc_closer_stop, from atexit)
  * waits for a close under way and starts no more, the process quiet or
- * not: CUDA's teardown comes next.  Last: nothing closes after it. */
+ * not: CUDA's teardown comes next; the closing thread then ends, joined
+ * by the stop.  Last: nothing closes after it. */
 static void* stop_in_thread(void* arg) {
   *(int*)arg = mpn_ipc_closer_stop(5000) + 1;
   return NULL;
 }
 
 START_TEST(stop_starts_no_close) {
+  int before = threads_now();
   mpn_ipc_desc_t q, r;
   quiet_two_imports_held(&q, &r);
   mpn_ipc_forget(owner, 1, 0, NULL);
@@ -389,7 +408,8 @@ START_TEST(stop_starts_no_close) {
   pthread_join(t, NULL);
   ck_assert_int_eq(stopped, 2);
   ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 1);
-  mpn_ipc_forget(owner, 2, 0, NULL); /* r's close is queued, the process quiet */
+  ck_assert_int_eq(threads_now(), before); /* the closing thread ended, joined by the stop */
+  mpn_ipc_forget(owner, 2, 0, NULL);       /* r's close is queued, the process quiet */
   usleep(200000);
   ck_assert_int_eq(__atomic_load_n(&closes, __ATOMIC_ACQUIRE), 1); /* and never run */
   ck_assert_int_eq(mpn_ipc_closer_pending(), 1);

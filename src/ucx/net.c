@@ -34,16 +34,19 @@
  * its communicator cleanly (its endpoints fail next, which is then no
  * crash), or a receive of the sender's message failed on the receiving
  * rank (out of memory: the message is never taken; proxy.c,
- * failed_here_note).  Fits a proxy send's inline payload
- * (mpn_ucx_proxy_send_here). */
-enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2, NOTICE_CLOSED = 3, NOTICE_FAILED = 4 };
+ * failed_here_note), or a send of the notice's sender to the rank it
+ * tells failed on the sending rank (out of memory: the message never
+ * comes).  Fits a proxy send's inline payload (mpn_ucx_proxy_send_here). */
+enum { NOTICE_ABORT = 1, NOTICE_MISMATCH = 2, NOTICE_CLOSED = 3, NOTICE_FAILED = 4, NOTICE_UNSENT = 5 };
 
 typedef struct {
   int32_t from; /* the rank that sends it */
   int32_t kind; /* NOTICE_* */
   int32_t came; /* mismatch: an mpn_ucx_came_t */
   int32_t unused;
-  uint64_t expected, got; /* mismatch: as in mpn_ucx_mismatch_t */
+  /* mismatch: as in mpn_ucx_mismatch_t; unsent: the message's bytes, and
+   * the tag of its send that failed */
+  uint64_t expected, got;
 } notice_t;
 
 _Static_assert(sizeof(notice_t) <= sizeof(((mpn_ucx_cmd_t*)0)->desc_bytes), "a notice is sent inline");
@@ -61,6 +64,8 @@ struct mpn_ucx_comm {
   notice_t notice_out;    /* what an abort sends */
   int aborted_by;         /* the rank whose abort notice came, else -1 */
   int failed_by;          /* the rank whose notice that it failed on its own came, else -1 */
+  int unsent_by;          /* the rank whose notice that its send to this rank failed came, else -1 */
+  uint64_t unsent_bytes, unsent_tag; /* that send's message (written before unsent_by) */
   uint64_t notice_done;   /* the notice receive's flag */
   int closed;                  /* mpn_ucx_abort closed the endpoints */
   int closing;                 /* a close or an abort began: the notice receive is not posted again */
@@ -139,7 +144,7 @@ static void notice_again(struct mpn_ucx_comm* u) {
 /* What makes a notice that came unusable, in words; NULL: nothing. */
 static const char* notice_fault(const struct mpn_ucx_comm* u, const notice_t* n) {
   if (n->from < 0 || n->from >= u->nranks || u->peers[n->from].address == NULL) return "that rank is no UCX peer of it";
-  if (n->kind < NOTICE_ABORT || n->kind > NOTICE_FAILED) return "its kind is unknown";
+  if (n->kind < NOTICE_ABORT || n->kind > NOTICE_UNSENT) return "its kind is unknown";
   if (n->kind == NOTICE_MISMATCH && (n->came < MPN_UCX_CAME_BYTES || n->came > MPN_UCX_CAME_FEWER))
     return "its report of what came is unknown";
   return NULL;
@@ -161,18 +166,38 @@ static void notice_misfit(void* arg, mpn_ucx_came_t came, size_t got) {
   notice_again(u);
 }
 
+/* What a notice that fails the communicator says, for its report
+ * (mpn_ucx_poll_errors), each published by the release of its last word. */
+static void notice_record(struct mpn_ucx_comm* u, const notice_t* n) {
+  if (n->kind == NOTICE_MISMATCH) {
+    u->told.from = n->from;
+    u->told.expected = (size_t)n->expected;
+    u->told.got = (size_t)n->got;
+    u->told.came = (mpn_ucx_came_t)n->came;
+    __atomic_store_n(&u->told.claimed, 1, __ATOMIC_RELEASE);
+  } else if (n->kind == NOTICE_UNSENT) {
+    u->unsent_bytes = n->expected;
+    u->unsent_tag = n->got;
+    __atomic_store_n(&u->unsent_by, n->from, __ATOMIC_RELEASE);
+  } else {
+    __atomic_store_n(n->kind == NOTICE_FAILED ? &u->failed_by : &u->aborted_by, n->from, __ATOMIC_RELEASE);
+  }
+}
+
 /* On the proxy thread, once a peer's notice came: everything with that
  * peer fails (its streams' waits are released), and the communicator
  * reports it (mpn_ucx_poll_errors): ncclRemoteError for an abort or a
- * failure of the peer's own, ncclInvalidUsage for a send of this rank that
- * did not fit its receive.  After a mismatch or a failure the peer takes
- * no more of this rank's messages, so the sends to it in flight, which UCX
- * cannot cancel, are released too.  A
+ * failure of the peer's own (a receive or a send of it that failed
+ * there), ncclInvalidUsage for a send of this rank that did not fit its
+ * receive.  After a mismatch or a failure the peer takes no more of this
+ * rank's messages, so the sends to it in flight, which UCX cannot cancel,
+ * are released too.  A
  * malformed notice is dropped, as one of another size (notice_misfit). */
 static void notice_arrived(void* arg) {
   struct mpn_ucx_comm* u = arg;
   const notice_t* n = &u->notice_in;
-  int from = n->from, mismatch = n->kind == NOTICE_MISMATCH, failed = n->kind == NOTICE_FAILED;
+  int from = n->from, mismatch = n->kind == NOTICE_MISMATCH;
+  int failed = n->kind == NOTICE_FAILED || n->kind == NOTICE_UNSENT;
   const char* fault = notice_fault(u, n);
   if (fault) {
     MPN_WARN("UCX: rank %d drops a notice from rank %d (kind %d, report %d): %s; it takes the next one", u->rank, from,
@@ -185,15 +210,7 @@ static void notice_arrived(void* arg) {
     notice_again(u);
     return;
   }
-  if (mismatch) {
-    u->told.from = from;
-    u->told.expected = (size_t)n->expected;
-    u->told.got = (size_t)n->got;
-    u->told.came = (mpn_ucx_came_t)n->came;
-    __atomic_store_n(&u->told.claimed, 1, __ATOMIC_RELEASE);
-  } else {
-    __atomic_store_n(failed ? &u->failed_by : &u->aborted_by, from, __ATOMIC_RELEASE);
-  }
+  notice_record(u, n);
   int ok = ncclSuccess;
   __atomic_compare_exchange_n(&u->error, &ok, (int)(mismatch ? ncclInvalidUsage : ncclRemoteError), 0, __ATOMIC_RELEASE,
                               __ATOMIC_RELAXED);
@@ -205,9 +222,10 @@ static void notice_arrived(void* arg) {
 /*
  * On the proxy thread, outside UCX's callbacks, once a receive of this
  * communicator found a message of another size (u->mismatch, or the
- * peer's record), or failed on this rank (failed_here): the sender gets a
- * notice, then this side's operations with it end, as the sender's
- * do when the notice comes (notice_arrived).  Failing the peer cancels this
+ * peer's record), or a receive or a send of it failed on this rank
+ * (failed_here, failed_send): the peer gets a notice, then this side's
+ * operations with it end, as the peer's do when the notice comes
+ * (notice_arrived).  Failing the peer cancels this
  * rank's receives from it still posted (the rest of the message's chunks,
  * later messages of the lane) and makes those armed fail instead of being
  * posted: no receive of the failed communicator takes another message's
@@ -220,13 +238,16 @@ static void notice_arrived(void* arg) {
  * failed peer gets nothing); a close waits for the flush (notice_wait).
  */
 static void mismatch_found(mpn_ucx_mismatch_t* m) {
-  struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)m->owner; /* (the receive's owner: this state) */
+  struct mpn_ucx_comm* u = (struct mpn_ucx_comm*)m->owner; /* (the failed operation's owner: this state) */
   mpn_ucx_peer_t* peer = &u->peers[m->from];
+  int failed = __atomic_load_n(&m->failed_here, __ATOMIC_ACQUIRE);
   notice_t n = {.from = u->rank,
-                .kind = m->failed_here ? NOTICE_FAILED : NOTICE_MISMATCH,
+                .kind = !failed          ? NOTICE_MISMATCH
+                        : m->failed_send ? NOTICE_UNSENT
+                                         : NOTICE_FAILED,
                 .came = (int32_t)m->came,
                 .expected = m->expected,
-                .got = m->got};
+                .got = failed && m->failed_send ? m->tag : m->got};
   mpn_ucx_cmd_t cmd = {
       .owner = u, .peer = peer, .tag = notice_tag(u->key, m->from), .flag = &peer->notice_sent, .value = 1, .quiet = 1};
   mpn_ucx_proxy_release_sends(peer);
@@ -235,7 +256,10 @@ static void mismatch_found(mpn_ucx_mismatch_t* m) {
   if (res == ncclSuccess) res = mpn_ucx_proxy_flush_here(&cmd);
   if (res != ncclSuccess) {
     MPN_WARN("UCX: rank %d could not tell rank %d that %s: %s", u->rank, m->from,
-             m->failed_here ? "it failed on its own" : "its message did not fit", ncclGetLastError(NULL));
+             !failed          ? "its message did not fit"
+             : m->failed_send ? "its message will not come"
+                              : "it failed on its own",
+             ncclGetLastError(NULL));
     /* Nothing for a close to wait for (a notice that went without its flush is let go too). */
     __atomic_store_n(&peer->notice_sent, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&peer->notice_flushed, 1, __ATOMIC_RELEASE);
@@ -349,6 +373,7 @@ ncclResult_t mpn_ucx_comm_setup(struct ncclComm* comm) {
   u->rank = comm->rank;
   u->aborted_by = -1;
   u->failed_by = -1;
+  u->unsent_by = -1;
   u->key = (uint64_t)prefix << (64 - MPN_UCX_PREFIX_BITS);
   u->holder = comm->bootstrap->key;
   u->mismatch.found = mismatch_found;
@@ -419,9 +444,12 @@ static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, in
                        .release = release,
                        .nrelease = nrelease,
                        .user_buffer = when ? when->user_buffer : 0,
-                       .mismatch = kind == MPN_UCX_RECV ? &u->mismatch : NULL,
+                       .mismatch = &u->mismatch,
                        .from = peer};
-  return mpn_ucx_proxy_post(&cmd);
+  ncclResult_t res = mpn_ucx_proxy_post(&cmd);
+  /* (a send that never reached the proxy: its receiver must not wait for it) */
+  if (res != ncclSuccess && kind == MPN_UCX_SEND) mpn_ucx_proxy_unsent(&cmd);
+  return res;
 }
 
 static ncclResult_t host_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, int peer, void* buf,
@@ -717,6 +745,7 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   if (u == NULL || error == ncclSuccess || __atomic_exchange_n(&u->reported, 1, __ATOMIC_ACQ_REL)) return;
   int from = __atomic_load_n(&u->aborted_by, __ATOMIC_ACQUIRE);
   int failed_by = __atomic_load_n(&u->failed_by, __ATOMIC_ACQUIRE);
+  int unsent_by = __atomic_load_n(&u->unsent_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
   ncclResult_t code = error == ncclInvalidUsage ? ncclRemoteError : (ncclResult_t)error;
   char after[64] = "";
@@ -729,6 +758,13 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
                   "rank %d failed on its own (a UCX receive of this rank's message could not be posted there: "
                   "out of memory) and takes no more of this rank's messages; abort this communicator",
                   failed_by);
+  } else if (unsent_by >= 0 && code == ncclRemoteError) {
+    mpn_error_set(comm, code,
+                  "rank %d failed on its own: its UCX send of a message of %llu bytes (tag %#llx) to rank %d could "
+                  "not be made there (out of memory); that message's receive and every later receive from rank %d "
+                  "fail; abort this communicator",
+                  unsent_by, (unsigned long long)u->unsent_bytes, (unsigned long long)u->unsent_tag, comm->rank,
+                  unsent_by);
   } else if (code != ncclRemoteError && !failure_told(u, code)) {
     /* this rank's own, off the proxy (a copy CUDA refused, out of memory: staged.c) */
     mpn_error_set(comm, code,

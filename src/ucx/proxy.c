@@ -48,6 +48,7 @@ static struct {
   mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
   int n_closing, close_gen, closed_gen;
   mpn_ucx_mismatch_t* found; /* claimed records whose found is due, proxy thread only */
+  mpn_ucx_mismatch_t* found_posted; /* records made due by other threads (mpn_ucx_proxy_unsent), pushed lock-free */
   pid_t pid;                 /* the process whose proxy thread runs (none in a child of fork) */
   int park, parked;          /* the proxy is to stop calling UCX (proxy_park); it has */
   int flush_fence;           /* UCX has no FENCE_MODE: its fence orders each lane only */
@@ -179,17 +180,27 @@ static int recv_came(const mpn_ucx_cmd_t* cmd, ucs_status_t status, const ucp_ta
   return 1;
 }
 
-/* The record r (the communicator's, or the peer's own) describes cmd's
- * sender and is due: its hook runs from the proxy's loop, not from inside
- * UCX.  Published by the release of claimed, then of the error. */
-static void report_due(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_came_t came, size_t got) {
-  if (cmd->peer) __atomic_store_n(&cmd->peer->mismatch_due, 1, __ATOMIC_RELEASE);
+/* Claims peer's record for its report, from any thread: 1 for the first
+ * claimer only (a peer is told once). */
+static int report_claim(mpn_ucx_peer_t* peer) { return !__atomic_exchange_n(&peer->mismatch_due, 1, __ATOMIC_ACQ_REL); }
+
+/* Writes into the record r what it says of cmd's peer. */
+static void report_fill(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_came_t came, size_t got) {
   r->found = cmd->mismatch->found;
   r->from = cmd->from;
   r->expected = cmd->msg_bytes ? cmd->msg_bytes : cmd->bytes;
   r->got = got;
   r->came = came;
   r->owner = cmd->owner;
+  r->tag = cmd->tag;
+}
+
+/* The record r (the communicator's, or the peer's own) describes cmd's
+ * peer and is due: its hook runs from the proxy's loop, not from inside
+ * UCX.  Published by the release of claimed, then of the error. */
+static void report_due(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_came_t came, size_t got) {
+  if (cmd->peer) __atomic_store_n(&cmd->peer->mismatch_due, 1, __ATOMIC_RELEASE);
+  report_fill(cmd, r, came, got);
   if (r == cmd->mismatch) __atomic_store_n(&r->claimed, 1, __ATOMIC_RELEASE);
   if (r->found) {
     r->next = px.found;
@@ -204,25 +215,54 @@ static void report_due(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_
 static void mismatch_note(const mpn_ucx_cmd_t* cmd, mpn_ucx_came_t came, size_t got) {
   mpn_ucx_mismatch_t* m = cmd->mismatch;
   mpn_ucx_peer_t* peer = cmd->peer;
-  if (peer ? peer->mismatch_due : m->claimed) return; /* (told already, or no way to tell it) */
+  if (peer ? !report_claim(peer) : m->claimed) return; /* (told already, or no way to tell it) */
   report_due(cmd, m->claimed ? &peer->report : m, came, got);
 }
 
-/* A receive of a communicator failed on this rank (UCX could not allocate
- * its request): the sender's message stays among UCX's unexpected ones,
- * where a later receive of its tag would take it.  So the sender is told
- * (failed_here: net.c's hook sends the notice, then fails the receives
- * from it), and no later receive from it is posted (refused_here). */
-static void failed_here_note(const mpn_ucx_cmd_t* cmd) {
-  mpn_ucx_peer_t* peer = cmd->peer;
-  if (cmd->kind != MPN_UCX_RECV || cmd->mismatch == NULL || peer == NULL || peer->mismatch_due) return;
-  peer->report.failed_here = 1;
-  report_due(cmd, &peer->report, MPN_UCX_CAME_BYTES, 0);
+/* Whether cmd, failing on this rank, has its peer told (failed_here_note):
+ * a communicator's send or receive (not a notice, which has no record). */
+static int tells_peer(const mpn_ucx_cmd_t* cmd) {
+  return (cmd->kind == MPN_UCX_RECV || cmd->kind == MPN_UCX_SEND) && cmd->mismatch && cmd->peer;
 }
 
-/* A receive from a peer that a receive of this rank failed on (above). */
+/* Marks the peer's record, claimed, as one of cmd's failure on this rank
+ * (after the fields that other threads read: mpn_ucx_proxy_unsent); from
+ * then on cmd's kind is refused with that peer. */
+static void failed_here_mark(const mpn_ucx_cmd_t* cmd) {
+  cmd->peer->report.failed_send = cmd->kind == MPN_UCX_SEND;
+  __atomic_store_n(&cmd->peer->report.failed_here, 1, __ATOMIC_RELEASE);
+}
+
+/* A send or receive of a communicator failed on this rank (UCX could not
+ * allocate its request).  A failed receive leaves the sender's message
+ * among UCX's unexpected ones, where a later receive of its tag would take
+ * it; a failed send leaves the receiver's receive waiting for a message
+ * that never comes.  So the peer is told (failed_here: net.c's hook sends
+ * the notice, then fails the receives from it), and no later operation of
+ * the failed one's kind with it is started (refused_here). */
+static void failed_here_note(const mpn_ucx_cmd_t* cmd) {
+  if (!tells_peer(cmd) || !report_claim(cmd->peer)) return;
+  failed_here_mark(cmd);
+  report_due(cmd, &cmd->peer->report, MPN_UCX_CAME_BYTES, 0);
+}
+
+void mpn_ucx_proxy_unsent(const mpn_ucx_cmd_t* cmd) {
+  if (cmd->kind != MPN_UCX_SEND || !tells_peer(cmd) || !report_claim(cmd->peer)) return;
+  mpn_ucx_mismatch_t* r = &cmd->peer->report;
+  report_fill(cmd, r, MPN_UCX_CAME_BYTES, 0);
+  failed_here_mark(cmd);
+  if (r->found == NULL) return;
+  /* To the proxy without a lock or an allocation (found_take_posted). */
+  r->next = __atomic_load_n(&px.found_posted, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(&px.found_posted, &r->next, r, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {}
+}
+
+/* An operation with a peer that an operation of its kind (a send, or a
+ * receive) failed on this rank with (above): not started. */
 static int refused_here(const mpn_ucx_cmd_t* cmd) {
-  return cmd->kind == MPN_UCX_RECV && cmd->peer && cmd->peer->report.failed_here;
+  const mpn_ucx_peer_t* peer = cmd->peer;
+  if (!tells_peer(cmd) || !__atomic_load_n(&peer->report.failed_here, __ATOMIC_ACQUIRE)) return 0;
+  return cmd->kind == (peer->report.failed_send ? MPN_UCX_SEND : MPN_UCX_RECV);
 }
 
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
@@ -238,8 +278,21 @@ static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_inf
   complete(request, status, user_data);
 }
 
+/* The records other threads made due (mpn_ucx_proxy_unsent) join the
+ * proxy's own. */
+static void found_take_posted(void) {
+  mpn_ucx_mismatch_t* r = __atomic_exchange_n(&px.found_posted, NULL, __ATOMIC_ACQUIRE);
+  while (r) {
+    mpn_ucx_mismatch_t* next = r->next;
+    r->next = px.found;
+    px.found = r;
+    r = next;
+  }
+}
+
 /* Runs the found hooks of the records claimed since the last turn. */
 static void found_run(void) {
+  found_take_posted();
   while (px.found) {
     mpn_ucx_mismatch_t* m = px.found;
     px.found = m->next;
@@ -250,6 +303,7 @@ static void found_run(void) {
 
 /* A closing owner's records go without their hook: it is freed next. */
 static void found_drop(const void* owner) {
+  found_take_posted();
   for (mpn_ucx_mismatch_t** p = &px.found; *p;) {
     mpn_ucx_mismatch_t* m = *p;
     if (m->owner != owner) {

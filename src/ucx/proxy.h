@@ -26,7 +26,8 @@ typedef enum {
  *  other sender whose message did not fit is described in its peer's own
  *  record (mpn_ucx_peer_t report), so that the hook tells that sender too,
  *  once per sender; so is a sender whose message a receive failed to take
- *  on this rank (failed_here). */
+ *  on this rank, and a receiver whose message a send failed to send from
+ *  this rank (failed_here). */
 typedef struct mpn_ucx_mismatch {
   int claimed;     /**< stored (release) once the fields below are written (proxy thread) */
   int from;        /**< that receive's sender */
@@ -38,9 +39,16 @@ typedef struct mpn_ucx_mismatch {
    * when the owner of the claiming receive closes first.  May be NULL. */
   void (*found)(struct mpn_ucx_mismatch* m);
   const void* owner; /**< the claiming receive's owner (proxy thread) */
-  /** No size mismatch: a receive from this sender failed on this rank
-   *  (UCX could not allocate), which tells it so instead (a peer's record) */
+  /** No size mismatch: a receive from this peer, or a send to it, failed
+   *  on this rank (UCX, or this process, could not allocate), which tells
+   *  it so instead (a peer's record).  Stored (release) once the fields
+   *  are written, by the proxy thread or by the thread whose send could
+   *  not be queued (mpn_ucx_proxy_unsent); read with acquire. */
   int failed_here;
+  /** With failed_here: that was a send of this rank (tag, of a message of
+   *  expected bytes), not a receive; its receiver is told. */
+  int failed_send;
+  uint64_t tag;
   struct mpn_ucx_mismatch* next; /**< records whose found is due (proxy thread) */
 } mpn_ucx_mismatch_t;
 
@@ -56,9 +64,11 @@ typedef struct {
    *  or its process is gone), or a notice or a size mismatch failed it.  A
    *  receive of a message that came before it went still takes it (only). */
   int went, notified;
-  /** A notice is due to it (set by the proxy thread when a receive from
-   *  it finds a size mismatch, or failed on this rank; read by a close,
-   *  which waits for the notice's flags below, written by net.c). */
+  /** A notice is due to it (claimed by exchange, by the proxy thread when
+   *  a receive from it finds a size mismatch, or a receive from it or a
+   *  send to it failed on this rank, or by the thread whose send to it
+   *  could not be queued; read by a close, which waits for the notice's
+   *  flags below, written by net.c). */
   int mismatch_due;
   uint64_t notice_sent, notice_flushed;
   /** Its notice that it closed its communicator cleanly came (net.c, on the
@@ -66,8 +76,8 @@ typedef struct {
    *  follows is an end, not a crash. */
   int closed;
   /** The report its hook sends it, where the communicator's record is
-   *  another sender's, or it failed a receive on this rank (proxy thread;
-   *  mismatch_due set once it is due). */
+   *  another sender's, or a receive from it or a send to it failed on
+   *  this rank (written by whoever claimed mismatch_due). */
   mpn_ucx_mismatch_t report;
 } mpn_ucx_peer_t;
 
@@ -142,9 +152,11 @@ typedef struct mpn_ucx_cmd {
    *  another size than bytes came (what came, as in mpn_ucx_mismatch_t),
    *  inside UCX's callback; the receive then fails as any error (may be NULL). */
   void (*misfit)(void* arg, mpn_ucx_came_t came, size_t got);
-  /** Receive: where a message of another size than bytes is described
-   * (NULL: a size mismatch fails it as any error).  Such a receive fails
-   * with ncclInvalidUsage, not ncclRemoteError. */
+  /** A communicator's send or receive: its record.  A receive describes
+   * there a message of another size than bytes (NULL: a size mismatch
+   * fails it as any error); such a receive fails with ncclInvalidUsage,
+   * not ncclRemoteError.  Either, failing on this rank for lack of memory,
+   * has its peer told through the record's hook (failed_here). */
   mpn_ucx_mismatch_t* mismatch;
   int from; /**< the peer's rank (a receive's sender), for reports */
   void* arg;
@@ -234,6 +246,14 @@ void mpn_ucx_proxy_fail_peer_receives(mpn_ucx_peer_t* peer);
  * mismatch and failed its side) would otherwise wait, with the stream
  * behind it, until the endpoint closes.  They stay in flight until then. */
 void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer);
+
+/** Any thread: a send of a communicator (one with its record,
+ * cmd->mismatch) that could not be queued for lack of memory
+ * (mpn_ucx_proxy_post failed).  Its receiver is told, as where UCX cannot
+ * allocate a send (the record's hook sends the notice, on the proxy
+ * thread), and the proxy refuses the sends to it that follow.  Once per
+ * peer; allocates nothing. */
+void mpn_ucx_proxy_unsent(const mpn_ucx_cmd_t* cmd);
 
 /** Proxy thread only, inside UCX's callbacks too (where the proxy may hold
  * the lock mpn_ucx_proxy_post takes: a close's drain progresses the

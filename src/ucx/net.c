@@ -30,10 +30,10 @@
 
 /* A notice between the ranks of a communicator (notice_tag): a rank
  * aborted, or a receive found that the message sent to it has another size
- * (the sender learns of it so; ucx/proxy.c, recv_came), or a rank closed
+ * (the sender learns of it so; ucx/reports.c, mpn_ucx_report_came), or a rank closed
  * its communicator cleanly (its endpoints fail next, which is then no
  * crash), or a receive of the sender's message failed on the receiving
- * rank (out of memory: the message is never taken; proxy.c,
+ * rank (out of memory: the message is never taken; reports.c,
  * failed_here_note), or a send of the notice's sender to the rank it
  * tells failed on the sending rank (out of memory: the message never
  * comes).  Fits a proxy send's inline payload (mpn_ucx_proxy_send_here). */
@@ -81,8 +81,8 @@ struct mpn_ucx_comm {
  * index that wraps modulo 63 (CHUNK_INDEXES); the field's value 127 (last
  * bit and index 63, which no chunk has) marks a message captured in a CUDA
  * graph (ucx/graph.c, numbered by the message field).  A chunk's receive
- * ignores the last bit in matching and compares it once matched (proxy.c,
- * recv_came): a sender that cut more or fewer chunks than the receiver,
+ * ignores the last bit in matching and compares it once matched (reports.c,
+ * mpn_ucx_report_came): a sender that cut more or fewer chunks than the receiver,
  * every one full-size, is a size mismatch, not a chunk left for a later
  * message 64 further on, or one waited for forever.  A lane posts at most 32
  * receives at once (MPINCCL_UCX_DEPTH), whose tags differ without the last
@@ -718,7 +718,7 @@ static int failure_told(const struct mpn_ucx_comm* u, ncclResult_t code) {
 
 /* The communicator's first failed transfer, as the proxy told it, with
  * code (ncclRemoteError, or ncclSystemError where UCX could not allocate
- * on this rank: proxy.c, failure_code); then after (may be ""). */
+ * on this rank: reports.c, failure_code); then after (may be ""). */
 static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u, ncclResult_t code, const char* after) {
   const mpn_ucx_failure_t* f = &u->failure;
   if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {

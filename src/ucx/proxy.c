@@ -5,9 +5,11 @@
  * progresses the worker, sleeping briefly only when it has nothing in flight.
  * Operations in flight are listed, so that a peer UCX reports unreachable
  * (endpoint error handler, keepalive) fails its pending operations, and a
- * communicator going away cancels its own.
+ * communicator going away cancels its own.  What a failure or a size
+ * mismatch leads to (error words, how the peer is told) is in reports.c.
  */
 #include "ucx/proxy.h"
+#include "ucx/reports.h"
 #include "ucx/ucx_config.h"
 
 #include <pthread.h>
@@ -47,8 +49,6 @@ static struct {
   const void* closing_owner;
   mpn_ucx_peer_t* closing; /* endpoints to close, with n_closing */
   int n_closing, close_gen, closed_gen;
-  mpn_ucx_mismatch_t* found; /* claimed records whose found is due, proxy thread only */
-  mpn_ucx_mismatch_t* found_posted; /* records made due by other threads (mpn_ucx_proxy_unsent), pushed lock-free */
   pid_t pid;                 /* the process whose proxy thread runs (none in a child of fork) */
   int park, parked;          /* the proxy is to stop calling UCX (proxy_park); it has */
   int flush_fence;           /* UCX has no FENCE_MODE: its fence orders each lane only */
@@ -75,15 +75,6 @@ static void flying_remove(mpn_ucx_cmd_t* cmd) {
   cmd->cancel_at_ns = 0;
 }
 
-const char* mpn_ucx_cmd_kind_name(mpn_ucx_cmd_kind_t kind) {
-  switch (kind) {
-    case MPN_UCX_SEND: return "send";
-    case MPN_UCX_RECV: return "receive";
-    case MPN_UCX_PUT_SIGNAL: return "put with signal";
-    default: return "call";
-  }
-}
-
 /* A completion inside the *_nbx call that posted cmd is noted for
  * execute(), which finishes it; 1 then. */
 static int early_noted(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
@@ -93,43 +84,13 @@ static int early_noted(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
   return 1;
 }
 
-/* The ncclResult_t of a command that failed with status.  A receive of
- * another size than its message is the caller's error (the matching send
- * differs in count or datatype), as within a host; an allocation UCX could
- * not make on this rank (a request, an endpoint) is this rank's own. */
-static int failure_code(const mpn_ucx_cmd_t* cmd, ucs_status_t status) {
-  if (status == UCS_ERR_MESSAGE_TRUNCATED && cmd->mismatch) return ncclInvalidUsage;
-  return status == UCS_ERR_NO_MEMORY ? ncclSystemError : ncclRemoteError;
-}
-
-static void failed_here_note(const mpn_ucx_cmd_t* cmd);
-
-/* A failed command's error words, the owner's first failure told, and a
- * warning; a receive that failed on this rank has its sender told. */
-static void failure_note(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
-  int code = failure_code(cmd, status);
-  if (cmd->error) __atomic_store_n(cmd->error, code, __ATOMIC_RELEASE);
-  mpn_ucx_failure_t* f = cmd->failure; /* (before the owner's word, which its reader checks first) */
-  if (f && !__atomic_exchange_n(&f->taken, 1, __ATOMIC_ACQ_REL)) {
-    f->status = (int)status;
-    f->code = code;
-    f->kind = cmd->kind;
-    f->peer = cmd->from;
-    __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
-  }
-  int ok = ncclSuccess; /* the communicator keeps its first error */
-  if (cmd->owner_error) __atomic_compare_exchange_n(cmd->owner_error, &ok, code, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-  if (code == ncclSystemError) failed_here_note(cmd);
-  if (!cmd->quiet) MPN_WARN("UCX %s failed: %s", mpn_ucx_cmd_kind_name(cmd->kind), ucs_status_string(status));
-}
-
 static void complete(void* request, ucs_status_t status, void* user_data) {
   mpn_ucx_cmd_t* cmd = user_data;
   if (early_noted(cmd, status)) return;
   if (cmd->request) flying_remove(cmd);
   MPN_TRACE(MPN_SUBSYS_PROXY, "UCX %s tag %016llx done: %s", mpn_ucx_cmd_kind_name(cmd->kind),
             (unsigned long long)cmd->tag, ucs_status_string(status));
-  if (status != UCS_OK) failure_note(cmd, status);
+  if (status != UCS_OK) mpn_ucx_report_failure(cmd, status);
   if (status == UCS_OK && cmd->kind == MPN_UCX_RECV && cmd->fn) cmd->fn(cmd->arg);
   if (cmd->release == NULL) {
     __atomic_store_n(cmd->flag, cmd->value, __ATOMIC_RELEASE);
@@ -152,166 +113,18 @@ static void send_done(void* request, ucs_status_t status, void* user_data) {
   complete(request, status, user_data);
 }
 
-/* Whether a receive's completion shows a message of another size than the
- * receive's, and what came.  A staged chunk (last_bit) also compares the
- * sender's "last chunk" bit with its own: a sender whose message ended here
- * sent fewer chunks, one whose message goes on sent more.  Bytes are told
- * where the sender's message ended in this chunk, counting the chunks before
- * as the receive's: both sides cut alike unless their chunk sizes differ
- * (ucx/staged.c, chunk_of), and then their first chunks differ as well. */
-static int recv_came(const mpn_ucx_cmd_t* cmd, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                     mpn_ucx_came_t* came, size_t* got) {
-  if (status == UCS_ERR_MESSAGE_TRUNCATED) { /* what UCX says of a longer one's length is not relied on */
-    *came = MPN_UCX_CAME_MORE;
-    return 1;
-  }
-  if (status != UCS_OK || info == NULL) return 0;
-  int ended = cmd->last_bit == 0 || (info->sender_tag & cmd->last_bit) != 0;
-  int mine_ends = cmd->last_bit == 0 || (cmd->tag & cmd->last_bit) != 0;
-  if (info->length == cmd->bytes && ended == mine_ends) return 0;
-  if (info->length == cmd->bytes && !ended) {
-    *came = MPN_UCX_CAME_MORE;
-  } else if (ended) {
-    *came = MPN_UCX_CAME_BYTES;
-    *got = cmd->msg_offset + info->length;
-  } else {
-    *came = MPN_UCX_CAME_FEWER; /* a short chunk that is not the sender's last: smaller chunks */
-  }
-  return 1;
-}
-
-/* Claims peer's record for its report, from any thread: 1 for the first
- * claimer only (a peer is told once). */
-static int report_claim(mpn_ucx_peer_t* peer) { return !__atomic_exchange_n(&peer->mismatch_due, 1, __ATOMIC_ACQ_REL); }
-
-/* Writes into the record r what it says of cmd's peer. */
-static void report_fill(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_came_t came, size_t got) {
-  r->found = cmd->mismatch->found;
-  r->from = cmd->from;
-  r->expected = cmd->msg_bytes ? cmd->msg_bytes : cmd->bytes;
-  r->got = got;
-  r->came = came;
-  r->owner = cmd->owner;
-  r->tag = cmd->tag;
-}
-
-/* The record r (the communicator's, or the peer's own) describes cmd's
- * peer and is due: its hook runs from the proxy's loop, not from inside
- * UCX.  Published by the release of claimed, then of the error. */
-static void report_due(const mpn_ucx_cmd_t* cmd, mpn_ucx_mismatch_t* r, mpn_ucx_came_t came, size_t got) {
-  if (cmd->peer) __atomic_store_n(&cmd->peer->mismatch_due, 1, __ATOMIC_RELEASE);
-  report_fill(cmd, r, came, got);
-  if (r == cmd->mismatch) __atomic_store_n(&r->claimed, 1, __ATOMIC_RELEASE);
-  if (r->found) {
-    r->next = px.found;
-    px.found = r;
-  }
-}
-
-/* A receive found a message of another size: the communicator's record
- * is described by the first one (callbacks all run on this thread); a
- * later sender is described in its peer's record, so that it is told too,
- * once. */
-static void mismatch_note(const mpn_ucx_cmd_t* cmd, mpn_ucx_came_t came, size_t got) {
-  mpn_ucx_mismatch_t* m = cmd->mismatch;
-  mpn_ucx_peer_t* peer = cmd->peer;
-  if (peer ? !report_claim(peer) : m->claimed) return; /* (told already, or no way to tell it) */
-  report_due(cmd, m->claimed ? &peer->report : m, came, got);
-}
-
-/* Whether cmd, failing on this rank, has its peer told (failed_here_note):
- * a communicator's send or receive (not a notice, which has no record). */
-static int tells_peer(const mpn_ucx_cmd_t* cmd) {
-  return (cmd->kind == MPN_UCX_RECV || cmd->kind == MPN_UCX_SEND) && cmd->mismatch && cmd->peer;
-}
-
-/* Marks the peer's record, claimed, as one of cmd's failure on this rank
- * (after the fields that other threads read: mpn_ucx_proxy_unsent); from
- * then on cmd's kind is refused with that peer. */
-static void failed_here_mark(const mpn_ucx_cmd_t* cmd) {
-  cmd->peer->report.failed_send = cmd->kind == MPN_UCX_SEND;
-  __atomic_store_n(&cmd->peer->report.failed_here, 1, __ATOMIC_RELEASE);
-}
-
-/* A send or receive of a communicator failed on this rank (UCX could not
- * allocate its request).  A failed receive leaves the sender's message
- * among UCX's unexpected ones, where a later receive of its tag would take
- * it; a failed send leaves the receiver's receive waiting for a message
- * that never comes.  So the peer is told (failed_here: net.c's hook sends
- * the notice, then fails the receives from it), and no later operation of
- * the failed one's kind with it is started (refused_here). */
-static void failed_here_note(const mpn_ucx_cmd_t* cmd) {
-  if (!tells_peer(cmd) || !report_claim(cmd->peer)) return;
-  failed_here_mark(cmd);
-  report_due(cmd, &cmd->peer->report, MPN_UCX_CAME_BYTES, 0);
-}
-
-void mpn_ucx_proxy_unsent(const mpn_ucx_cmd_t* cmd) {
-  if (cmd->kind != MPN_UCX_SEND || !tells_peer(cmd) || !report_claim(cmd->peer)) return;
-  mpn_ucx_mismatch_t* r = &cmd->peer->report;
-  report_fill(cmd, r, MPN_UCX_CAME_BYTES, 0);
-  failed_here_mark(cmd);
-  if (r->found == NULL) return;
-  /* To the proxy without a lock or an allocation (found_take_posted). */
-  r->next = __atomic_load_n(&px.found_posted, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(&px.found_posted, &r->next, r, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {}
-}
-
-/* An operation with a peer that an operation of its kind (a send, or a
- * receive) failed on this rank with (above): not started. */
-static int refused_here(const mpn_ucx_cmd_t* cmd) {
-  const mpn_ucx_peer_t* peer = cmd->peer;
-  if (!tells_peer(cmd) || !__atomic_load_n(&peer->report.failed_here, __ATOMIC_ACQUIRE)) return 0;
-  return cmd->kind == (peer->report.failed_send ? MPN_UCX_SEND : MPN_UCX_RECV);
-}
-
 static void recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   const mpn_ucx_cmd_t* cmd = user_data;
   mpn_ucx_came_t came = MPN_UCX_CAME_MORE;
   size_t got = 0;
   /* A message of another size than the receive expects is an error, not data. */
-  int mismatch = recv_came(cmd, status, info, &came, &got);
+  int mismatch = mpn_ucx_report_came(cmd, status, info, &came, &got);
   if (mismatch) status = UCS_ERR_MESSAGE_TRUNCATED;
-  if (mismatch && cmd->mismatch) mismatch_note(cmd, came, got);
+  if (mismatch && cmd->mismatch)
+    mpn_ucx_report_mismatch(cmd, came, got);
   else if (mismatch && cmd->misfit)
     cmd->misfit(cmd->arg, came, got);
   complete(request, status, user_data);
-}
-
-/* The records other threads made due (mpn_ucx_proxy_unsent) join the
- * proxy's own. */
-static void found_take_posted(void) {
-  mpn_ucx_mismatch_t* r = __atomic_exchange_n(&px.found_posted, NULL, __ATOMIC_ACQUIRE);
-  while (r) {
-    mpn_ucx_mismatch_t* next = r->next;
-    r->next = px.found;
-    px.found = r;
-    r = next;
-  }
-}
-
-/* Runs the found hooks of the records claimed since the last turn. */
-static void found_run(void) {
-  found_take_posted();
-  while (px.found) {
-    mpn_ucx_mismatch_t* m = px.found;
-    px.found = m->next;
-    m->next = NULL;
-    m->found(m);
-  }
-}
-
-/* A closing owner's records go without their hook: it is freed next. */
-static void found_drop(const void* owner) {
-  found_take_posted();
-  for (mpn_ucx_mismatch_t** p = &px.found; *p;) {
-    mpn_ucx_mismatch_t* m = *p;
-    if (m->owner != owner) {
-      p = &m->next;
-      continue;
-    }
-    *p = m->next;
-  }
 }
 
 /* Cancels the in-flight operations matching (owner, peer); NULL matches
@@ -412,33 +225,6 @@ static void fence_done(void* request, ucs_status_t status, void* user_data) {
   fence_passed(cmd, status);
 }
 
-/* Whether a command of a message comes after a failure it must not hide:
- * an earlier chunk of the message failed (its pipeline's *error) or, for
- * one on the caller's buffer, the communicator failed (its stream may have
- * been let go past released waits, and the buffer reused since). */
-static int failed_before(const mpn_ucx_cmd_t* cmd) {
-  return (cmd->error && __atomic_load_n(cmd->error, __ATOMIC_ACQUIRE)) ||
-         (cmd->user_buffer && cmd->owner_error && __atomic_load_n(cmd->owner_error, __ATOMIC_ACQUIRE));
-}
-
-/* A put whose signal can tell its peer that the data did not all go. */
-static int signals_loss(const mpn_ucx_cmd_t* cmd) {
-  return cmd->kind == MPN_UCX_PUT_SIGNAL && cmd->signal && cmd->desc && cmd->desc_lost;
-}
-
-/* The put's data is left out and its descriptor says so; the signal still
- * goes, so that the peer's wait ends and its communicator reports the loss
- * (cuda/apply.h) instead of landing stale bytes, or waiting for good for a
- * signal that never comes.  status: the data's own failure (UCS_OK: an
- * earlier one's, already noted).  Returns UCS_OK: the command goes on. */
-static ucs_status_t put_lost(mpn_ucx_cmd_t* cmd, ucs_status_t status) {
-  if (status != UCS_OK) failure_note(cmd, status);
-  uint32_t lost = 1;
-  memcpy((char*)cmd->desc_bytes + (cmd->desc_lost - 1) * sizeof(lost), &lost, sizeof(lost));
-  cmd->bytes = 0;
-  return UCS_OK;
-}
-
 /*
  * Put with signal: the data; then, with a signal, a fence, the descriptor
  * (if any) and a fence, and an atomic add of 1 to the peer's counter, so the
@@ -455,11 +241,12 @@ static ucs_status_ptr_t put_signal(mpn_ucx_cmd_t* cmd, const ucp_request_param_t
   ucp_request_param_t plain = {.op_attr_mask = 0};
   ucs_status_t st = UCS_OK;
   int by_flush = px.flush_fence && cmd->signal;
-  if (!cmd->fenced && signals_loss(cmd) && failed_before(cmd)) put_lost(cmd, UCS_OK);
+  if (!cmd->fenced && mpn_ucx_report_signals_loss(cmd) && mpn_ucx_report_failed_before(cmd))
+    mpn_ucx_report_put_lost(cmd, UCS_OK);
   if (cmd->bytes > 0 && !cmd->fenced) st = key_of(ep, cmd->dst);
   if (st == UCS_OK && cmd->bytes > 0 && !cmd->fenced)
     st = let_go(ucp_put_nbx(ep, cmd->buf, cmd->bytes, cmd->dst->addr + cmd->dst_offset, cmd->dst->rkey, &plain));
-  if (st != UCS_OK && !cmd->fenced && signals_loss(cmd)) st = put_lost(cmd, st);
+  if (st != UCS_OK && !cmd->fenced && mpn_ucx_report_signals_loss(cmd)) st = mpn_ucx_report_put_lost(cmd, st);
   if (st == UCS_OK && cmd->signal && !by_flush) st = ucp_worker_fence(px.worker);
   if (st == UCS_OK && cmd->signal && cmd->desc && !cmd->fenced) {
     st = key_of(ep, cmd->desc);
@@ -499,7 +286,8 @@ static void execute(mpn_ucx_cmd_t* cmd) {
     complete(NULL, UCS_OK, cmd);
     return;
   }
-  if ((cmd->user_buffer && failed_before(cmd) && !signals_loss(cmd)) || refused_here(cmd)) {
+  if ((cmd->user_buffer && mpn_ucx_report_failed_before(cmd) && !mpn_ucx_report_signals_loss(cmd)) ||
+      mpn_ucx_report_refused(cmd)) {
     complete(NULL, UCS_ERR_CANCELED, cmd);
     return;
   }
@@ -720,7 +508,7 @@ static void* proxy_main(void* arg) {
     if (closing) { /* the closer's commands were all in this batch: now armed or flying */
       pthread_mutex_lock(&px.lock);
       close_endpoints();
-      found_drop(px.closing_owner);
+      mpn_ucx_report_drop(px.closing_owner);
       /* Cleared here, not by the closer: once served, a second closer may
        * already have put its own request in (it waits only for this). */
       px.closing = NULL;
@@ -734,7 +522,7 @@ static void* proxy_main(void* arg) {
     if (px.late) late_sweep();
     unsigned events = ucp_worker_progress(px.worker);
     __atomic_store_n(&px.rounds, px.rounds + 1, __ATOMIC_RELEASE);
-    found_run();
+    mpn_ucx_report_run();
     if (!events && px.in_flight == 0 && px.armed == NULL && px.fenced == NULL) usleep(50);
   }
   return NULL;

@@ -1,5 +1,6 @@
 /*
- * proxy.h - the process's UCX context and worker, driven by one proxy thread:
+ * proxy.h - the process's UCX context and worker, driven by one proxy thread
+ * (proxy.c; what failures lead to, reports.c):
  * every UCX call happens on that thread, so API threads never block on the
  * network; they queue commands, and completions are written to flags (which
  * the data path will make visible to streams).
@@ -101,7 +102,7 @@ typedef struct {
   int taken;  /**< claimed by the first failure, which writes the fields below */
   int ready;  /**< the fields are written */
   int status; /**< its ucs_status_t */
-  int code;   /**< the ncclResult_t it was given (failure_note in proxy.c) */
+  int code;   /**< the ncclResult_t it was given (mpn_ucx_report_failure in reports.c) */
   mpn_ucx_cmd_kind_t kind;
   int peer; /**< the rank it was with (mpn_ucx_cmd_t from) */
 } mpn_ucx_failure_t;

@@ -56,6 +56,12 @@ typedef struct task {
   int done; /* 1: fn ran; -1: it never will (MPI finalized) */
 } task_t;
 
+/* A split's MPI communicator whose free waits for a thread that may make it. */
+typedef struct comm_free {
+  struct comm_free* next;
+  MPI_Comm comm;
+} comm_free_t;
+
 #define GONE_MAX 64
 #define ANY_TAG INT32_MIN /* (no message has it) */
 
@@ -84,7 +90,8 @@ static struct {
   gone_ring_t gone_ranks, gone_answers;
   uint64_t proc;
   int mpi_ready, mpi_owned, thread_level, world_rank, world_size, tag;
-  int workers; /* live worker threads (atomic) */
+  int workers;       /* live worker threads (atomic) */
+  int mpi_inherited; /* a child of fork() of a process that used MPI: it may not */
 } chan = {.cond = PTHREAD_COND_INITIALIZER};
 
 /* Set on the threads the library starts for creation (mpn_chan_worker_begin). */
@@ -102,20 +109,67 @@ static uint64_t chan_proc_new(void) {
   return (r ^ ((uint64_t)getpid() << 32)) | 1;
 }
 
-/* A child of fork() is another process: with its parent's identity it took
- * ids its parent made for its own and waited for a rendezvous nobody
- * served, instead of refusing them (rendezvous.c). */
-static void chan_after_fork(void) { chan.proc = chan_proc_new(); }
-
-static void chan_init_once(void) {
+static void chan_lock_init(void) {
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
   pthread_mutex_init(&chan.lock, &attr);
   pthread_mutexattr_destroy(&attr);
+}
+
+/*
+ * Split communicators' MPI communicators whose destroy or abort came on a
+ * thread that may not make MPI calls then (mpn_chan_comm_free): freed by
+ * MPI's main thread when it next progresses the channel, or at
+ * MPI_Finalize.  A lock of their own: a driver may hold the channel's
+ * inside MPI_Comm_split, and a destroy must not wait for that.
+ */
+static comm_free_t* frees;
+static pthread_mutex_t frees_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* fork() copies the locks as they are: one that another thread (the
+ * rendezvous thread, say) held then stayed held for good in the child, and
+ * the child's first call into the library blocked for ever.  So fork waits
+ * until no other thread holds them, and the child starts with fresh ones. */
+static void chan_before_fork(void) {
+  pthread_mutex_lock(&chan.lock);
+  pthread_mutex_lock(&frees_lock);
+}
+
+static void chan_after_fork_parent(void) {
+  pthread_mutex_unlock(&frees_lock);
+  pthread_mutex_unlock(&chan.lock);
+}
+
+/*
+ * A child of fork() is another process: with its parent's identity it took
+ * ids its parent made for its own and waited for a rendezvous nobody
+ * served, instead of refusing them (rendezvous.c).  It has none of its
+ * parent's other threads (workers, the rendezvous thread), nor, once its
+ * parent used MPI, MPI: the parent's connections and pending messages are
+ * not its own (mpn_chan_mpi_start refuses it).
+ */
+static void chan_after_fork_child(void) {
+  chan_lock_init();
+  pthread_mutex_init(&frees_lock, NULL);
+  pthread_cond_init(&chan.cond, NULL);
+  chan.proc = chan_proc_new();
+  chan.mpi_inherited |= chan.mpi_ready;
+  chan.mpi_ready = 0;
+  /* The parent's sends, its workers' tasks and its communicators to free:
+   * none of them is the child's to finish (their memory is left). */
+  chan.sends = chan.unposted = chan.unposted_tail = NULL;
+  chan.tasks = chan.tasks_tail = NULL;
+  chan.workers = 0;
+  frees = NULL;
+  mpn_service_after_fork();
+}
+
+static void chan_init_once(void) {
+  chan_lock_init();
   chan.proc = chan_proc_new();
   chan.world_rank = -1;
-  pthread_atfork(NULL, NULL, chan_after_fork);
+  pthread_atfork(chan_before_fork, chan_after_fork_parent, chan_after_fork_child);
 }
 
 static void chan_init(void) { pthread_once(&chan_once, chan_init_once); }
@@ -175,20 +229,6 @@ void mpn_chan_locked(void (*fn)(void*), void* arg) {
   fn(arg);
   pthread_mutex_unlock(&chan.lock);
 }
-
-/*
- * Split communicators' MPI communicators whose destroy or abort came on a
- * thread that may not make MPI calls then (mpn_chan_comm_free): freed by
- * MPI's main thread when it next progresses the channel, or at
- * MPI_Finalize.  A lock of their own: a driver may hold the channel's
- * inside MPI_Comm_split, and a destroy must not wait for that.
- */
-typedef struct comm_free {
-  struct comm_free* next;
-  MPI_Comm comm;
-} comm_free_t;
-static comm_free_t* frees;
-static pthread_mutex_t frees_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Whether this thread may make the MPI calls of a destroy or abort: under
  * MPI_THREAD_MULTIPLE any, else MPI's main thread only (the application's
@@ -263,6 +303,7 @@ static int chan_on_mpi_finalize(MPI_Comm comm, int keyval, void* attr, void* ext
 }
 
 static void chan_finalize_at_exit(void) {
+  if (chan.mpi_inherited) return; /* a child of fork(): MPI is its parent's to finalize */
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -276,6 +317,10 @@ static ncclResult_t chan_hook_finalize(void) {
 }
 
 static ncclResult_t chan_mpi_start_locked(int may_init) {
+  if (chan.mpi_inherited)
+    return mpn_error_set(NULL, ncclInvalidUsage,
+                         "bootstrap: this process is a child of fork() of one that used MPI, which it may not use "
+                         "(its parent's connections are not its own): ids made here need MPINCCL_BOOTSTRAP=local");
   int inited = 0, finalized = 0;
   MPN_MPI_CHECK(MPI_Finalized(&finalized));
   if (finalized)

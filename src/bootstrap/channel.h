@@ -139,6 +139,10 @@ int mpn_chan_held(uint64_t key, int dst);
  */
 void mpn_service_deliver(uint64_t key, const void* payload, size_t len);
 
+/** In a child of fork(), before anything else: the service's thread, which
+ * the child does not have, serves nothing there. */
+void mpn_service_after_fork(void);
+
 /**
  * Runs fn(arg), which makes MPI calls (on a user's communicator), under the
  * channel lock on a thread that may call MPI: the calling thread, or, on a

@@ -317,6 +317,13 @@ static void service_unopen(void* arg) {
   service_running = 0;
 }
 
+void mpn_service_after_fork(void) {
+  free(open_ids);
+  open_ids = NULL;
+  n_open = 0;
+  service_running = 0;
+}
+
 static ncclResult_t service_watch(uint64_t key) {
   open_req_t req = {key, 0, 0};
   mpn_chan_locked(service_open, &req);

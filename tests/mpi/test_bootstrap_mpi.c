@@ -6,14 +6,16 @@
  * rendezvous served by the helper thread of a process that does not join,
  * a rank that fails: before a rendezvous (and the new attempt after it,
  * also served by that helper thread), or leaving a context's collectives,
- * and a rendezvous thread that cannot start.
+ * a rendezvous thread that cannot start, and a fork() beside it.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -164,6 +166,74 @@ static void test_service_thread_fails(int provided) {
   }
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
   join_without_world_0(&id, "the rendezvous");
+}
+
+/* What a child of fork() got from the library. */
+typedef struct {
+  ncclResult_t mpi_id, local;
+  char text[256];
+} fork_report_t;
+
+static void forked_child(int fd) {
+  fork_report_t r = {0};
+  mpn_bootstrap_id_t id;
+  r.mpi_id = mpn_bootstrap_id_create(&id);
+  snprintf(r.text, sizeof(r.text), "%s", mpn_error_last(NULL));
+  setenv("MPINCCL_BOOTSTRAP", "local", 1);
+  r.local = mpn_params_reload();
+  if (r.local == ncclSuccess) r.local = mpn_bootstrap_id_create(&id);
+  mpn_bootstrap_t* b = NULL;
+  if (r.local == ncclSuccess) r.local = mpn_bootstrap_rendezvous(&id, 1, 0, NULL, &b);
+  mpn_bootstrap_destroy(b);
+  ssize_t n = write(fd, &r, sizeof(r));
+  _exit(n == (ssize_t)sizeof(r) ? 0 : 1); /* (no exit handler: MPI is the parent's) */
+}
+
+/* Waits up to 20 s for the child, then kills it; its report, or -1. */
+static int fork_report_read(pid_t pid, int fd, fork_report_t* r) {
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 2000 && (done = waitpid(pid, &status, WNOHANG)) == 0; i++) usleep(10000);
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+  }
+  return read(fd, r, sizeof(*r)) == (ssize_t)sizeof(*r) ? 0 : -1;
+}
+
+/* A fork() while the rendezvous thread runs (world rank 0 made an id it
+ * does not join): the child, another process without its parent's MPI, is
+ * refused an id over MPI at once (ncclInvalidUsage, saying why) and makes
+ * one of its own with MPINCCL_BOOTSTRAP=local.  The child used to take its
+ * parent's MPI for its own and its rendezvous thread for running, and made
+ * an id nobody would serve; or, had the thread held the channel's lock as
+ * it forked, it blocked for ever in its first call (test_comm_local's
+ * fork_while_channel_held). */
+static void test_fork_beside_service(int provided) {
+  if (world_size < 2 || provided != MPI_THREAD_MULTIPLE) return;
+  mpn_bootstrap_id_t id;
+  if (world_rank == 0) {
+    EXPECT_OK(mpn_bootstrap_id_create(&id));
+    int fds[2];
+    EXPECT(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) forked_child(fds[1]);
+    close(fds[1]);
+    fork_report_t r;
+    int got = fork_report_read(pid, fds[0], &r);
+    close(fds[0]);
+    EXPECT(got == 0);
+    if (got != 0) fprintf(stderr, "[world 0] the child of fork() blocked in the library for 20 s\n");
+    if (got == 0) {
+      EXPECT(r.mpi_id == ncclInvalidUsage && strstr(r.text, "child of fork()") != NULL);
+      if (r.mpi_id != ncclInvalidUsage)
+        fprintf(stderr, "[world 0] the child's id over MPI: %d \"%s\"\n", r.mpi_id, r.text);
+      EXPECT(r.local == ncclSuccess);
+    }
+  }
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  join_without_world_0(&id, "the rendezvous of the id served beside the fork");
 }
 
 /* A rendezvous that failed (a rank that could not join) serves a new
@@ -350,6 +420,7 @@ int main(int argc, char** argv) {
   mpn_bootstrap_destroy(m);
   mpn_bootstrap_destroy(pairs);
   mpn_bootstrap_destroy(b);
+  test_fork_beside_service(provided);
   test_late_caller_unjoined(provided);
   test_unjoined_served_late(provided);
   test_unjoined_retry(provided);

@@ -3,11 +3,13 @@
  * itself: the library initializes MPI on its own (and finalizes it at exit;
  * mpirun fails the job if a process initialized MPI and exited without
  * finalizing).  The unique id travels through a file, as programs without
- * MPI do it.
+ * MPI do it.  A child of fork() that exits leaves MPI to its parent.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap/channel.h"
@@ -17,6 +19,24 @@ static int env_int(const char* a, const char* b) {
   const char* v = getenv(a);
   if (v == NULL) v = getenv(b);
   return v ? atoi(v) : -1;
+}
+
+/* A child of fork() made once the library started MPI exits (exit, its
+ * handlers run) within 20 s.  It used to call MPI_Finalize at its exit as
+ * the library's parent would, and hung in it. */
+static int forked_child_exits(void) {
+  pid_t pid = fork();
+  if (pid == 0) exit(0);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; pid > 0 && i < 2000 && (done = waitpid(pid, &status, WNOHANG)) == 0; i++) usleep(10000);
+  if (done == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  fprintf(stderr, "test_no_mpi_init: a child of fork() %s\n", pid > 0 ? "did not exit within 20 s" : "not made");
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -64,6 +84,7 @@ int main(int argc, char** argv) {
   int ok = res == ncclSuccess && n == size && r == rank && mpn_chan_mpi_owned();
   MPI_Initialized(&inited);
   ok &= inited; /* the library started MPI */
+  ok &= forked_child_exits();
   if (res == ncclSuccess) ncclCommDestroy(comm);
   if (rank == 0) {
     /* Everybody has read the id once the communicator exists. */

@@ -1,10 +1,12 @@
 /*
  * test_comm_local_bootstrap.c - test_comm_local's tests of the bootstrap
  * under the communicators: a failed split's timeout reported to its caller,
- * an id used in a forked child, and the collectives among threads.
+ * an id used in a forked child, a fork while another thread holds the
+ * channel, and the collectives among threads.
  */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,60 @@ START_TEST(forked_child_is_another_process) {
   ck_assert_msg(r.parents_id == ncclInvalidUsage && contains(r.text, "another process"),
                 "child with its parent's id: %d \"%s\"", r.parents_id, r.text);
   ck_assert_int_eq(r.own_id, ncclSuccess);
+}
+END_TEST
+
+/* Waits up to secs for the child pid; its status, or -1 (then killed). */
+static int child_wait(pid_t pid, int secs) {
+  int status = 0;
+  for (int i = 0; i < secs * 100; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL); /* (blocked for good) */
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+/* Holds the channel's lock for 300 ms, as the rendezvous thread or a
+ * creation holds it at times; says when it has it. */
+static int channel_held;
+
+static void hold_channel(void* arg) {
+  (void)arg;
+  __atomic_store_n(&channel_held, 1, __ATOMIC_RELEASE);
+  usleep(300000);
+}
+
+static void* channel_holder(void* arg) {
+  mpn_chan_locked(hold_channel, arg);
+  return NULL;
+}
+
+/* A fork() while another thread holds the channel's lock: the child's
+ * calls into the library return (a communicator of one rank is made).
+ * The child used to inherit the lock held, by a thread it does not have,
+ * and blocked for ever in its first call. */
+START_TEST(fork_while_channel_held) {
+  use_local_bootstrap();
+  channel_held = 0;
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, channel_holder, NULL), 0);
+  while (!__atomic_load_n(&channel_held, __ATOMIC_ACQUIRE)) usleep(1000);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res == ncclSuccess) res = ncclCommInitRank(&comm, 1, id, 0);
+    if (res == ncclSuccess) res = ncclCommDestroy(comm);
+    _exit(res == ncclSuccess ? 0 : 1);
+  }
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  int status = child_wait(pid, 20);
+  ck_assert_msg(status != -1, "the child of fork() blocked in the library for 20 s");
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's communicator failed (status 0x%x)", status);
 }
 END_TEST
 
@@ -284,6 +340,7 @@ void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, bootstrap_collectives_threads);
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
+  tcase_add_test(tc, fork_while_channel_held);
   tcase_add_test(tc, late_notice_dropped);
   tcase_add_test(tc, stale_answer_dropped);
   tcase_add_test(tc, late_answer_dropped);

@@ -243,8 +243,13 @@ typedef struct {
   int remaining, young;
 } service_state_t;
 
+/* The helper thread: none runs; one is being started (by a creator that
+ * does not know yet whether it will run); one runs (it says so at each
+ * sweep while it has ids to serve). */
+enum { SERVICE_NONE, SERVICE_STARTING, SERVICE_RUNNING };
+
 static open_id_t* open_ids;
-static int n_open, service_running;
+static int n_open, service_thread;
 
 /* A failed id still owes its error to callers that may come late (ranks
  * some caller claimed and nobody has been answered for), until nobody came
@@ -269,7 +274,7 @@ static void service_sweep(void* arg) {
     open_ids[j++] = open_ids[i];
   }
   n_open = j;
-  if (n_open == 0) service_running = 0;
+  service_thread = n_open ? SERVICE_RUNNING : SERVICE_NONE;
   st->remaining = n_open;
   st->young = young;
 }
@@ -288,8 +293,18 @@ static void* service_main(void* arg) {
 
 typedef struct {
   uint64_t key;
-  int start, no_memory;
+  int start, wait, no_memory;
 } open_req_t;
+
+/* For an id listed: whether its creator starts the thread (none runs), or
+ * waits (another creator's start is under way, and may fail), or neither
+ * (one runs, and serves the id). */
+static void service_claim(void* arg) {
+  open_req_t* req = arg;
+  req->wait = service_thread == SERVICE_STARTING;
+  req->start = service_thread == SERVICE_NONE;
+  if (req->start) service_thread = SERVICE_STARTING;
+}
 
 static void service_open(void* arg) {
   open_req_t* req = arg;
@@ -301,34 +316,39 @@ static void service_open(void* arg) {
   open_ids = grown;
   record_t* r = record_find(req->key, 0);
   open_ids[n_open++] = (open_id_t){req->key, mpn_chan_deadline(), r ? r->round : 0};
-  req->start = !service_running;
-  service_running = 1;
+  service_claim(req);
 }
 
-/* The helper thread did not start: the id (arg) is not served, and none
- * runs, so that the next id's watch starts one (it serves the ids listed
- * meanwhile too). */
+/* The helper thread did not start: the id (arg) is not served (its creator
+ * refuses it), and none runs.  The ids listed meanwhile wait for this
+ * outcome (service_claim), and one of them starts a thread now. */
 static void service_unopen(void* arg) {
   uint64_t key = *(const uint64_t*)arg;
   int j = 0;
   for (int i = 0; i < n_open; i++)
     if (open_ids[i].key != key) open_ids[j++] = open_ids[i];
   n_open = j;
-  service_running = 0;
+  if (service_thread == SERVICE_STARTING) service_thread = SERVICE_NONE;
 }
 
 void mpn_service_after_fork(void) {
   free(open_ids);
   open_ids = NULL;
   n_open = 0;
-  service_running = 0;
+  service_thread = SERVICE_NONE;
 }
 
+/* Lists the id for the helper thread; starts the thread if none runs.
+ * Every id listed is served, or refused here. */
 static ncclResult_t service_watch(uint64_t key) {
-  open_req_t req = {key, 0, 0};
+  open_req_t req = {.key = key};
   mpn_chan_locked(service_open, &req);
   if (req.no_memory)
     return mpn_error_set(NULL, ncclSystemError, "out of memory listing the unique id for the rendezvous thread");
+  while (req.wait) {
+    usleep(SERVICE_POLL_US);
+    mpn_chan_locked(service_claim, &req);
+  }
   if (!req.start) return ncclSuccess;
   int err = mpn_proc_thread_detached(service_main, NULL);
   if (err != 0) {

@@ -29,13 +29,18 @@ static int world_rank, world_size;
 #define EXPECT_OK(call) EXPECT((call) == ncclSuccess)
 
 /* A stand-in for the library's thread starts (Makefile.am: --wrap): fails
- * the next one, with EAGAIN, while thread_fails is set. */
+ * the next one, with EAGAIN, while thread_fails is set; with slow_failure
+ * set, it says so (failing_start_in) and takes 300 ms first. */
 int __real_mpn_proc_thread_detached(void* (*fn)(void*), void* arg);
 int __wrap_mpn_proc_thread_detached(void* (*fn)(void*), void* arg);
-static int thread_fails;
+static int thread_fails, slow_failure, failing_start_in;
 int __wrap_mpn_proc_thread_detached(void* (*fn)(void*), void* arg) {
-  if (__atomic_exchange_n(&thread_fails, 0, __ATOMIC_ACQ_REL)) return EAGAIN;
-  return __real_mpn_proc_thread_detached(fn, arg);
+  if (!__atomic_exchange_n(&thread_fails, 0, __ATOMIC_ACQ_REL)) return __real_mpn_proc_thread_detached(fn, arg);
+  if (slow_failure) {
+    __atomic_store_n(&failing_start_in, 1, __ATOMIC_RELEASE);
+    usleep(300000);
+  }
+  return EAGAIN;
 }
 
 static void exercise(mpn_bootstrap_t* b) {
@@ -147,12 +152,27 @@ static void test_unjoined_served_late(int provided) {
   join_without_world_0(&id, "the late rendezvous");
 }
 
+/* An id of world rank 0 made by another thread once a start of the
+ * rendezvous thread is under way (one that fails). */
+static mpn_bootstrap_id_t meanwhile_id;
+static ncclResult_t meanwhile_res;
+
+static void* create_meanwhile(void* arg) {
+  (void)arg;
+  while (!__atomic_load_n(&failing_start_in, __ATOMIC_ACQUIRE)) usleep(1000);
+  meanwhile_res = mpn_bootstrap_id_create(&meanwhile_id);
+  return NULL;
+}
+
 /* An id whose rendezvous thread could not start is refused
- * (ncclSystemError), and the next id of the process starts one: its
- * creator (world rank 0), which does not join, serves it.  The failed
+ * (ncclSystemError), and the next id of the process starts one, also one
+ * made while the failing start was under way (it waits for the outcome):
+ * its creator (world rank 0), which does not join, serves it.  The failed
  * start used to leave the thread counted as running, so no later id of the
- * process got one, and their callers timed out (MPINCCL_BOOTSTRAP_TIMEOUT,
- * 5 s here).  Run first: no rendezvous thread runs yet. */
+ * process got one; and later an id made while a start was under way took
+ * the thread for running, which then never started.  Either way its
+ * callers timed out (MPINCCL_BOOTSTRAP_TIMEOUT, 5 s here).  Run first: no
+ * rendezvous thread runs yet. */
 static void test_service_thread_fails(int provided) {
   if (world_size < 2 || provided != MPI_THREAD_MULTIPLE) return;
   setenv("MPINCCL_BOOTSTRAP_TIMEOUT", "5", 1);
@@ -162,10 +182,17 @@ static void test_service_thread_fails(int provided) {
     thread_fails = 1;
     EXPECT(mpn_bootstrap_id_create(&id) == ncclSystemError);
     EXPECT(strstr(mpn_error_last(NULL), "cannot start the rendezvous thread") != NULL);
-    EXPECT_OK(mpn_bootstrap_id_create(&id));
+    thread_fails = slow_failure = 1;
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, create_meanwhile, NULL) == 0);
+    EXPECT(mpn_bootstrap_id_create(&id) == ncclSystemError);
+    pthread_join(t, NULL);
+    slow_failure = 0;
+    EXPECT(meanwhile_res == ncclSuccess);
+    id = meanwhile_id;
   }
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  join_without_world_0(&id, "the rendezvous");
+  join_without_world_0(&id, "the rendezvous of the id made meanwhile");
 }
 
 /* What a child of fork() got from the library. */

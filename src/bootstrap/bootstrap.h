@@ -71,6 +71,13 @@ void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int
 /** Bytes of the table a rendezvous of nranks answers its callers with. */
 size_t mpn_bootstrap_table_bytes(int nranks);
 
+/**
+ * Ids this process holds a record of as their rendezvous's server: those
+ * with a round open, or whose failure lingers (MPINCCL_BOOTSTRAP_LINGER);
+ * for tests.
+ */
+int mpn_bootstrap_records_held(void);
+
 /** Creates a context whose members are already known to every member. */
 ncclResult_t mpn_bootstrap_create(uint64_t key, int nranks, int rank, const mpn_endpoint_t* eps,
                                   const volatile int* abort, mpn_bootstrap_t** out);

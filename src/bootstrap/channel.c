@@ -669,8 +669,9 @@ int mpn_chan_noticed(uint64_t key, int dst) {
   return src;
 }
 
-ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
-                           uint64_t deadline_ns, const volatile int* abort) {
+/* mpn_chan_recv, or with got mpn_chan_recv_upto. */
+static ncclResult_t chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len, size_t* got,
+                              uint64_t deadline_ns, const volatile int* abort) {
   chan_init();
   uint64_t wait_ns = 20000; /* grows to 1 ms while nothing arrives */
   pthread_mutex_lock(&chan.lock);
@@ -683,11 +684,12 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
     if (m) {
       pthread_mutex_unlock(&chan.lock);
       ncclResult_t res = ncclSuccess;
-      if (m->hdr.len != len)
-        res = mpn_error_set(NULL, ncclInternalError,
-                            "bootstrap: message from rank %d has %u bytes, expected %zu", src,
-                            m->hdr.len, len);
-      else memcpy(buf, m->data, len);
+      if (got ? m->hdr.len > len : m->hdr.len != len)
+        res = mpn_error_set(NULL, ncclInternalError, "bootstrap: message from rank %d has %u bytes, expected %s%zu",
+                            src, m->hdr.len, got ? "at most " : "", len);
+      else
+        memcpy(buf, m->data, m->hdr.len);
+      if (got) *got = m->hdr.len;
       free(m);
       return res;
     }
@@ -728,6 +730,16 @@ ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, s
     pthread_cond_clockwait(&chan.cond, &chan.lock, CLOCK_MONOTONIC, &ts);
     if (wait_ns < 1000000) wait_ns *= 2;
   }
+}
+
+ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len, uint64_t deadline_ns,
+                           const volatile int* abort) {
+  return chan_recv(key, dst, src, tag, buf, len, NULL, deadline_ns, abort);
+}
+
+ncclResult_t mpn_chan_recv_upto(uint64_t key, int dst, int src, int tag, void* buf, size_t len, size_t* got,
+                                uint64_t deadline_ns, const volatile int* abort) {
+  return chan_recv(key, dst, src, tag, buf, len, got, deadline_ns, abort);
 }
 
 /* Under the lock: messages to (key, dst) of tag (ANY_TAG: all) are dropped,

@@ -81,6 +81,11 @@ ncclResult_t mpn_chan_send(uint64_t key, int src, int dst, const mpn_endpoint_t*
 ncclResult_t mpn_chan_recv(uint64_t key, int dst, int src, int tag, void* buf, size_t len,
                            uint64_t deadline_ns, const volatile int* abort);
 
+/** As mpn_chan_recv, for a message of at most len bytes, whose length goes
+ * to *got (a rendezvous's answer: its table, or an error alone). */
+ncclResult_t mpn_chan_recv_upto(uint64_t key, int dst, int src, int tag, void* buf, size_t len, size_t* got,
+                                uint64_t deadline_ns, const volatile int* abort);
+
 /**
  * Waits until every message of context key that this process sent over MPI
  * is delivered (the receiving process has taken it in).  Collectives end with it: a message

@@ -31,26 +31,33 @@ typedef struct {
   char error[160];  /* why, then */
 } hello_t;
 
+/* The answer to a caller: this head, then (status ncclSuccess) the table of
+ * the nranks endpoints; an error is the head alone. */
 typedef struct {
   int32_t status; /* ncclResult_t */
-  uint32_t round; /* how many rendezvous this id served before */
+  uint32_t pad;
+  uint64_t context; /* the round's context key: random, so that an id used again never repeats one */
   char error[192];
 } table_head_t;
 
+/* An id's state in the process serving it: while a round is open, and
+ * while a failure lingers; freed then (record_idle), so that ids used up
+ * hold nothing (DESIGN: bounded resources). */
 typedef struct record {
   struct record* next;
   uint64_t key;
   int nranks, count, failed;
   ncclResult_t status; /* the failure's, for the callers answered with it */
-  uint32_t round;   /* completed rounds: an id may be reused once done */
-  int max_nranks;   /* largest nranks any caller claimed */
-  int answered;     /* callers answered since the id failed */
-  uint64_t last_ns; /* when the last caller arrived */
-  hello_t* hellos;  /* count arrivals */
+  int max_nranks;      /* largest nranks any caller claimed */
+  int answered;        /* callers answered since the id failed */
+  uint64_t last_ns;    /* when the last caller arrived */
+  hello_t* hellos;     /* count arrivals */
   char error[192];
 } record_t;
 
 static record_t* records; /* guarded by the channel lock */
+
+#define OUT_OF_MEMORY "the process serving the unique id is out of memory"
 
 /* How long a failed id answers late callers with its error after the last
  * caller came (MPINCCL_BOOTSTRAP_LINGER); then it may serve a new round. */
@@ -74,55 +81,104 @@ static record_t* record_find(uint64_t key, int create) {
   return r;
 }
 
+/* Whether r has nothing left to do: no round open, and no failure that late
+ * callers must still hear of (until MPINCCL_BOOTSTRAP_LINGER after the last
+ * caller).  A caller after that starts afresh, as on an id never used. */
+static int record_idle(const record_t* r, uint64_t now) {
+  return r->count == 0 && (!r->failed || now - r->last_ns > linger_ns());
+}
+
+/* A failed id still owes its error to callers that may come late (ranks
+ * some caller claimed and nobody has been answered for), until nobody came
+ * for linger_ns: its process must go on serving it meanwhile. */
+static int record_lingers(const record_t* r) {
+  return r->failed && r->answered < r->max_nranks && mpn_clock_now_ns() - r->last_ns <= linger_ns();
+}
+
+/* Frees the records that have nothing left to do. */
+static void records_sweep(void) {
+  uint64_t now = mpn_clock_now_ns();
+  for (record_t** pp = &records; *pp;) {
+    record_t* r = *pp;
+    if (record_idle(r, now)) {
+      *pp = r->next;
+      free(r->hellos);
+      free(r);
+    } else {
+      pp = &r->next;
+    }
+  }
+}
+
+static void records_count(void* arg) {
+  int n = 0;
+  for (const record_t* r = records; r; r = r->next) n++;
+  *(int*)arg = n;
+}
+
+int mpn_bootstrap_records_held(void) {
+  int n = 0;
+  mpn_chan_locked(records_count, &n);
+  return n;
+}
+
 size_t mpn_bootstrap_table_bytes(int nranks) { return sizeof(table_head_t) + (size_t)nranks * sizeof(mpn_endpoint_t); }
 
-/* Sends the table (or the error) to every rank that said hello; out of
- * memory, to none (their waits run out, MPINCCL_BOOTSTRAP_TIMEOUT). */
-static void table_send(const record_t* r, ncclResult_t status) {
+/* Answers one caller with an error: the head alone, which needs no
+ * allocation of a table. */
+static void error_send(uint64_t key, const hello_t* h, ncclResult_t status, const char* error) {
+  table_head_t head = {.status = status};
+  snprintf(head.error, sizeof(head.error), "%s", error);
+  (void)mpn_chan_send(key, MPN_RANK_SERVICE, h->rank, &h->ep, mpn_tag_table(h->attempt), &head, sizeof(head));
+}
+
+/* Sends the table, or status's error (r->error), to every rank that said
+ * hello.  Out of memory for the table, they get that error instead of
+ * waiting until MPINCCL_BOOTSTRAP_TIMEOUT.  Returns whether the table went out. */
+static int table_send(const record_t* r, ncclResult_t status) {
   size_t len = mpn_bootstrap_table_bytes(r->nranks);
-  char* msg = calloc(1, len);
+  char* msg = status == ncclSuccess ? calloc(1, len) : NULL;
   if (msg == NULL) {
-    MPN_WARN("bootstrap: out of memory answering the %d callers of a unique id", r->count);
-    return;
+    char why[sizeof(r->error)];
+    snprintf(why, sizeof(why), "%s", r->error);
+    if (status == ncclSuccess) {
+      MPN_WARN("bootstrap: out of memory answering the %d callers of a unique id (%zu bytes)", r->count, len);
+      snprintf(why, sizeof(why), OUT_OF_MEMORY " (%zu bytes for the table of %d ranks)", len, r->nranks);
+      status = ncclSystemError;
+    }
+    for (int i = 0; i < r->count; i++) error_send(r->key, &r->hellos[i], status, why);
+    return 0;
   }
   table_head_t* head = (table_head_t*)msg;
   mpn_endpoint_t* eps = (mpn_endpoint_t*)(msg + sizeof(*head));
-  head->status = status;
-  head->round = r->round;
-  memcpy(head->error, r->error, sizeof(head->error));
-  if (status == ncclSuccess)
-    for (int i = 0; i < r->count; i++) eps[r->hellos[i].rank] = r->hellos[i].ep;
+  head->status = ncclSuccess;
+  head->context = random64();
+  for (int i = 0; i < r->count; i++) eps[r->hellos[i].rank] = r->hellos[i].ep;
   for (int i = 0; i < r->count; i++)
     mpn_chan_send(r->key, MPN_RANK_SERVICE, r->hellos[i].rank, &r->hellos[i].ep, mpn_tag_table(r->hellos[i].attempt),
                   msg, len);
   free(msg);
+  return 1;
 }
 
 /* Answers the callers so far and ends the round, answered or not: a round
- * left open would take the next caller's hello past its full list. */
-static void record_answer(record_t* r, ncclResult_t status) {
-  table_send(r, status);
+ * left open would take the next caller's hello past its full list.
+ * Returns whether the table went out. */
+static int record_answer(record_t* r, ncclResult_t status) {
+  int sent = table_send(r, status);
   free(r->hellos);
   r->hellos = NULL;
   r->count = 0;
-  r->round++;
-}
-
-/* Answers one caller alone, outside the round; 0 when out of memory. */
-static int answer_alone(const record_t* r, uint64_t key, const hello_t* h, ncclResult_t status, const char* error) {
-  record_t one = {.key = key, .nranks = h->nranks, .count = 1, .round = r->round};
-  one.hellos = malloc(sizeof(hello_t));
-  if (one.hellos == NULL) return 0;
-  one.hellos[0] = *h;
-  snprintf(one.error, sizeof(one.error), "%s", error);
-  record_answer(&one, status);
-  return 1;
+  return sent;
 }
 
 /* Checks a complete set of hellos: each rank exactly once. */
 static ncclResult_t record_check(record_t* r) {
   char* seen = calloc((size_t)r->nranks, 1);
-  if (seen == NULL) return ncclSystemError;
+  if (seen == NULL) {
+    snprintf(r->error, sizeof(r->error), OUT_OF_MEMORY);
+    return ncclSystemError;
+  }
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < r->count && res == ncclSuccess; i++) {
     if (seen[r->hellos[i].rank]++) {
@@ -170,67 +226,71 @@ static void record_withdraw(record_t* r, const hello_t* h) {
   record_answer(r, r->status);
 }
 
-void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
-  hello_t h;
-  if (len != sizeof(h)) return;
-  memcpy(&h, payload, sizeof(h));
-  record_t* r = record_find(key, 1);
-  if (r == NULL) return;
-  uint64_t now = mpn_clock_now_ns();
-  /* A failed id answers late callers with its error until nobody came for
-   * linger_ns (as service_linger waits); then it may serve a new round. */
-  if (r->failed && r->count == 0 && now - r->last_ns > linger_ns()) {
-    r->failed = r->answered = r->max_nranks = 0;
-    r->error[0] = '\0';
-  }
-  if (h.status != ncclSuccess && h.withdraw) {
-    record_withdraw(r, &h);
-    return;
-  }
-  if (h.status != ncclSuccess) { /* a caller that failed: it needs no answer */
-    record_fail(r, &h);
-    return;
-  }
-  if (h.nranks > r->max_nranks) r->max_nranks = h.nranks;
-  r->last_ns = now;
+/* A caller's hello (h): it joins the open round, or gets the id's error.
+ * Returns 1 when it completed a round that succeeded. */
+static int record_join(record_t* r, const hello_t* h) {
+  if (h->nranks > r->max_nranks) r->max_nranks = h->nranks;
+  r->last_ns = mpn_clock_now_ns();
   if (r->count == 0 && !r->failed) {
-    r->nranks = h.nranks;
-    r->hellos = calloc((size_t)h.nranks, sizeof(hello_t));
+    r->nranks = h->nranks;
+    r->hellos = calloc((size_t)h->nranks, sizeof(hello_t));
   }
-  if (!r->failed && h.nranks != r->nranks) {
-    snprintf(r->error, sizeof(r->error),
-             "callers of one unique id disagree on nranks (%d and %d)", r->nranks, h.nranks);
+  if (!r->failed && h->nranks != r->nranks) {
+    snprintf(r->error, sizeof(r->error), "callers of one unique id disagree on nranks (%d and %d)", r->nranks,
+             h->nranks);
     r->failed = 1;
     r->status = ncclInvalidArgument;
   }
   if (!r->failed && r->hellos == NULL) { /* the round's list could not be made */
-    answer_alone(r, key, &h, ncclSystemError, "the process serving the unique id is out of memory");
-    return;
+    error_send(r->key, h, ncclSystemError, OUT_OF_MEMORY);
+    return 0;
   }
   if (r->failed) { /* this caller, and any still waiting, get the error */
     if (r->count) {
       r->answered += r->count;
       record_answer(r, r->status);
     }
-    r->answered += answer_alone(r, key, &h, r->status, r->error);
-    return;
+    error_send(r->key, h, r->status, r->error);
+    r->answered++;
+    return 0;
   }
-  r->hellos[r->count++] = h;
-  if (r->count < r->nranks) return;
+  r->hellos[r->count++] = *h;
+  if (r->count < r->nranks) return 0;
   ncclResult_t res = record_check(r);
   if (res != ncclSuccess) { /* a caller still to come (a rank given twice) gets the error too */
     r->failed = 1;
     r->status = res;
     r->answered += r->count;
   }
-  record_answer(r, res);
+  return record_answer(r, res);
+}
+
+static void service_served(uint64_t key);
+
+void mpn_service_deliver(uint64_t key, const void* payload, size_t len) {
+  hello_t h;
+  if (len != sizeof(h)) return;
+  memcpy(&h, payload, sizeof(h));
+  records_sweep(); /* (a failed id whose linger is over starts afresh) */
+  int withdraw = h.status != ncclSuccess && h.withdraw;
+  record_t* r = record_find(key, !withdraw); /* (no record: no round open to withdraw from) */
+  if (r == NULL) {
+    if (h.status == ncclSuccess) error_send(key, &h, ncclSystemError, OUT_OF_MEMORY);
+    return;
+  }
+  if (withdraw)
+    record_withdraw(r, &h);
+  else if (h.status != ncclSuccess) /* a caller that failed: it needs no answer */
+    record_fail(r, &h);
+  else if (record_join(r, &h))
+    service_served(key);
+  records_sweep();
 }
 
 /* ---- helper thread serving open ids under MPI_THREAD_MULTIPLE ---- */
 
 typedef struct {
   uint64_t key, deadline; /* deadline: after it the id is still served, only polled less often */
-  uint32_t round;         /* round at creation: served once it moves on */
 } open_id_t;
 
 /* How often the helper thread polls: while some id is younger than
@@ -251,12 +311,16 @@ enum { SERVICE_NONE, SERVICE_STARTING, SERVICE_RUNNING };
 static open_id_t* open_ids;
 static int n_open, service_thread;
 
-/* A failed id still owes its error to callers that may come late (ranks
- * some caller claimed and nobody has been answered for), until nobody came
- * for linger_ns: its process must go on serving it meanwhile. */
-static int record_lingers(const record_t* r) {
-  return r->failed && r->answered < r->max_nranks && mpn_clock_now_ns() - r->last_ns <= linger_ns();
+static void open_ids_remove(uint64_t key) {
+  int j = 0;
+  for (int i = 0; i < n_open; i++)
+    if (open_ids[i].key != key) open_ids[j++] = open_ids[i];
+  n_open = j;
 }
+
+/* A round of the id succeeded: the thread no longer serves it (a new round
+ * is served by its callers' process as any id's). */
+static void service_served(uint64_t key) { open_ids_remove(key); }
 
 /* Keeps the ids not served yet, while MPI lasts (an id is served until a
  * round of it succeeds, or MPI is finalized, however late its callers
@@ -264,12 +328,11 @@ static int record_lingers(const record_t* r) {
  * attempt by all ranks (README, Errors), whose round is open meanwhile. */
 static void service_sweep(void* arg) {
   service_state_t* st = arg;
+  records_sweep();
   uint64_t now = mpn_clock_now_ns();
-  int j = 0, young = 0;
-  for (int i = 0; i < n_open; i++) {
-    record_t* r = record_find(open_ids[i].key, 0);
-    int served = r && r->round != open_ids[i].round && !r->failed && r->count == 0;
-    if (served || !mpn_chan_mpi_ready()) continue;
+  int j = 0, young = 0, ready = mpn_chan_mpi_ready();
+  for (int i = 0; i < n_open && ready; i++) {
+    const record_t* r = record_find(open_ids[i].key, 0);
     young |= now < open_ids[i].deadline || (r && now - r->last_ns < SERVICE_IDLE_POLL_US * 1000ull);
     open_ids[j++] = open_ids[i];
   }
@@ -314,8 +377,7 @@ static void service_open(void* arg) {
     return;
   }
   open_ids = grown;
-  record_t* r = record_find(req->key, 0);
-  open_ids[n_open++] = (open_id_t){req->key, mpn_chan_deadline(), r ? r->round : 0};
+  open_ids[n_open++] = (open_id_t){req->key, mpn_chan_deadline()};
   service_claim(req);
 }
 
@@ -323,11 +385,7 @@ static void service_open(void* arg) {
  * refuses it), and none runs.  The ids listed meanwhile wait for this
  * outcome (service_claim), and one of them starts a thread now. */
 static void service_unopen(void* arg) {
-  uint64_t key = *(const uint64_t*)arg;
-  int j = 0;
-  for (int i = 0; i < n_open; i++)
-    if (open_ids[i].key != key) open_ids[j++] = open_ids[i];
-  n_open = j;
+  open_ids_remove(*(const uint64_t*)arg);
   if (service_thread == SERVICE_STARTING) service_thread = SERVICE_NONE;
 }
 
@@ -478,42 +536,43 @@ void mpn_bootstrap_rendezvous_fail(const mpn_bootstrap_id_t* id, int nranks, int
   if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
 }
 
-/* The context key of one round: distinct when an id is used again. */
-static uint64_t round_key(uint64_t key, uint32_t round) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ull * (round + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Receives this call's answer into msg (an answer to an earlier call that
- * its caller gave up waiting for stays in the mailbox, never taken). */
+/* Receives this call's answer into msg (len bytes at most), its length
+ * into *got (an answer to an earlier call that its caller gave up waiting
+ * for stays in the mailbox, never taken). */
 static ncclResult_t table_recv(const mpn_bootstrap_id_t* id, int rank, uint64_t attempt, char* msg, size_t len,
-                               uint64_t deadline_ns, const volatile int* abort) {
-  return mpn_chan_recv(id->key, rank, MPN_RANK_SERVICE, mpn_tag_table(attempt), msg, len, deadline_ns, abort);
+                               size_t* got, uint64_t deadline_ns, const volatile int* abort) {
+  return mpn_chan_recv_upto(id->key, rank, MPN_RANK_SERVICE, mpn_tag_table(attempt), msg, len, got, deadline_ns, abort);
 }
 
-/* The rendezvous's answer in msg: this caller's context, or the error
- * (after which the id's own process serves late callers when it lingers). */
-static ncclResult_t table_read(const mpn_bootstrap_id_t* id, int nranks, int rank, const char* msg, int linger,
-                               const volatile int* abort, mpn_bootstrap_t** out) {
+/* The rendezvous's answer in msg (got bytes): this caller's context, or the
+ * error (after which the id's own process serves late callers when it
+ * lingers). */
+static ncclResult_t table_read(const mpn_bootstrap_id_t* id, int nranks, int rank, const char* msg, size_t got,
+                               int linger, const volatile int* abort, mpn_bootstrap_t** out) {
   table_head_t head;
+  if (got < sizeof(head))
+    return mpn_error_set(NULL, ncclInternalError, "bootstrap: the rendezvous answered rank %d with %zu bytes", rank,
+                         got);
   memcpy(&head, msg, sizeof(head));
   if (head.status != ncclSuccess) {
     if (linger && id->root.proc == mpn_chan_proc_id()) service_linger(id->key, abort);
-    return mpn_error_set(NULL, (ncclResult_t)head.status, "%s", head.error);
+    return mpn_error_set(NULL, (ncclResult_t)head.status, "%.*s", (int)strnlen(head.error, sizeof(head.error)),
+                         head.error);
   }
-  return mpn_bootstrap_create(round_key(id->key, head.round), nranks, rank, (const mpn_endpoint_t*)(msg + sizeof(head)),
-                              abort, out);
+  if (got != mpn_bootstrap_table_bytes(nranks))
+    return mpn_error_set(NULL, ncclInternalError,
+                         "bootstrap: the rendezvous's table for rank %d has %zu bytes, expected %zu", rank, got,
+                         mpn_bootstrap_table_bytes(nranks));
+  return mpn_bootstrap_create(head.context, nranks, rank, (const mpn_endpoint_t*)(msg + sizeof(head)), abort, out);
 }
 
 /* This caller, which failed (res; why), leaves the round whose answer is
  * in msg: the members of a round that completed, gone on to the new
  * context's first collective, get a notice there that it left. */
 static void round_leave(const mpn_bootstrap_id_t* id, int nranks, int rank, ncclResult_t res, const char* why,
-                        const char* msg) {
+                        const char* msg, size_t got) {
   mpn_bootstrap_t* b = NULL;
-  if (table_read(id, nranks, rank, msg, 0, NULL, &b) != ncclSuccess) return;
+  if (table_read(id, nranks, rank, msg, got, 0, NULL, &b) != ncclSuccess) return;
   MPN_INFO(MPN_SUBSYS_BOOTSTRAP, "bootstrap: rank %d leaves a rendezvous that completed as it gave up", rank);
   mpn_error_set(NULL, res, "%s", why); /* the notice's reason */
   mpn_bootstrap_fail(b, res);
@@ -532,9 +591,10 @@ static void rendezvous_withdraw(const mpn_bootstrap_id_t* id, int nranks, int ra
                                 char* msg, size_t len) {
   char why[512];
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
+  size_t got = 0;
   if (failed_hello_send(id, nranks, rank, res, 1, attempt) &&
-      table_recv(id, rank, attempt, msg, len, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess)
-    round_leave(id, nranks, rank, res, why, msg);
+      table_recv(id, rank, attempt, msg, len, &got, mpn_clock_now_ns() + MPN_CHAN_NOTICE_WAIT_NS, NULL) == ncclSuccess)
+    round_leave(id, nranks, rank, res, why, msg, got);
   else /* an answer that comes later is nobody's: dropped, not kept in the mailbox */
     mpn_chan_forget_tag(id->key, rank, mpn_tag_table(attempt));
   if (strcmp(mpn_error_last(NULL), why) != 0) mpn_error_set(NULL, res, "%s", why);
@@ -553,15 +613,16 @@ ncclResult_t mpn_bootstrap_rendezvous(const mpn_bootstrap_id_t* id, int nranks, 
     mpn_chan_forget_tag(id->key, rank, mpn_tag_table(h.attempt));             /* (its answer, if one comes) */
     return mpn_error_set(NULL, ncclSystemError, "out of memory (%zu bytes)", len);
   }
-  ncclResult_t res = table_recv(id, rank, h.attempt, msg, len, mpn_chan_deadline(), abort);
+  size_t got = 0;
+  ncclResult_t res = table_recv(id, rank, h.attempt, msg, len, &got, mpn_chan_deadline(), abort);
   if (res == ncclSuccess && abort && *abort) { /* the answer came, but the caller was aborted meanwhile */
     res = mpn_error_set(NULL, ncclRemoteError, "bootstrap: rank %d aborted while waiting for the rendezvous", rank);
     char why[512];
     snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
-    round_leave(id, nranks, rank, res, why, msg);
+    round_leave(id, nranks, rank, res, why, msg, got);
     mpn_error_set(NULL, res, "%s", why);
   } else if (res == ncclSuccess) {
-    res = table_read(id, nranks, rank, msg, 1, abort, out);
+    res = table_read(id, nranks, rank, msg, got, 1, abort, out);
   } else {
     rendezvous_withdraw(id, nranks, rank, h.attempt, res, msg, len);
   }

@@ -61,6 +61,12 @@ void __wrap_free(void* p) {
   __real_free(p);
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void arm(int nth) {
   ngiven = 0;
   memset(freed, 0, sizeof(freed));
@@ -133,20 +139,26 @@ START_TEST(rma_state_fails_at_launch) {
 }
 END_TEST
 
-/* A rendezvous whose table cannot be made answers nobody (the caller's
- * wait runs out), and its unique id then serves a new round: the round
- * ends, answered or not.  (Before, its full list stayed, and the next
- * caller's hello was written past its end.) */
+/* A rendezvous whose table cannot be made answers its callers with
+ * ncclSystemError saying so, at once (an error needs no table), and its
+ * unique id then serves a new round: the round ends, answered or not.
+ * (Before, its full list stayed, and the next caller's hello was written
+ * past its end; then it answered nobody, and the callers waited until
+ * MPINCCL_BOOTSTRAP_TIMEOUT, 20 s here, for ncclTimeout.) */
 START_TEST(rendezvous_table_fails) {
   use_local_bootstrap();
-  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "1");
+  set_param("MPINCCL_BOOTSTRAP_TIMEOUT", "20");
   ncclUniqueId id;
   ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comm = NULL;
   fail_calloc_of = mpn_bootstrap_table_bytes(1);
+  double t0 = now_s();
   ncclResult_t first = ncclCommInitRank(&comm, 1, id, 0);
+  double secs = now_s() - t0;
   fail_calloc_of = 0;
-  ck_assert_int_eq(first, ncclTimeout);
+  ck_assert_msg(first == ncclSystemError && strstr(ncclGetLastError(NULL), "out of memory"), "%d \"%s\"", first,
+                ncclGetLastError(NULL));
+  ck_assert_msg(secs < 10, "the caller waited %.1f s", secs);
   ck_assert_ptr_null(comm);
   ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
   ck_assert_ptr_nonnull(comm);
@@ -170,12 +182,6 @@ typedef struct {
   double secs;
   char text[512];
 } rank_call_t;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void call_begin(rank_call_t* r) {
   thread_fail_size = r->fail_size;

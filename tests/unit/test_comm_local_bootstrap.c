@@ -2,7 +2,8 @@
  * test_comm_local_bootstrap.c - test_comm_local's tests of the bootstrap
  * under the communicators: a failed split's timeout reported to its caller,
  * an id used in a forked child, a fork while another thread holds the
- * channel, and the collectives among threads.
+ * channel, the collectives among threads, and the rendezvous's records
+ * freed once their ids are done.
  */
 #include <check.h>
 #include <pthread.h>
@@ -138,6 +139,46 @@ START_TEST(fork_while_channel_held) {
   int status = child_wait(pid, 20);
   ck_assert_msg(status != -1, "the child of fork() blocked in the library for 20 s");
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's communicator failed (status 0x%x)", status);
+}
+END_TEST
+
+/* A communicator of one rank from the id, made and destroyed. */
+static void rendezvous_of_one(const mpn_bootstrap_id_t* id) {
+  mpn_bootstrap_t* b = NULL;
+  ck_assert_int_eq(mpn_bootstrap_rendezvous(id, 1, 0, NULL, &b), ncclSuccess);
+  mpn_bootstrap_destroy(b);
+}
+
+/* The process serving ids keeps a record of each while a round of it is
+ * open, or while its failure lingers (MPINCCL_BOOTSTRAP_LINGER, 1 s here),
+ * and frees it then: ids used up hold nothing.  An id used again still
+ * gives a context of its own.  A record of each id used to stay for the
+ * process's life. */
+START_TEST(records_freed) {
+  use_local_bootstrap();
+  set_param("MPINCCL_BOOTSTRAP_LINGER", "1");
+  int start = mpn_bootstrap_records_held();
+  mpn_bootstrap_id_t id;
+  for (int i = 0; i < 20; i++) {
+    ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+    rendezvous_of_one(&id);
+  }
+  mpn_bootstrap_t* b[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(mpn_bootstrap_rendezvous(&id, 1, 0, NULL, &b[i]), ncclSuccess);
+  ck_assert(b[0]->key != b[1]->key);
+  for (int i = 0; i < 2; i++) mpn_bootstrap_destroy(b[i]);
+  ck_assert_int_eq(mpn_bootstrap_records_held(), start);
+  /* A failed id: its record answers a late caller, then goes. */
+  ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+  mpn_bootstrap_rendezvous_fail(&id, 2, 1, mpn_error_set(NULL, ncclSystemError, "test: no device"));
+  ck_assert_int_eq(mpn_bootstrap_records_held(), start + 1);
+  ck_assert_int_eq(mpn_bootstrap_rendezvous(&id, 2, 0, NULL, &b[0]), ncclRemoteError);
+  ck_assert_int_eq(mpn_bootstrap_records_held(), start + 1);
+  usleep(1200000);
+  rendezvous_of_one(&id); /* (the id serves a new round once its linger is over) */
+  ck_assert_int_eq(mpn_bootstrap_records_held(), start);
+  unsetenv("MPINCCL_BOOTSTRAP_LINGER");
+  use_local_bootstrap();
 }
 END_TEST
 
@@ -341,6 +382,7 @@ void comm_local_add_bootstrap(TCase* tc) {
   tcase_add_test(tc, split_nocolor_failure_text);
   tcase_add_test(tc, forked_child_is_another_process);
   tcase_add_test(tc, fork_while_channel_held);
+  tcase_add_test(tc, records_freed);
   tcase_add_test(tc, late_notice_dropped);
   tcase_add_test(tc, stale_answer_dropped);
   tcase_add_test(tc, late_answer_dropped);

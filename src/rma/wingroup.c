@@ -24,9 +24,21 @@ ncclResult_t mpn_win_job_make(const mpn_win_job_t* job, const char* caller, mpn_
   /* A live communicator only: one that is not cannot join its peers.  Its
    * serial tells it from one made later at its address (read held: another
    * thread may free it meanwhile). */
-  ncclResult_t res = mpn_comm_check(job->comm, caller, 0);
+  ncclResult_t res = mpn_comm_check(job->comm, caller, MPN_COMM_NEED_LIVE);
   if (res == ncclSuccess) res = mpn_comm_hold_for(job->comm, caller);
   if (res != ncclSuccess) return res;
+  /* One still being created is waited for when the call runs; any other
+   * must be ready now, as outside a group.  A finalized, aborted or failed
+   * one never will be: queued, its refusal came only when the call ran, in
+   * the background on a non-blocking one (ncclInProgress, then the refusal
+   * as the communicator's asynchronous error, after a finalize that had
+   * succeeded). */
+  if (__atomic_load_n(&job->comm->state, __ATOMIC_ACQUIRE) != MPN_COMM_INITIALIZING)
+    res = mpn_comm_check(job->comm, caller, MPN_COMM_NEED_READY);
+  if (res != ncclSuccess) {
+    mpn_comm_release(job->comm);
+    return res;
+  }
   mpn_win_job_t* copy = malloc(sizeof(*copy));
   if (copy == NULL) {
     mpn_comm_release(job->comm);

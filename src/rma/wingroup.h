@@ -32,9 +32,10 @@ typedef struct mpn_win_job {
 } mpn_win_job_t;
 
 /**
- * A job for a window call of job->comm (a live one, checked; refused
- * otherwise): a copy, which takes the call's turn among the communicator's
- * collectives now, whenever it runs (mpn_win_jobs_run).
+ * A job for a window call of job->comm (checked: one still being created,
+ * or one ready for the call as outside a group; refused otherwise): a
+ * copy, which takes the call's turn among the communicator's collectives
+ * now, whenever it runs (mpn_win_jobs_run).
  */
 ncclResult_t mpn_win_job_make(const mpn_win_job_t* job, const char* caller, mpn_win_job_t** out);
 
@@ -57,7 +58,7 @@ static inline const char* mpn_win_job_caller(const mpn_win_job_t* job) {
 }
 
 /** Inside a group: queues the call (a registration's handle is NULL until
- *  the group ends); refuses only a communicator that is not live. */
+ *  the group ends); refuses a communicator as mpn_win_job_make does. */
 ncclResult_t mpn_win_defer(const mpn_win_job_t* job);
 
 /**

@@ -269,6 +269,41 @@ START_TEST(calls_on_closed_comms) {
 }
 END_TEST
 
+/* The same on a non-blocking communicator once finalized: every call is
+ * refused at once, the window calls too, also inside a group, and the
+ * finalize's result stays ncclSuccess.  The window calls returned
+ * ncclInProgress there and ran in the background, whose refusal then
+ * became the communicator's asynchronous error (ncclInvalidUsage from
+ * ncclCommGetAsyncError after a finalize that had succeeded). */
+START_TEST(calls_on_closed_nonblocking_comm) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  ncclResult_t made = ncclCommInitRankConfig(&comm, 1, id, 0, &cfg);
+  ck_assert(made == ncclSuccess || made == ncclInProgress);
+  ck_assert_int_eq(creation_result(comm), ncclSuccess);
+  made = ncclCommFinalize(comm);
+  ck_assert(made == ncclSuccess || made == ncclInProgress);
+  ck_assert_int_eq(creation_result(comm), ncclSuccess); /* (the finalize's, polled as a creation's) */
+  closed_calls(comm, 0);
+  char buf[64] = {0};
+  ncclWindow_t win = (ncclWindow_t)buf;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  REFUSED(comm, ncclCommWindowRegister(comm, buf, 4096, &win, 0), USAGE, "was finalized");
+  REFUSED(comm, ncclCommWindowDeregister(comm, (ncclWindow_t)buf), USAGE, "was finalized");
+  ck_assert_int_eq(ncclGroupEnd(), USAGE); /* (with the first refusal's text) */
+  ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "ncclCommWindowRegister: comm"));
+  ck_assert_ptr_null(win);
+  ncclResult_t async = ncclInternalError;
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_msg(async == ncclSuccess, "the finalized communicator reports %d: \"%s\"", async, ncclGetLastError(comm));
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
 /* A non-blocking creation that failed (here: the ranks disagree on
  * nranks) leaves a handle that reports why and refuses work until it is
  * destroyed. */
@@ -291,6 +326,10 @@ START_TEST(calls_on_failed_comm) {
     /* (the creation's own error, as NCCL passes it on) */
     REFUSED(comms[i], ncclSend(buf, 1, ncclInt8, 0, comms[i], NULL), ARG, "failed during creation (invalid argument");
     REFUSED(comms[i], ncclCommCount(comms[i], &n), ARG, "failed during creation");
+    /* (at once, as on a blocking one: not in the background, which answered ncclInProgress) */
+    ncclWindow_t win = (ncclWindow_t)buf;
+    REFUSED(comms[i], ncclCommWindowRegister(comms[i], buf, 4096, &win, 0), ARG, "failed during creation");
+    ck_assert_ptr_null(win);
     ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
   }
 }
@@ -407,10 +446,18 @@ START_TEST(group_nesting_limit) {
 END_TEST
 
 int main(void) {
-  const TTest* tests[] = {creation_arguments,       query_arguments,        send_recv_arguments,
-                          one_sided_arguments,      registration_arguments, calls_on_closed_comms,
-                          calls_on_failed_comm,     rma_contexts_disagree,  calls_after_peer_failed,
-                          finalize_with_open_group, group_nesting_limit};
+  const TTest* tests[] = {creation_arguments,
+                          query_arguments,
+                          send_recv_arguments,
+                          one_sided_arguments,
+                          registration_arguments,
+                          calls_on_closed_comms,
+                          calls_on_closed_nonblocking_comm,
+                          calls_on_failed_comm,
+                          rma_contexts_disagree,
+                          calls_after_peer_failed,
+                          finalize_with_open_group,
+                          group_nesting_limit};
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
   tcase_set_timeout(tc, 60);

@@ -5,6 +5,7 @@
  * hand out handles that belong to one communicator, so a handle given to the
  * wrong communicator or released twice is refused.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "core/api.h"
@@ -15,7 +16,14 @@ struct mpn_reg {
   struct mpn_reg* next;
   void* buff;
   size_t size;
+  uintptr_t handle; /* what the program holds */
 };
+
+/* Handles are numbers the process never hands out twice, not the records'
+ * addresses: malloc gives a freed record's address to the next one, so a
+ * handle released twice, or released and given to another communicator,
+ * named a newer registration and took it away. */
+static uintptr_t last_handle;
 
 MPN_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
         void** handle) {
@@ -28,11 +36,12 @@ MPN_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_
   if (reg == NULL) return mpn_error_set(comm, ncclSystemError, "out of memory");
   reg->buff = buff;
   reg->size = size;
+  reg->handle = __atomic_add_fetch(&last_handle, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&comm->error_lock);
   reg->next = comm->registrations;
   comm->registrations = reg;
   pthread_mutex_unlock(&comm->error_lock);
-  *handle = reg;
+  *handle = (void*)reg->handle;
   return ncclSuccess;
 }
 
@@ -42,10 +51,10 @@ MPN_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   /* NCCL returns success for NULL: its ncclCommRegister hands out NULL where
    * it registers nothing, so portable clean-up passes such handles back. */
   if (handle == NULL) return ncclSuccess;
-  /* Found by address only: a stale handle is never dereferenced. */
+  /* Found by value only: a stale handle is never dereferenced. */
   pthread_mutex_lock(&comm->error_lock);
   struct mpn_reg** p = &comm->registrations;
-  while (*p && *p != handle) p = &(*p)->next;
+  while (*p && (void*)(*p)->handle != handle) p = &(*p)->next;
   struct mpn_reg* reg = *p;
   if (reg) *p = reg->next;
   pthread_mutex_unlock(&comm->error_lock);

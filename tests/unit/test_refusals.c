@@ -189,6 +189,28 @@ START_TEST(registration_arguments) {
 }
 END_TEST
 
+/* A handle deregistered is refused when given again, also after a new
+ * registration (on its communicator or another): the new one's handle
+ * was the freed one's address, so the stale handle took the new
+ * registration away, and the new handle was then refused. */
+START_TEST(deregistration_twice) {
+  use_local_bootstrap();
+  ncclComm_t comm = comm_of_one(), other = comm_of_one();
+  char buf[64] = {0};
+  void *first = NULL, *second = NULL, *elsewhere = NULL;
+  ck_assert_int_eq(ncclCommRegister(comm, buf, 8, &first), ncclSuccess);
+  ck_assert_int_eq(ncclCommDeregister(comm, first), ncclSuccess);
+  ck_assert_int_eq(ncclCommRegister(comm, buf, 8, &second), ncclSuccess);
+  REFUSED(comm, ncclCommDeregister(comm, first), ARG, "was not returned by ncclCommRegister on comm");
+  ck_assert_int_eq(ncclCommDeregister(comm, second), ncclSuccess);
+  ck_assert_int_eq(ncclCommRegister(other, buf, 8, &elsewhere), ncclSuccess);
+  REFUSED(comm, ncclCommDeregister(other, second), ARG, "was not returned by ncclCommRegister on comm");
+  ck_assert_int_eq(ncclCommDeregister(other, elsewhere), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(other), ncclSuccess);
+  ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+}
+END_TEST
+
 /* The result of a non-blocking creation, once it is no longer in progress
  * (ncclCommGetAsyncError polled). */
 static ncclResult_t creation_result(ncclComm_t comm) {
@@ -457,7 +479,8 @@ int main(void) {
                           rma_contexts_disagree,
                           calls_after_peer_failed,
                           finalize_with_open_group,
-                          group_nesting_limit};
+                          group_nesting_limit,
+                          deregistration_twice};
   Suite* s = suite_create("refusals");
   TCase* tc = tcase_create("refusals");
   tcase_set_timeout(tc, 60);

@@ -146,7 +146,13 @@ int mpn_watchdog_check(struct ncclComm* comm) {
                 p->pidns != 0; /* a process this one can look up */
     if (ucx_aborted_release(comm, peer)) continue;
     int gone_before = __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE);
-    if (gone_before == MPN_PEER_LEFT) continue; /* (nothing of this rank's waits for it) */
+    if (gone_before == MPN_PEER_LEFT) {
+      /* A launch of calls made before the mark (a group still open then)
+       * may count on more than the peer's record of its end: what waits
+       * there fails as for any peer gone.  Skipped for good, it waited. */
+      if (mpn_p2p_peer_left(comm, peer) && mpn_rma_peer_left(comm, peer)) continue;
+      gone_before = MPN_PEER_HERE;
+    }
     if (gone_before == MPN_PEER_EXITED) {
       if (shares_nothing(comm, peer)) continue;
       gone_before = MPN_PEER_HERE; /* a pair made since: what waits there fails as for any peer gone */

@@ -13,7 +13,12 @@
  * later call naming it is refused.  On a fourth, rank 0 queued a receive
  * in a group before rank 1's exit and ends the group after the watchdog
  * found it: whether the launch is refused or waits in a pair made then,
- * it is reported and the stream let go, never a hang.
+ * it is reported and the stream let go, never a hang.  On a fifth, where
+ * every message and signal matched (a normal end), the same group holds a
+ * wait for one more signal than rank 1 sent: the watchdog had taken rank
+ * 1's end for a normal one, and a launch after that counts on more than
+ * its record, so it is reported and the stream let go (it waited for good,
+ * unreported: the watchdog never looked at such a peer again).
  * Prints one line per rank ending in "ok" or "FAIL".
  */
 #include <stdint.h>
@@ -64,17 +69,21 @@ int main(int argc, char** argv) {
   MPI_Sendrecv(&me, (int)sizeof(me), MPI_BYTE, peer, 0, &theirs, (int)sizeof(theirs), MPI_BYTE, peer, 0, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
   ncclComm_t waiting = NULL;
-  cudaStream_t s2 = NULL;
+  cudaStream_t s2 = NULL, s3 = NULL;
   char* buf = NULL;
   EXPECT(cudaMalloc((void**)&buf, 3 * BYTES) == cudaSuccess);
   EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+  EXPECT(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking) == cudaSuccess);
   EXPECT_OK(mpincclCommInitMPI(&waiting, MPI_COMM_WORLD, NULL));
-  ncclComm_t idle = NULL, late = NULL;
+  ncclComm_t idle = NULL, late = NULL, behind = NULL;
   EXPECT_OK(mpincclCommInitMPI(&idle, MPI_COMM_WORLD, NULL));
   EXPECT_OK(mpincclCommInitMPI(&late, MPI_COMM_WORLD, NULL));
+  EXPECT_OK(mpincclCommInitMPI(&behind, MPI_COMM_WORLD, NULL));
   exchange(comm, stream, buf, peer);
   exchange(waiting, s2, buf, peer);
+  exchange(behind, s3, buf, peer);
   if (rank == 1) {
+    EXPECT_OK(ncclCommDestroy(behind));
     EXPECT_OK(ncclCommDestroy(late));
     EXPECT_OK(ncclCommDestroy(idle));
     EXPECT_OK(ncclCommDestroy(waiting));
@@ -87,6 +96,8 @@ int main(int argc, char** argv) {
   EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, waiting, s2));
   EXPECT_OK(ncclGroupStart()); /* (ended once the watchdog found rank 1 gone) */
   EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, late, s2));
+  ncclWaitSignalDesc_t one_more = {1, peer, 0, 0}; /* (rank 1 sent one signal on behind, waited for already) */
+  EXPECT_OK(ncclWaitSignal(1, &one_more, behind, s3));
   MPI_Finalize(); /* (rank 1 may be gone from here on) */
   int gone = 0;
   for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
@@ -99,12 +110,22 @@ int main(int argc, char** argv) {
   EXPECT(ncclSend(buf, BYTES, ncclInt8, peer, idle, stream) == ncclRemoteError);
   EXPECT(strstr(ncclGetLastError(idle), "process exited") != NULL);
   EXPECT(__atomic_load_n(&late->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_EXITED);
+  EXPECT(__atomic_load_n(&behind->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT);
+  EXPECT(async_of(behind) == ncclSuccess);
   ncclResult_t ended = ncclGroupEnd();
   usleep(10 * WATCHDOG_MS * 1000);
   printf("test_peer_left: the group ended after the mark returned %s, its communicator's error %s\n",
          ncclGetErrorString(ended), ncclGetErrorString(async_of(late)));
   EXPECT(ended == ncclRemoteError || async_of(late) == ncclRemoteError);
   EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
+  /* The wait for a signal rank 1 never sent: reported and let go (polled,
+   * so that a wait left for good fails the test rather than hangs it). */
+  int released = 0;
+  for (int i = 0; i < 500 && !(released = cudaStreamQuery(s3) == cudaSuccess); i++) usleep(10000);
+  printf("test_peer_left: a wait launched after a normal end was marked: %s, its communicator's error %s\n",
+         released ? "let go" : "still waiting", ncclGetErrorString(async_of(behind)));
+  EXPECT(released);
+  EXPECT(async_of(behind) == ncclRemoteError);
   EXPECT(async_of(comm) == ncclSuccess); /* a normal end: nothing of rank 0's waited for it */
   EXPECT(ncclSend(buf, BYTES, ncclInt8, peer, comm, stream) == ncclRemoteError);
   EXPECT(strstr(ncclGetLastError(comm), "ended its communicator") != NULL);
@@ -113,9 +134,11 @@ int main(int argc, char** argv) {
   EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
   EXPECT_OK(ncclCommAbort(waiting));
   EXPECT_OK(ncclCommAbort(late));
+  EXPECT_OK(ncclCommAbort(behind));
   EXPECT_OK(ncclCommDestroy(idle));
   EXPECT_OK(ncclCommDestroy(comm));
   EXPECT(cudaStreamDestroy(s2) == cudaSuccess);
+  if (released) EXPECT(cudaStreamDestroy(s3) == cudaSuccess); /* (one still waiting is left to the exit) */
   EXPECT(cudaFree(buf) == cudaSuccess);
   printf("test_peer_left: rank 0 %s\n", failures ? "FAIL" : "ok");
   return failures ? 1 : 0;

@@ -14,13 +14,16 @@
  * in a group before rank 1's exit and ends the group after the watchdog
  * found it: whether the launch is refused or waits in a pair made then,
  * it is reported and the stream let go, never a hang.  On a fifth, where
- * every message and signal matched (a normal end), the same group holds a
- * wait for one more signal than rank 1 sent: the watchdog had taken rank
- * 1's end for a normal one, and a launch after that counts on more than
- * its record, so it is reported and the stream let go (it waited for good,
- * unreported: the watchdog never looked at such a peer again).
+ * every message and signal matched (a normal end), a group that another
+ * thread opened before the exit holds a wait for one more signal than
+ * rank 1 sent, and ends once the watchdog took rank 1's end for a normal
+ * one: that launch counts on more than its record, so it is reported and
+ * the stream let go (it waited for good, unreported: the watchdog never
+ * looked at such a peer again).  (A group of its own: in the fourth's,
+ * the refusal of the receive would keep the wait from being launched.)
  * Prints one line per rank ending in "ok" or "FAIL".
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,29 @@ static void exchange(ncclComm_t c, cudaStream_t s, char* buf, int peer) {
   EXPECT_OK(ncclSignal(peer, 0, 0, 0, c, s));
   EXPECT_OK(ncclWaitSignal(1, &one, c, s));
   EXPECT(cudaStreamSynchronize(s) == cudaSuccess);
+}
+
+/* The fifth communicator's group, on a thread of its own (a thread has one
+ * group open at a time): opened and given its wait at once, ended when the
+ * main thread says (go). */
+typedef struct {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int device, peer;
+  volatile int go;
+  ncclResult_t queued, ended;
+} late_group_t;
+
+static void* late_group_main(void* arg) {
+  late_group_t* g = arg;
+  ncclWaitSignalDesc_t one_more = {1, g->peer, 0, 0}; /* (rank 1 sent one signal, waited for already) */
+  cudaSetDevice(g->device);
+  ncclResult_t res = ncclGroupStart();
+  if (res == ncclSuccess) res = ncclWaitSignal(1, &one_more, g->comm, g->stream);
+  __atomic_store_n(&g->queued, res, __ATOMIC_RELEASE);
+  while (!__atomic_load_n(&g->go, __ATOMIC_ACQUIRE)) usleep(1000);
+  g->ended = ncclGroupEnd();
+  return NULL;
 }
 
 static ncclResult_t async_of(ncclComm_t c) {
@@ -96,8 +122,12 @@ int main(int argc, char** argv) {
   EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, waiting, s2));
   EXPECT_OK(ncclGroupStart()); /* (ended once the watchdog found rank 1 gone) */
   EXPECT_OK(ncclRecv(buf + 2 * BYTES, BYTES, ncclInt8, peer, late, s2));
-  ncclWaitSignalDesc_t one_more = {1, peer, 0, 0}; /* (rank 1 sent one signal on behind, waited for already) */
-  EXPECT_OK(ncclWaitSignal(1, &one_more, behind, s3));
+  late_group_t lg = {behind, s3, 0, peer, 0, ncclInternalError, ncclInternalError};
+  EXPECT(cudaGetDevice(&lg.device) == cudaSuccess);
+  pthread_t lg_thread;
+  EXPECT(pthread_create(&lg_thread, NULL, late_group_main, &lg) == 0);
+  while (__atomic_load_n(&lg.queued, __ATOMIC_ACQUIRE) == ncclInternalError) usleep(1000);
+  EXPECT_OK(lg.queued);
   MPI_Finalize(); /* (rank 1 may be gone from here on) */
   int gone = 0;
   for (int i = 0; i < 6000 && !(gone = mpn_proc_gone(theirs.pid, theirs.start_time)); i++) usleep(10000);
@@ -118,6 +148,10 @@ int main(int argc, char** argv) {
          ncclGetErrorString(ended), ncclGetErrorString(async_of(late)));
   EXPECT(ended == ncclRemoteError || async_of(late) == ncclRemoteError);
   EXPECT(cudaStreamSynchronize(s2) == cudaSuccess); /* let go */
+  __atomic_store_n(&lg.go, 1, __ATOMIC_RELEASE);
+  EXPECT(pthread_join(lg_thread, NULL) == 0);
+  printf("test_peer_left: the fifth group ended after the mark returned %s\n", ncclGetErrorString(lg.ended));
+  usleep(10 * WATCHDOG_MS * 1000);
   /* The wait for a signal rank 1 never sent: reported and let go (polled,
    * so that a wait left for good fails the test rather than hangs it). */
   int released = 0;

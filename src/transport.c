@@ -36,7 +36,7 @@ static long queues = -1; /* CUDA_DEVICE_MAX_CONNECTIONS, -1: unset or not a numb
 static pthread_once_t queues_once = PTHREAD_ONCE_INIT;
 
 /* Read once, on the thread that starts creation (mpn_transport_preload):
- * creation threads never read the environment (bootstrap/channel.c). */
+ * creation threads never read the environment (bootstrap/channel_life.c). */
 static void queues_read(void) {
   const char* env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   char* end = NULL;

@@ -558,7 +558,7 @@ int mpn_init_jobs_mixed(const mpn_init_job_t* jobs) {
 ncclResult_t mpn_init_jobs_launch(mpn_init_job_t* jobs) {
   int n = 0, background = 0;
   for (mpn_init_job_t* job = jobs; job; job = job->next, n++) background |= !job->blocking;
-  /* Creation threads must not read the environment (see channel.c), nor
+  /* Creation threads must not read the environment (see channel_life.c), nor
    * start what writes it: both here, on the calling thread, before any
    * starts; and one calling thread at a time (threads creating one rank
    * each call this at once: one's driver start, which sets variables, must

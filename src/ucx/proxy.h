@@ -36,7 +36,7 @@ typedef struct mpn_ucx_mismatch {
   size_t got;      /**< bytes that came, with MPN_UCX_CAME_BYTES */
   mpn_ucx_came_t came;
   /** Run once the record is claimed, on the proxy thread but outside UCX's
-   * callbacks (so it may post and cancel): net.c tells the sender.  Not run
+   * callbacks (so it may post and cancel): notices.c tells the sender.  Not run
    * when the owner of the claiming receive closes first.  May be NULL. */
   void (*found)(struct mpn_ucx_mismatch* m);
   const void* owner; /**< the claiming receive's owner (proxy thread) */
@@ -69,10 +69,10 @@ typedef struct {
    *  a receive from it finds a size mismatch, or a receive from it or a
    *  send to it failed on this rank, or by the thread whose send to it
    *  could not be queued; read by a close, which waits for the notice's
-   *  flags below, written by net.c). */
+   *  flags below, written by notices.c). */
   int mismatch_due;
   uint64_t notice_sent, notice_flushed;
-  /** Its notice that it closed its communicator cleanly came (net.c, on the
+  /** Its notice that it closed its communicator cleanly came (notices.c, on the
    *  proxy thread; read by the watchdog): its endpoint's failure that
    *  follows is an end, not a crash. */
   int closed;

@@ -1,7 +1,7 @@
 /*
  * reports.c - what the proxy thread makes of an operation that failed or
  * met a message of another size: its error words, the communicator's first
- * failure, and how the peer is told (reports whose hooks are net.c's, or
+ * failure, and how the peer is told (reports whose hooks are notices.c's, or
  * the mark of a put's lost data that its signal carries).
  */
 #include "ucx/reports.h"
@@ -127,7 +127,7 @@ static void failed_here_mark(const mpn_ucx_cmd_t* cmd) {
  * allocate its request).  A failed receive leaves the sender's message
  * among UCX's unexpected ones, where a later receive of its tag would take
  * it; a failed send leaves the receiver's receive waiting for a message
- * that never comes.  So the peer is told (failed_here: net.c's hook sends
+ * that never comes.  So the peer is told (failed_here: notices.c's hook sends
  * the notice, then fails the receives from it), and no later operation of
  * the failed one's kind with it is started (mpn_ucx_report_refused). */
 static void failed_here_note(const mpn_ucx_cmd_t* cmd) {

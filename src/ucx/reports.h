@@ -1,7 +1,7 @@
 /*
  * reports.h - the proxy thread's side of failures and size mismatches
  * (reports.c), for proxy.c: a failed command's error words, how the peer
- * is told (the per-peer reports whose hooks are net.c's; a put's mark of
+ * is told (the per-peer reports whose hooks are notices.c's; a put's mark of
  * lost data).  Proxy thread only.
  */
 #ifndef MPN_UCX_REPORTS_H_

@@ -37,7 +37,7 @@
  * message from its own size, and a chunk's tag says whether it is the
  * message's last: a send and a receive of different sizes meet a chunk of
  * another size or another last bit, which fails both communicators with
- * ncclInvalidUsage and releases the lanes' waits (ucx/net.c, proxy.c, reports.c).  The armed
+ * ncclInvalidUsage and releases the lanes' waits (ucx/notices.c, proxy.c, reports.c).  The armed
  * operations are host work a replay would not repeat: messages captured in
  * CUDA graphs take another way (graph.c).
  */

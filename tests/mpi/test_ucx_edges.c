@@ -190,7 +190,7 @@ static void peer_aborted(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* A notice's layout, as ucx/net.c's notice_t. */
+/* A notice's layout, as ucx/net_impl.h's notice_t. */
 typedef struct {
   int32_t from, kind, came, unused;
   uint64_t expected, got;
@@ -205,7 +205,7 @@ static void malformed_notice(const notice_like_t* bad, size_t bytes) {
   if (comm == NULL) return;
   if (rank == 0) {
     /* The communicator's 24-bit prefix (any tag's top bits), then the
-     * receiver in bits 20 to 38 and message number 0 (net.c, notice_tag). */
+     * receiver in bits 20 to 38 and message number 0 (notices.c, notice_tag). */
     uint64_t key = mpn_ucx_stage_tag(comm, 0, 0, 0, 0, 0) >> 40 << 40;
     uint64_t sent = 0;
     int err = 0;

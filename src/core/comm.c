@@ -5,6 +5,8 @@
  */
 #include "core/comm.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -310,32 +312,65 @@ static void comm_free(struct ncclComm* comm, int abort) {
 
 void mpn_comm_free(struct ncclComm* comm) { comm_free(comm, 0); }
 
-void mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t res, const char* text) {
-  int ok = ncclSuccess;
-  mpn_error_set(comm, res, "%s", text);
-  __atomic_compare_exchange_n(&comm->async_error, &ok, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+/* With comm's error lock held, which every failure report takes, so that
+ * only a creation's end (ncclInProgress to ncclSuccess, init.c) moves the
+ * code meanwhile: whether code becomes comm's asynchronous failure, none
+ * being there; its text is recorded first, so that a poller that finds the
+ * code (acquire) finds the text under the lock. */
+static int async_take_locked(struct ncclComm* comm, ncclResult_t code, const char* text) {
+  int cur = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  if (cur != ncclSuccess && cur != ncclInProgress) return 0;
+  mpn_error_record_locked(comm, text);
+  while ((cur == ncclSuccess || cur == ncclInProgress) &&
+         !__atomic_compare_exchange_n(&comm->async_error, &cur, (int)code, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
+  return 1;
+}
+
+/* A failure report (mpn_comm_fail_async; breaks: mpn_comm_set_broken). */
+static int comm_fail(struct ncclComm* comm, ncclResult_t code, int breaks, const char* fmt, va_list ap) {
+  char text[sizeof(comm->error_text)];
+  vsnprintf(text, sizeof(text), fmt, ap);
+  pthread_mutex_lock(&comm->error_lock);
+  int kept = async_take_locked(comm, code, text);
+  if (breaks && __atomic_load_n(&comm->broken, __ATOMIC_RELAXED) == ncclSuccess) {
+    snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
+    __atomic_store_n(&comm->broken, (int)code, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&comm->error_lock);
+  if (kept)
+    MPN_INFO(MPN_SUBSYS_ALL, "%s: %s", ncclGetErrorString(code), text);
+  else
+    MPN_INFO(MPN_SUBSYS_ALL, "%s: %s (comm %p reports its earlier failure, %s)", ncclGetErrorString(code), text,
+             (void*)comm, ncclGetErrorString(mpn_comm_async(comm)));
+  return kept;
+}
+
+int mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int kept = comm_fail(comm, code, 0, fmt, ap);
+  va_end(ap);
+  return kept;
 }
 
 /* A data call on comm after a peer was found gone or aborted: refused, as
  * NCCL refuses one on a communicator with an asynchronous error.  Flags
  * shared with that peer are released, so the call would complete and move
  * nothing. */
-void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code) {
-  /* The cause, kept: later errors of comm must not stand in for it. */
-  pthread_mutex_lock(&comm->error_lock);
-  if (comm->failed_text[0] == '\0') snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", comm->error_text);
-  pthread_mutex_unlock(&comm->error_lock);
-  mpn_comm_set_async(comm, code);
-  __atomic_store_n(&comm->broken, 1, __ATOMIC_RELEASE);
+void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  (void)comm_fail(comm, code, 1, fmt, ap);
+  va_end(ap);
 }
 
-static ncclResult_t refuse_failed(struct ncclComm* comm, const char* caller, ncclResult_t async) {
+static ncclResult_t refuse_failed(struct ncclComm* comm, const char* caller, ncclResult_t code) {
   char why[sizeof(comm->failed_text)];
   pthread_mutex_lock(&comm->error_lock);
   memcpy(why, comm->failed_text, sizeof(why));
   pthread_mutex_unlock(&comm->error_lock);
-  return MPN_REFUSE(comm, async, "%s: comm %p has failed (%s: %s); abort it (ncclCommAbort)", caller, (void*)comm,
-                    ncclGetErrorString(async), why);
+  return MPN_REFUSE(comm, code, "%s: comm %p has failed (%s: %s); abort it (ncclCommAbort)", caller, (void*)comm,
+                    ncclGetErrorString(code), why);
 }
 
 ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need) {
@@ -362,10 +397,8 @@ ncclResult_t mpn_comm_check(struct ncclComm* comm, const char* caller, int need)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was finalized", caller, (void*)comm);
   if (comm->abort_flag)
     return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p was aborted", caller, (void*)comm);
-  if (need == MPN_COMM_NEED_HEALTHY && __atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE)) {
-    ncclResult_t async = mpn_comm_async(comm);
-    return refuse_failed(comm, caller, async == ncclSuccess ? ncclRemoteError : async);
-  }
+  ncclResult_t broken = (ncclResult_t)__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE);
+  if (need == MPN_COMM_NEED_HEALTHY && broken != ncclSuccess) return refuse_failed(comm, caller, broken);
   return ncclSuccess;
 }
 

@@ -120,8 +120,9 @@ struct ncclComm {
                                               it), under split_order's lock (init.c) */
   int state;        /**< mpn_comm_state_t, atomic */
   int async_error;  /**< ncclResult_t, atomic */
-  int broken;       /**< atomic: a peer was found gone or aborted, and the flags shared with it are released, so
-                         data calls would complete with no data: they are refused (mpn_comm_check) */
+  int broken;       /**< atomic ncclResult_t, ncclSuccess until a peer is found gone or aborted: the flags shared
+                         with it are released, so data calls would complete with no data; they are refused
+                         with this code (mpn_comm_set_broken's first) and failed_text (mpn_comm_check) */
   int device_gone;  /**< atomic: its device was reset while it lived (core/renew.h): its streams, events and
                          device memory went with the old context, so nothing of them is read, waited for,
                          freed or given back to a pool again */
@@ -131,8 +132,8 @@ struct ncclComm {
   pthread_mutex_t error_lock;
   char error_text[512];
   unsigned long error_seq;
-  char failed_text[512];         /**< why data calls are refused (mpn_comm_check), kept from the first refusal (under
-                              error_lock) */
+  char failed_text[512];         /**< why data calls are refused (mpn_comm_check): the first mpn_comm_set_broken's
+                                      text (under error_lock) */
   struct mpn_reg* registrations; /**< live ncclCommRegister handles (under error_lock) */
 };
 
@@ -202,23 +203,44 @@ ncclResult_t mpn_comm_hold_for(struct ncclComm* comm, const char* caller);
 /** Ends what mpn_comm_hold began. */
 void mpn_comm_release(struct ncclComm* comm);
 
-/** Sets the asynchronous result visible through ncclCommGetAsyncError. */
-static inline void mpn_comm_set_async(struct ncclComm* comm, ncclResult_t res) {
-  __atomic_store_n(&comm->async_error, (int)res, __ATOMIC_RELEASE);
-}
+/**
+ * Reports a failure of comm that no call returns, or not only a call (a
+ * peer's report, a background call, what a launch left undone): code
+ * becomes comm's asynchronous result (ncclCommGetAsyncError) unless an
+ * earlier failure is there, which stays: the first failure is the cause,
+ * later ones mostly its consequences (a peer gone, then the launches that
+ * could not reach it).  Only then does the text (fmt) become comm's last
+ * error and the calling thread's, before the code, so that
+ * ncclGetLastError(comm) names the failure ncclCommGetAsyncError reports.
+ * It replaces ncclInProgress (a creation that fails), which a creation's
+ * end (init.c) never turns to ncclSuccess over it.  Returns whether code
+ * was kept.
+ */
+int mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-/** A background call of comm failed (a window call, a split without a
- *  color): res becomes its asynchronous result unless an earlier one is
- *  there, and text (the call's reason) its last error. */
-void mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t res, const char* text);
-
-/** A peer was found gone or aborted (code: ncclRemoteError, ncclTimeout):
- *  the asynchronous result, and data calls refused from here on, naming
- *  the comm's last error text, which the caller has just set to the cause. */
-void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code);
+/** A peer was found gone or aborted (code: ncclRemoteError; ncclTimeout;
+ *  ncclInvalidUsage for a device reset): reported as mpn_comm_fail_async,
+ *  and data calls are refused from here on with the code and text of the
+ *  first such report (mpn_comm_check), also when an earlier failure stays
+ *  the asynchronous result. */
+void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {
   return (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+}
+
+/** What ends a wait for peers: the code of comm's break (mpn_comm_set_broken:
+ *  a peer found gone or aborted), else its asynchronous result when that
+ *  is a peer's failure (ncclRemoteError, ncclTimeout); ncclSuccess if
+ *  neither.  The break counts apart: an earlier failure that left the peers
+ *  in step (a mismatch) stays the asynchronous result. */
+static inline ncclResult_t mpn_comm_peer_failure(const struct ncclComm* comm) {
+  ncclResult_t broken = (ncclResult_t)__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE);
+  if (broken != ncclSuccess) return broken;
+  ncclResult_t async = mpn_comm_async(comm);
+  return async == ncclRemoteError || async == ncclTimeout ? async : ncclSuccess;
 }
 
 /** Runs a creation job to the end, in the calling thread. */

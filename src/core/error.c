@@ -18,21 +18,25 @@ static __thread unsigned long thread_seq;
 static __thread char returned_text[MPN_ERROR_TEXT];
 static unsigned long error_seq; /* orders thread and communicator texts */
 
+void mpn_error_record_locked(struct ncclComm* comm, const char* text) {
+  unsigned long seq = __atomic_add_fetch(&error_seq, 1, __ATOMIC_RELAXED);
+  snprintf(thread_text, sizeof(thread_text), "%s", text);
+  thread_seq = seq;
+  if (comm != NULL) {
+    snprintf(comm->error_text, sizeof(comm->error_text), "%s", text);
+    comm->error_seq = seq;
+  }
+}
+
 ncclResult_t mpn_error_set(struct ncclComm* comm, ncclResult_t res, const char* fmt, ...) {
   char text[MPN_ERROR_TEXT];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  unsigned long seq = __atomic_add_fetch(&error_seq, 1, __ATOMIC_RELAXED);
-  memcpy(thread_text, text, sizeof(text));
-  thread_seq = seq;
-  if (comm != NULL) {
-    pthread_mutex_lock(&comm->error_lock);
-    memcpy(comm->error_text, text, sizeof(text));
-    comm->error_seq = seq;
-    pthread_mutex_unlock(&comm->error_lock);
-  }
+  if (comm != NULL) pthread_mutex_lock(&comm->error_lock);
+  mpn_error_record_locked(comm, text);
+  if (comm != NULL) pthread_mutex_unlock(&comm->error_lock);
   MPN_INFO(MPN_SUBSYS_ALL, "%s: %s", ncclGetErrorString(res), text);
   return res;
 }

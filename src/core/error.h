@@ -21,6 +21,12 @@ struct ncclComm;
 ncclResult_t mpn_error_set(struct ncclComm* comm, ncclResult_t res, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/** Records text as the calling thread's last error and, comm not NULL,
+ *  comm's, as mpn_error_set does (unlogged), comm's error lock held by the
+ *  caller: a failure whose code must not be seen before its text
+ *  (core/comm.c, mpn_comm_fail_async). */
+void mpn_error_record_locked(struct ncclComm* comm, const char* text);
+
 /** Text for ncclGetLastError(comm): the newer of the thread's and comm's. */
 const char* mpn_error_last(struct ncclComm* comm);
 

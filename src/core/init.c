@@ -351,10 +351,10 @@ fail:
   /* Peers waiting for this rank in a set-up collective stop at once. */
   if (b) mpn_bootstrap_fail(b, res);
   if (comm) {
-    /* Copy the reason where ncclGetLastError(comm) finds it from any thread. */
-    mpn_error_set(comm, res, "%s", mpn_error_last(NULL));
     __atomic_store_n(&comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
-    mpn_comm_set_async(comm, res);
+    /* The reason copied where ncclGetLastError(comm) finds it from any
+     * thread (a peer found gone first keeps its own). */
+    mpn_comm_fail_async(comm, res, "%s", mpn_error_last(NULL));
   } else { /* no comm keeps the reason: the job does, for the calling thread */
     snprintf(job->error, sizeof(job->error), "%s", mpn_error_last(NULL));
   }
@@ -383,7 +383,7 @@ static void* job_main_detached(void* arg) {
   mpn_chan_worker_begin();
   ncclResult_t res = job_run(job);
   job->result = res;
-  if (res != ncclSuccess) mpn_comm_fail_async(parent, res, job->error);
+  if (res != ncclSuccess) mpn_comm_fail_async(parent, res, "%s", job->error);
   __atomic_sub_fetch(&parent->split_pending, 1, __ATOMIC_ACQ_REL);
   mpn_init_job_release(job);
   mpn_chan_worker_end();
@@ -443,7 +443,7 @@ static ncclResult_t jobs_background(mpn_init_job_t* jobs) {
       ncclResult_t res = job_not_started(job, err);
       if (job->comm) {
         __atomic_store_n(&job->comm->state, MPN_COMM_FAILED, __ATOMIC_RELEASE);
-        mpn_comm_set_async(job->comm, res);
+        mpn_comm_fail_async(job->comm, res, "%s", mpn_error_last(NULL));
       }
       mpn_init_job_let_go(job, 0); /* (failed, but the caller's: destroy or abort it) */
       mpn_init_job_release(job);

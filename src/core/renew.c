@@ -34,11 +34,10 @@ static void fail_survivors(int dev) {
     struct ncclComm* comm = comms[i];
     if (comm->cuda_dev == dev && __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == MPN_COMM_READY) {
       __atomic_store_n(&comm->device_gone, 1, __ATOMIC_RELEASE);
-      mpn_error_set(comm, ncclInvalidUsage,
-                    "device %d was reset (cudaDeviceReset) while comm %p lived: its streams, memory and "
-                    "mappings are gone; destroy or abort it",
-                    dev, (void*)comm);
-      mpn_comm_set_broken(comm, ncclInvalidUsage);
+      mpn_comm_set_broken(comm, ncclInvalidUsage,
+                          "device %d was reset (cudaDeviceReset) while comm %p lived: its streams, memory and "
+                          "mappings are gone; destroy or abort it",
+                          dev, (void*)comm);
       failed++;
     }
     mpn_comm_release(comm);

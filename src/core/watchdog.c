@@ -17,6 +17,7 @@
 #include "core/watchdog.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -169,8 +170,7 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     }
     if (local && mpn_p2p_peer_aborted(comm, peer)) { /* alive, but it let go of the flags it shares with this rank */
       if (!__atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE)) {
-        mpn_error_set(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", peer);
-        mpn_comm_set_broken(comm, ncclRemoteError);
+        mpn_comm_set_broken(comm, ncclRemoteError, "rank %d aborted its communicator; abort this one too", peer);
       }
       release_again(comm, peer);
       continue;
@@ -179,14 +179,11 @@ int mpn_watchdog_check(struct ncclComm* comm) {
     if (!lost && (left_normally(comm, peer) || exited_unshared(comm, peer))) continue;
     __atomic_store_n(&comm->peer_gone[peer], MPN_PEER_GONE, __ATOMIC_RELEASE);
     found++;
-    if (lost)
-      mpn_error_set(comm, ncclRemoteError,
-                    "rank %d (process %d on %s) is unreachable over UCX: gone, or its host or the network failed", peer,
-                    p->pid, p->host);
-    else
-      mpn_error_set(comm, ncclRemoteError, "rank %d (process %d on %s) is gone", peer, p->pid, p->host);
-    MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, mpn_error_last(comm));
-    mpn_comm_set_broken(comm, ncclRemoteError);
+    char text[256];
+    snprintf(text, sizeof(text), "rank %d (process %d on %s) %s", peer, p->pid, p->host,
+             lost ? "is unreachable over UCX: gone, or its host or the network failed" : "is gone");
+    MPN_WARN("comm %p rank %d: %s", (void*)comm, comm->rank, text);
+    mpn_comm_set_broken(comm, ncclRemoteError, "%s", text);
     mpn_p2p_mark_aborted(comm, peer); /* (no CUDA call: lets this rank's flag kernels go first) */
     mpn_p2p_release_peer(comm, peer);
 #ifdef HAVE_UCX

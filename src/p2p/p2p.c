@@ -225,8 +225,7 @@ static int slot_wait(plan_t* p, peer_state_t* ps, int side /* MPN_SIDE_* */) {
     return 0;
   uint64_t deadline = mpn_clock_now_ns() + (uint64_t)budget_us * 1000;
   while (!mpn_eager_free(p->pair, p->eager_ok, p->eager_n)) {
-    ncclResult_t async = mpn_comm_async(comm);
-    if (async == ncclRemoteError || async == ncclTimeout || comm->abort_flag ||
+    if (mpn_comm_peer_failure(comm) != ncclSuccess || comm->abort_flag ||
         mpn_pair_peer_posted(p->pair, p->seq, 0, side))
       return 0;
     if (mpn_clock_now_ns() > deadline) {
@@ -273,10 +272,10 @@ static ncclResult_t follow_inbox(plan_t* p, const mpn_side_t* mine, mpn_side_t* 
   ncclResult_t res = ncclSuccess;
   uint64_t expected = other->eager == MPN_EAGER_GRAPH ? mpn_pair_graph_index(p->seq) : eager_counts[other->eager - 1];
   if (other->eager_n != expected) { /* cannot happen; the peer's number keeps both going */
-    res = mpn_error_set(comm, ncclInternalError, "message %llu with rank %d: eager number %llu here, %llu at the peer",
+    res = mpn_error_set(NULL, ncclInternalError, "message %llu with rank %d: eager number %llu here, %llu at the peer",
                         (unsigned long long)p->seq, p->op->peer, (unsigned long long)expected,
                         (unsigned long long)other->eager_n);
-    mpn_comm_set_async(comm, res);
+    mpn_comm_fail_async(comm, res, "%s", mpn_error_last(NULL));
   }
   p->eager_n = other->eager_n;
   int same = res == ncclSuccess && !mpn_plan_buffer_refused(p, bad, other);
@@ -389,9 +388,9 @@ static int pair_held(const pair_side_t* held, int nheld, const plan_t* p) {
 static int behind_wait(plan_t* plans, const char* done, int n, uint64_t deadline, ncclResult_t* why) {
   for (int i = 0; i < n; i++) {
     struct ncclComm* comm = plans[i].op->comm;
-    ncclResult_t async = plans[i].prepared && !done[i] ? mpn_comm_async(comm) : ncclSuccess;
-    if (async == ncclRemoteError || async == ncclTimeout || comm->abort_flag) {
-      *why = comm->abort_flag ? ncclInvalidUsage : async;
+    ncclResult_t failed = plans[i].prepared && !done[i] ? mpn_comm_peer_failure(comm) : ncclSuccess;
+    if (failed != ncclSuccess || comm->abort_flag) {
+      *why = comm->abort_flag ? ncclInvalidUsage : failed;
       return 0;
     }
   }
@@ -655,11 +654,10 @@ void mpn_p2p_poll_errors(struct ncclComm* comm) {
       if (__atomic_exchange_n(&ps->errors_seen[k], errors, __ATOMIC_ACQ_REL) == errors) continue;
       ncclResult_t code = (ncclResult_t)__atomic_load_n(&e->code, __ATOMIC_RELAXED);
       if (code == ncclSuccess) code = ncclInvalidUsage;
-      mpn_error_set(comm, code, "%s", e->text);
       if (__atomic_load_n(&pairs[k]->mem->aborted, __ATOMIC_ACQUIRE))
-        mpn_comm_set_broken(comm, code); /* its flags are released: later messages would move nothing */
+        mpn_comm_set_broken(comm, code, "%s", e->text); /* its flags are released: later messages would move nothing */
       else
-        mpn_comm_set_async(comm, code);
+        mpn_comm_fail_async(comm, code, "%s", e->text);
     }
   }
 }

@@ -44,8 +44,7 @@ int mpn_push_wait(const plan_t* plans, const char* done, int n, uint64_t* deadli
       const plan_t* p = &plans[i];
       if (done[i] || !p->push) continue;
       if (!mpn_push_pending(p)) return 1;
-      ncclResult_t async = mpn_comm_async(p->op->comm);
-      if (async == ncclRemoteError || async == ncclTimeout || p->op->comm->abort_flag) return 0;
+      if (mpn_comm_peer_failure(p->op->comm) != ncclSuccess || p->op->comm->abort_flag) return 0;
     }
     if (mpn_clock_now_ns() > *deadline) return 0;
     sched_yield(); /* the peer's process may share this core */

@@ -35,8 +35,7 @@ static void tell_peer(plan_t* p, ncclResult_t code, const char* text) {
 
 void mpn_plan_report_both(plan_t* p, ncclResult_t code, const char* text) {
   tell_peer(p, code, text);
-  mpn_error_set(p->op->comm, code, "%s", text);
-  mpn_comm_set_async(p->op->comm, code);
+  mpn_comm_fail_async(p->op->comm, code, "%s", text);
 }
 
 /* Its number is spent on this side only: the message numbering with that
@@ -86,7 +85,7 @@ void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {
   snprintf(text + n, sizeof(text) - n, "rank %d could not use the buffers and moved no data (%s)", op->comm->rank,
            ncclGetErrorString(res));
   tell_peer(p, ncclRemoteError, text);
-  mpn_comm_set_async(op->comm, res);
+  mpn_comm_fail_async(op->comm, res, "%s", mpn_error_last(NULL)); /* (this side's own refusal) */
 }
 
 /* Whether either side refused its buffer, so that nothing moves; says so
@@ -98,15 +97,16 @@ void mpn_plan_report_failed_move(plan_t* p, ncclResult_t res) {
 int mpn_plan_buffer_refused(plan_t* p, ncclResult_t bad, const mpn_side_t* other) {
   struct ncclComm* comm = p->op->comm;
   if (other->exported < 0 && p->op->peer == comm->rank) {
-    mpn_comm_set_async(comm, (ncclResult_t)-other->exported);
-  } else if (other->exported < 0) {        /* the peer could not use its buffer (and was told so) */
-    if (other->proc != mpn_chan_proc_id()) /* (else the text of this process names the buffer already) */
-      mpn_error_set(comm, ncclRemoteError,
-                    "message %llu with rank %d: the peer refused its buffer (shorter than the message, not memory "
-                    "the GPU reaches, or one CUDA IPC cannot share with this process: its ncclGetLastError says "
-                    "which); nothing moved",
-                    (unsigned long long)p->seq, p->op->peer);
-    mpn_comm_set_async(comm, ncclRemoteError);
+    mpn_comm_fail_async(comm, (ncclResult_t)-other->exported, "%s", mpn_error_last(comm));
+  } else if (other->exported < 0 && other->proc == mpn_chan_proc_id()) {
+    /* the peer could not use its buffer (and was told so): the text of this process names the buffer */
+    mpn_comm_fail_async(comm, ncclRemoteError, "%s", mpn_error_last(comm));
+  } else if (other->exported < 0) {
+    mpn_comm_fail_async(comm, ncclRemoteError,
+                        "message %llu with rank %d: the peer refused its buffer (shorter than the message, not "
+                        "memory the GPU reaches, or one CUDA IPC cannot share with this process: its "
+                        "ncclGetLastError says which); nothing moved",
+                        (unsigned long long)p->seq, p->op->peer);
   }
   if (bad != ncclSuccess)
     mpn_plan_report_failed_move(p, bad); /* own buffer unusable: the peer's message completes empty */

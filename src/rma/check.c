@@ -188,15 +188,14 @@ static ncclResult_t graph_slots_refuse(const mpn_op_t* op, int peer, int ctx, in
                     "with that rank is out of step, abort the communicator");
   if (pair && peer != op->comm->rank)
     mpn_pair_report(pair, send ? MPN_SIDE_RECV : MPN_SIDE_SEND, ncclInvalidUsage, text);
-  mpn_comm_set_async(op->comm, ncclInvalidUsage);
-  return MPN_REFUSE(op->comm, ncclInvalidUsage, "%s", text);
+  mpn_comm_fail_async(op->comm, ncclInvalidUsage, "%s", text);
+  return MPN_REFUSE(NULL, ncclInvalidUsage, "%s", text); /* (the call's, comm's unless an earlier failure is) */
 }
 
 /* Whether a wait for slots should end: the communicator was aborted or
  * failed (a peer gone), or the group's deadline passed (0: not set yet). */
 static int graph_slots_give_up(struct ncclComm* comm, uint64_t* deadline) {
-  ncclResult_t async = mpn_comm_async(comm);
-  if (comm->abort_flag || async == ncclRemoteError || async == ncclTimeout) return 1;
+  if (comm->abort_flag || mpn_comm_peer_failure(comm) != ncclSuccess) return 1;
   if (*deadline == 0) *deadline = mpn_clock_now_ns() + (uint64_t)mpn_param_int(MPN_PARAM_AHEAD_TIMEOUT) * 1000000000ull;
   return mpn_clock_now_ns() > *deadline;
 }

@@ -662,7 +662,7 @@ static void tell_peers_failed(launch_t* l, ncclResult_t res) {
   snprintf(why, sizeof(why), "%s", mpn_error_last(NULL));
   for (int i = 0; i < l->n; i++) {
     for_host_peers(l, l->ops[i], tell_peer_failed, why); /* (never fails) */
-    mpn_comm_set_async(l->ops[i]->comm, res);
+    mpn_comm_fail_async(l->ops[i]->comm, res, "%s", why);
   }
   mpn_error_set(NULL, res, "%s", why); /* (the text returned is the cause) */
 }

@@ -47,7 +47,7 @@ static void* async_main(void* arg) {
   struct ncclComm* comm = job->comm;
   async_begin(comm);
   ncclResult_t res = mpn_win_jobs_run(job); /* (frees job) */
-  if (res != ncclSuccess) mpn_comm_fail_async(comm, res, mpn_error_last(NULL));
+  if (res != ncclSuccess) mpn_comm_fail_async(comm, res, "%s", mpn_error_last(NULL));
   mpn_chan_worker_end();
   async_done(comm);
   return NULL;
@@ -115,7 +115,7 @@ static void* group_main(void* arg) {
     /* (not a call of a group that failed: the group returned its error) */
     while (job && (job->comm != g->comms[i] || job->result == ncclSuccess || job->forced != ncclSuccess))
       job = job->next;
-    if (job) mpn_comm_fail_async(g->comms[i], job->result, job->error);
+    if (job) mpn_comm_fail_async(g->comms[i], job->result, "%s", job->error);
   }
   mpn_win_jobs_free(g->jobs);
   mpn_chan_worker_end();

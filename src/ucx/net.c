@@ -344,11 +344,10 @@ static int mismatch_report(struct ncclComm* comm) {
   else
     snprintf(came, sizeof(came), "%s came", m->came == MPN_UCX_CAME_MORE ? "more" : "fewer");
   if (!mine) snprintf(who, sizeof(who), " (rank %d's report)", m->from);
-  mpn_error_set(comm, ncclInvalidUsage,
-                "a message from rank %d to rank %d over UCX does not fit its receive%s: the ncclSend and "
-                "ncclRecv differ in count or datatype (%zu bytes expected, %s)",
-                mine ? m->from : comm->rank, mine ? comm->rank : m->from, who, m->expected, came);
-  mpn_comm_set_async(comm, ncclInvalidUsage);
+  mpn_comm_fail_async(comm, ncclInvalidUsage,
+                      "a message from rank %d to rank %d over UCX does not fit its receive%s: the ncclSend and "
+                      "ncclRecv differ in count or datatype (%zu bytes expected, %s)",
+                      mine ? m->from : comm->rank, mine ? comm->rank : m->from, who, m->expected, came);
   return 1;
 }
 
@@ -373,19 +372,18 @@ static int failure_told(const struct mpn_ucx_comm* u, ncclResult_t code) {
   return __atomic_load_n(&u->failure.ready, __ATOMIC_ACQUIRE) && u->failure.code == (int)code;
 }
 
-/* The communicator's first failed transfer, as the proxy told it, with
- * code (ncclRemoteError, or ncclSystemError where UCX could not allocate
- * on this rank: reports.c, failure_code); then after (may be ""). */
-static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u, ncclResult_t code, const char* after) {
+/* The communicator's first failed transfer, as the proxy told it, then
+ * after (may be ""): into text (size bytes). */
+static void failure_text(const struct mpn_ucx_comm* u, const char* after, char* text, size_t size) {
   const mpn_ucx_failure_t* f = &u->failure;
   if (!__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE)) {
-    mpn_error_set(comm, code, "a transfer with a peer over UCX failed (the peer is gone or unreachable)%s", after);
+    snprintf(text, size, "a transfer with a peer over UCX failed (the peer is gone or unreachable)%s", after);
     return;
   }
   ucs_status_t status = (ucs_status_t)f->status;
-  mpn_error_set(comm, code, "a UCX %s with rank %d failed: %s (%s)%s", mpn_ucx_cmd_kind_name(f->kind), f->peer,
-                ucs_status_string(status),
-                status_of_peer(status) ? "the peer is gone or unreachable" : "on this rank's side", after);
+  snprintf(text, size, "a UCX %s with rank %d failed: %s (%s)%s", mpn_ucx_cmd_kind_name(f->kind), f->peer,
+           ucs_status_string(status),
+           status_of_peer(status) ? "the peer is gone or unreachable" : "on this rank's side", after);
 }
 
 /* The communicator's first error decides the code and the text: a size
@@ -393,7 +391,9 @@ static void failure_report(struct ncclComm* comm, const struct mpn_ucx_comm* u, 
  * then taken by a later receive) is not reported over it, nor is a peer's
  * abort that came after it (only mentioned).  A peer's abort after a
  * failed transfer (ncclRemoteError, as the abort's) is reported as the
- * abort: its notice fails the transfers with that peer, and says why. */
+ * abort: its notice fails the transfers with that peer, and says why.
+ * (An earlier failure of the communicator outside UCX stays its
+ * asynchronous error: mpn_comm_set_broken.) */
 void mpn_ucx_poll_errors(struct ncclComm* comm) {
   struct mpn_ucx_comm* u = comm->ucx;
   int error = u ? __atomic_load_n(&u->error, __ATOMIC_ACQUIRE) : ncclSuccess;
@@ -405,30 +405,29 @@ void mpn_ucx_poll_errors(struct ncclComm* comm) {
   int unsent_by = __atomic_load_n(&u->unsent_by, __ATOMIC_ACQUIRE);
   if (error == ncclInvalidUsage && mismatch_report(comm)) return;
   ncclResult_t code = error == ncclInvalidUsage ? ncclRemoteError : (ncclResult_t)error;
-  char after[64] = "";
+  char after[64] = "", text[512];
   if (from >= 0 && code != ncclRemoteError)
     snprintf(after, sizeof(after), "; rank %d aborted its communicator since", from);
   if (from >= 0 && code == ncclRemoteError) {
-    mpn_error_set(comm, code, "rank %d aborted its communicator; abort this one too", from);
+    snprintf(text, sizeof(text), "rank %d aborted its communicator; abort this one too", from);
   } else if (failed_by >= 0 && code == ncclRemoteError) {
-    mpn_error_set(comm, code,
-                  "rank %d failed on its own (a UCX receive of this rank's message could not be posted there: "
-                  "out of memory) and takes no more of this rank's messages; abort this communicator",
-                  failed_by);
+    snprintf(text, sizeof(text),
+             "rank %d failed on its own (a UCX receive of this rank's message could not be posted there: "
+             "out of memory) and takes no more of this rank's messages; abort this communicator",
+             failed_by);
   } else if (unsent_by >= 0 && code == ncclRemoteError) {
-    mpn_error_set(comm, code,
-                  "rank %d failed on its own: its UCX send of a message of %llu bytes (tag %#llx) to rank %d could "
-                  "not be made there (out of memory); that message's receive and every later receive from rank %d "
-                  "fail; abort this communicator",
-                  unsent_by, (unsigned long long)u->unsent_bytes, (unsigned long long)u->unsent_tag, comm->rank,
-                  unsent_by);
+    snprintf(text, sizeof(text),
+             "rank %d failed on its own: its UCX send of a message of %llu bytes (tag %#llx) to rank %d could "
+             "not be made there (out of memory); that message's receive and every later receive from rank %d "
+             "fail; abort this communicator",
+             unsent_by, (unsigned long long)u->unsent_bytes, (unsigned long long)u->unsent_tag, comm->rank, unsent_by);
   } else if (code != ncclRemoteError && !failure_told(u, code)) {
     /* this rank's own, off the proxy (a copy CUDA refused, out of memory: staged.c) */
-    mpn_error_set(comm, code,
-                  "a transfer over UCX could not be issued on this rank: %s (see the warning logged then)%s",
-                  ncclGetErrorString(code), after);
+    snprintf(text, sizeof(text),
+             "a transfer over UCX could not be issued on this rank: %s (see the warning logged then)%s",
+             ncclGetErrorString(code), after);
   } else {
-    failure_report(comm, u, code, after);
+    failure_text(u, after, text, sizeof(text));
   }
-  mpn_comm_set_broken(comm, code);
+  mpn_comm_set_broken(comm, code, "%s", text);
 }

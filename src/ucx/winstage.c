@@ -373,19 +373,16 @@ void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
   if (word == 0 || r->reported) return;
   r->reported = 1;
   /* Waits let go for a peer found gone land nothing and set the word too:
-   * the communicator keeps the error that explains it. */
-  if (mpn_comm_async(comm) != ncclSuccess) return;
-  ncclResult_t code = word == MPN_APPLY_LOST ? ncclRemoteError : ncclInvalidUsage;
+   * the communicator keeps the error that explains it, the first. */
   if (word == MPN_APPLY_LOST)
-    mpn_error_set(comm, code,
-                  "a one-sided put from a peer over UCX failed on its way (the peer's communicator says why): "
-                  "its signal came, its data is not in the window");
+    mpn_comm_fail_async(comm, ncclRemoteError,
+                        "a one-sided put from a peer over UCX failed on its way (the peer's communicator says why): "
+                        "its signal came, its data is not in the window");
   else
-    mpn_error_set(comm, code,
-                  "a one-sided put over UCX was lost: more than %d signals between two ranks on one "
-                  "context were outstanding (signalled, not yet waited for)",
-                  MPN_APPLY_RING);
-  mpn_comm_set_async(comm, code);
+    mpn_comm_fail_async(comm, ncclInvalidUsage,
+                        "a one-sided put over UCX was lost: more than %d signals between two ranks on one "
+                        "context were outstanding (signalled, not yet waited for)",
+                        MPN_APPLY_RING);
 }
 
 /* ---- one-sided calls captured in CUDA graphs ----

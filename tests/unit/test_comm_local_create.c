@@ -596,8 +596,7 @@ ncclResult_t __wrap_mpn_bootstrap_barrier(mpn_bootstrap_t* b) {
   ncclResult_t res = __real_mpn_bootstrap_barrier(b);
   ncclComm_t comm = watched ? __atomic_load_n(watched, __ATOMIC_ACQUIRE) : NULL;
   if (res == ncclSuccess && comm && b->rank == watched_rank) {
-    mpn_error_set(comm, ncclRemoteError, "rank %d: peer 1 is gone (made up by the test)", b->rank);
-    mpn_comm_set_broken(comm, ncclRemoteError);
+    mpn_comm_set_broken(comm, ncclRemoteError, "rank %d: peer 1 is gone (made up by the test)", b->rank);
   }
   return res;
 }

@@ -144,24 +144,49 @@ START_TEST(self_first_side_refusal_keeps_its_code) {
 }
 END_TEST
 
-/* A mismatch the receiving rank finds is told to the sending rank through
- * their pair, and is the receiver's error once: it maps that pair too. */
-START_TEST(peer_mismatch_told_once) {
+/* Two ranks of this process, made together, whose pairs map host memory,
+ * and message 1 from rank 0 to rank 1 as each side plans it. */
+static void two_ranks_message(ncclComm_t comms[2], message_t* sent, message_t* received) {
   use_local_bootstrap();
   ncclUniqueId id;
-  ncclComm_t comms[2];
   ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommInitRank(&comms[i], 2, id, i), ncclSuccess);
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  message_of(comms[0], 1, MPN_OP_SEND, 1, sent);
+  message_of(comms[1], 0, MPN_OP_RECV, 1, received);
+}
+
+/* A mismatch the receiving rank finds is told to the sending rank through
+ * their pair, and is the receiver's error once: it maps that pair too. */
+START_TEST(peer_mismatch_told_once) {
+  ncclComm_t comms[2];
   message_t sent, received;
-  message_of(comms[0], 1, MPN_OP_SEND, 1, &sent);
-  message_of(comms[1], 0, MPN_OP_RECV, 1, &received);
+  two_ranks_message(comms, &sent, &received);
   mpn_side_t mine = {.count = 4, .dtype = ncclFloat32}, other = {.count = 8, .dtype = ncclFloat32};
   mpn_plan_report_mismatch(&received.p, &mine, &other);
   mpn_error_set(comms[1], ncclInvalidArgument, "a later error");
   expect_after_poll(comms[1], ncclInvalidUsage, "a later error");
   expect_after_poll(comms[0], ncclInvalidUsage, "ncclSend of 8 x ncclFloat32, ncclRecv of 4 x ncclFloat32");
+}
+END_TEST
+
+/* A peer found gone is the communicator's asynchronous error and last
+ * error, and stays so: the failures that follow from it (a launch's
+ * message it reports, a report of the peer's side through their pair) do
+ * not stand in for the cause.  The other rank, which failed first on the
+ * mismatch, keeps that. */
+START_TEST(first_failure_survives_later_ones) {
+  ncclComm_t comms[2];
+  message_t sent, received;
+  two_ranks_message(comms, &sent, &received);
+  mpn_comm_set_broken(comms[0], ncclRemoteError, "rank 1 (process 42 on node7) is gone (made up by the test)");
+  mpn_side_t mine = {.count = 4, .dtype = ncclFloat32}, other = {.count = 8, .dtype = ncclFloat32};
+  mpn_plan_report_mismatch(&received.p, &mine, &other); /* (rank 0 learns it through the pair) */
+  mpn_plan_report_copy_lost(&sent.p, ncclUnhandledCudaError);
+  mpn_error_clear(); /* (as on a thread of its own: this one's text, newer, is rank 1's report) */
+  expect_after_poll(comms[0], ncclRemoteError, "is gone (made up by the test)");
+  expect_after_poll(comms[1], ncclInvalidUsage, "ncclSend of 8 x ncclFloat32, ncclRecv of 4 x ncclFloat32");
 }
 END_TEST
 
@@ -173,6 +198,7 @@ int main(void) {
   tcase_add_test(tc, self_refused_buffer_stays_its_own);
   tcase_add_test(tc, self_first_side_refusal_keeps_its_code);
   tcase_add_test(tc, peer_mismatch_told_once);
+  tcase_add_test(tc, first_failure_survives_later_ones);
   suite_add_tcase(s, tc);
   return unit_suite_run_forked(s);
 }

@@ -386,17 +386,17 @@ END_TEST
  * shared with the peer are released, so they would complete with no data.
  * Queries and ncclCommGetAsyncError still answer; abort ends it.  An error
  * that leaves the peers in step (a mismatch, a buffer a peer refused)
- * leaves it usable. */
+ * leaves it usable, and stays its asynchronous error, the first; the
+ * refusals name the peer's failure, the first of those. */
 START_TEST(calls_after_peer_failed) {
   use_local_bootstrap();
   ncclComm_t comm = comm_of_one();
   char buf[64] = {0};
   ncclWindow_t win = (ncclWindow_t)buf;
   ncclWaitSignalDesc_t d = {1, 0, 0, 0};
-  mpn_comm_set_async(comm, ncclRemoteError); /* (a peer refused its buffer: nothing moved, all in step) */
+  ck_assert(mpn_comm_fail_async(comm, ncclInvalidUsage, "message 5 from rank 0 to rank 3: a size mismatch"));
   ck_assert_int_eq(ncclSend(buf, 1, ncclInt8, MPINCCL_PROC_NULL, comm, NULL), ncclSuccess);
-  mpn_error_set(comm, ncclRemoteError, "rank 3 (process 42 on node7) is gone");
-  mpn_comm_set_broken(comm, ncclRemoteError);
+  mpn_comm_set_broken(comm, ncclRemoteError, "rank 3 (process 42 on node7) is gone");
   const char* text =
       "has failed (a peer failed or the network reported an error: rank 3 (process 42 on node7) is gone)";
   REFUSED(comm, ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclRemoteError, text);
@@ -409,9 +409,11 @@ START_TEST(calls_after_peer_failed) {
   ck_assert_int_eq(n, 1);
   ncclResult_t async = ncclSuccess;
   ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
-  ck_assert_int_eq(async, ncclRemoteError);
-  mpn_comm_set_async(comm, ncclTimeout); /* refused with the communicator's code */
-  REFUSED(comm, ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclTimeout, "has failed (operation timed out");
+  ck_assert_int_eq(async, ncclInvalidUsage);
+  mpn_comm_set_broken(comm, ncclTimeout, "a later failure"); /* (the first peer failure's code and text stay) */
+  REFUSED(comm, ncclSend(buf, 1, ncclInt8, 0, comm, NULL), ncclRemoteError, text);
+  ck_assert_int_eq(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclInvalidUsage);
   ck_assert_int_eq(ncclCommAbort(comm), ncclSuccess);
 }
 END_TEST

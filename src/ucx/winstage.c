@@ -62,7 +62,7 @@ struct mpn_ucx_rma {
   CUdeviceptr dwins;
   mpn_ucx_win_t* slots[MPN_APPLY_WINDOWS];
   mpn_ucx_win_t* retired;
-  int reported;
+  int reported; /* atomic: the error word was reported (mpn_ucx_rma_poll_errors) */
 };
 
 static void state_free(struct mpn_ucx_rma* r, int leak) {
@@ -368,10 +368,12 @@ ncclResult_t mpn_ucx_rma_apply(struct ncclComm* comm, const int* peer, const int
 }
 
 void mpn_ucx_rma_poll_errors(struct ncclComm* comm) {
-  struct mpn_ucx_rma* r = comm->ucx_rma;
+  /* (made by the first window registration, which another thread may run) */
+  struct mpn_ucx_rma* r = __atomic_load_n(&comm->ucx_rma, __ATOMIC_ACQUIRE);
   int word = r ? __atomic_load_n((int*)(r->area + r->error_at), __ATOMIC_ACQUIRE) : 0;
-  if (word == 0 || r->reported) return;
-  r->reported = 1;
+  /* Once, whichever thread polls first (ncclCommGetAsyncError may be
+   * called from several at once). */
+  if (word == 0 || __atomic_exchange_n(&r->reported, 1, __ATOMIC_ACQ_REL)) return;
   /* Waits let go for a peer found gone land nothing and set the word too:
    * the communicator keeps the error that explains it, the first. */
   if (word == MPN_APPLY_LOST)

@@ -322,8 +322,12 @@ static ncclResult_t agree_deregister(struct ncclComm* comm, ncclResult_t mine, n
 MPN_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   /* As NCCL's: a NULL window (a program's cleanup after a registration that
    * failed, say) is nothing to deregister, at once and with no collective,
-   * in a group too; only the communicator is checked. */
-  if (win == NULL) return mpn_group_fail(mpn_comm_check(comm, "ncclCommWindowDeregister", MPN_COMM_NEED_READY));
+   * in a group too.  Only the handle is checked, as NCCL checks it, not the
+   * communicator's state: one still being created (non-blocking), whose
+   * window calls are queued until it is made, must not refuse it and fail
+   * the caller's group, nor one finalized or failed, which has nothing to
+   * do for it either. */
+  if (win == NULL) return mpn_group_fail(mpn_comm_check(comm, "ncclCommWindowDeregister", MPN_COMM_NEED_LIVE));
   if (mpn_group_depth() > 0 || mpn_win_async_wanted(comm)) {
     mpn_win_job_t job = mpn_win_job_deregister(comm, win);
     return mpn_group_depth() > 0 ? mpn_win_defer(&job) : mpn_win_async(&job);

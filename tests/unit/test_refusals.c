@@ -246,10 +246,12 @@ static void closed_calls(ncclComm_t comm, int gone) {
   REFUSED(comm, ncclCommRegister(comm, buf, 8, &handle), code, text);
   REFUSED(comm, ncclCommWindowRegister(comm, buf, 4096, &made, 0), code, text);
   REFUSED(comm, ncclCommWindowDeregister(comm, win), code, text);
+  if (gone) REFUSED(comm, ncclCommWindowDeregister(comm, NULL), code, text);
   REFUSED(comm, ncclCommFinalize(comm), code, text);
   ck_assert_ptr_null(other);
   ck_assert_ptr_null(made);
   if (!gone) { /* the queries still answer, as NCCL's do once a finalize is done */
+    ck_assert_int_eq(ncclCommWindowDeregister(comm, NULL), ncclSuccess); /* (nothing to deregister) */
     ck_assert_int_eq(ncclCommCount(comm, &n), ncclSuccess);
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(ncclCommUserRank(comm, &n), ncclSuccess);
@@ -326,18 +328,29 @@ START_TEST(calls_on_closed_nonblocking_comm) {
 }
 END_TEST
 
+/* A unique id of the in-process bootstrap. */
+static ncclUniqueId local_id(void) {
+  use_local_bootstrap();
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  return id;
+}
+
+/* Starts rank's non-blocking creation of nranks on id (in the background). */
+static void begin_nonblocking(ncclComm_t* comm, ncclUniqueId id, int nranks, int rank) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ck_assert_int_eq(ncclCommInitRankConfig(comm, nranks, id, rank, &cfg), ncclInProgress);
+}
+
 /* A non-blocking creation that failed (here: the ranks disagree on
  * nranks) leaves a handle that reports why and refuses work until it is
  * destroyed. */
 START_TEST(calls_on_failed_comm) {
-  use_local_bootstrap();
-  ncclUniqueId id;
+  ncclUniqueId id = local_id();
   ncclComm_t comms[2] = {NULL, NULL};
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
-  ck_assert_int_eq(ncclCommInitRankConfig(&comms[0], 2, id, 0, &cfg), ncclInProgress);
-  ck_assert_int_eq(ncclCommInitRankConfig(&comms[1], 3, id, 1, &cfg), ncclInProgress);
+  begin_nonblocking(&comms[0], id, 2, 0);
+  begin_nonblocking(&comms[1], id, 3, 1);
   char buf[8] = {0};
   int n;
   for (int i = 0; i < 2; i++) ck_assert_int_eq(creation_result(comms[i]), ncclInvalidArgument);
@@ -352,8 +365,33 @@ START_TEST(calls_on_failed_comm) {
     ncclWindow_t win = (ncclWindow_t)buf;
     REFUSED(comms[i], ncclCommWindowRegister(comms[i], buf, 4096, &win, 0), ARG, "failed during creation");
     ck_assert_ptr_null(win);
+    ck_assert_int_eq(ncclCommWindowDeregister(comms[i], NULL), ncclSuccess); /* (nothing to deregister) */
     ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
   }
+}
+END_TEST
+
+/* A NULL window given to ncclCommWindowDeregister is nothing to
+ * deregister, as NCCL's, whatever the communicator's state: only the
+ * handle is checked (above, finalized or failed ones too).  On a
+ * non-blocking communicator still being created it was refused ("still
+ * being created", ncclInvalidArgument) and failed the caller's group,
+ * while window calls on it are queued until it is made. */
+START_TEST(null_window_while_created) {
+  ncclUniqueId id = local_id();
+  ncclComm_t comms[2] = {NULL, NULL};
+  begin_nonblocking(&comms[0], id, 2, 0);
+  /* (rank 0's creation waits for rank 1, not there yet) */
+  ck_assert_int_eq(ncclCommWindowDeregister(comms[0], NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  ck_assert_int_eq(ncclCommWindowDeregister(comms[0], NULL), ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ncclResult_t async = ncclInternalError;
+  ck_assert_int_eq(ncclCommGetAsyncError(comms[0], &async), ncclSuccess);
+  ck_assert_int_eq(async, ncclInProgress);
+  begin_nonblocking(&comms[1], id, 2, 1);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(creation_result(comms[i]), ncclSuccess);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
 }
 END_TEST
 
@@ -478,6 +516,7 @@ int main(void) {
                           calls_on_closed_comms,
                           calls_on_closed_nonblocking_comm,
                           calls_on_failed_comm,
+                          null_window_while_created,
                           rma_contexts_disagree,
                           calls_after_peer_failed,
                           finalize_with_open_group,

@@ -75,8 +75,9 @@ enum {
   MPN_PEER_HERE = 0,
   MPN_PEER_GONE = 1,  /**< gone with work of this rank's still waiting for it, or failed: the communicator failed */
   MPN_PEER_LEFT = 2,  /**< gone after a normal destroy that left nothing of this rank's waiting: later calls naming
-                          it are refused, the communicator goes on; a launch of earlier calls that counts on more
-                          than its end's record is watched (watchdog.c) */
+                          it are refused, except a receive or wait for what it sent before its end (enqueue.c), the
+                          communicator goes on; a launch of earlier calls that counts on more than its end's record
+                          is watched (watchdog.c) */
   MPN_PEER_EXITED = 3 /**< gone, normally or not, sharing nothing with this rank (no pair, no signal of its
                            awaited): as MPN_PEER_LEFT, and a pair made later is watched (watchdog.c) */
 };

@@ -15,6 +15,8 @@
 #include "core/error.h"
 #include "core/group.h"
 #include "cuda/device.h"
+#include "p2p/p2p.h"
+#include "rma/rma.h"
 
 static const struct {
   const char* name;
@@ -56,7 +58,9 @@ ncclResult_t mpn_check_peer(struct ncclComm* comm, const char* caller, int peer,
 
 /* Whether a peer (in range) is gone with nothing of this rank's waiting for
  * it, the communicator going on (the watchdog found it: MPN_PEER_LEFT or
- * MPN_PEER_EXITED): it can answer nothing more. */
+ * MPN_PEER_EXITED): it can answer nothing more (a receive or a wait may
+ * still take what one that ended normally sent before: p2p_enqueue,
+ * wait_left). */
 static int peer_left(const struct ncclComm* comm, int peer) {
   return __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) >= MPN_PEER_LEFT;
 }
@@ -84,7 +88,13 @@ static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const ch
   MPN_CHECK(mpn_check_peer(comm, caller, peer, 1));
   /* As MPI_PROC_NULL: a missing neighbour needs no buffer. */
   if (peer == MPINCCL_PROC_NULL) return ncclSuccess;
-  MPN_CHECK(peer_here(comm, caller, peer));
+  /* A message a peer that ended normally posted before may still be there
+   * for a receive to take (p2p/left.c); the open group's receives from it
+   * come first. */
+  if (kind == MPN_OP_RECV && __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT)
+    MPN_CHECK(mpn_p2p_left_recv(comm, caller, peer, mpn_group_queued(comm, MPN_OP_RECV, peer, 0)));
+  else
+    MPN_CHECK(peer_here(comm, caller, peer));
   if (buf == NULL && count > 0)
     return MPN_REFUSE(comm, ncclInvalidArgument, "%s: %s is NULL with count %zu", caller, bufname,
                       count);
@@ -169,6 +179,23 @@ MPN_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int fl
   return mpn_group_fail(signal_only(peer, sigIdx, ctx, flags, comm, stream));
 }
 
+/* A wait naming a peer that ended its communicator normally and exited
+ * (MPN_PEER_LEFT) passes, as in NCCL, when the signals it sent before its
+ * end cover the count this rank expects once the wait is done: what waits
+ * launched so far counted, what the open group's count, and this call's
+ * descriptors up to descs[i] (rma/left.c); else it could never end. */
+static ncclResult_t wait_left(ncclComm_t comm, const char* what, const ncclWaitSignalDesc_t* descs, int i) {
+  const ncclWaitSignalDesc_t* d = &descs[i];
+  uint64_t need = mpn_rma_expected(comm, d->peer, d->ctx) + mpn_group_queued(comm, MPN_OP_WAIT_SIGNAL, d->peer, d->ctx);
+  for (int j = 0; j <= i; j++) /* (those before passed their checks: positive counts) */
+    if (descs[j].peer == d->peer && descs[j].ctx == d->ctx) need += (uint64_t)descs[j].opCnt;
+  uint64_t sent = 0;
+  if (mpn_rma_left_covers(comm, d->peer, d->ctx, need, &sent)) return ncclSuccess;
+  return MPN_REFUSE(comm, ncclRemoteError,
+                    "%s: rank %d ended its communicator after sending %llu signals on ctx %d; this wait needs %llu",
+                    what, d->peer, (unsigned long long)sent, d->ctx, (unsigned long long)need);
+}
+
 static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm_t comm,
                                 cudaStream_t stream) {
   const char* fn = "ncclWaitSignal";
@@ -177,10 +204,15 @@ static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm
   if (descs == NULL) return MPN_REFUSE(comm, ncclInvalidArgument, "%s: signalDescs is NULL", fn);
   for (int i = 0; i < nDesc; i++) {
     const ncclWaitSignalDesc_t* d = &descs[i];
-    if (d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0) && !peer_left(comm, d->peer))
+    int ok = d->opCnt > 0 && rma_args_ok(comm, d->peer, d->sigIdx, d->ctx, 0);
+    if (ok && !peer_left(comm, d->peer))
       continue; /* the message is formatted for a refused one only: a barrier passes one per rank */
     char what[48];
     snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i);
+    if (ok && __atomic_load_n(&comm->peer_gone[d->peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT) {
+      MPN_CHECK(wait_left(comm, what, descs, i));
+      continue;
+    }
     if (descs[i].opCnt <= 0)
       return MPN_REFUSE(comm, ncclInvalidArgument, "%s.opCnt %d is not positive", what,
                         descs[i].opCnt);

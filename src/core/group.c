@@ -339,6 +339,17 @@ ncclResult_t mpn_group_add_op(const mpn_op_t* op) {
   return group_flush();
 }
 
+uint64_t mpn_group_queued(const struct ncclComm* comm, mpn_op_kind_t kind, int peer, int ctx) {
+  uint64_t n = 0;
+  for (const mpn_op_t* op = group.ops; op; op = op->next) {
+    if (op->comm != comm || op->kind != kind) continue;
+    if (kind != MPN_OP_WAIT_SIGNAL) n += op->peer == peer;
+    for (int i = 0; kind == MPN_OP_WAIT_SIGNAL && i < op->ndesc; i++)
+      if (op->descs[i].peer == peer && op->descs[i].ctx == ctx) n += (uint64_t)op->descs[i].opCnt;
+  }
+  return n;
+}
+
 ncclResult_t mpn_group_add_job(mpn_init_job_t* job) {
   job->next = NULL;
   if (group.jobs_tail) group.jobs_tail->next = job;

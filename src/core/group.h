@@ -28,6 +28,14 @@ int mpn_group_depth(void);
  */
 ncclResult_t mpn_group_add_op(const mpn_op_t* op);
 
+/**
+ * What the calling thread's open group holds for comm and peer, not yet
+ * launched: its receives from peer (kind MPN_OP_RECV), or the signals of
+ * peer on ctx its waits count (MPN_OP_WAIT_SIGNAL).  For the checks of a
+ * call naming a peer that ended its communicator (core/enqueue.c).
+ */
+uint64_t mpn_group_queued(const struct ncclComm* comm, mpn_op_kind_t kind, int peer, int ctx);
+
 /** Adds a communicator creation job (ownership passes to the group). */
 ncclResult_t mpn_group_add_job(mpn_init_job_t* job);
 

@@ -1,8 +1,9 @@
 /*
  * check.c - the refusals of a group's sends and receives that come before
  * anything of it is posted (p2p.c), so that a refused group leaves its
- * communicators usable: a rank without a device, a UCX peer's buffer, and
- * more messages per peer and direction than a launch can hold.
+ * communicators usable: a rank without a device, a UCX peer's buffer, a
+ * captured receive from a peer that ended its communicator, and more
+ * messages per peer and direction than a launch can hold.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,6 +25,15 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
   const char* fn = op->kind == MPN_OP_SEND ? "ncclSend" : "ncclRecv";
   if (comm->cuda_dev < 0)
     return mpn_error_set(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
+  /* A receive from a peer that ended normally passed its call for a message
+   * the peer left (left.c), which only the first replay could take. */
+  if (op->kind == MPN_OP_RECV && op->capturing &&
+      __atomic_load_n(&comm->peer_gone[op->peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT)
+    return mpn_error_set(comm, ncclRemoteError,
+                         "%s: peer %d ended its communicator (ncclCommDestroy) and its process exited; a receive "
+                         "captured in a CUDA graph would wait at every replay for a message it sends no more; nothing "
+                         "of the group was enqueued",
+                         fn, op->peer);
   if (comm->transport[op->peer] == MPN_TRANSPORT_UCX) {
 #ifdef HAVE_UCX
     /* Refused before anything of the group is enqueued (the peer's side is

@@ -673,43 +673,13 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer) {
 
 void mpn_p2p_pairs_made(const struct ncclComm* comm, int peer, mpn_pair_t* pairs[2]) { peer_pairs(comm, peer, pairs); }
 
-void mpn_p2p_mark_left(struct ncclComm* comm) {
+void mpn_p2p_counts(const struct ncclComm* comm, int peer, uint64_t out[2][2]) {
   peer_state_t* peers = peers_of(comm);
-  for (int peer = 0; peers && peer < comm->nranks; peer++) {
-    peer_state_t* ps = &peers[peer];
-    mpn_pair_t* pairs[2];
-    pairs_in(peers, peer, pairs);
-    const uint64_t posted[2][2] = {{ps->send_seq, ps->graph_send_seq}, {ps->recv_seq, ps->graph_recv_seq}};
-    for (int side = 0; side < 2; side++) {
-      if (pairs[side] == NULL || peer == comm->rank) continue;
-      mpn_pair_mem_t* mem = pairs[side]->mem; /* (side: this rank's in pairs[side], MPN_SIDE_*) */
-      mem->left_posted[side][0] = posted[side][0];
-      mem->left_posted[side][1] = posted[side][1];
-      __atomic_store_n(&mem->left[side], 1, __ATOMIC_RELEASE); /* last: after the one-sided counts too */
-    }
-  }
-}
-
-int mpn_p2p_peer_left(const struct ncclComm* comm, int peer) {
-  peer_state_t* peers = peers_of(comm);
-  mpn_pair_t* pairs[2];
-  pairs_in(peers, peer, pairs);
-  /* Nothing shared: no record tells a normal end from a crash (and a message
-   * the peer sent first through a pair this rank never opened went with it). */
-  if (pairs[0] == NULL && pairs[1] == NULL) return 0;
-  const peer_state_t* ps = &peers[peer];
-  const uint64_t mine[2][2] = {
-      {__atomic_load_n(&ps->send_seq, __ATOMIC_RELAXED), __atomic_load_n(&ps->graph_send_seq, __ATOMIC_RELAXED)},
-      {__atomic_load_n(&ps->recv_seq, __ATOMIC_RELAXED), __atomic_load_n(&ps->graph_recv_seq, __ATOMIC_RELAXED)}};
-  for (int side = 0; side < 2; side++) { /* this rank's side in pairs[side]; the peer's is the other */
-    if (pairs[side] == NULL) continue;
-    const mpn_pair_mem_t* mem = pairs[side]->mem;
-    int theirs = 1 - side;
-    if (!__atomic_load_n(&mem->left[theirs], __ATOMIC_ACQUIRE)) return 0;
-    if (mine[side][0] > mem->left_posted[theirs][0] || mine[side][1] > mem->left_posted[theirs][1])
-      return 0; /* a message of this rank that the peer never posted */
-  }
-  return 1;
+  const peer_state_t* ps = peers ? &peers[peer] : NULL;
+  out[MPN_SIDE_SEND][0] = ps ? __atomic_load_n(&ps->send_seq, __ATOMIC_RELAXED) : 0;
+  out[MPN_SIDE_SEND][1] = ps ? __atomic_load_n(&ps->graph_send_seq, __ATOMIC_RELAXED) : 0;
+  out[MPN_SIDE_RECV][0] = ps ? __atomic_load_n(&ps->recv_seq, __ATOMIC_RELAXED) : 0;
+  out[MPN_SIDE_RECV][1] = ps ? __atomic_load_n(&ps->graph_recv_seq, __ATOMIC_RELAXED) : 0;
 }
 
 int mpn_p2p_peer_aborted(const struct ncclComm* comm, int peer) {

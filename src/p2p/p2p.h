@@ -54,6 +54,11 @@ void mpn_p2p_release_peer(struct ncclComm* comm, int peer);
  *  none), without making any: for other threads (the watchdog). */
 void mpn_p2p_pairs_made(const struct ncclComm* comm, int peer, struct mpn_pair* pairs[2]);
 
+/** The messages comm numbered with peer so far, [side][plain, captured]
+ *  (side: MPN_SIDE_SEND, MPN_SIDE_RECV of pair.h), read as another thread
+ *  may be launching; zeros while none. */
+void mpn_p2p_counts(const struct ncclComm* comm, int peer, uint64_t out[2][2]);
+
 /**
  * At a normal destroy of comm, once its streams are done: records in every
  * pair it shares with a peer how many messages this rank posted there, and
@@ -71,6 +76,16 @@ void mpn_p2p_mark_left(struct ncclComm* comm);
  * signals: mpn_rma_peer_left.
  */
 int mpn_p2p_peer_left(const struct ncclComm* comm, int peer);
+
+/**
+ * A receive (caller: the API call's name) from peer, which ended its
+ * communicator normally and exited (MPN_PEER_LEFT), with `ahead` receives
+ * from it in the calling thread's open group before it: ncclSuccess when
+ * the message it takes is one the peer posted into the inbox of a pair
+ * block this process made, which outlives the peer (left.c), so the
+ * receive takes it as any other; else ncclRemoteError, saying why.
+ */
+ncclResult_t mpn_p2p_left_recv(struct ncclComm* comm, const char* caller, int peer, uint64_t ahead);
 
 /** Whether peer aborted its communicator (it marks the pairs it shares with
  *  this rank, mpn_p2p_mark_aborted): the flags it released may need

@@ -85,6 +85,19 @@ static ncclResult_t ucx_wait_check(const mpn_op_t* op, const char* fn) {
   return ncclSuccess;
 }
 
+/* A wait naming a peer that ended its communicator normally passed its
+ * call for signals the peer sent (left.c); captured, every replay would
+ * wait for them anew, and the peer sends no more. */
+static ncclResult_t left_capture_check(const mpn_op_t* op, const char* fn, int i) {
+  int peer = op->descs[i].peer;
+  if (__atomic_load_n(&op->comm->peer_gone[peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT) return ncclSuccess;
+  return MPN_REFUSE(op->comm, ncclRemoteError,
+                    "%s: signalDescs[%d]: rank %d ended its communicator (ncclCommDestroy) and its process exited; "
+                    "a wait captured in a CUDA graph would wait at every replay for signals it sends no more; "
+                    "nothing of the group was enqueued",
+                    fn, i, peer);
+}
+
 /* The checks that need the window and the device, before anything is enqueued. */
 static ncclResult_t op_check(const mpn_op_t* op) {
   struct ncclComm* comm = op->comm;
@@ -92,6 +105,7 @@ static ncclResult_t op_check(const mpn_op_t* op) {
   if (comm->cuda_dev < 0) return MPN_REFUSE(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
   if (op->kind == MPN_OP_WAIT_SIGNAL) {
     for (int i = 0; i < op->ndesc; i++) MPN_CHECK(peer_check(op, fn, op->descs[i].peer));
+    for (int i = 0; i < op->ndesc && op->capturing; i++) MPN_CHECK(left_capture_check(op, fn, i));
     return ucx_wait_check(op, fn);
   }
   MPN_CHECK(peer_check(op, fn, op->peer));

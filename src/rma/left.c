@@ -1,8 +1,9 @@
 /*
  * left.c - one-sided signals at a communicator's normal end: the counts a
- * rank leaves in the pairs it shares with peers of its host, and whether a
+ * rank leaves in the pairs it shares with peers of its host, whether a
  * peer whose process is gone sent every signal this rank's waits count on
- * (the watchdog then takes its exit for a normal one: core/watchdog.c).
+ * (the watchdog then takes its exit for a normal one: core/watchdog.c),
+ * and whether a later wait asks for no more than it sent.
  */
 #include "rma/rma.h"
 
@@ -40,4 +41,28 @@ int mpn_rma_peer_left(const struct ncclComm* comm, int peer) {
     if (from == NULL || want > from->left_signals[0][ctx] || want_graph > from->left_signals[1][ctx]) return 0;
   }
   return 1;
+}
+
+uint64_t mpn_rma_expected(const struct ncclComm* comm, int peer, int ctx) {
+  const mpn_rma_t* rma = __atomic_load_n(&comm->rma, __ATOMIC_ACQUIRE);
+  return rma ? __atomic_load_n(&rma->expected[mpn_rma_pc(comm, peer, ctx)], __ATOMIC_RELAXED) : 0;
+}
+
+/* The peer's signals are stream writes its destroy waited for before it
+ * wrote its record, so every one it counted there has landed, and the puts
+ * before it too: a wait for no more needs nothing of the GPU.  Its record
+ * is in the pair that carries its signals to this rank (mpn_rma_mark_left);
+ * none made here, none of its signals reached this rank. */
+int mpn_rma_left_covers(const struct ncclComm* comm, int peer, int ctx, uint64_t need, uint64_t* sent) {
+  uint64_t got = 0;
+  if (__atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT || ctx >= MPN_PAIR_RMA_CTX) {
+    if (sent) *sent = 0;
+    return 0;
+  }
+  mpn_pair_t* pairs[2];
+  mpn_p2p_pairs_made(comm, peer, pairs);
+  const mpn_pair_mem_t* from = pairs[1] ? pairs[1]->mem : NULL;
+  if (from && __atomic_load_n(&from->left[MPN_SIDE_SEND], __ATOMIC_ACQUIRE)) got = from->left_signals[0][ctx];
+  if (sent) *sent = got;
+  return need <= got;
 }

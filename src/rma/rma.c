@@ -271,6 +271,8 @@ static ncclResult_t add_wait(sink_t* to_sink, struct ncclComm* comm, const ncclW
   if (!graph) {
     uint64_t* expected = &comm->rma->expected[mpn_rma_pc(comm, d->peer, d->ctx)];
     *expected += (uint64_t)d->opCnt;
+    /* (a peer that ended normally, having sent them: its block may be gone) */
+    if (mpn_rma_left_covers(comm, d->peer, d->ctx, *expected, NULL)) return ncclSuccess;
     if (to_sink->b && mpn_rma_self_wait_implied(comm, d, sid, *expected)) return ncclSuccess;
     if (mpn_rma_local(comm, d->peer, graph) && to_sink->k) mpn_rma_local_drop(from, d->ctx, *expected);
     else if (mpn_rma_local(comm, d->peer, graph) && mpn_rma_local_wait(from, d->ctx, *expected, s))

@@ -102,6 +102,19 @@ void mpn_rma_mark_left(struct ncclComm* comm);
  */
 int mpn_rma_peer_left(const struct ncclComm* comm, int peer);
 
+/** The signals of peer on ctx that this rank's waits outside CUDA graphs
+ *  counted on so far (launched ones). */
+uint64_t mpn_rma_expected(const struct ncclComm* comm, int peer, int ctx);
+
+/**
+ * Whether peer ended its communicator normally and exited (MPN_PEER_LEFT)
+ * having sent this rank at least need signals on ctx outside CUDA graphs:
+ * a wait outside a graph for which need is the count this rank expects
+ * then passes with no stream work (left.c).  *sent (may be NULL): the
+ * peer's count (0 when it is not such a peer).
+ */
+int mpn_rma_left_covers(const struct ncclComm* comm, int peer, int ctx, uint64_t need, uint64_t* sent);
+
 /** Frees the communicator's one-sided state and windows (not collective);
  *  abandon as for mpn_win_free_all. */
 void mpn_rma_free(struct ncclComm* comm, int abandon);

@@ -90,24 +90,14 @@ cudaError_t __wrap_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMod
   return cudaErrorNotSupported; /* nothing to give back */
 }
 /* Device flags (MPINCCL_FLAGS=device, kept_block_after_reset): a block at
- * a made-up address, exported without a device; cudaFree notes what it is
- * given. */
-#define FAKE_BLOCK ((void*)(uintptr_t)0x7e0000000000ull)
+ * a made-up address, exported without a device (host_pairs.h); cudaFree
+ * notes what it is given. */
+#define HOST_PAIRS_BLOCK
+#include "host_pairs.h"
 static void* freed_block;
 cudaError_t __wrap_cudaGetDevice(int* dev) {
   *dev = 0;
   return cudaSuccess;
-}
-cudaError_t __wrap_mpn_cuda_alloc_zeroed(size_t bytes, size_t zero_bytes, void** out) {
-  (void)bytes, (void)zero_bytes;
-  *out = FAKE_BLOCK;
-  return cudaSuccess;
-}
-ncclResult_t __wrap_mpn_ipc_export_own(ncclComm_t comm, const char* who, const void* ptr, const char* what,
-                                       mpn_ipc_desc_t* out) {
-  (void)comm, (void)who, (void)ptr, (void)what;
-  memset(out, 0, sizeof(*out));
-  return ncclSuccess;
 }
 cudaError_t __wrap_cudaFree(void* ptr) {
   freed_block = ptr;

@@ -306,8 +306,9 @@ static void mismatch_case(ncclComm_t pair, MPI_Comm two, float* buf, size_t send
  * Over UCX: a short and a long chunk, and one chunk against two, every one
  * full-size (the chunk tags' last bit shows it; MPINCCL_UCX_CHUNK bytes a
  * chunk, and up to MPINCCL_UCX_CHUNKS of them at that size: with one, two
- * chunk sizes are one chunk, too long or short, the same texts); each case
- * on a communicator of its own, which a mismatch over UCX leaves failed. */
+ * chunk sizes are one chunk, too long or short, the same texts).  Each case
+ * on a communicator of its own: a communicator's asynchronous error and its
+ * text are its first failure's, and over UCX a mismatch leaves it failed. */
 static void mismatch(void) {
   if (nranks < 2) return;
   MPI_Comm two;
@@ -322,17 +323,13 @@ static void mismatch(void) {
                             {96257, 96256}};
   size_t most = 2 * ch > 96257 ? 2 * ch : 96257;
   float* buf = dev_alloc(most * sizeof(float));
-  ncclComm_t pair = NULL;
   for (int i = 0; i < (over ? 6 : 7); i++) {
-    if (pair == NULL) EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
+    ncclComm_t pair = NULL;
+    EXPECT_OK(mpincclCommInitMPI(&pair, two, NULL));
     mismatch_case(pair, two, buf, over ? ucx[i][0] : host[i][0], over ? ucx[i][1] : host[i][1]);
-    if (over) {
-      MPI_Barrier(two); /* nobody closes endpoints the other still uses */
-      EXPECT_OK(ncclCommDestroy(pair));
-      pair = NULL;
-    }
+    MPI_Barrier(two); /* nobody closes endpoints the other still uses */
+    EXPECT_OK(ncclCommDestroy(pair));
   }
-  if (pair) EXPECT_OK(ncclCommDestroy(pair));
   cudaFree(buf);
   MPI_Comm_free(&two);
 }

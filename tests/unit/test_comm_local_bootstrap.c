@@ -149,6 +149,19 @@ static void rendezvous_of_one(const mpn_bootstrap_id_t* id) {
   mpn_bootstrap_destroy(b);
 }
 
+/* The records held once those of earlier tests run in this process
+ * (CK_FORK=no) have gone: a failed id's record goes at the first sweep
+ * after its linger (1 s here), which would otherwise come within the
+ * caller's counts.  Records of rounds still open stay, and count alike. */
+static int records_settled(void) {
+  if (mpn_bootstrap_records_held() == 0) return 0;
+  usleep(1200000);
+  mpn_bootstrap_id_t id;
+  ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);
+  rendezvous_of_one(&id); /* (a rendezvous sweeps the records) */
+  return mpn_bootstrap_records_held();
+}
+
 /* The process serving ids keeps a record of each while a round of it is
  * open, or while its failure lingers (MPINCCL_BOOTSTRAP_LINGER, 1 s here),
  * and frees it then: ids used up hold nothing.  An id used again still
@@ -157,7 +170,7 @@ static void rendezvous_of_one(const mpn_bootstrap_id_t* id) {
 START_TEST(records_freed) {
   use_local_bootstrap();
   set_param("MPINCCL_BOOTSTRAP_LINGER", "1");
-  int start = mpn_bootstrap_records_held();
+  int start = records_settled();
   mpn_bootstrap_id_t id;
   for (int i = 0; i < 20; i++) {
     ck_assert_int_eq(mpn_bootstrap_id_create(&id), ncclSuccess);

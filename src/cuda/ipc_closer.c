@@ -245,6 +245,7 @@ static int thread_ready(void) {
   __atomic_store_n(&closer.pid, self, __ATOMIC_RELEASE);
   closer.n = 0;      /* (a parent's entries are not this process's) */
   closer.joined = 0; /* (nor its thread) */
+  closer.stop = 0;   /* (nor its stop: the new thread reads it under the lock, after this) */
   if (first) atexit(closer_stop_at_exit);
   return 1;
 }
@@ -260,8 +261,22 @@ static int room(void) {
   return 1;
 }
 
+/* Under the lock: this process's queue was stopped (mpn_ipc_closer_stop,
+ * at the start of its exit).  Its thread ends or has ended, and no close
+ * starts any more: a close queued now would stay pending for good, and the
+ * waits for closes (the last communicator's end, mpn_ipc_closer_drain_for)
+ * would wait for it until their deadline. */
+static int stopped_here(void) { return closer.stop && closer.pid == getpid(); }
+
 void mpn_ipc_closer_push(const mpn_ipc_closing_t* c) {
   pthread_mutex_lock(&closer.lock);
+  if (stopped_here()) {
+    pthread_mutex_unlock(&closer.lock);
+    /* Not closed here either: CUDA's teardown comes next, and the
+     * process's end unmaps the import (its held record stays: it is). */
+    MPN_TRACE(MPN_SUBSYS_IPC, "import at %p left to the process's exit (the closing thread stopped)", c->mapping);
+    return;
+  }
   int queued = thread_ready() && room();
   if (queued) {
     closer.items[closer.n++] = *c;

@@ -28,7 +28,8 @@ typedef struct {
 /**
  * Hands one open of an import to the closing thread (started on first
  * use) and returns at once.  When no thread can be started, closes it here
- * (logged).
+ * (logged).  After mpn_ipc_closer_stop, neither: the import is left to the
+ * process's end, which unmaps it (nothing is queued that no thread serves).
  */
 void mpn_ipc_closer_push(const mpn_ipc_closing_t* c);
 
@@ -90,7 +91,8 @@ void mpn_ipc_closer_forget(int dev);
  * before CUDA's teardown), and waits at most timeout_ms for one under way;
  * returns whether none runs (0 where this process runs no closing thread).
  * Where none runs, the thread ends (closes still queued stay so) and is
- * joined within the same timeout_ms.
+ * joined within the same timeout_ms.  Closes handed over after it are not
+ * queued (mpn_ipc_closer_push).
  */
 int mpn_ipc_closer_stop(int64_t timeout_ms);
 

@@ -241,6 +241,7 @@ static ncclResult_t tagged_op(struct ncclComm* comm, mpn_ucx_cmd_kind_t kind, in
                        .nrelease = nrelease,
                        .user_buffer = when ? when->user_buffer : 0,
                        .mismatch = &u->mismatch,
+                       .closing = &u->closing,
                        .from = peer};
   ncclResult_t res = mpn_ucx_proxy_post(&cmd);
   /* (a send that never reached the proxy: its receiver must not wait for it) */

@@ -159,6 +159,11 @@ typedef struct mpn_ucx_cmd {
    * not ncclRemoteError.  Either, failing on this rank for lack of memory,
    * has its peer told through the record's hook (failed_here). */
   mpn_ucx_mismatch_t* mismatch;
+  /** A communicator's send: its owner's word, set (release) once a close
+   * or an abort began, before the proxy drops the owner's records
+   * (mpn_ucx_report_drop): mpn_ucx_proxy_unsent then hands the proxy none
+   * (may be NULL). */
+  const int* closing;
   int from; /**< the peer's rank (a receive's sender), for reports */
   void* arg;
   int quiet; /**< its failure is expected (a receive cancelled at close): no warning */
@@ -253,7 +258,8 @@ void mpn_ucx_proxy_release_sends(mpn_ucx_peer_t* peer);
  * (mpn_ucx_proxy_post failed).  Its receiver is told, as where UCX cannot
  * allocate a send (the record's hook sends the notice, on the proxy
  * thread), and the proxy refuses the sends to it that follow.  Once per
- * peer; allocates nothing. */
+ * peer; allocates nothing.  Where the owner's close began (cmd->closing),
+ * the peer is not told: the record is the owner's, freed by the close. */
 void mpn_ucx_proxy_unsent(const mpn_ucx_cmd_t* cmd);
 
 /** Proxy thread only, inside UCX's callbacks too (where the proxy may hold

@@ -6,15 +6,21 @@
  */
 #include "ucx/reports.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "core/error.h"
 
 /* The records whose hook is due. */
 static struct {
-  mpn_ucx_mismatch_t* found;        /* claimed records whose found is due, proxy thread only */
-  mpn_ucx_mismatch_t* found_posted; /* records made due by other threads (mpn_ucx_proxy_unsent), pushed lock-free */
-} rp;
+  mpn_ucx_mismatch_t* found; /* claimed records whose found is due, proxy thread only */
+  /* Records made due by other threads (mpn_ucx_proxy_unsent), under
+   * posted_lock: a push and the drop of a closing owner's records are
+   * ordered by it (the proxy takes it only when the list is not empty, or
+   * for a close). */
+  mpn_ucx_mismatch_t* found_posted;
+  pthread_mutex_t posted_lock;
+} rp = {.posted_lock = PTHREAD_MUTEX_INITIALIZER};
 
 const char* mpn_ucx_cmd_kind_name(mpn_ucx_cmd_kind_t kind) {
   switch (kind) {
@@ -142,9 +148,18 @@ void mpn_ucx_proxy_unsent(const mpn_ucx_cmd_t* cmd) {
   report_fill(cmd, r, MPN_UCX_CAME_BYTES, 0);
   failed_here_mark(cmd);
   if (r->found == NULL) return;
-  /* To the proxy without a lock or an allocation (found_take_posted). */
-  r->next = __atomic_load_n(&rp.found_posted, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(&rp.found_posted, &r->next, r, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {}
+  /* To the proxy without an allocation (found_take_posted), unless the
+   * owner's close began: its closer set closing before it asked the proxy
+   * to close, and the proxy drops the owner's records (mpn_ucx_report_drop)
+   * under posted_lock after that.  So under the lock either the close is
+   * seen here, or the record is listed before the drop, which takes it;
+   * one pushed after the drop would be run on freed state. */
+  pthread_mutex_lock(&rp.posted_lock);
+  if (cmd->closing == NULL || !__atomic_load_n(cmd->closing, __ATOMIC_ACQUIRE)) {
+    r->next = rp.found_posted;
+    __atomic_store_n(&rp.found_posted, r, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&rp.posted_lock);
 }
 
 int mpn_ucx_report_refused(const mpn_ucx_cmd_t* cmd) {
@@ -155,14 +170,22 @@ int mpn_ucx_report_refused(const mpn_ucx_cmd_t* cmd) {
 
 /* The records other threads made due (mpn_ucx_proxy_unsent) join the
  * proxy's own. */
-static void found_take_posted(void) {
-  mpn_ucx_mismatch_t* r = __atomic_exchange_n(&rp.found_posted, NULL, __ATOMIC_ACQUIRE);
+static void found_join_posted_locked(void) {
+  mpn_ucx_mismatch_t* r = rp.found_posted;
+  rp.found_posted = NULL;
   while (r) {
     mpn_ucx_mismatch_t* next = r->next;
     r->next = rp.found;
     rp.found = r;
     r = next;
   }
+}
+
+static void found_take_posted(void) {
+  if (__atomic_load_n(&rp.found_posted, __ATOMIC_ACQUIRE) == NULL) return; /* (each round: no lock then) */
+  pthread_mutex_lock(&rp.posted_lock);
+  found_join_posted_locked();
+  pthread_mutex_unlock(&rp.posted_lock);
 }
 
 void mpn_ucx_report_run(void) {
@@ -176,7 +199,11 @@ void mpn_ucx_report_run(void) {
 }
 
 void mpn_ucx_report_drop(const void* owner) {
-  found_take_posted();
+  /* Locked even with nothing listed: a push that takes the lock after this
+   * sees the close (mpn_ucx_proxy_unsent). */
+  pthread_mutex_lock(&rp.posted_lock);
+  found_join_posted_locked();
+  pthread_mutex_unlock(&rp.posted_lock);
   for (mpn_ucx_mismatch_t** p = &rp.found; *p;) {
     mpn_ucx_mismatch_t* m = *p;
     if (m->owner != owner) {

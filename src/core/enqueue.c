@@ -186,9 +186,10 @@ MPN_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int fl
  * descriptors up to descs[i] (rma/left.c); else it could never end. */
 static ncclResult_t wait_left(ncclComm_t comm, const char* what, const ncclWaitSignalDesc_t* descs, int i) {
   const ncclWaitSignalDesc_t* d = &descs[i];
-  uint64_t need = mpn_rma_expected(comm, d->peer, d->ctx) + mpn_group_queued(comm, MPN_OP_WAIT_SIGNAL, d->peer, d->ctx);
-  for (int j = 0; j <= i; j++) /* (those before passed their checks: positive counts) */
-    if (descs[j].peer == d->peer && descs[j].ctx == d->ctx) need += (uint64_t)descs[j].opCnt;
+  /* (descriptors before descs[i] passed their checks: positive counts) */
+  uint64_t need = mpn_rma_expected(comm, d->peer, d->ctx) +
+                  mpn_group_queued(comm, MPN_OP_WAIT_SIGNAL, d->peer, d->ctx) +
+                  mpn_descs_wanted(descs, i + 1, d->peer, d->ctx);
   uint64_t sent = 0;
   if (mpn_rma_left_covers(comm, d->peer, d->ctx, need, &sent)) return ncclSuccess;
   return MPN_REFUSE(comm, ncclRemoteError,

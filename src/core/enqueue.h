@@ -7,6 +7,7 @@
 #define MPN_CORE_ENQUEUE_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
@@ -42,6 +43,14 @@ typedef struct mpn_op {
   ncclWaitSignalDesc_t* descs; /**< wait: a copy owned by the op */
   struct mpn_op* next;
 } mpn_op_t;
+
+/** How many signals of peer on ctx the first n of descs wait for. */
+static inline uint64_t mpn_descs_wanted(const ncclWaitSignalDesc_t* descs, int n, int peer, int ctx) {
+  uint64_t wanted = 0;
+  for (int i = 0; i < n; i++)
+    if (descs[i].peer == peer && descs[i].ctx == ctx) wanted += (uint64_t)descs[i].opCnt;
+  return wanted;
+}
 
 /** op->stream_id, or, where ncclGroupEnd's checks did not ask it (0), CUDA's
  *  answer now (mpn_cuda_stream_id, on the op's device, current). */

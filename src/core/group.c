@@ -343,9 +343,7 @@ uint64_t mpn_group_queued(const struct ncclComm* comm, mpn_op_kind_t kind, int p
   uint64_t n = 0;
   for (const mpn_op_t* op = group.ops; op; op = op->next) {
     if (op->comm != comm || op->kind != kind) continue;
-    if (kind != MPN_OP_WAIT_SIGNAL) n += op->peer == peer;
-    for (int i = 0; kind == MPN_OP_WAIT_SIGNAL && i < op->ndesc; i++)
-      if (op->descs[i].peer == peer && op->descs[i].ctx == ctx) n += (uint64_t)op->descs[i].opCnt;
+    n += kind == MPN_OP_WAIT_SIGNAL ? mpn_descs_wanted(op->descs, op->ndesc, peer, ctx) : (uint64_t)(op->peer == peer);
   }
   return n;
 }

@@ -69,9 +69,7 @@ static ncclResult_t ucx_wait_check(const mpn_op_t* op, const char* fn) {
   for (int i = 0; i < op->ndesc; i++) {
     const ncclWaitSignalDesc_t* d = &op->descs[i];
     if (!mpn_rma_over_ucx(op->comm, d->peer)) continue;
-    uint64_t n = 0;
-    for (int j = 0; j < op->ndesc; j++)
-      if (op->descs[j].peer == d->peer && op->descs[j].ctx == d->ctx) n += (uint64_t)op->descs[j].opCnt;
+    uint64_t n = mpn_descs_wanted(op->descs, op->ndesc, d->peer, d->ctx);
     if (n > MPN_APPLY_RING)
       return MPN_REFUSE(op->comm, ncclInvalidArgument,
                         "%s: signalDescs[%d].opCnt %d: %llu signals of rank %d on ctx %d in one call, over UCX, "
@@ -129,8 +127,7 @@ static uint64_t captured_from(const mpn_op_t* op, const struct ncclComm* comm, i
   for (; op; op = op->next) {
     if (op->comm != comm || !op->capturing) continue;
     if (send && op->kind != MPN_OP_WAIT_SIGNAL) n += op->peer == peer && op->ctx == ctx;
-    for (int i = 0; !send && op->kind == MPN_OP_WAIT_SIGNAL && i < op->ndesc; i++)
-      if (op->descs[i].peer == peer && op->descs[i].ctx == ctx) n += (uint64_t)op->descs[i].opCnt;
+    if (!send && op->kind == MPN_OP_WAIT_SIGNAL) n += mpn_descs_wanted(op->descs, op->ndesc, peer, ctx);
   }
   return n;
 }

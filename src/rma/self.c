@@ -62,8 +62,7 @@ void mpn_rma_self_counts(mpn_op_t** ops, int n, cudaStream_t s, const struct ncc
   for (int i = 0; i < n; i++) {
     const mpn_op_t* op = ops[i];
     if (op->stream != s || op->comm != comm) continue;
-    for (int e = 0; op->kind == MPN_OP_WAIT_SIGNAL && e < op->ndesc; e++)
-      if (op->descs[e].peer == comm->rank && op->descs[e].ctx == ctx) *expected += (uint64_t)op->descs[e].opCnt;
+    if (op->kind == MPN_OP_WAIT_SIGNAL) *expected += mpn_descs_wanted(op->descs, op->ndesc, comm->rank, ctx);
   }
 }
 

@@ -228,6 +228,12 @@ int mpn_comm_fail_async(struct ncclComm* comm, ncclResult_t code, const char* fm
 void mpn_comm_set_broken(struct ncclComm* comm, ncclResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/** Whether the watchdog took peer's exit for a normal end (MPN_PEER_LEFT):
+ *  a receive or wait may still take what it sent before (enqueue.c). */
+static inline int mpn_comm_peer_ended(const struct ncclComm* comm, int peer) {
+  return __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT;
+}
+
 static inline ncclResult_t mpn_comm_async(const struct ncclComm* comm) {
   return (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
 }

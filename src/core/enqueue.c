@@ -91,7 +91,7 @@ static ncclResult_t p2p_enqueue(mpn_op_kind_t kind, const char* caller, const ch
   /* A message a peer that ended normally posted before may still be there
    * for a receive to take (p2p/left.c); the open group's receives from it
    * come first. */
-  if (kind == MPN_OP_RECV && __atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT)
+  if (kind == MPN_OP_RECV && mpn_comm_peer_ended(comm, peer))
     MPN_CHECK(mpn_p2p_left_recv(comm, caller, peer, mpn_group_queued(comm, MPN_OP_RECV, peer, 0)));
   else
     MPN_CHECK(peer_here(comm, caller, peer));
@@ -210,7 +210,7 @@ static ncclResult_t wait_signal(int nDesc, ncclWaitSignalDesc_t* descs, ncclComm
       continue; /* the message is formatted for a refused one only: a barrier passes one per rank */
     char what[48];
     snprintf(what, sizeof(what), "%s: signalDescs[%d]", fn, i);
-    if (ok && __atomic_load_n(&comm->peer_gone[d->peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT) {
+    if (ok && mpn_comm_peer_ended(comm, d->peer)) {
       MPN_CHECK(wait_left(comm, what, descs, i));
       continue;
     }

@@ -27,8 +27,7 @@ static ncclResult_t op_precheck(const mpn_op_t* op) {
     return mpn_error_set(comm, ncclInvalidUsage, "%s: comm %p has no CUDA device", fn, (void*)comm);
   /* A receive from a peer that ended normally passed its call for a message
    * the peer left (left.c), which only the first replay could take. */
-  if (op->kind == MPN_OP_RECV && op->capturing &&
-      __atomic_load_n(&comm->peer_gone[op->peer], __ATOMIC_ACQUIRE) == MPN_PEER_LEFT)
+  if (op->kind == MPN_OP_RECV && op->capturing && mpn_comm_peer_ended(comm, op->peer))
     return mpn_error_set(comm, ncclRemoteError,
                          "%s: peer %d ended its communicator (ncclCommDestroy) and its process exited; a receive "
                          "captured in a CUDA graph would wait at every replay for a message it sends no more; nothing "

@@ -88,7 +88,7 @@ static ncclResult_t ucx_wait_check(const mpn_op_t* op, const char* fn) {
  * wait for them anew, and the peer sends no more. */
 static ncclResult_t left_capture_check(const mpn_op_t* op, const char* fn, int i) {
   int peer = op->descs[i].peer;
-  if (__atomic_load_n(&op->comm->peer_gone[peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT) return ncclSuccess;
+  if (!mpn_comm_peer_ended(op->comm, peer)) return ncclSuccess;
   return MPN_REFUSE(op->comm, ncclRemoteError,
                     "%s: signalDescs[%d]: rank %d ended its communicator (ncclCommDestroy) and its process exited; "
                     "a wait captured in a CUDA graph would wait at every replay for signals it sends no more; "

@@ -55,7 +55,7 @@ uint64_t mpn_rma_expected(const struct ncclComm* comm, int peer, int ctx) {
  * none made here, none of its signals reached this rank. */
 int mpn_rma_left_covers(const struct ncclComm* comm, int peer, int ctx, uint64_t need, uint64_t* sent) {
   uint64_t got = 0;
-  if (__atomic_load_n(&comm->peer_gone[peer], __ATOMIC_ACQUIRE) != MPN_PEER_LEFT || ctx >= MPN_PAIR_RMA_CTX) {
+  if (!mpn_comm_peer_ended(comm, peer) || ctx >= MPN_PAIR_RMA_CTX) {
     if (sent) *sent = 0;
     return 0;
   }
